@@ -1,0 +1,34 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors callers branch on. Stores wrap them with context; test with errors.Is.
+var (
+	// ErrBadInput marks a request that can never succeed as given (empty ids, qty ≤ 0, qty above
+	// the per-user limit, a malformed definition). Nothing was written.
+	ErrBadInput = errors.New("bad input")
+
+	// ErrUnknownActivity is returned for an activity that was never defined or was deleted.
+	ErrUnknownActivity = errors.New("unknown activity")
+
+	// ErrNotFound is returned for a reservation or result record that does not exist.
+	ErrNotFound = errors.New("not found")
+
+	// ErrActivityRunning refuses an unforced redefinition or deletion of an activity whose
+	// window has opened: a configuration reload must never reset a running sale.
+	ErrActivityRunning = errors.New("activity is running")
+
+	// ErrStockBelowSold refuses a redefinition whose total stock is below what was already sold.
+	ErrStockBelowSold = errors.New("stock below items already sold")
+
+	// ErrBusy is returned by Guard while its circuit breaker is open: the store is failing and no
+	// admission is taken without it (fail closed).
+	ErrBusy = errors.New("store unavailable")
+)
+
+func badInput(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadInput, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,182 @@
+// Package admission decides who gets an item in a flash sale.
+//
+// One decision is taken up to a million times in a few seconds: does this buyer get an item? A
+// Store takes it atomically (never more than the stock, never more than the per-user limit, never
+// twice for one request), appends every win to the activity's wins queue in the same step, and
+// gives a reservation back exactly once. Two stores implement it with identical semantics, proven
+// by one conformance suite (package admissiontest): RedisStore for production and MemoryStore,
+// the embedded default for a single node.
+//
+// Guard wraps a Store with what every node adds in front of it: a node-local sold-out flag, so a
+// rejection after the sell-out costs no store call, and a circuit breaker that fails closed.
+package admission
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the atomic admission state shared by every node of a sale.
+//
+// Implementations must be safe for concurrent use. Every write is all-or-nothing: an operation that
+// returns an error or a rejection has changed nothing.
+type Store interface {
+	// Define creates an activity or updates its definition. Redefining an activity whose window has
+	// opened is refused with ErrActivityRunning unless force is set, so that a configuration reload
+	// never resets stock. A redefinition never resets what was sold: the remaining stock moves by the
+	// difference between the old and the new total, and a total below what was already sold is
+	// refused with ErrStockBelowSold. An identical definition is a no-op. The stored activity (with its
+	// salt) is returned.
+	Define(ctx context.Context, a Activity, force bool) (Activity, error)
+
+	// Activity returns the stored definition and live counters of one activity.
+	Activity(ctx context.Context, id string) (Snapshot, error)
+
+	// Activities lists the ids of every defined activity, sorted.
+	Activities(ctx context.Context) ([]string, error)
+
+	// Delete removes an activity and every key it owns. It is refused with ErrActivityRunning while
+	// the window is open unless force is set.
+	Delete(ctx context.Context, id string, force bool) error
+
+	// Admit takes the admission decision for one request. Wins are appended to the wins queue in
+	// the same atomic step. A request id that already won returns that first answer again, without
+	// taking more stock: this makes client retries and transport-level retries harmless.
+	Admit(ctx context.Context, r Request) (Decision, error)
+
+	// Release gives a reservation's items back to the stock exactly once, however often and from
+	// however many processes it is called. It reports whether this call was the one that released.
+	// Released stock is announced on the restock channel (see Restocks).
+	Release(ctx context.Context, activity, reservationID string) (bool, error)
+
+	// Remaining returns the stock left.
+	Remaining(ctx context.Context, activity string) (int64, error)
+
+	// SetResult stores a user's latest result record, which buyers poll; GetResult reads it and
+	// returns ErrNotFound when the user has none.
+	SetResult(ctx context.Context, activity, user string, r Result) error
+	GetResult(ctx context.Context, activity, user string) (Result, error)
+
+	// Restocks delivers the id of every activity whose stock was released, on any node, until ctx
+	// is done. Delivery is best effort (pub/sub): Guard also probes periodically.
+	Restocks(ctx context.Context) (<-chan string, error)
+
+	Queue
+
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Queue is the per-activity wins queue an order consumer reads: a Redis Stream with a consumer
+// group in RedisStore, an in-process equivalent with the same semantics in MemoryStore.
+type Queue interface {
+	// EnsureGroup creates the consumer group if it does not exist; the group starts at the
+	// beginning of the queue so that no win appended before the consumer first ran is missed.
+	EnsureGroup(ctx context.Context, activity, group string) error
+
+	// ReadGroup delivers up to count entries to consumer. With pending set it re-reads the
+	// consumer's own delivered but unacknowledged entries (do this first after a restart); without
+	// it, it delivers new entries, waiting up to block for one to arrive (0 means do not wait).
+	ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error)
+
+	// Ack acknowledges processed entries; acknowledging an entry twice is harmless.
+	Ack(ctx context.Context, activity, group string, ids ...string) error
+
+	// Claim transfers to consumer up to count entries that have been pending longer than minIdle
+	// (their consumer is presumed dead) and delivers them, with their delivery counts.
+	Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]Win, error)
+
+	// DeadLetter moves an entry to the activity's dead-letter queue and acknowledges it, in one
+	// atomic step.
+	DeadLetter(ctx context.Context, activity, group string, w Win, reason string) error
+
+	// DeadLetters lists the dead-letter queue, oldest first, up to count entries.
+	DeadLetters(ctx context.Context, activity string, count int) ([]Win, error)
+}
+
+// Activity is the definition of one sale.
+type Activity struct {
+	ID        string        `json:"id"`
+	Stock     int64         `json:"stock"`      // total items on sale
+	Limit     int64         `json:"limit"`      // most items one user may hold
+	Start     time.Time     `json:"start"`      // the window opens (inclusive)
+	End       time.Time     `json:"end"`        // the window closes (exclusive)
+	PayWithin time.Duration `json:"pay_within"` // how long a winner has to pay
+	Salt      string        `json:"salt"`       // per-activity secret salt; generated when empty
+}
+
+// Snapshot is an activity's definition together with its live counters.
+type Snapshot struct {
+	Activity
+	Remaining int64 `json:"remaining"` // stock left
+	Sold      int64 `json:"sold"`      // items held by buyers (Stock - Remaining)
+	Buyers    int64 `json:"buyers"`    // distinct users holding items
+	Queued    int64 `json:"queued"`    // entries in the wins queue
+	Dead      int64 `json:"dead"`      // entries in the dead-letter queue
+}
+
+// Request asks for an admission.
+type Request struct {
+	Activity  string
+	User      string
+	Qty       int64
+	RequestID string // idempotency key, scoped to the user
+}
+
+// Outcome is the business answer of an admission.
+type Outcome uint8
+
+// The outcomes of Admit. Only Won writes anything.
+const (
+	Won Outcome = iota + 1
+	SoldOut
+	LimitReached
+	NotStarted
+	Ended
+)
+
+// String returns the outcome's stable machine word, as used in HTTP answers.
+func (o Outcome) String() string {
+	switch o {
+	case Won:
+		return "queued"
+	case SoldOut:
+		return "sold_out"
+	case LimitReached:
+		return "limit_reached"
+	case NotStarted:
+		return "not_started"
+	case Ended:
+		return "ended"
+	}
+	return "unknown"
+}
+
+// Decision is the answer to a Request.
+type Decision struct {
+	Outcome       Outcome
+	ReservationID string // set when Won
+	Remaining     int64  // stock left after this decision
+	Replayed      bool   // true when this is the stored first answer to a repeated request id
+}
+
+// Win is one entry of the wins queue: an admitted buyer waiting to become an order.
+type Win struct {
+	ID            string    `json:"id"` // queue entry id (a stream id in Redis)
+	Activity      string    `json:"activity"`
+	ReservationID string    `json:"reservation_id"`
+	User          string    `json:"user"`
+	Qty           int64     `json:"qty"`
+	RequestID     string    `json:"request_id"`
+	At            time.Time `json:"at"`         // admission time, from the store's clock
+	Deliveries    int64     `json:"deliveries"` // times delivered to a consumer, this one included
+	Reason        string    `json:"reason,omitempty"`
+}
+
+// Result is a user's latest state in one activity, as buyers poll it.
+type Result struct {
+	Code          string `json:"code"` // none, queued, pending_payment, paid, cancelled, failed
+	ReservationID string `json:"reservation_id,omitempty"`
+	OrderID       string `json:"order_id,omitempty"`
+	PayBeforeMS   int64  `json:"pay_before_ms,omitempty"`
+}

@@ -1,0 +1,84 @@
+package admission
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+)
+
+// Limits on identifiers. Activity ids become part of store keys (inside a Redis Cluster hash tag),
+// so they are restricted to a safe alphabet; user and request ids are opaque but bounded so that a
+// hostile client cannot make the store hold arbitrarily large keys.
+const (
+	MaxActivityIDLen = 64
+	MaxUserIDLen     = 256
+	MaxRequestIDLen  = 128
+)
+
+// ValidActivityID reports whether id may name an activity: 1 to 64 bytes of ASCII letters, digits,
+// '-', '_' and '.'.
+func ValidActivityID(id string) bool {
+	if len(id) == 0 || len(id) > MaxActivityIDLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validate checks a definition and normalises its times to the milliseconds stores keep. An empty
+// salt is left empty: the store generates one on creation and keeps the old one on redefinition.
+func (a Activity) validate() (Activity, error) {
+	switch {
+	case !ValidActivityID(a.ID):
+		return a, badInput("activity id %q: want 1-%d of [A-Za-z0-9._-]", a.ID, MaxActivityIDLen)
+	case a.Stock < 0:
+		return a, badInput("activity %s: stock %d is negative", a.ID, a.Stock)
+	case a.Limit <= 0:
+		return a, badInput("activity %s: per-user limit %d must be positive", a.ID, a.Limit)
+	case a.Start.IsZero() || a.End.IsZero():
+		return a, badInput("activity %s: start and end are required", a.ID)
+	case !a.End.After(a.Start):
+		return a, badInput("activity %s: end %s is not after start %s", a.ID, a.End.Format(time.RFC3339), a.Start.Format(time.RFC3339))
+	case a.PayWithin < 0:
+		return a, badInput("activity %s: pay window %s is negative", a.ID, a.PayWithin)
+	}
+	// Stores keep milliseconds; normalise so that a stored definition compares equal to its source.
+	a.Start = time.UnixMilli(a.Start.UnixMilli())
+	a.End = time.UnixMilli(a.End.UnixMilli())
+	a.PayWithin = a.PayWithin.Truncate(time.Millisecond)
+	return a, nil
+}
+
+// sameDefinition reports whether b redefines a without change; an empty salt in b means "keep".
+func sameDefinition(a, b Activity) bool {
+	return a.Stock == b.Stock && a.Limit == b.Limit && a.Start.Equal(b.Start) && a.End.Equal(b.End) &&
+		a.PayWithin == b.PayWithin && (b.Salt == "" || a.Salt == b.Salt)
+}
+
+// NewSalt returns 16 random bytes, hex-encoded.
+func NewSalt() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms.
+	return hex.EncodeToString(b[:])
+}
+
+func (r Request) validate() error {
+	switch {
+	case !ValidActivityID(r.Activity):
+		return badInput("activity id %q", r.Activity)
+	case r.User == "" || len(r.User) > MaxUserIDLen:
+		return badInput("user id must be 1-%d bytes", MaxUserIDLen)
+	case r.RequestID == "" || len(r.RequestID) > MaxRequestIDLen:
+		return badInput("request id must be 1-%d bytes", MaxRequestIDLen)
+	case r.Qty <= 0:
+		return badInput("qty %d must be positive", r.Qty)
+	}
+	return nil
+}
