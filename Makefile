@@ -1,0 +1,27 @@
+# caddy-seckill: the two set-up commands are `make run` (the gateway with its embedded defaults)
+# and `make test` (installs the test servers when missing, then runs every test).
+
+GO        ?= go
+PKGS      ?= ./...
+TESTFLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: run test deps lint bench build
+
+run:
+	$(GO) run ./cmd/caddy run --config Caddyfile.example --adapter caddyfile
+
+deps:
+	./scripts/ensure-deps.sh
+
+test: deps
+	$(GO) vet $(PKGS)
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+lint:
+	golangci-lint run ./...
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+build:
+	$(GO) build -o bin/caddy ./cmd/caddy

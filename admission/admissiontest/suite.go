@@ -1,0 +1,726 @@
+// Package admissiontest is the conformance suite every admission.Store must pass. The memory and
+// Redis stores run the same tests, so "identical semantics" is a checked claim, not a hope; a
+// third implementation runs it with one call:
+//
+//	func TestConformance(t *testing.T) {
+//		admissiontest.Run(t, func(t *testing.T) admission.Store { return newMyStore(t) })
+//	}
+package admissiontest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// NewStore returns a fresh store with no activities. The suite closes it.
+type NewStore func(t *testing.T) admission.Store
+
+// Run runs every conformance test against stores made by newStore.
+func Run(t *testing.T, newStore NewStore) {
+	tests := []struct {
+		name string
+		fn   func(*testing.T, admission.Store)
+	}{
+		{"DefineAndSnapshot", testDefineAndSnapshot},
+		{"DefineIdempotent", testDefineIdempotent},
+		{"RedefineRunning", testRedefineRunning},
+		{"DefineBadInput", testDefineBadInput},
+		{"Window", testWindow},
+		{"UnknownActivity", testUnknownActivity},
+		{"AdmitBadInput", testAdmitBadInput},
+		{"Idempotent", testIdempotent},
+		{"ExactSellOut", testExactSellOut},
+		{"ConcurrentLimitOne", testConcurrentLimitOne},
+		{"ConcurrentMixedQty", testConcurrentMixedQty},
+		{"ReleaseExactlyOnce", testReleaseExactlyOnce},
+		{"Results", testResults},
+		{"Queue", testQueue},
+		{"Delete", testDelete},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStore(t)
+			t.Cleanup(func() { _ = s.Close() })
+			tc.fn(t, s)
+		})
+	}
+}
+
+// open returns an activity whose window is open now.
+func open(id string, stock, limit int64) admission.Activity {
+	now := time.Now()
+	return admission.Activity{
+		ID: id, Stock: stock, Limit: limit,
+		Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: 15 * time.Minute,
+	}
+}
+
+func define(t *testing.T, s admission.Store, a admission.Activity) admission.Activity {
+	t.Helper()
+	got, err := s.Define(context.Background(), a, false)
+	if err != nil {
+		t.Fatalf("define %s: %v", a.ID, err)
+	}
+	return got
+}
+
+func admit(t *testing.T, s admission.Store, act, user string, qty int64, reqID string) admission.Decision {
+	t.Helper()
+	d, err := s.Admit(context.Background(), admission.Request{Activity: act, User: user, Qty: qty, RequestID: reqID})
+	if err != nil {
+		t.Fatalf("admit %s/%s: %v", act, user, err)
+	}
+	return d
+}
+
+func remaining(t *testing.T, s admission.Store, act string) int64 {
+	t.Helper()
+	n, err := s.Remaining(context.Background(), act)
+	if err != nil {
+		t.Fatalf("remaining %s: %v", act, err)
+	}
+	return n
+}
+
+func snapshot(t *testing.T, s admission.Store, act string) admission.Snapshot {
+	t.Helper()
+	snap, err := s.Activity(context.Background(), act)
+	if err != nil {
+		t.Fatalf("activity %s: %v", act, err)
+	}
+	return snap
+}
+
+func testDefineAndSnapshot(t *testing.T, s admission.Store) {
+	a := open("phone-1001", 100, 1)
+	got := define(t, s, a)
+	if got.Salt == "" {
+		t.Error("define did not generate a salt")
+	}
+	if got.Stock != 100 || got.Limit != 1 || got.PayWithin != 15*time.Minute {
+		t.Errorf("define returned %+v", got)
+	}
+	if got.Start.UnixMilli() != a.Start.UnixMilli() || got.End.UnixMilli() != a.End.UnixMilli() {
+		t.Errorf("window %v..%v, want %v..%v", got.Start, got.End, a.Start, a.End)
+	}
+	snap := snapshot(t, s, a.ID)
+	if snap.Activity.Salt != got.Salt || snap.Remaining != 100 || snap.Sold != 0 || snap.Buyers != 0 {
+		t.Errorf("snapshot %+v", snap)
+	}
+	define(t, s, open("laptop-7", 5, 2))
+	ids, err := s.Activities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(ids) != "[laptop-7 phone-1001]" {
+		t.Errorf("activities = %v, want sorted [laptop-7 phone-1001]", ids)
+	}
+}
+
+func testDefineIdempotent(t *testing.T, s admission.Store) {
+	a := open("a1", 10, 1)
+	first := define(t, s, a)
+	admit(t, s, "a1", "u1", 1, "r1")
+	// A reload redefines the same activity (salt not given): nothing changes, stock is kept.
+	again := define(t, s, a)
+	if again.Salt != first.Salt {
+		t.Errorf("identical redefinition changed the salt")
+	}
+	if n := remaining(t, s, "a1"); n != 9 {
+		t.Errorf("remaining after identical redefinition = %d, want 9", n)
+	}
+	// With the stored salt given explicitly, still identical.
+	a.Salt = first.Salt
+	define(t, s, a)
+	if n := remaining(t, s, "a1"); n != 9 {
+		t.Errorf("remaining = %d, want 9", n)
+	}
+}
+
+func testRedefineRunning(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	a := open("a1", 10, 2)
+	first := define(t, s, a)
+	admit(t, s, "a1", "u1", 2, "r1")
+	admit(t, s, "a1", "u2", 1, "r2")
+
+	changed := a
+	changed.Stock = 20
+	if _, err := s.Define(ctx, changed, false); !errors.Is(err, admission.ErrActivityRunning) {
+		t.Fatalf("unforced redefinition of a running activity: err = %v, want ErrActivityRunning", err)
+	}
+	if n := remaining(t, s, "a1"); n != 7 {
+		t.Fatalf("refused redefinition changed remaining to %d", n)
+	}
+	got, err := s.Define(ctx, changed, true)
+	if err != nil {
+		t.Fatalf("forced redefinition: %v", err)
+	}
+	if got.Salt != first.Salt || got.Stock != 20 {
+		t.Errorf("forced redefinition returned %+v", got)
+	}
+	// Sold items stay sold: remaining moves by the difference of totals.
+	if n := remaining(t, s, "a1"); n != 17 {
+		t.Errorf("remaining after +10 = %d, want 17", n)
+	}
+	shrunk := changed
+	shrunk.Stock = 2 // 3 already sold
+	if _, err := s.Define(ctx, shrunk, true); !errors.Is(err, admission.ErrStockBelowSold) {
+		t.Errorf("stock below sold: err = %v, want ErrStockBelowSold", err)
+	}
+	shrunk.Stock = 3
+	if _, err := s.Define(ctx, shrunk, true); err != nil {
+		t.Fatalf("stock equal to sold: %v", err)
+	}
+	if n := remaining(t, s, "a1"); n != 0 {
+		t.Errorf("remaining = %d, want 0", n)
+	}
+	if d := admit(t, s, "a1", "u3", 1, "r3"); d.Outcome != admission.SoldOut {
+		t.Errorf("admit after shrink = %v, want sold_out", d.Outcome)
+	}
+
+	// An activity that has not started may be redefined freely.
+	later := open("a2", 5, 1)
+	later.Start = time.Now().Add(time.Hour)
+	later.End = time.Now().Add(2 * time.Hour)
+	define(t, s, later)
+	later.Stock = 50
+	if _, err := s.Define(ctx, later, false); err != nil {
+		t.Fatalf("redefining an upcoming activity: %v", err)
+	}
+	if n := remaining(t, s, "a2"); n != 50 {
+		t.Errorf("remaining = %d, want 50", n)
+	}
+}
+
+func testDefineBadInput(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	good := open("ok", 10, 1)
+	mutate := map[string]func(*admission.Activity){
+		"empty id":       func(a *admission.Activity) { a.ID = "" },
+		"brace in id":    func(a *admission.Activity) { a.ID = "a}b" },
+		"colon in id":    func(a *admission.Activity) { a.ID = "a:b" },
+		"long id":        func(a *admission.Activity) { a.ID = string(make([]byte, 65)) },
+		"negative stock": func(a *admission.Activity) { a.Stock = -1 },
+		"zero limit":     func(a *admission.Activity) { a.Limit = 0 },
+		"no start":       func(a *admission.Activity) { a.Start = time.Time{} },
+		"end = start":    func(a *admission.Activity) { a.End = a.Start },
+		"negative pay":   func(a *admission.Activity) { a.PayWithin = -time.Second },
+	}
+	for name, m := range mutate {
+		a := good
+		m(&a)
+		if _, err := s.Define(ctx, a, true); !errors.Is(err, admission.ErrBadInput) {
+			t.Errorf("%s: err = %v, want ErrBadInput", name, err)
+		}
+	}
+	ids, err := s.Activities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != 0 {
+		t.Errorf("bad definitions created %v", ids)
+	}
+}
+
+func testWindow(t *testing.T, s admission.Store) {
+	now := time.Now()
+	up := open("upcoming", 10, 1)
+	up.Start, up.End = now.Add(time.Hour), now.Add(2*time.Hour)
+	define(t, s, up)
+	past := open("past", 10, 1)
+	past.Start, past.End = now.Add(-2*time.Hour), now.Add(-time.Hour)
+	define(t, s, past)
+
+	if d := admit(t, s, "upcoming", "u1", 1, "r1"); d.Outcome != admission.NotStarted {
+		t.Errorf("upcoming: %v, want not_started", d.Outcome)
+	}
+	if d := admit(t, s, "past", "u1", 1, "r1"); d.Outcome != admission.Ended {
+		t.Errorf("past: %v, want ended", d.Outcome)
+	}
+	for _, id := range []string{"upcoming", "past"} {
+		snap := snapshot(t, s, id)
+		if snap.Remaining != 10 || snap.Buyers != 0 || snap.Queued != 0 {
+			t.Errorf("%s: a rejected admission wrote something: %+v", id, snap)
+		}
+	}
+}
+
+func testUnknownActivity(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	_, err := s.Admit(ctx, admission.Request{Activity: "nope", User: "u", Qty: 1, RequestID: "r"})
+	if !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("admit: err = %v, want ErrUnknownActivity", err)
+	}
+	if _, err := s.Remaining(ctx, "nope"); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("remaining: err = %v, want ErrUnknownActivity", err)
+	}
+	if _, err := s.Activity(ctx, "nope"); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("activity: err = %v, want ErrUnknownActivity", err)
+	}
+	if _, err := s.Release(ctx, "nope", "1-0"); !errors.Is(err, admission.ErrUnknownActivity) && !errors.Is(err, admission.ErrNotFound) {
+		t.Errorf("release: err = %v, want ErrUnknownActivity or ErrNotFound", err)
+	}
+}
+
+func testAdmitBadInput(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	define(t, s, open("a1", 10, 2))
+	bad := map[string]admission.Request{
+		"empty user":       {Activity: "a1", User: "", Qty: 1, RequestID: "r"},
+		"empty request id": {Activity: "a1", User: "u", Qty: 1, RequestID: ""},
+		"zero qty":         {Activity: "a1", User: "u", Qty: 0, RequestID: "r"},
+		"negative qty":     {Activity: "a1", User: "u", Qty: -1, RequestID: "r"},
+		"qty above limit":  {Activity: "a1", User: "u", Qty: 3, RequestID: "r"},
+		"bad activity id":  {Activity: "a{1}", User: "u", Qty: 1, RequestID: "r"},
+		"huge user":        {Activity: "a1", User: string(make([]byte, admission.MaxUserIDLen+1)), Qty: 1, RequestID: "r"},
+		"huge request id":  {Activity: "a1", User: "u", Qty: 1, RequestID: string(make([]byte, admission.MaxRequestIDLen+1))},
+	}
+	for name, r := range bad {
+		if d, err := s.Admit(ctx, r); !errors.Is(err, admission.ErrBadInput) {
+			t.Errorf("%s: decision %+v, err = %v, want ErrBadInput", name, d, err)
+		}
+	}
+	snap := snapshot(t, s, "a1")
+	if snap.Remaining != 10 || snap.Buyers != 0 || snap.Queued != 0 {
+		t.Errorf("bad input wrote something: %+v", snap)
+	}
+}
+
+func testIdempotent(t *testing.T, s admission.Store) {
+	define(t, s, open("a1", 10, 2))
+	first := admit(t, s, "a1", "u1", 1, "req-1")
+	if first.Outcome != admission.Won || first.ReservationID == "" || first.Remaining != 9 || first.Replayed {
+		t.Fatalf("first admission = %+v", first)
+	}
+	again := admit(t, s, "a1", "u1", 1, "req-1")
+	if again.Outcome != admission.Won || again.ReservationID != first.ReservationID || !again.Replayed {
+		t.Errorf("repeat = %+v, want the first answer replayed", again)
+	}
+	if again.Remaining != first.Remaining {
+		t.Errorf("replayed remaining = %d, want the first answer's %d", again.Remaining, first.Remaining)
+	}
+	// The same request id from another user is that user's own request.
+	other := admit(t, s, "a1", "u2", 1, "req-1")
+	if other.Outcome != admission.Won || other.ReservationID == first.ReservationID || other.Replayed {
+		t.Errorf("other user's request = %+v", other)
+	}
+	// A new request id of the same user is a new purchase.
+	second := admit(t, s, "a1", "u1", 1, "req-2")
+	if second.Outcome != admission.Won || second.ReservationID == first.ReservationID {
+		t.Errorf("second purchase = %+v", second)
+	}
+	if n := remaining(t, s, "a1"); n != 7 {
+		t.Errorf("remaining = %d, want 7", n)
+	}
+	if d := admit(t, s, "a1", "u1", 1, "req-3"); d.Outcome != admission.LimitReached {
+		t.Errorf("third purchase with limit 2 = %v, want limit_reached", d.Outcome)
+	}
+	// Replays still answer after the limit is reached and after the sell-out.
+	if d := admit(t, s, "a1", "u1", 1, "req-1"); d.ReservationID != first.ReservationID {
+		t.Errorf("replay after limit = %+v", d)
+	}
+}
+
+func testExactSellOut(t *testing.T, s admission.Store) {
+	define(t, s, open("a1", 3, 2))
+	if d := admit(t, s, "a1", "u1", 2, "r"); d.Outcome != admission.Won || d.Remaining != 1 {
+		t.Fatalf("qty 2 of 3 = %+v", d)
+	}
+	if d := admit(t, s, "a1", "u2", 2, "r"); d.Outcome != admission.SoldOut || d.Remaining != 1 {
+		t.Errorf("qty 2 of 1 = %+v, want sold_out with 1 remaining", d)
+	}
+	if d := admit(t, s, "a1", "u2", 1, "r2"); d.Outcome != admission.Won || d.Remaining != 0 {
+		t.Errorf("qty 1 of 1 = %+v, want won with 0 remaining", d)
+	}
+	if d := admit(t, s, "a1", "u3", 1, "r"); d.Outcome != admission.SoldOut || d.Remaining != 0 {
+		t.Errorf("after sell-out = %+v", d)
+	}
+	snap := snapshot(t, s, "a1")
+	if snap.Sold != 3 || snap.Buyers != 2 || snap.Queued != 2 {
+		t.Errorf("snapshot %+v", snap)
+	}
+}
+
+// testConcurrentLimitOne is the classic: 1,000 buyers, 5 presses each, 100 items, limit 1.
+func testConcurrentLimitOne(t *testing.T, s admission.Store) {
+	const users, attempts, stock = 1000, 5, 100
+	define(t, s, open("rush", stock, 1))
+	var (
+		mu      sync.Mutex
+		winners = map[string]string{} // user -> reservation
+		resv    = map[string]bool{}
+		errs    atomic.Int64
+		wg      sync.WaitGroup
+	)
+	for u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			user := fmt.Sprintf("user-%d", u)
+			for a := range attempts {
+				d, err := s.Admit(context.Background(), admission.Request{
+					Activity: "rush", User: user, Qty: 1, RequestID: fmt.Sprintf("%s-%d", user, a),
+				})
+				if err != nil {
+					errs.Add(1)
+					continue
+				}
+				if d.Outcome == admission.Won {
+					mu.Lock()
+					if prev, ok := winners[user]; ok {
+						t.Errorf("%s won twice: %s and %s", user, prev, d.ReservationID)
+					}
+					if resv[d.ReservationID] {
+						t.Errorf("reservation %s handed out twice", d.ReservationID)
+					}
+					winners[user], resv[d.ReservationID] = d.ReservationID, true
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if errs.Load() != 0 {
+		t.Fatalf("%d admissions failed with an error", errs.Load())
+	}
+	if len(winners) != stock {
+		t.Errorf("%d winners, want exactly %d", len(winners), stock)
+	}
+	if n := remaining(t, s, "rush"); n != 0 {
+		t.Errorf("remaining = %d, want 0", n)
+	}
+	snap := snapshot(t, s, "rush")
+	if snap.Buyers != stock || snap.Queued != stock || snap.Sold != stock {
+		t.Errorf("snapshot %+v", snap)
+	}
+	queued := readAll(t, s, "rush")
+	if len(queued) != stock {
+		t.Fatalf("queue holds %d wins, want %d", len(queued), stock)
+	}
+	for _, w := range queued {
+		if winners[w.User] != w.ReservationID || w.Qty != 1 {
+			t.Errorf("queued win %+v does not match the answer given to its user (%q)", w, winners[w.User])
+		}
+	}
+}
+
+// testConcurrentMixedQty buys 1-3 items at a time with limit 3: nobody above the limit, no oversell,
+// and the queue holds exactly the answers given.
+func testConcurrentMixedQty(t *testing.T, s admission.Store) {
+	const users, attempts, stock = 200, 4, 150
+	define(t, s, open("mixed", stock, 3))
+	var (
+		mu   sync.Mutex
+		held = map[string]int64{}
+		sold int64
+		wg   sync.WaitGroup
+	)
+	for u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(u), 7))
+			user := fmt.Sprintf("user-%d", u)
+			for a := range attempts {
+				qty := 1 + rng.Int64N(3)
+				d, err := s.Admit(context.Background(), admission.Request{
+					Activity: "mixed", User: user, Qty: qty, RequestID: fmt.Sprintf("%d", a),
+				})
+				if err != nil {
+					t.Errorf("admit: %v", err)
+					return
+				}
+				if d.Outcome == admission.Won {
+					mu.Lock()
+					held[user] += qty
+					sold += qty
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for user, n := range held {
+		if n > 3 {
+			t.Errorf("%s holds %d items, limit 3", user, n)
+		}
+	}
+	if sold > stock {
+		t.Fatalf("oversold: %d of %d", sold, stock)
+	}
+	if n := remaining(t, s, "mixed"); n != stock-sold {
+		t.Errorf("remaining = %d, want %d", n, stock-sold)
+	}
+	var queuedQty int64
+	for _, w := range readAll(t, s, "mixed") {
+		queuedQty += w.Qty
+	}
+	if queuedQty != sold {
+		t.Errorf("queue holds %d items, answers gave %d", queuedQty, sold)
+	}
+}
+
+func testReleaseExactlyOnce(t *testing.T, s admission.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	restocks, err := s.Restocks(ctx)
+	if err != nil {
+		t.Fatalf("restocks: %v", err)
+	}
+	define(t, s, open("a1", 1, 1))
+	won := admit(t, s, "a1", "u1", 1, "r1")
+	if won.Outcome != admission.Won {
+		t.Fatalf("admit = %+v", won)
+	}
+	if d := admit(t, s, "a1", "u2", 1, "r1"); d.Outcome != admission.SoldOut {
+		t.Fatalf("second buyer = %v, want sold_out", d.Outcome)
+	}
+	var (
+		wg       sync.WaitGroup
+		released atomic.Int64
+	)
+	for range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ok, err := s.Release(ctx, "a1", won.ReservationID)
+			if err != nil {
+				t.Errorf("release: %v", err)
+			}
+			if ok {
+				released.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if released.Load() != 1 {
+		t.Errorf("%d releases reported success, want exactly 1", released.Load())
+	}
+	if n := remaining(t, s, "a1"); n != 1 {
+		t.Errorf("remaining after release = %d, want 1", n)
+	}
+	select {
+	case id := <-restocks:
+		if id != "a1" {
+			t.Errorf("restock for %q, want a1", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("no restock broadcast after a release")
+	}
+	// The user gave the item back, so the limit allows buying again.
+	if d := admit(t, s, "a1", "u1", 1, "r2"); d.Outcome != admission.Won {
+		t.Errorf("buy again after release = %v, want queued", d.Outcome)
+	}
+	if _, err := s.Release(ctx, "a1", "999-0"); !errors.Is(err, admission.ErrNotFound) {
+		t.Errorf("release unknown reservation: err = %v, want ErrNotFound", err)
+	}
+	if n := remaining(t, s, "a1"); n != 0 {
+		t.Errorf("remaining = %d, want 0", n)
+	}
+}
+
+func testResults(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	define(t, s, open("a1", 5, 1))
+	if _, err := s.GetResult(ctx, "a1", "u1"); !errors.Is(err, admission.ErrNotFound) {
+		t.Errorf("no result yet: err = %v, want ErrNotFound", err)
+	}
+	d := admit(t, s, "a1", "u1", 1, "r1")
+	r, err := s.GetResult(ctx, "a1", "u1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Code != "queued" || r.ReservationID != d.ReservationID {
+		t.Errorf("result after win = %+v", r)
+	}
+	want := admission.Result{Code: "pending_payment", ReservationID: d.ReservationID, OrderID: "o-1", PayBeforeMS: 12345}
+	if err := s.SetResult(ctx, "a1", "u1", want); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := s.GetResult(ctx, "a1", "u1"); r != want {
+		t.Errorf("result = %+v, want %+v", r, want)
+	}
+	if err := s.SetResult(ctx, "missing", "u1", want); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("result for unknown activity: err = %v, want ErrUnknownActivity", err)
+	}
+}
+
+func readAll(t *testing.T, s admission.Store, act string) []admission.Win {
+	t.Helper()
+	ctx := context.Background()
+	if err := s.EnsureGroup(ctx, act, "suite-readall"); err != nil {
+		t.Fatal(err)
+	}
+	var all []admission.Win
+	for {
+		ws, err := s.ReadGroup(ctx, act, "suite-readall", "c", 100, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ws) == 0 {
+			return all
+		}
+		all = append(all, ws...)
+	}
+}
+
+func testQueue(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	define(t, s, open("q", 10, 1))
+	first := admit(t, s, "q", "u1", 1, "r")
+	if err := s.EnsureGroup(ctx, "q", "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureGroup(ctx, "q", "orders"); err != nil {
+		t.Fatalf("EnsureGroup twice: %v", err)
+	}
+	admit(t, s, "q", "u2", 1, "r")
+
+	// Wins appended before the group existed are delivered too, in order.
+	ws, err := s.ReadGroup(ctx, "q", "orders", "c1", 10, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 2 || ws[0].User != "u1" || ws[1].User != "u2" {
+		t.Fatalf("read = %+v, want u1 then u2", ws)
+	}
+	w := ws[0]
+	if w.ReservationID != first.ReservationID || w.Activity != "q" || w.Qty != 1 || w.RequestID != "r" ||
+		w.Deliveries != 1 || w.ID == "" || w.At.IsZero() {
+		t.Errorf("win = %+v", w)
+	}
+	if more, _ := s.ReadGroup(ctx, "q", "orders", "c1", 10, 0, false); len(more) != 0 {
+		t.Errorf("new entries delivered twice: %+v", more)
+	}
+
+	// After a restart the consumer re-reads its own pending entries first.
+	if err := s.Ack(ctx, "q", "orders", ws[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ack(ctx, "q", "orders", ws[1].ID); err != nil {
+		t.Fatalf("ack twice: %v", err)
+	}
+	pend, err := s.ReadGroup(ctx, "q", "orders", "c1", 10, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pend) != 1 || pend[0].ID != w.ID || pend[0].Deliveries != 2 {
+		t.Fatalf("pending = %+v, want u1's entry with 2 deliveries", pend)
+	}
+	if other, _ := s.ReadGroup(ctx, "q", "orders", "c2", 10, 0, true); len(other) != 0 {
+		t.Errorf("c2 sees c1's pending entries: %+v", other)
+	}
+
+	// A consumer that died: its entry is claimed by another once idle long enough.
+	if got, _ := s.Claim(ctx, "q", "orders", "c2", time.Hour, 10); len(got) != 0 {
+		t.Errorf("claimed an entry that is not idle: %+v", got)
+	}
+	time.Sleep(150 * time.Millisecond)
+	claimed, err := s.Claim(ctx, "q", "orders", "c2", 100*time.Millisecond, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claimed) != 1 || claimed[0].ID != w.ID || claimed[0].Deliveries != 3 || claimed[0].User != "u1" {
+		t.Fatalf("claimed = %+v, want u1's entry with 3 deliveries", claimed)
+	}
+	if p, _ := s.ReadGroup(ctx, "q", "orders", "c1", 10, 0, true); len(p) != 0 {
+		t.Errorf("c1 still owns a claimed entry: %+v", p)
+	}
+
+	// Poison: dead-lettered and acknowledged in one step.
+	if err := s.DeadLetter(ctx, "q", "orders", claimed[0], "insert failed 3 times"); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := s.ReadGroup(ctx, "q", "orders", "c2", 10, 0, true); len(p) != 0 {
+		t.Errorf("dead-lettered entry still pending: %+v", p)
+	}
+	dead, err := s.DeadLetters(ctx, "q", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || dead[0].ReservationID != first.ReservationID || dead[0].Reason == "" || dead[0].User != "u1" {
+		t.Errorf("dead letters = %+v", dead)
+	}
+	if snap := snapshot(t, s, "q"); snap.Dead != 1 {
+		t.Errorf("snapshot dead = %d, want 1", snap.Dead)
+	}
+
+	// A blocking read wakes up for a new win.
+	got := make(chan []admission.Win, 1)
+	go func() {
+		ws, err := s.ReadGroup(ctx, "q", "orders", "c3", 10, 5*time.Second, false)
+		if err != nil {
+			t.Errorf("blocking read: %v", err)
+		}
+		got <- ws
+	}()
+	time.Sleep(100 * time.Millisecond)
+	admit(t, s, "q", "u3", 1, "r")
+	select {
+	case ws := <-got:
+		if len(ws) != 1 || ws[0].User != "u3" {
+			t.Errorf("blocking read = %+v, want u3", ws)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("blocking read did not return")
+	}
+
+	// A canceled context ends a blocking read.
+	cctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.ReadGroup(cctx, "q", "orders", "c3", 10, 30*time.Second, false)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a canceled blocking read did not return")
+	}
+}
+
+func testDelete(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	define(t, s, open("a1", 5, 1))
+	admit(t, s, "a1", "u1", 1, "r")
+	if err := s.Delete(ctx, "a1", false); !errors.Is(err, admission.ErrActivityRunning) {
+		t.Errorf("unforced delete of a running activity: err = %v, want ErrActivityRunning", err)
+	}
+	if n := remaining(t, s, "a1"); n != 4 {
+		t.Fatalf("refused delete changed remaining to %d", n)
+	}
+	if err := s.Delete(ctx, "a1", true); err != nil {
+		t.Fatalf("forced delete: %v", err)
+	}
+	if _, err := s.Admit(ctx, admission.Request{Activity: "a1", User: "u2", Qty: 1, RequestID: "r"}); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("admit after delete: err = %v, want ErrUnknownActivity", err)
+	}
+	if ids, _ := s.Activities(ctx); len(ids) != 0 {
+		t.Errorf("activities after delete = %v", ids)
+	}
+	// Defined again from scratch: nothing of the old sale remains.
+	define(t, s, open("a1", 5, 1))
+	if d := admit(t, s, "a1", "u1", 1, "r"); d.Outcome != admission.Won || d.Replayed {
+		t.Errorf("admit after re-create = %+v, want a fresh win", d)
+	}
+	if err := s.Delete(ctx, "nope", true); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("delete unknown: err = %v, want ErrUnknownActivity", err)
+	}
+	upcoming := open("later", 5, 1)
+	upcoming.Start, upcoming.End = time.Now().Add(time.Hour), time.Now().Add(2*time.Hour)
+	define(t, s, upcoming)
+	if err := s.Delete(ctx, "later", false); err != nil {
+		t.Errorf("delete upcoming: %v", err)
+	}
+}
