@@ -1,0 +1,166 @@
+// Package captcha issues single-use image captchas bound to a user, on top of
+// github.com/dchest/captcha's renderer but not its process-global store: captchas live in a Store,
+// in memory for one node or in Redis so that any node can verify what another issued.
+//
+// The PNG is rendered once, when the captcha is issued, and kept with it in the store. dchest's
+// renderer is deterministic for one id and solution only within one process (it seeds from a
+// random key made at start-up), so rendering on each fetch would give a different picture on each
+// node, and every extra picture of the same digits helps an OCR attack. Storing the bytes makes
+// every fetch, on every node, return the same image; fetches are also capped.
+package captcha
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dchest/captcha"
+)
+
+// Options configure an Issuer. Zero fields take their defaults.
+type Options struct {
+	Length     int           // digits in a captcha; default 6, from 4 to 10
+	Width      int           // image width in pixels; default 240, from 60 to 1000
+	Height     int           // image height in pixels; default 80, from 20 to 400
+	TTL        time.Duration // how long a captcha may be used; default 2m, from 1s to 1h
+	MaxFetches int64         // image fetches allowed per captcha; default 3, from 1 to 100
+}
+
+// withDefaults fills the zero fields.
+func (o Options) withDefaults() Options {
+	if o.Length == 0 {
+		o.Length = 6
+	}
+	if o.Width == 0 {
+		o.Width = captcha.StdWidth
+	}
+	if o.Height == 0 {
+		o.Height = captcha.StdHeight
+	}
+	if o.TTL == 0 {
+		o.TTL = 2 * time.Minute
+	}
+	if o.MaxFetches == 0 {
+		o.MaxFetches = 3
+	}
+	return o
+}
+
+// Validate reports whether o, with its defaults filled in, is within the documented ranges.
+func (o Options) Validate() error {
+	o = o.withDefaults()
+	switch {
+	case o.Length < 4 || o.Length > 10:
+		return fmt.Errorf("captcha length must be between 4 and 10 digits, got %d", o.Length)
+	case o.Width < 60 || o.Width > 1000:
+		return fmt.Errorf("captcha width must be between 60 and 1000 pixels, got %d", o.Width)
+	case o.Height < 20 || o.Height > 400:
+		return fmt.Errorf("captcha height must be between 20 and 400 pixels, got %d", o.Height)
+	case o.TTL < time.Second || o.TTL > time.Hour:
+		return fmt.Errorf("captcha ttl must be between 1s and 1h, got %v", o.TTL)
+	case o.MaxFetches < 1 || o.MaxFetches > 100:
+		return fmt.Errorf("captcha max fetches must be between 1 and 100, got %d", o.MaxFetches)
+	}
+	return nil
+}
+
+// Issuer issues, serves and verifies captchas. It is safe for concurrent use.
+type Issuer struct {
+	store Store
+	opts  Options
+}
+
+// NewIssuer returns an Issuer keeping its captchas in store. opts must pass Validate: NewIssuer
+// panics otherwise, as that is a configuration error the caller should have reported.
+func NewIssuer(store Store, opts Options) *Issuer {
+	if err := opts.Validate(); err != nil {
+		panic("captcha: NewIssuer: " + err.Error())
+	}
+	return &Issuer{store: store, opts: opts.withDefaults()}
+}
+
+// Options returns the issuer's options with their defaults filled in.
+func (i *Issuer) Options() Options { return i.opts }
+
+// New issues a captcha for user and returns its id, an unguessable 26-character token of ASCII
+// letters and digits, safe in URLs.
+func (i *Issuer) New(ctx context.Context, user string) (string, error) {
+	if user == "" {
+		return "", errors.New("new captcha: empty user")
+	}
+	id := rand.Text()
+	digits := captcha.RandomDigits(i.opts.Length)
+	var png bytes.Buffer
+	if _, err := captcha.NewImage(id, digits, i.opts.Width, i.opts.Height).WriteTo(&png); err != nil {
+		return "", fmt.Errorf("new captcha: render: %w", err)
+	}
+	if err := i.store.Put(ctx, id, Challenge{User: user, Digits: digits, PNG: png.Bytes()}, i.opts.TTL); err != nil {
+		return "", fmt.Errorf("new captcha: %w", err)
+	}
+	return id, nil
+}
+
+// Image returns the PNG of captcha id: the same bytes on every fetch. After MaxFetches fetches it
+// returns ErrTooManyFetches; for an unknown, expired or used id, ErrNotFound.
+func (i *Issuer) Image(ctx context.Context, id string) ([]byte, error) {
+	if !validID(id) {
+		return nil, ErrNotFound
+	}
+	n, err := i.store.CountFetch(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if n > i.opts.MaxFetches {
+		return nil, ErrTooManyFetches
+	}
+	c, err := i.store.Peek(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.PNG) == 0 {
+		return nil, fmt.Errorf("captcha %s: stored without an image", id)
+	}
+	return c.PNG, nil
+}
+
+// Verify uses up captcha id, whatever the answer, and reports whether it was issued to user and
+// answer (the digits as typed, spaces ignored) solves it. An unknown, expired or already used id is
+// false with a nil error; an error means the store failed.
+func (i *Issuer) Verify(ctx context.Context, id, user, answer string) (bool, error) {
+	if !validID(id) {
+		return false, nil
+	}
+	c, err := i.store.Take(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("verify captcha %s: %w", id, err)
+	}
+	digits, ok := parseAnswer(answer, len(c.Digits))
+	if !ok {
+		return false, nil
+	}
+	match := subtle.ConstantTimeCompare(digits, c.Digits) == 1
+	return match && c.User == user, nil
+}
+
+// parseAnswer turns typed digits into digit values, skipping spaces; it fails on any other
+// character and on an answer longer than want digits.
+func parseAnswer(s string, want int) ([]byte, bool) {
+	d := make([]byte, 0, want)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ' ' || c == '\t':
+		case c >= '0' && c <= '9' && len(d) < want:
+			d = append(d, c-'0')
+		default:
+			return nil, false
+		}
+	}
+	return d, len(d) == want
+}

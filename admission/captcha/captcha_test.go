@@ -1,0 +1,340 @@
+package captcha
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"image/png"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// stores runs f against a memory store and a Redis store on a private redis-server.
+func stores(t *testing.T, f func(t *testing.T, s Store)) {
+	t.Run("memory", func(t *testing.T) { f(t, NewMemoryStore(100)) })
+	t.Run("redis", func(t *testing.T) {
+		srv := testsrv.StartRedis(t)
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		t.Cleanup(func() { client.Close() })
+		f(t, NewRedisStore(client, "test"))
+	})
+}
+
+// solution reads the digits of a captcha straight from the store, as only a test may.
+func solution(t *testing.T, s Store, id string) string {
+	t.Helper()
+	c, err := s.Peek(context.Background(), id)
+	if err != nil {
+		t.Fatalf("peek %s: %v", id, err)
+	}
+	var b strings.Builder
+	for _, d := range c.Digits {
+		b.WriteByte('0' + d)
+	}
+	return b.String()
+}
+
+func TestVerify(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		is := NewIssuer(s, Options{})
+		id, err := is.New(ctx, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer := solution(t, s, id)
+		if len(answer) != 6 {
+			t.Fatalf("answer %q, want 6 digits", answer)
+		}
+		spaced := answer[:3] + " " + answer[3:]
+		if ok, err := is.Verify(ctx, id, "alice", spaced); err != nil || !ok {
+			t.Fatalf("right answer %q: %v, %v", spaced, ok, err)
+		}
+		if ok, err := is.Verify(ctx, id, "alice", answer); err != nil || ok {
+			t.Fatalf("second verify: %v, %v; want false (single use)", ok, err)
+		}
+		if _, err := is.Image(ctx, id); !errors.Is(err, ErrNotFound) {
+			t.Errorf("image of a used captcha: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+func TestVerifyWrongUserOrAnswerConsumes(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		is := NewIssuer(s, Options{})
+		cases := map[string]func(answer string) (user, typed string){
+			"wrong user":   func(a string) (string, string) { return "mallory", a },
+			"wrong answer": func(a string) (string, string) { return "alice", wrongDigit(a) },
+			"too short":    func(a string) (string, string) { return "alice", a[:5] },
+			"too long":     func(a string) (string, string) { return "alice", a + "0" },
+			"letters":      func(a string) (string, string) { return "alice", a[:5] + "x" },
+			"empty":        func(a string) (string, string) { return "alice", "" },
+		}
+		for name, mk := range cases {
+			id, err := is.New(ctx, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer := solution(t, s, id)
+			user, typed := mk(answer)
+			if ok, err := is.Verify(ctx, id, user, typed); err != nil || ok {
+				t.Errorf("%s: %v, %v; want false", name, ok, err)
+			}
+			if ok, err := is.Verify(ctx, id, "alice", answer); err != nil || ok {
+				t.Errorf("%s: the right answer after a failed attempt: %v, %v; want false (consumed)", name, ok, err)
+			}
+		}
+		for _, id := range []string{"", "nope", "../../etc", "a}b", strings.Repeat("A", 65)} {
+			if ok, err := is.Verify(ctx, id, "alice", "123456"); err != nil || ok {
+				t.Errorf("unknown id %q: %v, %v; want false, nil", id, ok, err)
+			}
+		}
+	})
+}
+
+func wrongDigit(a string) string {
+	b := []byte(a)
+	b[0] = '0' + (b[0]-'0'+1)%10
+	return string(b)
+}
+
+func TestImage(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		is := NewIssuer(s, Options{MaxFetches: 3})
+		id, err := is.New(ctx, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, err := is.Image(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(bytes.NewReader(first))
+		if err != nil {
+			t.Fatalf("not a PNG: %v", err)
+		}
+		if b := img.Bounds(); b.Dx() != 240 || b.Dy() != 80 {
+			t.Errorf("image is %v, want 240x80", b)
+		}
+		for i := 2; i <= 3; i++ {
+			again, err := is.Image(ctx, id)
+			if err != nil {
+				t.Fatalf("fetch %d: %v", i, err)
+			}
+			if !bytes.Equal(again, first) {
+				t.Fatalf("fetch %d returned a different image", i)
+			}
+		}
+		if _, err := is.Image(ctx, id); !errors.Is(err, ErrTooManyFetches) {
+			t.Fatalf("fetch 4: %v, want ErrTooManyFetches", err)
+		}
+		// Fetching does not use the captcha up.
+		if ok, err := is.Verify(ctx, id, "alice", solution(t, s, id)); err != nil || !ok {
+			t.Errorf("verify after fetches: %v, %v", ok, err)
+		}
+
+		other, err := is.New(ctx, "alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if img2, err := is.Image(ctx, other); err != nil || bytes.Equal(img2, first) {
+			t.Errorf("a second captcha: %v, same image %v", err, bytes.Equal(img2, first))
+		}
+		for _, id := range []string{"", "UNKNOWN", "a:b"} {
+			if _, err := is.Image(ctx, id); !errors.Is(err, ErrNotFound) {
+				t.Errorf("image of %q: %v, want ErrNotFound", id, err)
+			}
+		}
+	})
+}
+
+func TestCountFetchUnknownCreatesNothing(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	defer client.Close()
+	s := NewRedisStore(client, "test")
+	ctx := context.Background()
+	if _, err := s.CountFetch(ctx, "UNKNOWN"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("CountFetch of an unknown id: %v", err)
+	}
+	if n, err := client.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Errorf("%d keys after fetching an unknown captcha (%v), want 0", n, err)
+	}
+	is := NewIssuer(s, Options{})
+	id, err := is.New(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := is.Image(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := client.Keys(ctx, "*").Result()
+	for _, k := range keys {
+		if ttl := client.PTTL(ctx, k).Val(); ttl <= 0 {
+			t.Errorf("key %s has no expiry (PTTL %v)", k, ttl)
+		}
+		if !strings.HasPrefix(k, "test:captcha:{"+id+"}") {
+			t.Errorf("key %s outside the captcha's hash tag", k)
+		}
+	}
+	if len(keys) != 3 {
+		t.Errorf("keys %v, want the challenge, png and fetch counter", keys)
+	}
+	if _, err := is.Verify(ctx, id, "alice", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.DBSize(ctx).Val(); n != 0 {
+		t.Errorf("%d keys left after verify, want 0", n)
+	}
+}
+
+func TestTTLExpiry(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		c := Challenge{User: "alice", Digits: []byte{1, 2, 3, 4}, PNG: []byte("png")}
+		if err := s.Put(ctx, "short", c, 30*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(ctx, "long", c, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CountFetch(ctx, "short"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(60 * time.Millisecond)
+		if _, err := s.Peek(ctx, "short"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("peek after ttl: %v, want ErrNotFound", err)
+		}
+		if _, err := s.CountFetch(ctx, "short"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("fetch after ttl: %v, want ErrNotFound", err)
+		}
+		if _, err := s.Take(ctx, "short"); !errors.Is(err, ErrNotFound) {
+			t.Errorf("take after ttl: %v, want ErrNotFound", err)
+		}
+		got, err := s.Take(ctx, "long")
+		if err != nil || got.User != "alice" || !bytes.Equal(got.Digits, c.Digits) {
+			t.Errorf("take of a live captcha: %+v, %v", got, err)
+		}
+	})
+}
+
+func TestConcurrentVerifyAtMostOne(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		is := NewIssuer(s, Options{})
+		for round := 0; round < 5; round++ {
+			id, err := is.New(ctx, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer := solution(t, s, id)
+			var wins atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := 0; g < 20; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					ok, err := is.Verify(ctx, id, "alice", answer)
+					if err != nil {
+						t.Error(err)
+					}
+					if ok {
+						wins.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if n := wins.Load(); n != 1 {
+				t.Fatalf("round %d: %d of 20 concurrent right answers verified, want exactly 1", round, n)
+			}
+		}
+	})
+}
+
+func TestMemoryStoreBounded(t *testing.T) {
+	s := NewMemoryStore(10).(*memoryStore)
+	ctx := context.Background()
+	is := NewIssuer(s, Options{})
+	var ids []string
+	for i := 0; i < 25; i++ {
+		id, err := is.New(ctx, "u")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if n := len(s.items); n != 10 || s.order.Len() != 10 {
+		t.Fatalf("%d items (%d in order), want 10", n, s.order.Len())
+	}
+	if _, err := s.Peek(ctx, ids[0]); !errors.Is(err, ErrNotFound) {
+		t.Errorf("the oldest captcha survived: %v", err)
+	}
+	if _, err := s.Peek(ctx, ids[24]); err != nil {
+		t.Errorf("the newest captcha was evicted: %v", err)
+	}
+}
+
+func TestStoreCopies(t *testing.T) {
+	s := NewMemoryStore(10)
+	ctx := context.Background()
+	c := Challenge{User: "u", Digits: []byte{1, 2, 3, 4}, PNG: []byte("png")}
+	if err := s.Put(ctx, "id", c, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	c.Digits[0] = 9
+	got, _ := s.Peek(ctx, "id")
+	got.PNG[0] = 'X'
+	again, _ := s.Peek(ctx, "id")
+	if again.Digits[0] != 1 || string(again.PNG) != "png" {
+		t.Errorf("the store shares memory with its callers: %+v", again)
+	}
+}
+
+func TestOptions(t *testing.T) {
+	if err := (Options{}).Validate(); err != nil {
+		t.Errorf("defaults: %v", err)
+	}
+	for _, o := range []Options{{Length: 3}, {Length: 11}, {Width: 10}, {Height: 1000}, {TTL: time.Millisecond}, {MaxFetches: -1}} {
+		if err := o.Validate(); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+	is := NewIssuer(NewMemoryStore(0), Options{Length: 4, Width: 120, Height: 40})
+	id, err := is.New(context.Background(), "u")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := is.Image(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil || img.Bounds().Dx() != 120 || img.Bounds().Dy() != 40 {
+		t.Errorf("custom size: %v, %v", img.Bounds(), err)
+	}
+	if _, err := is.New(context.Background(), ""); err == nil {
+		t.Error("captcha issued to an empty user")
+	}
+}
+
+func BenchmarkNew(b *testing.B) {
+	is := NewIssuer(NewMemoryStore(1000), Options{})
+	ctx := context.Background()
+	for b.Loop() {
+		if _, err := is.New(ctx, "u"); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,226 @@
+package jwtauth
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Config configures a Verifier.
+type Config struct {
+	// Algorithms are the accepted JWS algorithms (HS256, HS384, HS512, RS256, RS384, RS512, PS256,
+	// PS384, PS512, ES256, ES384, ES512, EdDSA). Required: the token's own "alg" header is never
+	// trusted to choose one.
+	Algorithms []string
+
+	// HMACSecret verifies HS* tokens; it must be at least as long as the hash (32 bytes for HS256).
+	HMACSecret []byte
+
+	// PublicKeyPEM are public keys for RS*, PS*, ES* and EdDSA: PEM "PUBLIC KEY" (PKIX),
+	// "RSA PUBLIC KEY" (PKCS#1) or "CERTIFICATE" blocks, several per entry allowed.
+	PublicKeyPEM [][]byte
+
+	// JWKSURL is a JSON Web Key Set fetched by New (which fails if it cannot be fetched), then
+	// again when a token names a kid the set lacks, or when the set is older than JWKSMaxAge; never
+	// more often than once per JWKSMinRefresh. A failed refresh keeps the last good set.
+	JWKSURL        string
+	JWKSMinRefresh time.Duration // default 30s
+	JWKSMaxAge     time.Duration // default 15m
+
+	// Issuer and Audience, when set, must appear in the token's iss and aud claims.
+	Issuer, Audience string
+
+	// Leeway tolerates this much clock skew on exp, nbf and iat.
+	Leeway time.Duration
+
+	// UserClaim names the claim holding the user id; default "sub". Its value must be a non-empty
+	// string of at most MaxUserLen bytes.
+	UserClaim string
+
+	// HTTPClient fetches the JWKS; default a client with a 10s timeout.
+	HTTPClient *http.Client
+}
+
+// Claims are a verified token's claims.
+type Claims struct {
+	User      string         // the UserClaim
+	Raw       map[string]any // every claim, as decoded from JSON
+	ExpiresAt time.Time
+}
+
+// Verifier verifies tokens. It is safe for concurrent use.
+type Verifier struct {
+	parser    *jwt.Parser
+	userClaim string
+	secret    []byte
+	static    []crypto.PublicKey
+	jwks      *jwksCache // nil without a JWKSURL
+}
+
+// New checks cfg and returns a Verifier. Every mistake that would make some configured algorithm
+// unusable (a missing or short secret, a missing key, a key no configured algorithm can use) is an
+// error here rather than a stream of 401s later.
+func New(cfg Config) (*Verifier, error) {
+	if len(cfg.Algorithms) == 0 {
+		return nil, errors.New("jwt: algorithms is required (e.g. HS256): the token's own alg header is never trusted")
+	}
+	v := &Verifier{userClaim: cfg.UserClaim, secret: cfg.HMACSecret}
+	if v.userClaim == "" {
+		v.userClaim = "sub"
+	}
+	hasHMAC := false
+	for _, name := range cfg.Algorithms {
+		a, ok := algorithms[name]
+		if !ok {
+			return nil, fmt.Errorf("jwt: unknown algorithm %q (use one of %s)", name, algorithmNames())
+		}
+		if a.family == famHMAC {
+			hasHMAC = true
+			if len(cfg.HMACSecret) < a.minKey {
+				return nil, fmt.Errorf("jwt: %s needs an hmac secret of at least %d bytes, got %d", name, a.minKey, len(cfg.HMACSecret))
+			}
+		}
+	}
+	if len(cfg.HMACSecret) > 0 && !hasHMAC {
+		return nil, errors.New("jwt: an hmac secret is set but no HS256, HS384 or HS512 algorithm is configured")
+	}
+	for i, p := range cfg.PublicKeyPEM {
+		keys, err := parsePublicKeys(p)
+		if err != nil {
+			return nil, fmt.Errorf("jwt: public key %d: %w", i+1, err)
+		}
+		for _, k := range keys {
+			if !slices.ContainsFunc(cfg.Algorithms, func(n string) bool { return algorithms[n].fits(k) }) {
+				return nil, fmt.Errorf("jwt: public key %d is %s, which none of the algorithms %v uses", i+1, describeKey(k), cfg.Algorithms)
+			}
+		}
+		v.static = append(v.static, keys...)
+	}
+	if cfg.JWKSURL == "" {
+		for _, name := range cfg.Algorithms {
+			a := algorithms[name]
+			if a.family != famHMAC && !slices.ContainsFunc(v.static, a.fits) {
+				return nil, fmt.Errorf("jwt: %s needs a matching public key or a jwks url", name)
+			}
+		}
+	} else if err := v.startJWKS(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Leeway < 0 {
+		return nil, fmt.Errorf("jwt: leeway %v is negative", cfg.Leeway)
+	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods(cfg.Algorithms),
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(cfg.Leeway),
+		jwt.WithStrictDecoding(),
+	}
+	if cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
+	}
+	if cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.Audience))
+	}
+	v.parser = jwt.NewParser(opts...)
+	return v, nil
+}
+
+func (v *Verifier) startJWKS(cfg Config) error {
+	u, err := url.Parse(cfg.JWKSURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		return fmt.Errorf("jwt: jwks url %q is not an http(s) URL", cfg.JWKSURL)
+	}
+	c := &jwksCache{
+		url:        cfg.JWKSURL,
+		client:     cfg.HTTPClient,
+		minRefresh: cfg.JWKSMinRefresh,
+		maxAge:     cfg.JWKSMaxAge,
+	}
+	if c.client == nil {
+		c.client = &http.Client{Timeout: 10 * time.Second}
+	}
+	if c.minRefresh <= 0 {
+		c.minRefresh = 30 * time.Second
+	}
+	if c.maxAge <= 0 {
+		c.maxAge = 15 * time.Minute
+	}
+	c.lastAttempt = time.Now()
+	set, err := c.fetch(context.Background())
+	if err != nil {
+		return fmt.Errorf("jwt: %w", err)
+	}
+	c.set.Store(set)
+	v.jwks = c
+	return nil
+}
+
+// Verify checks token and returns its claims. Every failure wraps ErrUnauthorized.
+func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
+	switch {
+	case token == "":
+		return Claims{}, unauthorized("no token")
+	case len(token) > MaxTokenLen:
+		return Claims{}, unauthorized("token longer than %d bytes", MaxTokenLen)
+	}
+	mc := jwt.MapClaims{}
+	_, err := v.parser.ParseWithClaims(token, mc, func(t *jwt.Token) (any, error) { return v.key(ctx, t) })
+	if err != nil {
+		return Claims{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	user, ok := mc[v.userClaim].(string)
+	switch {
+	case !ok:
+		return Claims{}, unauthorized("user claim %q is missing or not a string", v.userClaim)
+	case user == "":
+		return Claims{}, unauthorized("user claim %q is empty", v.userClaim)
+	case len(user) > MaxUserLen:
+		return Claims{}, unauthorized("user claim %q is longer than %d bytes", v.userClaim, MaxUserLen)
+	}
+	exp, err := mc.GetExpirationTime()
+	if err != nil || exp == nil {
+		// Unreachable after the parser's own checks; kept so that a zero ExpiresAt never escapes.
+		return Claims{}, unauthorized("no usable exp claim")
+	}
+	return Claims{User: user, Raw: mc, ExpiresAt: exp.Time}, nil
+}
+
+// key returns the keys that may verify t. The parser has already refused any algorithm not in the
+// configuration, and the keys offered depend only on that algorithm's family: an HS256 token gets
+// the HMAC secret and nothing else, an RS256 token RSA keys only.
+func (v *Verifier) key(ctx context.Context, t *jwt.Token) (any, error) {
+	alg := t.Method.Alg()
+	a, ok := algorithms[alg]
+	if !ok {
+		return nil, fmt.Errorf("algorithm %q not supported", alg)
+	}
+	if a.family == famHMAC {
+		return v.secret, nil
+	}
+	kid, _ := t.Header["kid"].(string)
+	if len(kid) > maxKIDLen {
+		return nil, fmt.Errorf("kid longer than %d bytes", maxKIDLen)
+	}
+	var keys []jwt.VerificationKey
+	for _, k := range v.static {
+		if a.fits(k) {
+			keys = append(keys, k)
+		}
+	}
+	if v.jwks != nil {
+		for _, k := range v.jwks.lookup(ctx, alg, kid) {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("no %s key with kid %q", alg, kid)
+	}
+	return jwt.VerificationKeySet{Keys: keys}, nil
+}
