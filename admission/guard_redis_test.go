@@ -1,0 +1,172 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// commandCounter is a go-redis hook counting every command a client sends, pipelined or not.
+type commandCounter struct{ n atomic.Int64 }
+
+func (c *commandCounter) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *commandCounter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *commandCounter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// guardRedisStore returns a RedisStore on its own client, with a command counter on that client.
+func guardRedisStore(t *testing.T, addr string, tune func(*redis.Options)) (*RedisStore, *commandCounter) {
+	t.Helper()
+	o := &redis.Options{Addr: addr, MaxRetries: 3, DialTimeout: time.Second}
+	if tune != nil {
+		tune(o)
+	}
+	client := redis.NewClient(o)
+	counter := &commandCounter{}
+	client.AddHook(counter)
+	s, err := NewRedisStore(client, RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s, counter
+}
+
+// Two nodes, each a Guard on its own client over one redis-server: after the sell-out their
+// rejections cost Redis nothing, and a release from a third process reopens both via pub/sub.
+func TestGuardRedisSoldOutAndRestock(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	s1, n1 := guardRedisStore(t, srv.Addr, nil)
+	s2, n2 := guardRedisStore(t, srv.Addr, nil)
+	s3, _ := guardRedisStore(t, srv.Addr, nil)
+	// The probe is out of the picture: only the restock broadcast can clear the flags.
+	g1 := startGuard(t, s1, GuardOptions{ProbeInterval: time.Hour})
+	g2 := startGuard(t, s2, GuardOptions{ProbeInterval: time.Hour})
+
+	mustDefine(t, s3, openAt(time.Now(), "phone-1001", 2, 1))
+	var resv []string
+	for i, g := range []*Guard{g1, g2} {
+		d := mustAdmit(t, g, "phone-1001", "buyer-"+strconv.Itoa(i), 1, "r")
+		if d.Outcome != Won {
+			t.Fatalf("buyer %d = %+v", i, d)
+		}
+		resv = append(resv, d.ReservationID)
+	}
+	for _, g := range []*Guard{g1, g2} {
+		if d := mustAdmit(t, g, "phone-1001", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("phone-1001") {
+			t.Fatalf("first rejection = %+v, flag %v", d, g.SoldOut("phone-1001"))
+		}
+	}
+	if n1.n.Load() == 0 || n2.n.Load() == 0 {
+		t.Fatal("the command counters saw nothing: the hook is not counting")
+	}
+
+	before1, before2 := n1.n.Load(), n2.n.Load()
+	for i := range 100 {
+		g := g1
+		if i%2 == 1 {
+			g = g2
+		}
+		if d := mustAdmit(t, g, "phone-1001", "u"+strconv.Itoa(i), 1, "r"); d.Outcome != SoldOut {
+			t.Fatalf("rejection %d = %+v", i, d)
+		}
+	}
+	if c1, c2 := n1.n.Load()-before1, n2.n.Load()-before2; c1 != 0 || c2 != 0 {
+		t.Errorf("100 sold-out rejections sent %d + %d Redis commands, want 0", c1, c2)
+	}
+
+	// The order backend of a third process cancels both orders.
+	for _, id := range resv {
+		if ok, err := s3.Release(context.Background(), "phone-1001", id); !ok || err != nil {
+			t.Fatalf("release %s = %v, %v", id, ok, err)
+		}
+	}
+	eventually(t, time.Second, "both guards hear the restock", func() bool {
+		return !g1.SoldOut("phone-1001") && !g2.SoldOut("phone-1001")
+	})
+	for i, g := range []*Guard{g1, g2} {
+		if d := mustAdmit(t, g, "phone-1001", "after-"+strconv.Itoa(i), 1, "r"); d.Outcome != Won {
+			t.Errorf("guard %d after the restock = %+v", i+1, d)
+		}
+	}
+}
+
+// A killed redis-server trips the breaker: admission fails closed with ErrBusy, nothing is
+// admitted, and after the restart admission resumes without intervention.
+func TestGuardRedisBreakerKilledServer(t *testing.T) {
+	srv := testsrv.StartRedis(t, testsrv.WithAOF("always")) // the sale survives the restart
+	store, _ := guardRedisStore(t, srv.Addr, func(o *redis.Options) {
+		o.DialTimeout = 200 * time.Millisecond
+		o.ReadTimeout = time.Second
+		o.MaxRetries = 1
+		o.MaxRetryBackoff = 20 * time.Millisecond
+	})
+	var log stateLog
+	g := startGuard(t, store, GuardOptions{ConsecutiveFailures: 3, OpenTimeout: 200 * time.Millisecond, OnStateChange: log.hook})
+	ctx := context.Background()
+	mustDefine(t, g, openAt(time.Now(), "a1", 1000, 1))
+	user := 0
+	admit := func() (Decision, error) {
+		user++
+		return g.Admit(ctx, Request{Activity: "a1", User: "u" + strconv.Itoa(user), Qty: 1, RequestID: "r"})
+	}
+	wins := 0
+	if d, err := admit(); err != nil || d.Outcome != Won {
+		t.Fatalf("admission before the kill = %+v, %v", d, err)
+	}
+	wins++
+
+	srv.Kill()
+	eventually(t, 10*time.Second, "the breaker opens", func() bool {
+		d, err := admit()
+		if err == nil || d.Outcome == Won {
+			t.Fatalf("admission with redis down = %+v, %v", d, err)
+		}
+		if !errors.Is(err, ErrBusy) {
+			t.Fatalf("admission with redis down: %v, want ErrBusy", err)
+		}
+		return g.BreakerState() == gobreaker.StateOpen
+	})
+	if _, err := admit(); !errors.Is(err, ErrBusy) || !errors.Is(err, gobreaker.ErrOpenState) {
+		t.Errorf("admission with the breaker open: %v", err)
+	}
+
+	srv.Restart()
+	eventually(t, 15*time.Second, "admission resumes after the restart", func() bool {
+		d, err := admit()
+		if err != nil && !errors.Is(err, ErrBusy) {
+			t.Fatalf("admission during recovery: %v, want ErrBusy or a win", err)
+		}
+		if err == nil && d.Outcome != Won {
+			t.Fatalf("admission after restart = %+v", d)
+		}
+		return err == nil
+	})
+	wins++
+	if st := g.BreakerState(); st != gobreaker.StateClosed {
+		t.Errorf("breaker %v after recovery, want closed", st)
+	}
+	if n := mustRemaining(t, g, "a1"); n != 1000-int64(wins) {
+		t.Errorf("remaining %d after %d wins: something was admitted while the breaker was open", n, wins)
+	}
+	t.Logf("breaker transitions: %s", log.String())
+}

@@ -1,0 +1,577 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+var errInjected = errors.New("injected store failure: connection refused")
+
+// wrappedStore is the real MemoryStore with a call counter, a failure switch and a way to lose
+// restock broadcasts. It is not a mock: every call that is not failed runs the real store.
+type wrappedStore struct {
+	*MemoryStore
+	calls        atomic.Int64
+	fail         atomic.Bool
+	dropRestocks bool
+	afterAdmit   func(Decision) // runs after the real Admit, before the answer returns
+}
+
+func wrap(m *MemoryStore) *wrappedStore { return &wrappedStore{MemoryStore: m} }
+
+func (s *wrappedStore) enter() error {
+	s.calls.Add(1)
+	if s.fail.Load() {
+		return errInjected
+	}
+	return nil
+}
+
+func (s *wrappedStore) Define(ctx context.Context, a Activity, force bool) (Activity, error) {
+	if err := s.enter(); err != nil {
+		return Activity{}, err
+	}
+	return s.MemoryStore.Define(ctx, a, force)
+}
+
+func (s *wrappedStore) Activity(ctx context.Context, id string) (Snapshot, error) {
+	if err := s.enter(); err != nil {
+		return Snapshot{}, err
+	}
+	return s.MemoryStore.Activity(ctx, id)
+}
+
+func (s *wrappedStore) Activities(ctx context.Context) ([]string, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	return s.MemoryStore.Activities(ctx)
+}
+
+func (s *wrappedStore) Delete(ctx context.Context, id string, force bool) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.MemoryStore.Delete(ctx, id, force)
+}
+
+func (s *wrappedStore) Admit(ctx context.Context, r Request) (Decision, error) {
+	if err := s.enter(); err != nil {
+		return Decision{}, err
+	}
+	d, err := s.MemoryStore.Admit(ctx, r)
+	if s.afterAdmit != nil {
+		s.afterAdmit(d)
+	}
+	return d, err
+}
+
+func (s *wrappedStore) Release(ctx context.Context, activity, id string) (bool, error) {
+	if err := s.enter(); err != nil {
+		return false, err
+	}
+	return s.MemoryStore.Release(ctx, activity, id)
+}
+
+func (s *wrappedStore) Remaining(ctx context.Context, activity string) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	return s.MemoryStore.Remaining(ctx, activity)
+}
+
+func (s *wrappedStore) SetResult(ctx context.Context, activity, user string, r Result) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.MemoryStore.SetResult(ctx, activity, user, r)
+}
+
+func (s *wrappedStore) GetResult(ctx context.Context, activity, user string) (Result, error) {
+	if err := s.enter(); err != nil {
+		return Result{}, err
+	}
+	return s.MemoryStore.GetResult(ctx, activity, user)
+}
+
+// Restocks subscribes for real; with dropRestocks every broadcast is read and thrown away, as if
+// the pub/sub connection had lost them.
+func (s *wrappedStore) Restocks(ctx context.Context) (<-chan string, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	ch, err := s.MemoryStore.Restocks(ctx)
+	if err != nil || !s.dropRestocks {
+		return ch, err
+	}
+	out := make(chan string)
+	go func() {
+		defer close(out)
+		for range ch {
+		}
+	}()
+	return out, nil
+}
+
+func (s *wrappedStore) EnsureGroup(ctx context.Context, activity, group string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.MemoryStore.EnsureGroup(ctx, activity, group)
+}
+
+func (s *wrappedStore) ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	return s.MemoryStore.ReadGroup(ctx, activity, group, consumer, count, block, pending)
+}
+
+func (s *wrappedStore) Ack(ctx context.Context, activity, group string, ids ...string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.MemoryStore.Ack(ctx, activity, group, ids...)
+}
+
+func (s *wrappedStore) Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]Win, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	return s.MemoryStore.Claim(ctx, activity, group, consumer, minIdle, count)
+}
+
+func (s *wrappedStore) DeadLetter(ctx context.Context, activity, group string, w Win, reason string) error {
+	if err := s.enter(); err != nil {
+		return err
+	}
+	return s.MemoryStore.DeadLetter(ctx, activity, group, w, reason)
+}
+
+func (s *wrappedStore) DeadLetters(ctx context.Context, activity string, count int) ([]Win, error) {
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	return s.MemoryStore.DeadLetters(ctx, activity, count)
+}
+
+func startGuard(t *testing.T, s Store, opts GuardOptions) *Guard {
+	t.Helper()
+	g := NewGuard(s, opts)
+	g.Start(context.Background())
+	t.Cleanup(func() { _ = g.Close() })
+	return g
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// sellOut defines act with stock items and sells them through s (the raw store, as another node
+// would); it returns the reservations.
+func sellOut(t *testing.T, s Store, act string, stock int64) []string {
+	t.Helper()
+	mustDefine(t, s, openAt(time.Now(), act, stock, 1))
+	var resv []string
+	for i := range stock {
+		d := mustAdmit(t, s, act, "seller-"+strconv.FormatInt(i, 10), 1, "r")
+		if d.Outcome != Won {
+			t.Fatalf("sell-out admission = %+v", d)
+		}
+		resv = append(resv, d.ReservationID)
+	}
+	return resv
+}
+
+func TestGuardSoldOutSkipsStore(t *testing.T) {
+	store := wrap(newMemory(t, nil))
+	resv := sellOut(t, store, "a", 3)
+	g := NewGuard(store, GuardOptions{})
+	if g.SoldOut("a") {
+		t.Fatal("flag set before any sold-out answer")
+	}
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || d.Remaining != 0 {
+		t.Fatalf("first rejection = %+v", d)
+	}
+	if !g.SoldOut("a") {
+		t.Fatal("flag not set by a sold-out answer with nothing left")
+	}
+	before := store.calls.Load()
+	for i := range 100 {
+		if d := mustAdmit(t, g, "a", "u"+strconv.Itoa(i), 1, "r"); d.Outcome != SoldOut {
+			t.Fatalf("flagged admission = %+v", d)
+		}
+	}
+	if n := store.calls.Load() - before; n != 0 {
+		t.Errorf("100 sold-out rejections made %d store calls, want 0", n)
+	}
+	// Other activities are not affected.
+	mustDefine(t, store, openAt(time.Now(), "b", 1, 1))
+	if d := mustAdmit(t, g, "b", "u", 1, "r"); d.Outcome != Won {
+		t.Errorf("other activity = %+v", d)
+	}
+	// A release through this Guard clears its own flag at once, without Start.
+	if ok, err := g.Release(context.Background(), "a", resv[0]); !ok || err != nil {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if g.SoldOut("a") {
+		t.Error("flag still set after a release through the guard")
+	}
+	if d := mustAdmit(t, g, "a", "late", 1, "r2"); d.Outcome != Won {
+		t.Errorf("admission after release = %+v", d)
+	}
+}
+
+func TestGuardFlagOnlyWhenNothingLeft(t *testing.T) {
+	store := newMemory(t, nil)
+	mustDefine(t, store, openAt(time.Now(), "a", 3, 2))
+	g := NewGuard(store, GuardOptions{})
+	mustAdmit(t, g, "a", "u1", 2, "r1")
+	if d := mustAdmit(t, g, "a", "u1", 1, "r2"); d.Outcome != LimitReached || g.SoldOut("a") {
+		t.Fatalf("limit reached = %+v, flag %v; want no flag", d, g.SoldOut("a"))
+	}
+	if d := mustAdmit(t, g, "a", "u2", 2, "r1"); d.Outcome != SoldOut || d.Remaining != 1 || g.SoldOut("a") {
+		t.Fatalf("qty 2 of 1 = %+v, flag %v; want no flag", d, g.SoldOut("a"))
+	}
+	// The last item: the win that empties the stock flags the activity.
+	if d := mustAdmit(t, g, "a", "u2", 1, "r2"); d.Outcome != Won || d.Remaining != 0 || !g.SoldOut("a") {
+		t.Fatalf("last item = %+v, flag %v; want the flag", d, g.SoldOut("a"))
+	}
+}
+
+// A sell-out answer that crossed a restock must not leave the flag set.
+func TestGuardSoldOutAnswerCrossingRestock(t *testing.T) {
+	mem := newMemory(t, nil)
+	resv := sellOut(t, mem, "a", 1)
+	store := wrap(mem)
+	g := NewGuard(store, GuardOptions{ProbeInterval: time.Hour})
+	var once sync.Once
+	store.afterAdmit = func(d Decision) {
+		once.Do(func() {
+			// The answer is sold out, but before it reaches the guard the item comes back.
+			if d.Outcome != SoldOut {
+				t.Errorf("admission = %+v, want sold out", d)
+			}
+			if ok, err := g.Release(context.Background(), "a", resv[0]); !ok || err != nil {
+				t.Errorf("release = %v, %v", ok, err)
+			}
+		})
+	}
+	if d := mustAdmit(t, g, "a", "u", 1, "r"); d.Outcome != SoldOut {
+		t.Fatalf("admission = %+v", d)
+	}
+	if g.SoldOut("a") {
+		t.Error("a stale sold-out answer set the flag after a restock")
+	}
+	if d := mustAdmit(t, g, "a", "u", 1, "r2"); d.Outcome != Won {
+		t.Errorf("admission after restock = %+v", d)
+	}
+}
+
+func TestGuardRestockBroadcastClearsFlag(t *testing.T) {
+	store := newMemory(t, nil)
+	resv := sellOut(t, store, "a", 2)
+	// Two nodes; the probe is out of the picture, so only the broadcast can clear the flags.
+	g1 := startGuard(t, store, GuardOptions{ProbeInterval: time.Hour})
+	g2 := startGuard(t, store, GuardOptions{ProbeInterval: time.Hour})
+	for _, g := range []*Guard{g1, g2} {
+		if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+			t.Fatalf("rejection = %+v, flag %v", d, g.SoldOut("a"))
+		}
+	}
+	// A third party (the order backend's timeout) releases through the raw store.
+	if ok, err := store.Release(context.Background(), "a", resv[1]); !ok || err != nil {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	eventually(t, time.Second, "restock broadcast clears both flags", func() bool { return !g1.SoldOut("a") && !g2.SoldOut("a") })
+	if d := mustAdmit(t, g1, "a", "late", 1, "r2"); d.Outcome != Won {
+		t.Errorf("admission after restock = %+v", d)
+	}
+}
+
+func TestGuardProbeClearsFlagWhenBroadcastLost(t *testing.T) {
+	mem := newMemory(t, nil)
+	resv := sellOut(t, mem, "a", 1)
+	store := wrap(mem)
+	store.dropRestocks = true
+	g := startGuard(t, store, GuardOptions{ProbeInterval: 20 * time.Millisecond})
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+		t.Fatalf("rejection = %+v", d)
+	}
+	// While sold out the probe keeps the flag.
+	time.Sleep(60 * time.Millisecond)
+	if !g.SoldOut("a") {
+		t.Fatal("probe cleared the flag while nothing was left")
+	}
+	if ok, err := mem.Release(context.Background(), "a", resv[0]); !ok || err != nil {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	eventually(t, 5*time.Second, "probe clears the flag", func() bool { return !g.SoldOut("a") })
+	if d := mustAdmit(t, g, "a", "late", 1, "r2"); d.Outcome != Won {
+		t.Errorf("admission after probe = %+v", d)
+	}
+}
+
+func TestGuardProbeClearsDeletedActivity(t *testing.T) {
+	mem := newMemory(t, nil)
+	sellOut(t, mem, "a", 1)
+	g := startGuard(t, mem, GuardOptions{ProbeInterval: 20 * time.Millisecond})
+	mustAdmit(t, g, "a", "late", 1, "r")
+	if !g.SoldOut("a") {
+		t.Fatal("no flag")
+	}
+	if err := mem.Delete(context.Background(), "a", true); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "probe clears the flag of a deleted activity", func() bool { return !g.SoldOut("a") })
+	if _, err := g.Admit(context.Background(), Request{Activity: "a", User: "u", Qty: 1, RequestID: "r"}); !errors.Is(err, ErrUnknownActivity) {
+		t.Errorf("admission for a deleted activity: %v, want ErrUnknownActivity", err)
+	}
+}
+
+type stateLog struct {
+	mu sync.Mutex
+	tr []string
+}
+
+func (l *stateLog) hook(name string, from, to gobreaker.State) {
+	l.mu.Lock()
+	l.tr = append(l.tr, name+":"+from.String()+">"+to.String())
+	l.mu.Unlock()
+}
+
+func (l *stateLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := ""
+	for _, t := range l.tr {
+		s += t + " "
+	}
+	return s
+}
+
+func TestGuardBreakerFailsClosed(t *testing.T) {
+	mem := newMemory(t, nil)
+	mustDefine(t, mem, openAt(time.Now(), "a", 1000, 1))
+	store := wrap(mem)
+	var log stateLog
+	g := NewGuard(store, GuardOptions{ConsecutiveFailures: 3, OpenTimeout: 100 * time.Millisecond, OnStateChange: log.hook})
+	ctx := context.Background()
+	req := func(i int) Request {
+		return Request{Activity: "a", User: "u" + strconv.Itoa(i), Qty: 1, RequestID: "r"}
+	}
+
+	store.fail.Store(true)
+	for i := range 3 {
+		d, err := g.Admit(ctx, req(i))
+		if !errors.Is(err, ErrBusy) || !errors.Is(err, errInjected) || d.Outcome == Won {
+			t.Fatalf("admission on a failing store = %+v, %v; want ErrBusy wrapping the failure", d, err)
+		}
+	}
+	if st := g.BreakerState(); st != gobreaker.StateOpen {
+		t.Fatalf("breaker %v after 3 failures, want open", st)
+	}
+	before := store.calls.Load()
+	for i := range 50 {
+		d, err := g.Admit(ctx, req(100+i))
+		if !errors.Is(err, ErrBusy) || !errors.Is(err, gobreaker.ErrOpenState) || d.Outcome == Won {
+			t.Fatalf("admission with the breaker open = %+v, %v", d, err)
+		}
+	}
+	if _, err := g.Remaining(ctx, "a"); !errors.Is(err, ErrBusy) {
+		t.Errorf("remaining with the breaker open: %v, want ErrBusy", err)
+	}
+	if n := store.calls.Load() - before; n != 0 {
+		t.Errorf("an open breaker let %d calls through", n)
+	}
+
+	// The store recovers; after the open timeout a trial call goes through and admission resumes.
+	store.fail.Store(false)
+	var won Decision
+	eventually(t, 5*time.Second, "admission resumes", func() bool {
+		d, err := g.Admit(ctx, req(1000))
+		if err != nil && !errors.Is(err, ErrBusy) {
+			t.Fatalf("admission: %v", err)
+		}
+		won = d
+		return err == nil
+	})
+	if won.Outcome != Won {
+		t.Errorf("admission after recovery = %+v", won)
+	}
+	if st := g.BreakerState(); st != gobreaker.StateClosed {
+		t.Errorf("breaker %v after recovery, want closed", st)
+	}
+	if got, want := log.String(), "admission:closed>open admission:open>half-open admission:half-open>closed "; got != want {
+		t.Errorf("state changes %q, want %q", got, want)
+	}
+	// Nothing was admitted while failing: only the one win after recovery.
+	if snap, _ := mem.Activity(ctx, "a"); snap.Sold != 1 {
+		t.Errorf("sold %d, want 1", snap.Sold)
+	}
+}
+
+func TestGuardBreakerIgnoresAnswers(t *testing.T) {
+	mem := newMemory(t, nil)
+	now := time.Now()
+	mustDefine(t, mem, openAt(now, "a", 2, 1))
+	mustDefine(t, mem, Activity{ID: "later", Stock: 1, Limit: 1, Start: now.Add(time.Hour), End: now.Add(2 * time.Hour)})
+	mustDefine(t, mem, Activity{ID: "past", Stock: 1, Limit: 1, Start: now.Add(-2 * time.Hour), End: now.Add(-time.Hour)})
+	store := wrap(mem)
+	g := NewGuard(store, GuardOptions{ConsecutiveFailures: 2, OpenTimeout: time.Hour})
+	ctx := context.Background()
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+
+	mustAdmit(t, g, "a", "u1", 1, "r")
+	for range 5 {
+		checks := []struct {
+			name string
+			err  error
+			ok   func(error) bool
+		}{}
+		add := func(name string, err error, want error) {
+			checks = append(checks, struct {
+				name string
+				err  error
+				ok   func(error) bool
+			}{name, err, func(e error) bool { return errors.Is(e, want) }})
+		}
+		d, err := g.Admit(ctx, Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r2"})
+		if d.Outcome != LimitReached {
+			t.Errorf("limit = %+v, %v", d, err)
+		}
+		d, _ = g.Admit(ctx, Request{Activity: "later", User: "u1", Qty: 1, RequestID: "r"})
+		d2, _ := g.Admit(ctx, Request{Activity: "past", User: "u1", Qty: 1, RequestID: "r"})
+		if d.Outcome != NotStarted || d2.Outcome != Ended {
+			t.Errorf("window answers = %v, %v", d.Outcome, d2.Outcome)
+		}
+		_, err = g.Admit(ctx, Request{Activity: "a", User: "", Qty: 1, RequestID: "r"})
+		add("bad input", err, ErrBadInput)
+		_, err = g.Admit(ctx, Request{Activity: "nope", User: "u", Qty: 1, RequestID: "r"})
+		add("unknown activity", err, ErrUnknownActivity)
+		_, err = g.Release(ctx, "a", "1-0")
+		add("unknown reservation", err, ErrNotFound)
+		_, err = g.GetResult(ctx, "a", "nobody")
+		add("no result", err, ErrNotFound)
+		for range 3 { // in a row: more than ConsecutiveFailures if they counted
+			_, err = g.Admit(canceled, Request{Activity: "a", User: "u9", Qty: 1, RequestID: "r"})
+			add("canceled", err, context.Canceled)
+		}
+		if st := g.BreakerState(); st != gobreaker.StateClosed {
+			t.Fatalf("breaker %v after canceled calls, want closed", st)
+		}
+		for _, c := range checks {
+			if !c.ok(c.err) || errors.Is(c.err, ErrBusy) {
+				t.Errorf("%s: err = %v", c.name, c.err)
+			}
+		}
+	}
+	if st := g.BreakerState(); st != gobreaker.StateClosed {
+		t.Fatalf("breaker %v after business answers, want closed", st)
+	}
+	// A sold-out answer with stock left (qty above what remains) is an answer too.
+	mustDefine(t, mem, openAt(now, "b", 1, 2))
+	for i := range 3 {
+		if d := mustAdmit(t, g, "b", "u"+strconv.Itoa(i), 2, "r"); d.Outcome != SoldOut || d.Remaining != 1 {
+			t.Fatalf("qty 2 of 1 = %+v", d)
+		}
+	}
+	if g.BreakerState() != gobreaker.StateClosed || g.SoldOut("b") {
+		t.Fatalf("breaker %v, flag %v", g.BreakerState(), g.SoldOut("b"))
+	}
+	// Real failures still trip it.
+	store.fail.Store(true)
+	for range 2 {
+		_, _ = g.Remaining(ctx, "a")
+	}
+	if st := g.BreakerState(); st != gobreaker.StateOpen {
+		t.Errorf("breaker %v after 2 failures, want open", st)
+	}
+}
+
+func TestGuardBreakerFailureRatio(t *testing.T) {
+	mem := newMemory(t, nil)
+	mustDefine(t, mem, openAt(time.Now(), "a", 100, 100))
+	store := wrap(mem)
+	g := NewGuard(store, GuardOptions{FailureRatio: 0.5, RatioMinRequests: 10, OpenTimeout: time.Hour})
+	ctx := context.Background()
+	// Every other call fails: never 5 in a row, but half of them.
+	for i := range 9 {
+		store.fail.Store(i%2 == 0)
+		_, _ = g.Remaining(ctx, "a")
+	}
+	if st := g.BreakerState(); st != gobreaker.StateClosed {
+		t.Fatalf("breaker %v before the minimum number of calls", st)
+	}
+	store.fail.Store(true)
+	_, _ = g.Remaining(ctx, "a")
+	if st := g.BreakerState(); st != gobreaker.StateOpen {
+		t.Errorf("breaker %v with 6 failures in 10 calls, want open", st)
+	}
+}
+
+func TestGuardQueueBreakerIsSeparate(t *testing.T) {
+	mem := newMemory(t, nil)
+	mustDefine(t, mem, openAt(time.Now(), "a", 100, 1))
+	store := wrap(mem)
+	g := NewGuard(store, GuardOptions{ConsecutiveFailures: 2, OpenTimeout: time.Hour})
+	ctx := context.Background()
+	store.fail.Store(true)
+	for range 2 {
+		if _, err := g.ReadGroup(ctx, "a", "g", "c", 10, 0, false); !errors.Is(err, ErrBusy) {
+			t.Fatalf("read on a failing store: %v, want ErrBusy", err)
+		}
+	}
+	store.fail.Store(false)
+	if st := g.QueueBreakerState(); st != gobreaker.StateOpen {
+		t.Fatalf("queue breaker %v, want open", st)
+	}
+	if _, err := g.ReadGroup(ctx, "a", "g", "c", 10, 0, false); !errors.Is(err, gobreaker.ErrOpenState) {
+		t.Errorf("read with the queue breaker open: %v", err)
+	}
+	if d := mustAdmit(t, g, "a", "u", 1, "r"); d.Outcome != Won || g.BreakerState() != gobreaker.StateClosed {
+		t.Errorf("admission with only the queue breaker open = %+v, breaker %v", d, g.BreakerState())
+	}
+}
+
+func TestGuardCloseStopsBackground(t *testing.T) {
+	mem := newMemory(t, nil)
+	resv := sellOut(t, mem, "a", 1)
+	g := NewGuard(mem, GuardOptions{ProbeInterval: 10 * time.Millisecond})
+	g.Start(context.Background())
+	g.Start(context.Background()) // idempotent
+	mustAdmit(t, g, "a", "late", 1, "r")
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := mem.Release(context.Background(), "a", resv[0]); !ok {
+		t.Fatal("release failed")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if !g.SoldOut("a") {
+		t.Error("a closed guard still clears flags in the background")
+	}
+	// The store is not closed by the guard.
+	if n := mustRemaining(t, mem, "a"); n != 1 {
+		t.Errorf("remaining = %d", n)
+	}
+}

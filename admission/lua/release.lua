@@ -1,0 +1,31 @@
+-- Gives a reservation back exactly once.
+-- KEYS: meta, stock, buyers, released, resv
+-- ARGV: reservation_id, call token, restock channel, activity id
+-- Reply: 1 when this call (or an earlier attempt of it, with the same token) released, else 0.
+-- Errors: UNKNOWN_ACTIVITY, NOT_FOUND.
+--
+-- released maps a reservation to the token of the call that released it: HSETNX is the
+-- exactly-once gate, and the token lets a transport-level retry of the winning call still learn
+-- that it won (with a plain set the retry would be told 0 and no caller would see 1).
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
+end
+local v = redis.call('HGET', KEYS[5], ARGV[1])
+if not v then
+  return redis.error_reply('NOT_FOUND no such reservation')
+end
+if redis.call('HSETNX', KEYS[4], ARGV[1], ARGV[2]) == 0 then
+  if redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[2] then
+    return 1
+  end
+  return 0
+end
+
+local qty, user = string.match(v, '^(%d+):(.*)$')
+qty = tonumber(qty)
+redis.call('INCRBY', KEYS[2], qty)
+if redis.call('HINCRBY', KEYS[3], user, -qty) <= 0 then
+  redis.call('HDEL', KEYS[3], user)
+end
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return 1

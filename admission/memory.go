@@ -1,0 +1,409 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// errMemoryClosed is returned by every MemoryStore call after Close.
+var errMemoryClosed = errors.New("memory store is closed")
+
+// MemoryOptions configures a MemoryStore.
+type MemoryOptions struct {
+	// Now is the store's clock, the equivalent of Redis TIME: it decides the activity window,
+	// stamps wins and ages pending queue entries. Nil means time.Now; tests pass a fake clock.
+	Now func() time.Time
+}
+
+// MemoryStore is the in-process Store: the embedded default for a single node and for `go run`.
+// Its semantics are those of RedisStore, checked by the same conformance suite.
+//
+// It is NOT durable: stock, buyers, idempotency answers, results and the wins queue live in this
+// process only and are lost when it exits, and a second process sees none of them. Use RedisStore
+// as soon as a sale runs on more than one node or must survive a restart.
+//
+// Every activity has its own mutex, so activities never contend with each other, and the activity
+// table is copied on write so that Admit finds its activity without taking any shared lock.
+type MemoryStore struct {
+	now func() time.Time
+
+	defMu sync.Mutex                              // serialises Define and Delete
+	acts  atomic.Pointer[map[string]*memActivity] // copied on write, read without a lock
+
+	subsMu sync.Mutex
+	subs   map[*restockSub]struct{}
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	done      chan struct{} // closed by Close: ends blocking reads and subscriptions
+}
+
+// memActivity is everything one activity owns; Redis keeps the same state under the activity's
+// hash-tagged keys.
+type memActivity struct {
+	gone chan struct{} // closed when the activity is deleted: ends blocking reads
+
+	mu       sync.Mutex
+	deleted  bool
+	def      Activity
+	stock    int64
+	buyers   map[string]int64    // user → items held (:buyers)
+	answers  map[reqKey]Decision // first answer per request id (:req)
+	released map[string]struct{} // released reservation ids (:released)
+	results  map[string]Result   // user → latest result (:results)
+
+	// The wins queue (:orders stream). A reservation id is its win's entry id, as in Redis.
+	entries []memEntry
+	byID    map[string]int // entry id → index in entries
+	lastMS  int64          // last id's milliseconds and sequence: ids only grow
+	seq     uint64
+	groups  map[string]*memGroup
+	dead    []Win
+	arrived chan struct{} // closed on the next append; nil while nobody waits
+}
+
+// reqKey scopes a request id to its user. A struct key, unlike a concatenated string, costs no
+// allocation on lookup, which keeps the rejection path allocation-free.
+type reqKey struct{ user, id string }
+
+// NewMemoryStore returns an empty in-memory store.
+func NewMemoryStore(opts MemoryOptions) *MemoryStore {
+	s := &MemoryStore{
+		now:  opts.Now,
+		subs: make(map[*restockSub]struct{}),
+		done: make(chan struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	empty := map[string]*memActivity{}
+	s.acts.Store(&empty)
+	return s
+}
+
+// lock returns the activity locked. An activity deleted while we waited for its lock is looked up
+// again, so a concurrent re-creation is found.
+func (s *MemoryStore) lock(id string) (*memActivity, error) {
+	for {
+		if s.closed.Load() {
+			return nil, errMemoryClosed
+		}
+		a := (*s.acts.Load())[id]
+		if a == nil {
+			return nil, fmt.Errorf("activity %s: %w", id, ErrUnknownActivity)
+		}
+		a.mu.Lock()
+		if !a.deleted {
+			return a, nil
+		}
+		a.mu.Unlock()
+	}
+}
+
+// setActivity publishes a copy of the activity table with id set to a (or removed when a is nil).
+// The caller holds defMu.
+func (s *MemoryStore) setActivity(id string, a *memActivity) {
+	old := *s.acts.Load()
+	next := make(map[string]*memActivity, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	if a == nil {
+		delete(next, id)
+	} else {
+		next[id] = a
+	}
+	s.acts.Store(&next)
+}
+
+// Define implements Store.
+func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activity, error) {
+	if err := ctx.Err(); err != nil {
+		return Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
+	}
+	a, err := a.validate()
+	if err != nil {
+		return Activity{}, fmt.Errorf("define: %w", err)
+	}
+	s.defMu.Lock()
+	defer s.defMu.Unlock()
+	if s.closed.Load() {
+		return Activity{}, errMemoryClosed
+	}
+	old := (*s.acts.Load())[a.ID]
+	if old == nil {
+		if a.Salt == "" {
+			a.Salt = NewSalt()
+		}
+		s.setActivity(a.ID, &memActivity{
+			gone:     make(chan struct{}),
+			def:      a,
+			stock:    a.Stock,
+			buyers:   make(map[string]int64),
+			answers:  make(map[reqKey]Decision),
+			released: make(map[string]struct{}),
+			results:  make(map[string]Result),
+			byID:     make(map[string]int),
+			groups:   make(map[string]*memGroup),
+		})
+		return a, nil
+	}
+
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if sameDefinition(old.def, a) {
+		return old.def, nil
+	}
+	if s.now().UnixMilli() >= old.def.Start.UnixMilli() && !force {
+		return Activity{}, fmt.Errorf("define %s: %w", a.ID, ErrActivityRunning)
+	}
+	if sold := old.def.Stock - old.stock; a.Stock < sold {
+		return Activity{}, fmt.Errorf("define %s: stock %d, sold %d: %w", a.ID, a.Stock, sold, ErrStockBelowSold)
+	}
+	if a.Salt == "" {
+		a.Salt = old.def.Salt
+	}
+	old.stock += a.Stock - old.def.Stock
+	old.def = a
+	return a, nil
+}
+
+// Activity implements Store.
+func (s *MemoryStore) Activity(ctx context.Context, id string) (Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return Snapshot{}, fmt.Errorf("activity %s: %w", id, err)
+	}
+	if err := memCheckActivity(id); err != nil {
+		return Snapshot{}, fmt.Errorf("activity: %w", err)
+	}
+	a, err := s.lock(id)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer a.mu.Unlock()
+	return Snapshot{
+		Activity:  a.def,
+		Remaining: a.stock,
+		Sold:      a.def.Stock - a.stock,
+		Buyers:    int64(len(a.buyers)),
+		Queued:    int64(len(a.entries)),
+		Dead:      int64(len(a.dead)),
+	}, nil
+}
+
+// Activities implements Store.
+func (s *MemoryStore) Activities(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("activities: %w", err)
+	}
+	if s.closed.Load() {
+		return nil, errMemoryClosed
+	}
+	acts := *s.acts.Load()
+	ids := make([]string, 0, len(acts))
+	for id := range acts {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// Delete implements Store.
+func (s *MemoryStore) Delete(ctx context.Context, id string, force bool) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	if err := memCheckActivity(id); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	s.defMu.Lock()
+	defer s.defMu.Unlock()
+	a, err := s.lock(id)
+	if err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	defer a.mu.Unlock()
+	if now := s.now().UnixMilli(); !force && now >= a.def.Start.UnixMilli() && now < a.def.End.UnixMilli() {
+		return fmt.Errorf("delete %s: %w", id, ErrActivityRunning)
+	}
+	// Unpublish before unlocking: a caller that finds the activity deleted looks it up again and
+	// must not find it a second time.
+	s.setActivity(id, nil)
+	a.deleted = true
+	close(a.gone)
+	return nil
+}
+
+// Admit implements Store. The sold-out path allocates nothing (see BenchmarkMemoryAdmitSoldOut).
+func (s *MemoryStore) Admit(ctx context.Context, r Request) (Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+	}
+	if err := r.validate(); err != nil {
+		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+	}
+	a, err := s.lock(r.Activity)
+	if err != nil {
+		return Decision{}, fmt.Errorf("admit: %w", err)
+	}
+	defer a.mu.Unlock()
+
+	key := reqKey{r.User, r.RequestID}
+	if d, ok := a.answers[key]; ok {
+		d.Replayed = true
+		return d, nil
+	}
+	now := s.now()
+	switch ms := now.UnixMilli(); {
+	case ms < a.def.Start.UnixMilli():
+		return Decision{Outcome: NotStarted, Remaining: a.stock}, nil
+	case ms >= a.def.End.UnixMilli():
+		return Decision{Outcome: Ended, Remaining: a.stock}, nil
+	}
+	if r.Qty > a.def.Limit {
+		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, badInput("qty %d is above the per-user limit %d", r.Qty, a.def.Limit))
+	}
+	if a.buyers[r.User]+r.Qty > a.def.Limit {
+		return Decision{Outcome: LimitReached, Remaining: a.stock}, nil
+	}
+	if a.stock < r.Qty {
+		return Decision{Outcome: SoldOut, Remaining: a.stock}, nil
+	}
+
+	a.stock -= r.Qty
+	a.buyers[r.User] += r.Qty
+	id := a.append(now, r)
+	d := Decision{Outcome: Won, ReservationID: id, Remaining: a.stock}
+	a.answers[key] = d
+	a.results[r.User] = Result{Code: "queued", ReservationID: id}
+	return d, nil
+}
+
+// nextID returns a new entry id shaped like a Redis stream id, "<ms>-<seq>", strictly greater than
+// every earlier one even if the clock steps back.
+func (a *memActivity) nextID(now time.Time) string {
+	if ms := now.UnixMilli(); ms > a.lastMS {
+		a.lastMS, a.seq = ms, 0
+	} else {
+		a.seq++
+	}
+	var buf [41]byte // two uint64s and a dash: one allocation, the string
+	b := strconv.AppendInt(buf[:0], a.lastMS, 10)
+	b = append(b, '-')
+	return string(strconv.AppendUint(b, a.seq, 10))
+}
+
+// Release implements Store.
+func (s *MemoryStore) Release(ctx context.Context, activity, reservationID string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return false, fmt.Errorf("release: %w", err)
+	}
+	if err := memCheckName("reservation id", reservationID, MaxRequestIDLen); err != nil {
+		return false, fmt.Errorf("release %s: %w", activity, err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return false, fmt.Errorf("release: %w", err)
+	}
+	i, ok := a.byID[reservationID]
+	if !ok {
+		a.mu.Unlock()
+		return false, fmt.Errorf("release %s/%s: reservation %w", activity, reservationID, ErrNotFound)
+	}
+	if _, done := a.released[reservationID]; done {
+		a.mu.Unlock()
+		return false, nil
+	}
+	e := a.entries[i]
+	a.released[reservationID] = struct{}{}
+	a.stock += e.qty
+	if left := a.buyers[e.user] - e.qty; left > 0 {
+		a.buyers[e.user] = left
+	} else {
+		delete(a.buyers, e.user)
+	}
+	a.mu.Unlock()
+	s.publish(activity)
+	return true, nil
+}
+
+// Remaining implements Store.
+func (s *MemoryStore) Remaining(ctx context.Context, activity string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("remaining %s: %w", activity, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return 0, fmt.Errorf("remaining: %w", err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return 0, fmt.Errorf("remaining: %w", err)
+	}
+	defer a.mu.Unlock()
+	return a.stock, nil
+}
+
+// SetResult implements Store.
+func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Result) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("set result %s/%s: %w", activity, user, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return fmt.Errorf("set result: %w", err)
+	}
+	if err := memCheckName("user id", user, MaxUserIDLen); err != nil {
+		return fmt.Errorf("set result %s: %w", activity, err)
+	}
+	if !memValidResultCode(r.Code) {
+		return fmt.Errorf("set result %s: %w", activity, badInput("result code %q", r.Code))
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return fmt.Errorf("set result: %w", err)
+	}
+	defer a.mu.Unlock()
+	a.results[user] = r
+	return nil
+}
+
+// GetResult implements Store.
+func (s *MemoryStore) GetResult(ctx context.Context, activity, user string) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return Result{}, fmt.Errorf("get result: %w", err)
+	}
+	if err := memCheckName("user id", user, MaxUserIDLen); err != nil {
+		return Result{}, fmt.Errorf("get result %s: %w", activity, err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return Result{}, fmt.Errorf("get result: %w", err)
+	}
+	defer a.mu.Unlock()
+	r, ok := a.results[user]
+	if !ok {
+		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, ErrNotFound)
+	}
+	return r, nil
+}
+
+// Close implements Store: it ends every subscription and blocking read. The state is discarded
+// with the store.
+func (s *MemoryStore) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.done)
+	})
+	return nil
+}

@@ -1,0 +1,43 @@
+package admission
+
+// Argument checks of MemoryStore. They mirror RedisStore's, which bounds every name that becomes a
+// Redis key, field or argument, so that both stores refuse the same input with ErrBadInput.
+
+const (
+	memMaxQueueName = 256  // consumer group and consumer names
+	memMaxReason    = 1024 // dead-letter reasons
+)
+
+func memCheckActivity(id string) error {
+	if !ValidActivityID(id) {
+		return badInput("activity id %q", id)
+	}
+	return nil
+}
+
+func memCheckName(what, v string, max int) error {
+	if v == "" || len(v) > max {
+		return badInput("%s must be 1-%d bytes", what, max)
+	}
+	return nil
+}
+
+// memCheckQueue checks an activity id, a group and, unless empty is allowed, a consumer name.
+func memCheckQueue(activity, group, consumer string) error {
+	if err := memCheckActivity(activity); err != nil {
+		return err
+	}
+	if err := memCheckName("group", group, memMaxQueueName); err != nil {
+		return err
+	}
+	return memCheckName("consumer", consumer, memMaxQueueName)
+}
+
+// memValidResultCode accepts the result words buyers poll (see Result.Code).
+func memValidResultCode(c string) bool {
+	switch c {
+	case "none", "queued", "pending_payment", "paid", "cancelled", "failed":
+		return true
+	}
+	return false
+}

@@ -1,0 +1,157 @@
+package admission
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RedisOptions configures a RedisStore.
+type RedisOptions struct {
+	// KeyPrefix starts every key the store writes; default "seckill". It must not contain '{' or
+	// '}', which would break the per-activity hash tag.
+	KeyPrefix string
+
+	// RestockChannel is the pub/sub channel on which released stock is announced; default
+	// KeyPrefix + ":restock".
+	RestockChannel string
+
+	// AutoPipeline sends the hot-path calls (Admit, Release, Remaining, GetResult) through the
+	// client's auto-pipeliner, which batches concurrent callers onto shared connections, so the
+	// client and the server pay the per-round-trip system calls once per batch instead of once
+	// per call. It helps most where the script is cheap: with 64 concurrent callers on two cores,
+	// sold-out answers ran about 1.8 times as fast, wins 1.1 to 1.9 times (see
+	// BenchmarkRedisAdmit). go-redis marks the auto-pipeliner experimental; a Ring has none.
+	AutoPipeline bool
+}
+
+// RedisStore is the production Store: all state lives in Redis and every decision is one Lua
+// script, so any number of nodes can share a sale. It works with a single server, Sentinel or
+// Cluster: every key of one activity carries the hash tag {ACT}, so each script touches one slot.
+//
+// Keys, for prefix P and activity A: P:{A}:meta (hash: stock_total, limit, start_ms, end_ms,
+// pay_ms, salt), P:{A}:stock (int), P:{A}:buyers (hash user → qty held), P:{A}:req (hash
+// "user\x00request id" → first winning answer), P:{A}:orders (stream: the wins queue),
+// P:{A}:dead (dead-letter stream), P:{A}:released (hash reservation id → token of the releasing
+// call), P:{A}:resv (hash reservation id → "qty:user"), P:{A}:results (hash user → result JSON),
+// and P:activities (set of activity ids, in its own slot). A reservation id is the id of the win's
+// entry in P:{A}:orders.
+type RedisStore struct {
+	client  redis.UniversalClient
+	hot     redis.Cmdable // client, or its auto-pipeliner (RedisOptions.AutoPipeline)
+	prefix  string
+	channel string
+
+	define, admit, release, del, ensureGroup, readPending, claim, deadLetter, setResult *redis.Script
+
+	closeOnce sync.Once
+	closed    chan struct{}
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedisStore returns a store that keeps its state in the Redis behind client. The store takes
+// ownership of client: Close closes it. Give the store its own client if the rest of the program
+// outlives the store.
+//
+// Commands are retried by the client after a dropped connection (see redis.Options.MaxRetries);
+// every write script is idempotent under such a retry, so keep MaxRetries above zero.
+func NewRedisStore(client redis.UniversalClient, opts RedisOptions) (*RedisStore, error) {
+	if client == nil {
+		return nil, fmt.Errorf("new redis store: %w: nil client", ErrBadInput)
+	}
+	if opts.KeyPrefix == "" {
+		opts.KeyPrefix = "seckill"
+	}
+	if strings.ContainsAny(opts.KeyPrefix, "{}") {
+		return nil, fmt.Errorf("new redis store: %w: key prefix %q contains a brace", ErrBadInput, opts.KeyPrefix)
+	}
+	if opts.RestockChannel == "" {
+		opts.RestockChannel = opts.KeyPrefix + ":restock"
+	}
+	var hot redis.Cmdable = client
+	if opts.AutoPipeline {
+		// The client caches its auto-pipeliner and closes it with itself.
+		ap, err := client.AutoPipeline()
+		if err != nil {
+			return nil, fmt.Errorf("new redis store: auto-pipeline: %w", err)
+		}
+		hot = ap
+	}
+	return &RedisStore{
+		client:      client,
+		hot:         hot,
+		prefix:      opts.KeyPrefix,
+		channel:     opts.RestockChannel,
+		define:      redis.NewScript(luaDefine),
+		admit:       redis.NewScript(luaAdmit),
+		release:     redis.NewScript(luaRelease),
+		del:         redis.NewScript(luaDelete),
+		ensureGroup: redis.NewScript(luaEnsureGroup),
+		readPending: redis.NewScript(luaReadPending),
+		claim:       redis.NewScript(luaClaim),
+		deadLetter:  redis.NewScript(luaDeadLetter),
+		setResult:   redis.NewScript(luaSetResult),
+		closed:      make(chan struct{}),
+	}, nil
+}
+
+// Close ends every Restocks subscription and closes the client given to NewRedisStore. Calls
+// after the first do nothing.
+func (s *RedisStore) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		err = s.client.Close()
+	})
+	return err
+}
+
+// key names one of an activity's keys; the braces make the activity id the Cluster hash tag.
+func (s *RedisStore) key(activity, name string) string {
+	return s.prefix + ":{" + activity + "}:" + name
+}
+
+// activitiesKey names the global set of activity ids (its own slot: never touched by a script).
+func (s *RedisStore) activitiesKey() string {
+	return s.prefix + ":activities"
+}
+
+// redisScriptErr maps the error words the scripts reply with (see the lua/ headers) to the
+// sentinel errors; any other error is returned as it is.
+func redisScriptErr(err error) error {
+	var re redis.Error
+	if err == nil || !errors.As(err, &re) {
+		return err
+	}
+	// Redis puts "ERR " before an error reply that is a single word.
+	msg := strings.TrimPrefix(re.Error(), "ERR ")
+	word, _, _ := strings.Cut(msg, " ")
+	switch word {
+	case "UNKNOWN_ACTIVITY":
+		return ErrUnknownActivity
+	case "BAD_INPUT":
+		return fmt.Errorf("%w: %s", ErrBadInput, strings.TrimPrefix(msg, "BAD_INPUT "))
+	case "NOT_FOUND":
+		return ErrNotFound
+	case "RUNNING":
+		return ErrActivityRunning
+	case "BELOW_SOLD":
+		return ErrStockBelowSold
+	case "NOGROUP":
+		return fmt.Errorf("%w: %s", ErrNotFound, msg)
+	}
+	return err
+}
+
+// redisCheckName bounds the free-form names (users, groups, consumers, entry ids) that become
+// hash fields or command arguments.
+func redisCheckName(what, v string, max int) error {
+	if v == "" || len(v) > max {
+		return badInput("%s must be 1-%d bytes", what, max)
+	}
+	return nil
+}

@@ -1,0 +1,63 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+)
+
+// Admit takes one admission decision in one script run (see Store.Admit and lua/admit.lua).
+func (s *RedisStore) Admit(ctx context.Context, r Request) (Decision, error) {
+	if err := r.validate(); err != nil {
+		return Decision{}, fmt.Errorf("admit: %w", err)
+	}
+	keys := []string{
+		s.key(r.Activity, "meta"), s.key(r.Activity, "stock"), s.key(r.Activity, "buyers"),
+		s.key(r.Activity, "req"), s.key(r.Activity, "orders"), s.key(r.Activity, "resv"),
+		s.key(r.Activity, "results"),
+	}
+	reply, err := s.admit.Run(ctx, s.hot, keys, r.User, r.Qty, r.RequestID).Slice()
+	if err != nil {
+		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, redisScriptErr(err))
+	}
+	d, err := redisParseDecision(reply)
+	if err != nil {
+		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+	}
+	return d, nil
+}
+
+// redisParseDecision reads admit.lua's {outcome, remaining, reservation_id, replayed}.
+func redisParseDecision(v []any) (Decision, error) {
+	if len(v) != 4 {
+		return Decision{}, fmt.Errorf("malformed admit reply: %d elements", len(v))
+	}
+	code, ok1 := v[0].(int64)
+	left, ok2 := v[1].(int64)
+	resv, ok3 := v[2].(string)
+	replayed, ok4 := v[3].(int64)
+	if !ok1 || !ok2 || !ok3 || !ok4 || code < int64(Won) || code > int64(Ended) {
+		return Decision{}, fmt.Errorf("malformed admit reply %v", v)
+	}
+	return Decision{Outcome: Outcome(code), ReservationID: resv, Remaining: left, Replayed: replayed == 1}, nil
+}
+
+// Release gives a reservation back exactly once (see Store.Release and lua/release.lua). Each call
+// carries a random token, so that when the client retries the script after a dropped connection
+// the retry of the releasing call still reports true.
+func (s *RedisStore) Release(ctx context.Context, activity, reservationID string) (bool, error) {
+	if !ValidActivityID(activity) {
+		return false, fmt.Errorf("release: %w", badInput("activity id %q", activity))
+	}
+	if err := redisCheckName("reservation id", reservationID, MaxRequestIDLen); err != nil {
+		return false, fmt.Errorf("release %s: %w", activity, err)
+	}
+	keys := []string{
+		s.key(activity, "meta"), s.key(activity, "stock"), s.key(activity, "buyers"),
+		s.key(activity, "released"), s.key(activity, "resv"),
+	}
+	n, err := s.release.Run(ctx, s.hot, keys, reservationID, NewSalt(), s.channel, activity).Int64()
+	if err != nil {
+		return false, fmt.Errorf("release %s %s: %w", activity, reservationID, redisScriptErr(err))
+	}
+	return n == 1, nil
+}

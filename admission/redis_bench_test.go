@@ -1,0 +1,130 @@
+package admission_test
+
+import (
+	"context"
+	"net"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// redisBenchClients is the number of concurrent callers, as in redis-benchmark -c 64.
+const redisBenchClients = 64
+
+// BenchmarkRedisAdmit measures admissions per second at 64 concurrent callers on a private
+// redis-server and compares them with what the same server does for the cheapest possible script,
+// redis-benchmark -c 64 EVAL "return 1" 0: the ratio says how much of the server's script
+// throughput the admit script's work and the Go client leave. Each path runs with a plain client
+// and with RedisOptions.AutoPipeline.
+//
+// The machine is shared and its load moves, so for each long run the baseline is measured again
+// right before and right after it, and the ratio uses the mean of those two adjacent figures.
+func BenchmarkRedisAdmit(b *testing.B) {
+	srv := testsrv.StartRedis(b)
+	baseline := redisBenchmarkEval(b, srv.Addr)
+	for _, ap := range []bool{false, true} {
+		suffix := ""
+		if ap {
+			suffix = "_autopipeline"
+		}
+		b.Run("won"+suffix, func(b *testing.B) {
+			// Stock that cannot run out and one new user per call: every call takes the full won
+			// path (all checks, DECRBY, HINCRBY, XADD, three HSETs).
+			redisBenchAdmit(b, srv.Addr, baseline, ap, 1<<50, admission.Won)
+		})
+		b.Run("sold_out"+suffix, func(b *testing.B) {
+			redisBenchAdmit(b, srv.Addr, baseline, ap, 0, admission.SoldOut)
+		})
+	}
+}
+
+func redisBenchAdmit(b *testing.B, addr string, baseline float64, autoPipeline bool, stock int64, want admission.Outcome) {
+	ctx := context.Background()
+	s, _ := redisTestStore(b, addr, admission.RedisOptions{AutoPipeline: autoPipeline}, func(o *redis.Options) {
+		o.PoolSize = redisBenchClients
+	})
+	_ = s.Delete(ctx, "bench", true) // left by an earlier run
+	if _, err := s.Define(ctx, redisOpen("bench", stock, 1), true); err != nil {
+		b.Fatal(err)
+	}
+	// Load the script so that the first calls do not pay for the EVAL fallback.
+	if _, err := s.Admit(ctx, admission.Request{Activity: "bench", User: "warm-up", Qty: 1, RequestID: "r"}); err != nil {
+		b.Fatal(err)
+	}
+
+	long := baseline > 0 && b.N >= 5000
+	var before float64
+	if long {
+		before = redisBenchmarkEval(b, addr)
+	}
+
+	var (
+		next int64
+		bad  atomic.Int64
+	)
+	b.SetParallelism((redisBenchClients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			user := "u" + strconv.FormatInt(atomic.AddInt64(&next, 1), 10)
+			d, err := s.Admit(ctx, admission.Request{Activity: "bench", User: user, Qty: 1, RequestID: "r"})
+			if err != nil || d.Outcome != want {
+				bad.Add(1)
+			}
+		}
+	})
+	b.StopTimer()
+	if n := bad.Load(); n > 0 {
+		b.Fatalf("%d of %d admissions failed or had an unexpected outcome", n, b.N)
+	}
+	perSec := float64(b.N) / b.Elapsed().Seconds()
+	b.ReportMetric(perSec, "admits/s")
+	if long {
+		_ = s.Delete(ctx, "bench", true) // the baseline runs on an empty server, as before
+		baseline = (before + redisBenchmarkEval(b, addr)) / 2
+	}
+	if baseline > 0 {
+		b.ReportMetric(baseline, "eval_baseline/s")
+		b.ReportMetric(perSec/baseline, "ratio")
+	}
+}
+
+var redisBenchRPS = regexp.MustCompile(`([0-9.]+) requests per second`)
+
+// redisBenchmarkEval runs redis-benchmark against the server and returns its EVAL rate, or 0 (with
+// a logged reason) when the tool is not installed.
+func redisBenchmarkEval(b *testing.B, addr string) float64 {
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		b.Log("redis-benchmark not found (Debian: apt-get install redis-tools): no baseline, no ratio")
+		return 0
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	out, err := exec.Command(bin, "-h", host, "-p", port, "-c", strconv.Itoa(redisBenchClients), "-n", "200000", "-q",
+		"EVAL", "return 1", "0").CombinedOutput()
+	if err != nil {
+		b.Fatalf("redis-benchmark: %v: %s", err, out)
+	}
+	m := redisBenchRPS.FindAllSubmatch(out, -1)
+	if len(m) == 0 {
+		b.Fatalf("redis-benchmark: no rate in %q", out)
+	}
+	rps, err := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("redis-benchmark -c %d -n 200000 EVAL \"return 1\" 0: %.0f requests/s", redisBenchClients, rps)
+	return rps
+}

@@ -1,0 +1,284 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Bounds on consumer group and consumer names and on dead-letter reasons, which are stored.
+const (
+	maxQueueName   = 256
+	maxQueueReason = 1024
+)
+
+// EnsureGroup creates the consumer group at the start of the activity's stream, unless it exists.
+func (s *RedisStore) EnsureGroup(ctx context.Context, activity, group string) error {
+	if err := redisCheckQueue(activity, group, "-"); err != nil {
+		return fmt.Errorf("ensure group: %w", err)
+	}
+	err := s.ensureGroup.Run(ctx, s.client, []string{s.key(activity, "meta"), s.key(activity, "orders")}, group).Err()
+	if err != nil {
+		return fmt.Errorf("ensure group %s %s: %w", activity, group, redisScriptErr(err))
+	}
+	return nil
+}
+
+// ReadGroup delivers entries to consumer (see Queue.ReadGroup). New entries are read with a plain
+// XREADGROUP, which may block; a consumer's pending entries are re-read by a script that also
+// returns their delivery counts.
+func (s *RedisStore) ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
+	if err := redisCheckQueue(activity, group, consumer); err != nil {
+		return nil, fmt.Errorf("read group: %w", err)
+	}
+	if count <= 0 || block < 0 {
+		return nil, fmt.Errorf("read group %s: %w", activity, badInput("count %d must be positive and block %s not negative", count, block))
+	}
+	if pending {
+		reply, err := s.readPending.Run(ctx, s.client, []string{s.key(activity, "meta"), s.key(activity, "orders")},
+			group, consumer, count).Slice()
+		if err != nil {
+			return nil, fmt.Errorf("read pending %s %s: %w", activity, group, redisScriptErr(err))
+		}
+		wins, err := redisParseEntries(activity, reply)
+		if err != nil {
+			return nil, fmt.Errorf("read pending %s %s: %w", activity, group, err)
+		}
+		return wins, nil
+	}
+
+	streams, err := s.readNew(ctx, activity, group, consumer, count, block)
+	if err != nil {
+		return nil, fmt.Errorf("read group %s %s: %w", activity, group, s.noGroupErr(ctx, activity, err))
+	}
+	var wins []Win
+	for _, st := range streams {
+		for _, m := range st.Messages {
+			if m.Values == nil { // deleted from the stream while pending
+				continue
+			}
+			w, err := redisParseWin(activity, m.ID, 1, func(f string) string { v, _ := m.Values[f].(string); return v })
+			if err != nil {
+				return nil, fmt.Errorf("read group %s %s: %w", activity, group, err)
+			}
+			wins = append(wins, w)
+		}
+	}
+	return wins, nil
+}
+
+// readNew reads new entries, waiting up to block. go-redis cannot interrupt a blocking command
+// when ctx is canceled, so a long wait is cut into slices with a context check between them.
+func (s *RedisStore) readNew(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
+	const slice = 500 * time.Millisecond
+	for {
+		args := &redis.XReadGroupArgs{
+			Group:    group,
+			Consumer: consumer,
+			Streams:  []string{s.key(activity, "orders"), ">"},
+			Count:    int64(count),
+			Block:    -1, // go-redis sends BLOCK for any value >= 0, and BLOCK 0 waits forever
+		}
+		wait := min(block, slice)
+		if wait > 0 {
+			args.Block = wait
+		}
+		streams, err := s.client.XReadGroup(ctx, args).Result()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		if err != nil || len(streams) > 0 {
+			return streams, err
+		}
+		if block -= wait; block <= 0 {
+			return nil, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Ack acknowledges entries; acknowledging twice is harmless.
+func (s *RedisStore) Ack(ctx context.Context, activity, group string, ids ...string) error {
+	if err := redisCheckQueue(activity, group, "-"); err != nil {
+		return fmt.Errorf("ack: %w", err)
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	for _, id := range ids {
+		if err := redisCheckName("entry id", id, MaxRequestIDLen); err != nil {
+			return fmt.Errorf("ack %s: %w", activity, err)
+		}
+	}
+	if err := s.client.XAck(ctx, s.key(activity, "orders"), group, ids...).Err(); err != nil {
+		return fmt.Errorf("ack %s %s: %w", activity, group, err)
+	}
+	return nil
+}
+
+// Claim transfers to consumer the entries pending longer than minIdle, with their delivery counts
+// (see Queue.Claim and lua/claim.lua).
+func (s *RedisStore) Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]Win, error) {
+	if err := redisCheckQueue(activity, group, consumer); err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	if count <= 0 || minIdle < 0 {
+		return nil, fmt.Errorf("claim %s: %w", activity, badInput("count %d must be positive and min idle %s not negative", count, minIdle))
+	}
+	reply, err := s.claim.Run(ctx, s.client, []string{s.key(activity, "meta"), s.key(activity, "orders")},
+		group, consumer, minIdle.Milliseconds(), count).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("claim %s %s: %w", activity, group, redisScriptErr(err))
+	}
+	wins, err := redisParseEntries(activity, reply)
+	if err != nil {
+		return nil, fmt.Errorf("claim %s %s: %w", activity, group, err)
+	}
+	return wins, nil
+}
+
+// DeadLetter moves an entry to the dead-letter stream and acknowledges it in one script. The
+// entry is copied from the wins stream, not from w, so only w.ID matters. An entry that is no
+// longer pending in the group is left alone, which makes a repeated call harmless.
+func (s *RedisStore) DeadLetter(ctx context.Context, activity, group string, w Win, reason string) error {
+	if err := redisCheckQueue(activity, group, "-"); err != nil {
+		return fmt.Errorf("dead letter: %w", err)
+	}
+	if err := redisCheckName("entry id", w.ID, MaxRequestIDLen); err != nil {
+		return fmt.Errorf("dead letter %s: %w", activity, err)
+	}
+	if len(reason) > maxQueueReason {
+		return fmt.Errorf("dead letter %s: %w", activity, badInput("reason is longer than %d bytes", maxQueueReason))
+	}
+	keys := []string{s.key(activity, "meta"), s.key(activity, "orders"), s.key(activity, "dead")}
+	if err := s.deadLetter.Run(ctx, s.client, keys, group, w.ID, reason).Err(); err != nil {
+		return fmt.Errorf("dead letter %s %s: %w", activity, w.ID, redisScriptErr(err))
+	}
+	return nil
+}
+
+// DeadLetters lists the dead-letter stream, oldest first. Each Win carries the id it had in the
+// wins stream, its delivery count when it was moved, and the reason.
+func (s *RedisStore) DeadLetters(ctx context.Context, activity string, count int) ([]Win, error) {
+	if !ValidActivityID(activity) {
+		return nil, fmt.Errorf("dead letters: %w", badInput("activity id %q", activity))
+	}
+	if count <= 0 {
+		return nil, fmt.Errorf("dead letters %s: %w", activity, badInput("count %d must be positive", count))
+	}
+	msgs, err := s.client.XRangeN(ctx, s.key(activity, "dead"), "-", "+", int64(count)).Result()
+	if err != nil {
+		return nil, fmt.Errorf("dead letters %s: %w", activity, err)
+	}
+	if len(msgs) == 0 {
+		return nil, s.mustExist(ctx, "dead letters", activity)
+	}
+	wins := make([]Win, 0, len(msgs))
+	for _, m := range msgs {
+		get := func(f string) string { v, _ := m.Values[f].(string); return v }
+		n, _ := strconv.ParseInt(get("deliveries"), 10, 64)
+		w, err := redisParseWin(activity, get("id"), n, get)
+		if err != nil {
+			return nil, fmt.Errorf("dead letters %s: %w", activity, err)
+		}
+		w.Reason = get("reason")
+		wins = append(wins, w)
+	}
+	return wins, nil
+}
+
+// noGroupErr tells a missing group (ErrNotFound) from a missing activity: XREADGROUP answers
+// NOGROUP for both.
+func (s *RedisStore) noGroupErr(ctx context.Context, activity string, err error) error {
+	var re redis.Error
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "NOGROUP") {
+		return err
+	}
+	if n, xerr := s.client.Exists(ctx, s.key(activity, "meta")).Result(); xerr == nil && n == 0 {
+		return ErrUnknownActivity
+	}
+	return redisScriptErr(err)
+}
+
+// mustExist returns ErrUnknownActivity (wrapped with op) when the activity has no definition.
+func (s *RedisStore) mustExist(ctx context.Context, op, activity string) error {
+	n, err := s.client.Exists(ctx, s.key(activity, "meta")).Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", op, activity, err)
+	case n == 0:
+		return fmt.Errorf("%s %s: %w", op, activity, ErrUnknownActivity)
+	}
+	return nil
+}
+
+func redisCheckQueue(activity, group, consumer string) error {
+	if !ValidActivityID(activity) {
+		return badInput("activity id %q", activity)
+	}
+	if err := redisCheckName("group", group, maxQueueName); err != nil {
+		return err
+	}
+	return redisCheckName("consumer", consumer, maxQueueName)
+}
+
+// redisParseEntries reads the scripts' {{id, deliveries, {field, value, ...}}, ...}.
+func redisParseEntries(activity string, reply []any) ([]Win, error) {
+	wins := make([]Win, 0, len(reply))
+	for _, e := range reply {
+		t, ok := e.([]any)
+		if !ok || len(t) != 3 {
+			return nil, fmt.Errorf("malformed entry %v", e)
+		}
+		id, ok1 := t[0].(string)
+		n, ok2 := t[1].(int64)
+		flat, ok3 := t[2].([]any)
+		if !ok1 || !ok2 || !ok3 {
+			return nil, fmt.Errorf("malformed entry %v", e)
+		}
+		w, err := redisParseWin(activity, id, n, func(f string) string {
+			for i := 0; i+1 < len(flat); i += 2 {
+				if k, _ := flat[i].(string); k == f {
+					v, _ := flat[i+1].(string)
+					return v
+				}
+			}
+			return ""
+		})
+		if err != nil {
+			return nil, err
+		}
+		wins = append(wins, w)
+	}
+	return wins, nil
+}
+
+// redisParseWin builds a Win from a wins-stream entry (fields user, qty, req, at). The entry id is
+// the reservation id: admit.lua hands out the XADD id.
+func redisParseWin(activity, id string, deliveries int64, field func(string) string) (Win, error) {
+	qty, err := strconv.ParseInt(field("qty"), 10, 64)
+	if err != nil {
+		return Win{}, fmt.Errorf("entry %s: qty: %w", id, err)
+	}
+	at, err := strconv.ParseInt(field("at"), 10, 64)
+	if err != nil {
+		return Win{}, fmt.Errorf("entry %s: at: %w", id, err)
+	}
+	return Win{
+		ID:            id,
+		Activity:      activity,
+		ReservationID: id,
+		User:          field("user"),
+		Qty:           qty,
+		RequestID:     field("req"),
+		At:            time.UnixMilli(at),
+		Deliveries:    deliveries,
+	}, nil
+}

@@ -1,0 +1,230 @@
+package testsrv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Postgres is a private PostgreSQL cluster: its own data directory, socket directory and loopback
+// port, owned by the test that started it.
+type Postgres struct {
+	t      testing.TB
+	Port   int
+	Dir    string // holds data/, sock/ and postgres.log
+	DSN    string // postgres://postgres@127.0.0.1:PORT/test?sslmode=disable
+	bin    string // directory of initdb, postgres, psql
+	cred   *syscall.Credential
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when cmd has exited
+	stderr *os.File
+}
+
+// PostgresBinDir returns the directory holding initdb, postgres and psql, or an error that says
+// how to install them.
+func PostgresBinDir() (string, error) {
+	if p, err := exec.LookPath("initdb"); err == nil {
+		// Debian links /usr/local/bin/initdb (or a wrapper) into PATH; resolve to the real
+		// directory so the server binary of the same version is used.
+		if r, err := filepath.EvalSymlinks(p); err == nil {
+			p = r
+		}
+		dir := filepath.Dir(p)
+		if _, err := os.Stat(filepath.Join(dir, "postgres")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	// Highest major version first: "15" sorts after "9" numerically, not lexically.
+	sort.Slice(dirs, func(i, j int) bool { return pgMajor(dirs[i]) > pgMajor(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", fmt.Errorf("PostgreSQL not found: install postgresql (Debian: apt-get install postgresql) or run 'make test', which does")
+}
+
+func pgMajor(binDir string) int {
+	n, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return n
+}
+
+// StartPostgres creates a private cluster in a fresh directory, starts it on a free loopback port
+// with fsync off, creates the database "test" and registers its shutdown and removal with
+// t.Cleanup. It never uses the machine's own server.
+func StartPostgres(t testing.TB) *Postgres {
+	t.Helper()
+	bin, err := PostgresBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Postgres{t: t, bin: bin}
+	// initdb refuses to run as root, so as root the cluster belongs to the postgres user; a
+	// t.TempDir is 0700 root and unreachable for it, hence a directory of our own.
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			t.Fatalf("running as root, PostgreSQL needs the 'postgres' user: %v", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		p.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	p.Dir, err = os.MkdirTemp("", "testpg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.Stop()
+		if p.stderr != nil {
+			_ = p.stderr.Close()
+		}
+		_ = os.RemoveAll(p.Dir)
+	})
+	for _, d := range []string{p.Dir, filepath.Join(p.Dir, "sock")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if p.cred != nil {
+			if err := os.Chown(d, int(p.cred.Uid), int(p.cred.Gid)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if out, err := p.run("initdb", "-D", p.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+		"--locale=C", "--no-sync", "--no-instructions"); err != nil {
+		t.Fatalf("initdb: %v: %s", err, out)
+	}
+	p.stderr, err = os.OpenFile(filepath.Join(p.Dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		if p.Port, err = FreePort(); err != nil {
+			t.Fatal(err)
+		}
+		if lastErr = p.start(); lastErr == nil {
+			break
+		}
+	}
+	if lastErr != nil {
+		t.Fatalf("start postgres: %v", lastErr)
+	}
+	if out, err := p.psql("postgres", "CREATE DATABASE test"); err != nil {
+		t.Fatalf("create database: %v: %s", err, out)
+	}
+	p.DSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/test?sslmode=disable", p.Port)
+	return p
+}
+
+func (p *Postgres) dataDir() string { return filepath.Join(p.Dir, "data") }
+
+func (p *Postgres) command(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(filepath.Join(p.bin, name), args...)
+	cmd.Dir = p.Dir
+	cmd.Env = append(os.Environ(), "PGTZ=UTC", "LC_ALL=C")
+	// Pdeathsig: a test binary that dies must not leave its private server behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.cred}
+	return cmd
+}
+
+func (p *Postgres) run(name string, args ...string) ([]byte, error) {
+	return p.command(name, args...).CombinedOutput()
+}
+
+func (p *Postgres) psql(db, sql string) ([]byte, error) {
+	return p.run("psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", strconv.Itoa(p.Port),
+		"-U", "postgres", "-d", db, "-c", sql)
+}
+
+// start runs the postmaster as a child process (not daemonised through pg_ctl) so that the
+// Pdeathsig above also covers it, and waits until it accepts queries.
+func (p *Postgres) start() error {
+	cmd := p.command("postgres", "-D", p.dataDir(), "-p", strconv.Itoa(p.Port), "-k", filepath.Join(p.Dir, "sock"),
+		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off", "-c", "max_connections=200")
+	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = cmd.Wait(); close(done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-done:
+			return fmt.Errorf("postgres exited at start (%w): %s", exitErr, p.logTail())
+		default:
+		}
+		if _, err := p.psql("postgres", "SELECT 1"); err == nil {
+			p.cmd, p.done = cmd, done
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	<-done
+	return fmt.Errorf("postgres did not answer on port %d: %s", p.Port, p.logTail())
+}
+
+func (p *Postgres) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(p.Dir, "postgres.log"))
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// Stop shuts the server down (fast shutdown: clients are disconnected) and waits for it to exit;
+// it is safe to call twice. The data directory is kept, so Start brings the same cluster back.
+func (p *Postgres) Stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+}
+
+// Start starts a stopped server again on the same port and data directory.
+func (p *Postgres) Start() {
+	p.t.Helper()
+	if p.cmd != nil {
+		return
+	}
+	var err error
+	for attempt := 0; attempt < 50; attempt++ { // the port may linger briefly after a stop
+		if err = p.start(); err == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.t.Fatalf("restart postgres on port %d: %v", p.Port, err)
+}
+
+// Database creates a fresh database in the cluster and returns its DSN, so that tests sharing one
+// cluster do not see each other's tables. t is the (sub)test asking.
+func (p *Postgres) Database(t testing.TB, name string) string {
+	t.Helper()
+	if out, err := p.psql("postgres", fmt.Sprintf("CREATE DATABASE %q", name)); err != nil {
+		t.Fatalf("create database %s: %v: %s", name, err, out)
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.Port, name)
+}
