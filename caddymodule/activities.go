@@ -1,0 +1,219 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// How the node-local view of the activities follows the store. The handler needs an activity's
+// window and salt on every request; reading them from the store each time would put a store call
+// in front of every check the funnel wants to keep store-free (window, hashed URL).
+const (
+	refreshEvery   = 5 * time.Second // picks up activities changed through the admin API on any node
+	missRefreshGap = time.Second     // an unknown id triggers at most one refresh per gap
+	stockMaxAge    = time.Second     // the status call's remaining stock may be this old
+)
+
+// activity is what the handler knows of one activity.
+type activity struct {
+	admission.Activity
+	reveal time.Duration // how long before Start the buy path is handed out
+}
+
+// activities is the node-local, periodically refreshed view of the activities in the store.
+type activities struct {
+	store  admission.Store
+	reveal map[string]time.Duration // from the configuration; read-only
+
+	mu   sync.RWMutex
+	byID map[string]admission.Activity
+
+	refreshMu sync.Mutex // one refresh at a time
+	refreshed time.Time  // guarded by refreshMu
+
+	stockMu sync.Mutex
+	stock   map[string]stockReading // only for ids in byID, so bounded by the activities
+}
+
+type stockReading struct {
+	remaining int64
+	at        time.Time
+	reading   bool // a caller is reading a fresh value from the store
+}
+
+func newActivities(store admission.Store, reveal map[string]time.Duration) *activities {
+	return &activities{
+		store:  store,
+		reveal: reveal,
+		byID:   map[string]admission.Activity{},
+		stock:  map[string]stockReading{},
+	}
+}
+
+// get returns the activity id. An id this node does not know triggers a refresh from the store, at
+// most once per missRefreshGap, so a flood of made-up ids costs at most one listing per second.
+func (c *activities) get(ctx context.Context, id string) (activity, bool) {
+	if a, ok := c.lookup(id); ok {
+		return a, true
+	}
+	c.refreshMu.Lock()
+	stale := time.Since(c.refreshed) >= missRefreshGap
+	c.refreshMu.Unlock()
+	if stale {
+		_ = c.refresh(ctx) // on failure the old view stays; the caller answers not_found
+	}
+	return c.lookup(id)
+}
+
+func (c *activities) lookup(id string) (activity, bool) {
+	c.mu.RLock()
+	a, ok := c.byID[id]
+	c.mu.RUnlock()
+	if !ok {
+		return activity{}, false
+	}
+	return activity{Activity: a, reveal: c.reveal[id]}, true
+}
+
+// put records one definition, as returned by the store.
+func (c *activities) put(a admission.Activity) {
+	c.mu.Lock()
+	c.byID[a.ID] = a
+	c.mu.Unlock()
+}
+
+// refresh replaces the view with the store's list of activities.
+func (c *activities) refresh(ctx context.Context) error {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	if time.Since(c.refreshed) < missRefreshGap/10 {
+		return nil // another caller just did it
+	}
+	ids, err := c.store.Activities(ctx)
+	if err != nil {
+		c.refreshed = time.Now() // a failing store is not retried by every request either
+		return err
+	}
+	next := make(map[string]admission.Activity, len(ids))
+	now := time.Now()
+	var errs []error
+	for _, id := range ids {
+		s, err := c.store.Activity(ctx, id)
+		if errors.Is(err, admission.ErrUnknownActivity) {
+			continue // deleted since the listing
+		}
+		if err != nil {
+			errs = append(errs, err)
+			if old, ok := c.lookup(id); ok {
+				next[id] = old.Activity // keep what we knew
+			}
+			continue
+		}
+		next[id] = s.Activity
+		c.setStock(id, s.Remaining, now)
+	}
+	c.mu.Lock()
+	c.byID = next
+	c.mu.Unlock()
+	c.stockMu.Lock()
+	for id := range c.stock {
+		if _, ok := next[id]; !ok {
+			delete(c.stock, id)
+		}
+	}
+	c.stockMu.Unlock()
+	c.refreshed = time.Now()
+	return errors.Join(errs...)
+}
+
+// refreshLoop refreshes the view every refreshEvery until ctx is done.
+func (c *activities) refreshLoop(ctx context.Context, logger *zap.Logger) {
+	t := time.NewTicker(refreshEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			rctx, cancel := context.WithTimeout(ctx, refreshEvery)
+			if err := c.refresh(rctx); err != nil && ctx.Err() == nil {
+				logger.Warn("refreshing activities", zap.Error(err))
+			}
+			cancel()
+		}
+	}
+}
+
+// setStock records a reading of the remaining stock of a known activity.
+func (c *activities) setStock(id string, remaining int64, at time.Time) {
+	c.stockMu.Lock()
+	if old, ok := c.stock[id]; !ok || !old.at.After(at) {
+		c.stock[id] = stockReading{remaining: remaining, at: at}
+	} else if old.reading {
+		old.reading = false
+		c.stock[id] = old
+	}
+	c.stockMu.Unlock()
+}
+
+// remaining returns the activity's remaining stock, read from the store at most once per
+// stockMaxAge: the status call is public and cacheable, and must not become a store flood. While
+// one caller reads a stale value from the store, the others answer with the stale value; when the
+// store fails, the last reading is answered.
+func (c *activities) remaining(ctx context.Context, id string) (int64, error) {
+	now := time.Now()
+	c.stockMu.Lock()
+	r, ok := c.stock[id]
+	if ok && (now.Sub(r.at) < stockMaxAge || r.reading) {
+		c.stockMu.Unlock()
+		return r.remaining, nil
+	}
+	if ok {
+		r.reading = true
+		c.stock[id] = r
+	}
+	c.stockMu.Unlock()
+	n, err := c.store.Remaining(ctx, id)
+	if err != nil {
+		c.stockMu.Lock()
+		r, ok := c.stock[id]
+		if ok {
+			r.reading = false
+			c.stock[id] = r
+		}
+		c.stockMu.Unlock()
+		if ok && !errors.Is(err, admission.ErrUnknownActivity) {
+			return r.remaining, nil // a stale reading beats a 503 on the public status call
+		}
+		return 0, err
+	}
+	c.setStock(id, n, now)
+	return n, nil
+}
+
+// stockSnapshot returns the last known remaining stock of every known activity.
+func (c *activities) stockSnapshot() map[string]int64 {
+	c.stockMu.Lock()
+	defer c.stockMu.Unlock()
+	out := make(map[string]int64, len(c.stock))
+	for id, r := range c.stock {
+		out[id] = r.remaining
+	}
+	return out
+}
+
+// forget drops an activity deleted through this node.
+func (c *activities) forget(id string) {
+	c.mu.Lock()
+	delete(c.byID, id)
+	c.mu.Unlock()
+	c.stockMu.Lock()
+	delete(c.stock, id)
+	c.stockMu.Unlock()
+}

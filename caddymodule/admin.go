@@ -1,0 +1,277 @@
+package caddymodule
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+func init() {
+	caddy.RegisterModule(adminAPI{})
+}
+
+// adminAPI is the admin API module "admin.api.seckill": it manages the activities of the running
+// seckill app on Caddy's admin endpoint.
+//
+//	GET    /seckill/activities                 every activity, with live counters
+//	GET    /seckill/activities/{id}            one activity
+//	PUT    /seckill/activities/{id}[?force=1]  create or redefine (force: even while running)
+//	DELETE /seckill/activities/{id}[?force=1]  delete (force: even while running)
+//	POST   /seckill/activities/{id}/release    give a reservation back: {"reservation_id": "..."}
+//	GET    /seckill/stats                      breaker state and every activity's counters
+//
+// Activity salts are secrets and are never returned.
+type adminAPI struct{}
+
+// CaddyModule returns the Caddy module information.
+func (adminAPI) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "admin.api.seckill",
+		New: func() caddy.Module { return new(adminAPI) },
+	}
+}
+
+// Routes returns the admin routes.
+func (a adminAPI) Routes() []caddy.AdminRoute {
+	return []caddy.AdminRoute{{Pattern: "/seckill/", Handler: caddy.AdminHandlerFunc(a.serve)}}
+}
+
+// adminActivity is an activity as the admin API shows it.
+type adminActivity struct {
+	ID        string    `json:"id"`
+	Stock     int64     `json:"stock"`
+	Limit     int64     `json:"limit"`
+	Start     time.Time `json:"start"`
+	End       time.Time `json:"end"`
+	PayWithin string    `json:"pay_within"`
+	Remaining int64     `json:"remaining"`
+	Sold      int64     `json:"sold"`
+	Buyers    int64     `json:"buyers"`
+	Queued    int64     `json:"queued"`
+	Dead      int64     `json:"dead"`
+	SoldOut   bool      `json:"sold_out_flag"` // this node's sold-out flag
+}
+
+// adminDefinition is the body of PUT /seckill/activities/{id}.
+type adminDefinition struct {
+	Stock     int64          `json:"stock"`
+	Limit     int64          `json:"limit,omitempty"`
+	Start     time.Time      `json:"start"`
+	End       time.Time      `json:"end"`
+	PayWithin caddy.Duration `json:"pay_within,omitempty"`
+}
+
+const adminMaxBody = 64 << 10
+
+func (a adminAPI) serve(w http.ResponseWriter, r *http.Request) error {
+	v, err := caddy.ActiveContext().AppIfConfigured("seckill")
+	if err != nil {
+		return apiErr(http.StatusNotFound, fmt.Errorf("the seckill app is not configured: %w", err))
+	}
+	app, ok := v.(*App)
+	if !ok || app.backend == nil {
+		return apiErr(http.StatusServiceUnavailable, errors.New("the seckill app is not running"))
+	}
+	rest := strings.TrimPrefix(r.URL.Path, "/seckill/")
+	seg := strings.Split(rest, "/")
+	switch {
+	case rest == "stats":
+		if err := allow(r, http.MethodGet); err != nil {
+			return err
+		}
+		return a.stats(w, r, app)
+	case rest == "activities":
+		if err := allow(r, http.MethodGet); err != nil {
+			return err
+		}
+		return a.list(w, r, app)
+	case len(seg) == 2 && seg[0] == "activities" && admission.ValidActivityID(seg[1]):
+		switch r.Method {
+		case http.MethodGet:
+			return a.get(w, r, app, seg[1])
+		case http.MethodPut:
+			return a.define(w, r, app, seg[1])
+		case http.MethodDelete:
+			return a.delete(w, r, app, seg[1])
+		}
+		return allow(r, http.MethodGet, http.MethodPut, http.MethodDelete)
+	case len(seg) == 3 && seg[0] == "activities" && admission.ValidActivityID(seg[1]) && seg[2] == "release":
+		if err := allow(r, http.MethodPost); err != nil {
+			return err
+		}
+		return a.release(w, r, app, seg[1])
+	}
+	return apiErr(http.StatusNotFound, fmt.Errorf("no admin route %s", r.URL.Path))
+}
+
+func (adminAPI) list(w http.ResponseWriter, r *http.Request, app *App) error {
+	acts, err := snapshots(r.Context(), app)
+	if err != nil {
+		return storeErr(err)
+	}
+	return writeAdmin(w, http.StatusOK, acts)
+}
+
+func (adminAPI) get(w http.ResponseWriter, r *http.Request, app *App, id string) error {
+	s, err := app.backend.guard.Activity(r.Context(), id)
+	if err != nil {
+		return storeErr(err)
+	}
+	return writeAdmin(w, http.StatusOK, showActivity(app, s))
+}
+
+func (adminAPI) define(w http.ResponseWriter, r *http.Request, app *App, id string) error {
+	var d adminDefinition
+	body, err := io.ReadAll(io.LimitReader(r.Body, adminMaxBody+1))
+	if err != nil {
+		return apiErr(http.StatusBadRequest, fmt.Errorf("read body: %w", err))
+	}
+	if len(body) > adminMaxBody {
+		return apiErr(http.StatusRequestEntityTooLarge, errors.New("body too large"))
+	}
+	if err := decodeJSON(body, &d); err != nil {
+		return apiErr(http.StatusBadRequest, fmt.Errorf("body: %w", err))
+	}
+	c := &ActivityConfig{Stock: d.Stock, Limit: d.Limit, Start: d.Start, End: d.End, PayWithin: d.PayWithin}
+	if err := c.validate(id); err != nil {
+		return apiErr(http.StatusBadRequest, err)
+	}
+	force := forced(r)
+	def, err := app.backend.guard.Define(r.Context(), c.definition(id), force)
+	if err != nil {
+		return storeErr(err)
+	}
+	app.acts.put(def)
+	app.logger.Info("activity defined through the admin API", zap.String("activity", id),
+		zap.Bool("force", force), zap.Int64("stock", def.Stock))
+	s, err := app.backend.guard.Activity(r.Context(), id)
+	if err != nil {
+		return storeErr(err)
+	}
+	return writeAdmin(w, http.StatusOK, showActivity(app, s))
+}
+
+func (adminAPI) delete(w http.ResponseWriter, r *http.Request, app *App, id string) error {
+	if err := app.backend.guard.Delete(r.Context(), id, forced(r)); err != nil {
+		return storeErr(err)
+	}
+	app.acts.forget(id) // now, rather than at the next refresh
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (adminAPI) release(w http.ResponseWriter, r *http.Request, app *App, id string) error {
+	var body struct {
+		ReservationID string `json:"reservation_id"`
+	}
+	b, err := io.ReadAll(io.LimitReader(r.Body, adminMaxBody))
+	if err != nil {
+		return apiErr(http.StatusBadRequest, fmt.Errorf("read body: %w", err))
+	}
+	if err := decodeJSON(b, &body); err != nil || body.ReservationID == "" {
+		return apiErr(http.StatusBadRequest, errors.New(`body must be {"reservation_id": "..."}`))
+	}
+	released, err := app.backend.guard.Release(r.Context(), id, body.ReservationID)
+	if err != nil {
+		return storeErr(err)
+	}
+	return writeAdmin(w, http.StatusOK, map[string]bool{"released": released})
+}
+
+func (adminAPI) stats(w http.ResponseWriter, r *http.Request, app *App) error {
+	acts, err := snapshots(r.Context(), app)
+	if err != nil {
+		return storeErr(err)
+	}
+	return writeAdmin(w, http.StatusOK, map[string]any{
+		"store":      app.Store.typ(),
+		"breaker":    app.backend.guard.BreakerState().String(),
+		"activities": acts,
+	})
+}
+
+// snapshots reads every activity from the store, sorted by id.
+func snapshots(ctx context.Context, app *App) ([]adminActivity, error) {
+	ids, err := app.backend.guard.Activities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]adminActivity, 0, len(ids))
+	for _, id := range ids {
+		s, err := app.backend.guard.Activity(ctx, id)
+		if errors.Is(err, admission.ErrUnknownActivity) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, showActivity(app, s))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+func showActivity(app *App, s admission.Snapshot) adminActivity {
+	app.acts.setStock(s.ID, s.Remaining, time.Now())
+	return adminActivity{
+		ID: s.ID, Stock: s.Stock, Limit: s.Limit, Start: s.Start, End: s.End,
+		PayWithin: s.PayWithin.String(), Remaining: s.Remaining, Sold: s.Sold, Buyers: s.Buyers,
+		Queued: s.Queued, Dead: s.Dead, SoldOut: app.backend.guard.SoldOut(s.ID),
+	}
+}
+
+func forced(r *http.Request) bool {
+	f, _ := strconv.ParseBool(r.URL.Query().Get("force"))
+	return f
+}
+
+func allow(r *http.Request, methods ...string) error {
+	for _, m := range methods {
+		if r.Method == m {
+			return nil
+		}
+	}
+	return apiErr(http.StatusMethodNotAllowed, fmt.Errorf("method %s not allowed; use %s", r.Method, strings.Join(methods, ", ")))
+}
+
+func apiErr(status int, err error) error {
+	return caddy.APIError{HTTPStatus: status, Err: err}
+}
+
+// storeErr maps a store error to the admin API's status.
+func storeErr(err error) error {
+	switch {
+	case errors.Is(err, admission.ErrBadInput):
+		return apiErr(http.StatusBadRequest, err)
+	case errors.Is(err, admission.ErrUnknownActivity), errors.Is(err, admission.ErrNotFound):
+		return apiErr(http.StatusNotFound, err)
+	case errors.Is(err, admission.ErrActivityRunning):
+		return apiErr(http.StatusConflict, fmt.Errorf("%w: add ?force=1 to change or delete a running sale", err))
+	case errors.Is(err, admission.ErrStockBelowSold):
+		return apiErr(http.StatusConflict, err)
+	case errors.Is(err, admission.ErrBusy):
+		return apiErr(http.StatusServiceUnavailable, err)
+	}
+	return apiErr(http.StatusInternalServerError, err)
+}
+
+func writeAdmin(w http.ResponseWriter, status int, v any) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	return json.NewEncoder(w).Encode(v)
+}
+
+// Interface guards
+var _ caddy.AdminRouter = (*adminAPI)(nil)

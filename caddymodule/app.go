@@ -1,0 +1,315 @@
+// Package caddymodule is the Caddy side of caddy-seckill: the app "seckill" (store, secrets,
+// limits and activities shared by every site), the HTTP handler "http.handlers.seckill" that
+// answers the public API, and their Caddyfile syntax.
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
+	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+)
+
+func init() {
+	caddy.RegisterModule(App{})
+}
+
+// App is the seckill app: the admission store, the secrets, the rate limits and the activities
+// that every seckill handler of the configuration shares. The store and the node-local rate
+// limiters are pooled by configuration, so a reload that keeps them keeps the sale running.
+type App struct {
+	// Store is the admission store; default memory.
+	Store *StoreConfig `json:"store,omitempty"`
+
+	// JWT verifies the buyers' bearer tokens; required by the seckill handler.
+	JWT *JWTConfig `json:"jwt,omitempty"`
+
+	// URLSecret keys the HMAC of the hashed buy paths. Every node of a sale needs the same one, so
+	// it is required with store redis; with store memory a random secret is used when it is empty.
+	// Placeholders such as {env.SECKILL_URL_SECRET} are replaced at provisioning.
+	URLSecret string `json:"url_secret,omitempty"`
+
+	// ForwardSecret keys the Seckill-Signature header of forwarded winners; required by a handler
+	// with forward. It is separate from URLSecret because the shop's backend must know it.
+	ForwardSecret string `json:"forward_secret,omitempty"`
+
+	// DisableCaptcha turns the captcha off: the path call then needs no captcha answer.
+	DisableCaptcha bool `json:"disable_captcha,omitempty"`
+
+	// RateLimits are the client IP and user rate limits; none unless configured.
+	RateLimits *RateLimits `json:"rate_limits,omitempty"`
+
+	// Activities to define in the store when the app starts, by id. A definition never resets a
+	// running sale: changing an activity whose window has opened fails the config load.
+	Activities map[string]*ActivityConfig `json:"activities,omitempty"`
+
+	backend       *backend
+	verifier      *jwtauth.Verifier
+	issuer        *captcha.Issuer
+	urlSecret     []byte
+	forwardSecret []byte
+	ipLimit       *ratelimit.Local
+	userLimit     *ratelimit.Local
+	userGCRA      *ratelimit.GCRA
+	acts          *activities
+	metrics       *metrics
+	poolKeys      []string
+	logger        *zap.Logger
+	run           *runner
+}
+
+// runner is the app's background work between Start and Stop.
+type runner struct {
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// CaddyModule returns the Caddy module information.
+func (App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "seckill",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision validates the configuration and takes the pooled store and limiters. It writes nothing
+// to the store: activities are defined in Start, so that `caddy validate` has no side effects.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	a.run = new(runner)
+	repl := caddy.NewReplacer()
+
+	store, err := a.resolveStore(repl)
+	if err != nil {
+		return err
+	}
+	for id, act := range a.Activities {
+		if err := act.validate(id); err != nil {
+			return err
+		}
+	}
+
+	if a.JWT != nil {
+		if a.verifier, err = newVerifier(a.JWT, repl); err != nil {
+			return fmt.Errorf("jwt: %w", err)
+		}
+	}
+	a.urlSecret = []byte(repl.ReplaceKnown(a.URLSecret, ""))
+	a.forwardSecret = []byte(repl.ReplaceKnown(a.ForwardSecret, ""))
+	if a.URLSecret != "" && len(a.urlSecret) == 0 {
+		return fmt.Errorf("url_secret %q is empty once placeholders are replaced: set the variable", a.URLSecret)
+	}
+	if a.ForwardSecret != "" && len(a.forwardSecret) == 0 {
+		return fmt.Errorf("forward_secret %q is empty once placeholders are replaced: set the variable", a.ForwardSecret)
+	}
+	if len(a.urlSecret) == 0 && store.typ() == storeRedis {
+		return errors.New("url_secret is required with store redis: every node must sign buy paths alike")
+	}
+	if err := a.provisionLimits(store); err != nil {
+		return err
+	}
+
+	b, key, err := loadBackend(store, a.logger)
+	if err != nil {
+		return fmt.Errorf("store %s: %w", store.typ(), err)
+	}
+	a.poolKeys = append(a.poolKeys, key)
+	a.backend = b
+	if len(a.urlSecret) == 0 {
+		a.urlSecret = b.secret
+	}
+	if a.RateLimits != nil && a.RateLimits.User != nil && a.RateLimits.User.Distributed {
+		a.userGCRA = b.gcra
+	}
+	if !a.DisableCaptcha {
+		a.issuer = captcha.NewIssuer(b.captchas, captcha.Options{})
+	}
+	reveal := make(map[string]time.Duration, len(a.Activities))
+	for id, act := range a.Activities {
+		reveal[id] = time.Duration(act.Reveal)
+	}
+	a.acts = newActivities(b.guard, reveal)
+	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard); err != nil {
+		return err
+	}
+	return nil
+}
+
+// resolveStore returns the store configuration with placeholders replaced, validated.
+func (a *App) resolveStore(repl *caddy.Replacer) (*StoreConfig, error) {
+	s := &StoreConfig{}
+	if a.Store != nil {
+		c := *a.Store
+		s = &c
+	}
+	s.Addresses = nil
+	if a.Store != nil {
+		for _, addr := range a.Store.Addresses {
+			s.Addresses = append(s.Addresses, repl.ReplaceKnown(addr, ""))
+		}
+	}
+	s.Username = repl.ReplaceKnown(s.Username, "")
+	s.Password = repl.ReplaceKnown(s.Password, "")
+	if err := s.validate(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// provisionLimits takes the pooled local limiters of the configured rates.
+func (a *App) provisionLimits(store *StoreConfig) error {
+	if a.RateLimits == nil {
+		return nil
+	}
+	if c := a.RateLimits.IP; c != nil {
+		if c.Distributed {
+			return errors.New("rate_limit ip cannot be distributed")
+		}
+		r, err := c.parse()
+		if err != nil {
+			return fmt.Errorf("rate_limit ip: %w", err)
+		}
+		l, key, err := loadLimiter("ip", r)
+		if err != nil {
+			return err
+		}
+		a.poolKeys = append(a.poolKeys, key)
+		a.ipLimit = l
+	}
+	if c := a.RateLimits.User; c != nil {
+		r, err := c.parse()
+		if err != nil {
+			return fmt.Errorf("rate_limit user: %w", err)
+		}
+		if c.Distributed && store.typ() != storeRedis {
+			return errors.New("rate_limit user distributed needs store redis")
+		}
+		l, key, err := loadLimiter("user", r)
+		if err != nil {
+			return err
+		}
+		a.poolKeys = append(a.poolKeys, key)
+		a.userLimit = l
+	}
+	return nil
+}
+
+// newVerifier builds the JWT verifier, reading the public key files.
+func newVerifier(c *JWTConfig, repl *caddy.Replacer) (*jwtauth.Verifier, error) {
+	cfg := jwtauth.Config{
+		Algorithms: c.Algorithms,
+		JWKSURL:    repl.ReplaceKnown(c.JWKSURL, ""),
+		Issuer:     repl.ReplaceKnown(c.Issuer, ""),
+		Audience:   repl.ReplaceKnown(c.Audience, ""),
+		Leeway:     time.Duration(c.Leeway),
+		UserClaim:  c.UserClaim,
+	}
+	if c.HMACSecret != "" {
+		secret := repl.ReplaceKnown(c.HMACSecret, "")
+		if secret == "" {
+			return nil, fmt.Errorf("hmac_secret %q is empty once placeholders are replaced: set the variable", c.HMACSecret)
+		}
+		cfg.HMACSecret = []byte(secret)
+	}
+	for _, f := range c.PublicKeyFiles {
+		pem, err := os.ReadFile(repl.ReplaceKnown(f, ""))
+		if err != nil {
+			return nil, fmt.Errorf("public_key_file: %w", err)
+		}
+		cfg.PublicKeyPEM = append(cfg.PublicKeyPEM, pem)
+	}
+	return jwtauth.New(cfg)
+}
+
+// Start defines the configured activities in the store and starts the activity refresher. A
+// definition that would change a running sale fails the start, so the previous configuration stays
+// in force.
+func (a *App) Start() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := a.defineActivities(ctx); err != nil {
+		return err
+	}
+	if err := a.acts.refresh(ctx); err != nil {
+		a.logger.Warn("listing activities", zap.Error(err))
+	}
+	r := a.run
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	runCtx, stop := context.WithCancel(context.Background())
+	r.cancel = stop
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		a.acts.refreshLoop(runCtx, a.logger)
+	}()
+	return nil
+}
+
+// defineActivities defines every configured activity with force off: an unchanged definition is a
+// no-op and a running activity is never reset by a reload.
+func (a *App) defineActivities(ctx context.Context) error {
+	for id, c := range a.Activities {
+		def, err := a.backend.guard.Define(ctx, c.definition(id), false)
+		switch {
+		case errors.Is(err, admission.ErrActivityRunning):
+			return fmt.Errorf("activity %s is running and its definition in the configuration changed: "+
+				"a reload never changes a running sale; restore the definition, or change it with the "+
+				"admin API (force) and then update the configuration to match", id)
+		case errors.Is(err, admission.ErrStockBelowSold):
+			return fmt.Errorf("activity %s: stock %d is below the items already sold", id, c.Stock)
+		case err != nil:
+			return fmt.Errorf("define activity %s: %w", id, err)
+		}
+		a.acts.put(def)
+		a.logger.Info("activity defined", zap.String("activity", id), zap.Int64("stock", def.Stock),
+			zap.Time("start", def.Start), zap.Time("end", def.End))
+	}
+	return nil
+}
+
+// Stop stops the activity refresher. The pooled store keeps running until Cleanup releases it.
+func (a *App) Stop() error {
+	r := a.run
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancel != nil {
+		r.cancel()
+		r.wg.Wait()
+		r.cancel = nil
+	}
+	return nil
+}
+
+// Cleanup releases the pooled values this config used; the last user destroys them.
+func (a *App) Cleanup() error {
+	var errs []error
+	for _, key := range a.poolKeys {
+		if _, err := pool.Delete(key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	a.poolKeys = nil
+	return errors.Join(errs...)
+}
+
+// Guard returns the guarded admission store, for the admin API and the order backend.
+func (a *App) Guard() *admission.Guard { return a.backend.guard }
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+)

@@ -1,0 +1,50 @@
+package caddymodule
+
+import (
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+)
+
+// authenticate verifies the bearer token and sets the caller's user id. A token that does not
+// verify is a 401; a verifier that cannot work (a JWKS endpoint down) is a 503, so that buyers
+// with good tokens are told to retry rather than to log in again.
+func (q *request) authenticate() *Error {
+	tok, err := jwtauth.TokenFromRequest(q.r)
+	if err != nil {
+		return errUnauthorized("a bearer token is required")
+	}
+	claims, err := q.h.app.verifier.Verify(q.r.Context(), tok)
+	if err != nil {
+		if !errors.Is(err, jwtauth.ErrUnauthorized) {
+			q.h.logger.Warn("verifying a token failed", zap.Error(err))
+			return errBusy(time.Second)
+		}
+		q.h.logger.Debug("token refused", zap.Error(err))
+		return errUnauthorized("the bearer token is not valid")
+	}
+	if !usableUser(claims.User) {
+		return errUnauthorized("the bearer token names no usable user")
+	}
+	q.user = claims.User
+	q.repl.Set(placeholderUser, q.user)
+	return nil
+}
+
+// usableUser accepts a user id the store and the forwarded headers can carry: 1 to
+// admission.MaxUserIDLen bytes without control characters.
+func usableUser(u string) bool {
+	if u == "" || len(u) > admission.MaxUserIDLen {
+		return false
+	}
+	for i := 0; i < len(u); i++ {
+		if u[i] < 0x20 || u[i] == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,40 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// maxBody bounds every request body the handler reads.
+const maxBody = 1 << 20
+
+// readBody reads the whole request body, at most maxBody bytes (413 beyond).
+func (q *request) readBody() ([]byte, *Error) {
+	if q.r.Body == nil || q.r.Body == http.NoBody {
+		return nil, nil
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errTooLarge
+		}
+		return nil, errBadRequest("reading the request body failed")
+	}
+	return b, nil
+}
+
+// decodeJSON decodes one JSON object into v; trailing data after it is an error.
+func decodeJSON(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("unexpected data after the JSON object")
+	}
+	return nil
+}

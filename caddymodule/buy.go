@@ -1,0 +1,176 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
+	"github.com/caddy-seckill/caddy-seckill/caddymodule/forwardsig"
+)
+
+// buyRequest is the optional body of POST {prefix}/{activity}/buy/{hash}.
+type buyRequest struct {
+	Qty *int64 `json:"qty"` // default 1
+}
+
+// buyAnswer is the 202 answer of a win.
+type buyAnswer struct {
+	Code          string `json:"code"`
+	ReservationID string `json:"reservation_id"`
+	Remaining     int64  `json:"remaining"`
+}
+
+// headerIdempotencyKey lets a client retry a buy safely: a retry with the same key (and user)
+// gets the first answer back and takes no more stock.
+const headerIdempotencyKey = "Idempotency-Key"
+
+// buy takes the admission decision. Everything before the store call is node-local, cheapest
+// first: window, sold-out flag, token, user limit, hashed path, input.
+func (q *request) buy(next caddyhttp.Handler) error {
+	a := q.act
+	// A request with an Idempotency-Key may be the retry of a win whose answer was lost: it must
+	// get that first answer back, even after the sell-out, so the sold-out flag does not
+	// short-cut it (the store is asked; the user limit bounds how often).
+	_, keyed := q.r.Header[headerIdempotencyKey]
+	if e := q.open(true); e != nil && (!keyed || e != errSoldOut) {
+		return q.fail(e)
+	}
+	if e := q.authenticate(); e != nil {
+		return q.fail(e)
+	}
+	if e := q.limitUser(userBucketBuy); e != nil {
+		return q.fail(e)
+	}
+	if !hashedurl.Verify(q.h.app.urlSecret, a.ID, q.user, a.Salt, q.call.arg) {
+		return q.fail(errBadPath)
+	}
+	reqID, e := requestID(q.r)
+	if e != nil {
+		return q.fail(e)
+	}
+	body, e := q.readBody()
+	if e != nil {
+		return q.fail(e)
+	}
+	qty, e := parseQty(body, a.Limit)
+	if e != nil {
+		return q.fail(e)
+	}
+
+	began := time.Now()
+	var store admission.Store = q.h.app.backend.guard
+	if keyed && q.h.app.backend.guard.SoldOut(a.ID) {
+		// The guard would answer SoldOut without asking the store; only the store knows whether
+		// this key already won.
+		store = q.h.app.backend.guard.Store()
+	}
+	d, err := store.Admit(q.r.Context(), admission.Request{
+		Activity: a.ID, User: q.user, Qty: qty, RequestID: reqID,
+	})
+	if err != nil {
+		e := q.admitError(err)
+		q.h.app.metrics.observeAdmission(a.ID, e.Code, time.Since(began))
+		return q.fail(e)
+	}
+	q.h.app.metrics.observeAdmission(a.ID, d.Outcome.String(), time.Since(began))
+	q.h.app.acts.setStock(a.ID, d.Remaining, time.Now())
+	switch d.Outcome {
+	case admission.Won:
+	case admission.SoldOut:
+		return q.fail(errSoldOut)
+	case admission.LimitReached:
+		return q.fail(errLimitReached)
+	case admission.NotStarted:
+		return q.fail(errNotStarted)
+	case admission.Ended:
+		return q.fail(errEnded)
+	default:
+		q.h.logger.Error("unknown admission outcome", zap.Stringer("outcome", d.Outcome))
+		return q.fail(errBusy(time.Second))
+	}
+
+	q.repl.Set(placeholderReservation, d.ReservationID)
+	if q.h.Forward {
+		// The next handler gets the body back, and headers only this handler could have set.
+		q.r.Body = io.NopCloser(bytes.NewReader(body))
+		q.r.ContentLength = int64(len(body))
+		q.r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		forwardsig.Set(q.r.Header, q.h.app.forwardSecret, forwardsig.Win{
+			Reservation: d.ReservationID, Activity: a.ID, User: q.user, Qty: qty,
+		})
+		q.repl.Set(placeholderCode, codeQueued)
+		q.code = codeQueued
+		return next.ServeHTTP(q.w, q.r)
+	}
+	return q.ok(http.StatusAccepted, codeQueued, buyAnswer{
+		Code: codeQueued, ReservationID: d.ReservationID, Remaining: d.Remaining,
+	})
+}
+
+// admitError maps a failed admission to its refusal. Whatever the cause, no admission was taken:
+// the store writes nothing on failure and the breaker fails closed.
+func (q *request) admitError(err error) *Error {
+	switch {
+	case errors.Is(err, admission.ErrUnknownActivity):
+		return apiError(http.StatusNotFound, codeNotFound, "no such activity")
+	case errors.Is(err, admission.ErrBadInput):
+		return errBadRequest("the request cannot be admitted as given")
+	case errors.Is(err, context.Canceled):
+		return errBusy(time.Second) // the client is gone; nobody reads this
+	case errors.Is(err, admission.ErrBusy):
+		q.h.logger.Debug("admission refused: store unavailable", zap.Error(err))
+		return errBusy(time.Second)
+	}
+	q.h.logger.Warn("admission failed", zap.Error(err))
+	return errBusy(time.Second)
+}
+
+// requestID returns the request's idempotency key, or a random one when it has none.
+func requestID(r *http.Request) (string, *Error) {
+	vals := r.Header.Values(headerIdempotencyKey)
+	if len(vals) == 0 {
+		var b [16]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms.
+		return hex.EncodeToString(b[:]), nil
+	}
+	k := vals[0]
+	if len(vals) > 1 || k == "" || len(k) > admission.MaxRequestIDLen {
+		return "", errBadRequest("Idempotency-Key must be one value of 1-" +
+			strconv.Itoa(admission.MaxRequestIDLen) + " characters")
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x21 || k[i] > 0x7e {
+			return "", errBadRequest("Idempotency-Key must be printable ASCII")
+		}
+	}
+	return k, nil
+}
+
+// parseQty reads the optional {"qty": n} body: 1 when absent, and from 1 to limit.
+func parseQty(body []byte, limit int64) (int64, *Error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return 1, nil
+	}
+	var req buyRequest
+	if err := decodeJSON(body, &req); err != nil {
+		return 0, errBadRequest("the body is not valid JSON: " + err.Error())
+	}
+	if req.Qty == nil {
+		return 1, nil
+	}
+	if *req.Qty < 1 || *req.Qty > limit {
+		return 0, errBadRequest("qty must be from 1 to " + strconv.FormatInt(limit, 10))
+	}
+	return *req.Qty, nil
+}

@@ -1,0 +1,155 @@
+package caddymodule_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	_ "github.com/caddy-seckill/caddy-seckill/caddymodule"
+)
+
+var update = flag.Bool("update", false, "rewrite the JSON half of testdata/*.caddyfiletest with the adapter's output")
+
+// adapt adapts a Caddyfile to indented JSON.
+func adapt(t *testing.T, caddyfile string) (string, error) {
+	t.Helper()
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, out, "", "\t"); err != nil {
+		t.Fatalf("adapter output is not JSON: %v\n%s", err, out)
+	}
+	return buf.String(), nil
+}
+
+// TestCaddyfileAdapt checks each testdata/*.caddyfiletest: a Caddyfile, a line of dashes, and
+// either the exact JSON it adapts to or (when it does not start with '{') a part of the error
+// adapting it must give. Run with -update to rewrite the JSON halves, then review the diff.
+func TestCaddyfileAdapt(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.caddyfiletest")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			caddyfile, want, ok := strings.Cut(string(data), "----------")
+			if !ok {
+				t.Fatalf("%s has no ---------- separator", f)
+			}
+			caddyfile = strings.TrimSpace(caddyfile) + "\n"
+			want = strings.TrimSpace(want)
+
+			got, err := adapt(t, caddyfile)
+			if want != "" && want[0] != '{' {
+				if err == nil {
+					t.Fatalf("adapting succeeded; want an error containing %q", want)
+				}
+				if !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not contain %q", err, want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("adapt: %v", err)
+			}
+			if *update {
+				if err := os.WriteFile(f, []byte(caddyfile+"----------\n"+got+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if got != want {
+				t.Errorf("adapted JSON differs.\n--- got ---\n%s\n--- want ---\n%s", got, want)
+			}
+		})
+	}
+}
+
+// TestCaddyfileErrors checks that each wrong Caddyfile is refused with a message that says what is
+// wrong, where the admin looks for it.
+func TestCaddyfileErrors(t *testing.T) {
+	global := func(body string) string { return "{\n\tseckill {\n" + body + "\n\t}\n}\n" }
+	site := func(body string) string { return ":8080 {\n" + body + "\n}\n" }
+	for _, tc := range []struct {
+		name, caddyfile, want string
+	}{
+		{"orders is not supported yet", global("orders sqlite ./orders.db"), `unrecognized option "orders"`},
+		{"unknown option", global("stock 5"), `unrecognized option "stock"`},
+		{"option args", "{\n\tseckill foo\n}\n", "wrong argument count"},
+		{"twice", "{\n\tseckill\n\tseckill\n}\n", "given twice"},
+		{"store twice", global("store memory\nstore memory"), "store is given twice"},
+		{"store unknown", global("store etcd"), `unknown store "etcd"`},
+		{"store none", global("store"), "wrong argument count"},
+		{"store memory block", global("store memory {\nfoo\n}"), "store memory takes no options"},
+		{"store memory args", global("store memory x"), "wrong argument count"},
+		{"redis no address", global("store redis"), "needs at least one address"},
+		{"redis two addresses", global("store redis a:1 b:2"), "several addresses need cluster or sentinel"},
+		{"redis cluster sentinel", global("store redis a:1 {\ncluster\nsentinel m\n}"), "cluster and sentinel are exclusive"},
+		{"redis cluster db", global("store redis a:1 {\ncluster\ndb 1\n}"), "a cluster has only database 0"},
+		{"redis db word", global("store redis a:1 {\ndb two\n}"), `db "two": want a database number`},
+		{"redis db negative", global("store redis a:1 {\ndb -1\n}"), `db "-1"`},
+		{"redis unknown", global("store redis a:1 {\ntls\n}"), `unrecognized store redis option "tls"`},
+		{"redis address empty", global("store redis {\naddress\n}"), "wrong argument count"},
+		{"jwt no algorithms", global("jwt {\nhmac_secret s\n}"), "jwt needs algorithms"},
+		{"jwt unknown", global("jwt {\nalgorithms HS256\nsecret s\n}"), `unrecognized jwt option "secret"`},
+		{"jwt leeway", global("jwt {\nalgorithms HS256\nleeway soon\n}"), `jwt leeway "soon"`},
+		{"jwt leeway negative", global("jwt {\nalgorithms HS256\nleeway -1s\n}"), "is negative"},
+		{"jwt args", global("jwt HS256"), "wrong argument count"},
+		{"url_secret args", global("url_secret a b"), "wrong argument count"},
+		{"captcha word", global("captcha maybe"), `captcha "maybe": want on or off`},
+		{"rate_limit short", global("rate_limit ip"), "want rate_limit ip|user"},
+		{"rate_limit kind", global("rate_limit host 2/s"), `rate_limit "host": want ip or user`},
+		{"rate_limit rate", global("rate_limit ip 20"), "rate_limit ip"},
+		{"rate_limit zero", global("rate_limit ip 0/s"), "events must be between"},
+		{"rate_limit burst missing", global("rate_limit ip 2/s burst"), "burst needs a number"},
+		{"rate_limit burst word", global("rate_limit ip 2/s burst many"), `burst "many"`},
+		{"rate_limit extra", global("rate_limit user 2/s fast"), `unexpected "fast"`},
+		{"rate_limit ip distributed", global("rate_limit ip 2/s distributed"), "cannot be distributed"},
+		{"rate_limit twice", global("rate_limit user 2/s\nrate_limit user 3/s"), "rate_limit user is given twice"},
+		{"activity no id", global("activity"), "wrong argument count"},
+		{"activity bad id", global("activity a/b {\nstock 1\n}"), `activity id "a/b"`},
+		{"activity twice", global("activity a {\nstock 1\nstart 2026-01-01T00:00:00Z\nend 2026-01-02T00:00:00Z\n}\nactivity a {\nstock 1\n}"), "activity a is defined twice"},
+		{"activity no stock", global("activity a {\nstart 2026-01-01T00:00:00Z\nend 2026-01-02T00:00:00Z\n}"), "activity a: stock is required"},
+		{"activity stock word", global("activity a {\nstock lots\n}"), `stock "lots": want a whole number`},
+		{"activity stock negative", global("activity a {\nstock -1\n}"), `stock "-1"`},
+		{"activity limit zero", global("activity a {\nlimit 0\n}"), "limit must be at least 1"},
+		{"activity no window", global("activity a {\nstock 1\n}"), "start and end are required"},
+		{"activity bad start", global("activity a {\nstock 1\nstart tomorrow\n}"), `start "tomorrow": want an RFC 3339 time`},
+		{"activity end before start", global("activity a {\nstock 1\nstart 2026-01-02T00:00:00Z\nend 2026-01-01T00:00:00Z\n}"), "is not after start"},
+		{"activity reveal", global("activity a {\nreveal 2 seconds\n}"), "wrong argument count"},
+		{"activity pay_within", global("activity a {\npay_within forever\n}"), `pay_within "forever"`},
+		{"activity unknown", global("activity a {\nprice 5\n}"), `activity a: unrecognized option "price"`},
+		{"handler unknown", site("seckill {\nqueue\n}"), `unrecognized subdirective "queue"`},
+		{"handler args", site("seckill sale"), "wrong argument count"},
+		{"handler prefix", site("seckill {\nprefix sale\n}"), "must start with /"},
+		{"handler errors", site("seckill {\nerrors json\n}"), `errors "json": want auto, write or return`},
+		{"handler forward args", site("seckill {\nforward yes\n}"), "wrong argument count"},
+		{"handler twice", site("seckill {\nforward\nforward\n}"), "forward is given twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := adapt(t, tc.caddyfile)
+			if err == nil {
+				t.Fatalf("adapting succeeded; want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "Caddyfile:") {
+				t.Errorf("error %q does not say where (file:line)", err)
+			}
+		})
+	}
+}

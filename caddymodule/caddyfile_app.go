@@ -1,0 +1,413 @@
+package caddymodule
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+func init() {
+	httpcaddyfile.RegisterGlobalOption("seckill", parseGlobalOption)
+}
+
+// parseGlobalOption sets up the seckill app from the global option of the same name. Syntax:
+//
+//	seckill {
+//		store memory
+//		store redis [<address>...] {
+//			address    <host:port>...
+//			username   <name>
+//			password   <password>
+//			db         <n>
+//			key_prefix <prefix>
+//			sentinel   <master name>
+//			cluster
+//		}
+//		jwt {
+//			algorithms      <alg>...
+//			hmac_secret     <secret>
+//			public_key_file <pem file>
+//			jwks_url        <url>
+//			issuer          <iss>
+//			audience        <aud>
+//			leeway          <duration>
+//			user_claim      <claim>
+//		}
+//		url_secret     <secret>
+//		forward_secret <secret>
+//		captcha        on|off
+//		rate_limit ip   <events>/<period> [burst <n>]
+//		rate_limit user <events>/<period> [burst <n>] [distributed]
+//		activity <id> {
+//			stock      <n>
+//			limit      <n>
+//			start      <RFC 3339 time>
+//			end        <RFC 3339 time>
+//			reveal     <duration>
+//			pay_within <duration>
+//		}
+//	}
+func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
+	if existing != nil {
+		d.Next()
+		return nil, d.Err("seckill: the global option is given twice: merge the blocks")
+	}
+	app := new(App)
+	if err := app.UnmarshalCaddyfile(d); err != nil {
+		return nil, err
+	}
+	return httpcaddyfile.App{
+		Name:  "seckill",
+		Value: caddyconfig.JSON(app, nil),
+	}, nil
+}
+
+// UnmarshalCaddyfile sets up the app from Caddyfile tokens; see parseGlobalOption for the syntax.
+func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // consume option name
+	if d.NextArg() {
+		return d.ArgErr()
+	}
+	seen := map[string]bool{}
+	once := func(name string) error {
+		if seen[name] {
+			return d.Errf("seckill: %s is given twice", name)
+		}
+		seen[name] = true
+		return nil
+	}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		opt := d.Val()
+		switch opt {
+		case "store":
+			if err := once(opt); err != nil {
+				return err
+			}
+			s, err := parseStore(d)
+			if err != nil {
+				return err
+			}
+			a.Store = s
+		case "jwt":
+			if err := once(opt); err != nil {
+				return err
+			}
+			j, err := parseJWT(d)
+			if err != nil {
+				return err
+			}
+			a.JWT = j
+		case "url_secret", "forward_secret":
+			if err := once(opt); err != nil {
+				return err
+			}
+			var v string
+			if !d.AllArgs(&v) {
+				return d.ArgErr()
+			}
+			if opt == "url_secret" {
+				a.URLSecret = v
+			} else {
+				a.ForwardSecret = v
+			}
+		case "captcha":
+			if err := once(opt); err != nil {
+				return err
+			}
+			var v string
+			if !d.AllArgs(&v) {
+				return d.ArgErr()
+			}
+			switch v {
+			case "on":
+				a.DisableCaptcha = false
+			case "off":
+				a.DisableCaptcha = true
+			default:
+				return d.Errf("seckill: captcha %q: want on or off", v)
+			}
+		case "rate_limit":
+			if err := parseRateLimit(d, a); err != nil {
+				return err
+			}
+		case "activity":
+			if !d.NextArg() {
+				return d.ArgErr()
+			}
+			id := d.Val()
+			if !admission.ValidActivityID(id) {
+				return d.Errf("seckill: activity id %q: want 1-%d of [A-Za-z0-9._-]", id, admission.MaxActivityIDLen)
+			}
+			if _, dup := a.Activities[id]; dup {
+				return d.Errf("seckill: activity %s is defined twice", id)
+			}
+			if d.NextArg() {
+				return d.ArgErr()
+			}
+			act, err := parseActivity(d, id)
+			if err != nil {
+				return err
+			}
+			if a.Activities == nil {
+				a.Activities = map[string]*ActivityConfig{}
+			}
+			a.Activities[id] = act
+		default:
+			return d.Errf("seckill: unrecognized option %q", opt)
+		}
+	}
+	return nil
+}
+
+func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
+	if !d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	s := &StoreConfig{Type: d.Val()}
+	switch s.Type {
+	case storeMemory:
+		if d.NextArg() {
+			return nil, d.ArgErr()
+		}
+		if d.NextBlock(d.Nesting()) {
+			return nil, d.Err("seckill: store memory takes no options")
+		}
+		return s, nil
+	case storeRedis:
+	default:
+		return nil, d.Errf("seckill: unknown store %q: want memory or redis", s.Type)
+	}
+	s.Addresses = append(s.Addresses, d.RemainingArgs()...)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch sub := d.Val(); sub {
+		case "address":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return nil, d.ArgErr()
+			}
+			s.Addresses = append(s.Addresses, args...)
+		case "username", "password", "key_prefix", "sentinel":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			switch sub {
+			case "username":
+				s.Username = v
+			case "password":
+				s.Password = v
+			case "key_prefix":
+				s.KeyPrefix = v
+			case "sentinel":
+				s.SentinelMaster = v
+			}
+		case "db":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return nil, d.Errf("seckill: store redis db %q: want a database number", v)
+			}
+			s.DB = n
+		case "cluster":
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			s.Cluster = true
+		default:
+			return nil, d.Errf("seckill: unrecognized store redis option %q", sub)
+		}
+	}
+	if len(s.Addresses) == 0 {
+		return nil, d.Err("seckill: store redis needs at least one address")
+	}
+	if err := s.validate(); err != nil {
+		return nil, d.Errf("seckill: %v", err)
+	}
+	return s, nil
+}
+
+func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
+	if d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	j := new(JWTConfig)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch sub := d.Val(); sub {
+		case "algorithms":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return nil, d.ArgErr()
+			}
+			j.Algorithms = append(j.Algorithms, args...)
+		case "public_key_file":
+			args := d.RemainingArgs()
+			if len(args) == 0 {
+				return nil, d.ArgErr()
+			}
+			j.PublicKeyFiles = append(j.PublicKeyFiles, args...)
+		case "hmac_secret", "jwks_url", "issuer", "audience", "user_claim":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			switch sub {
+			case "hmac_secret":
+				j.HMACSecret = v
+			case "jwks_url":
+				j.JWKSURL = v
+			case "issuer":
+				j.Issuer = v
+			case "audience":
+				j.Audience = v
+			case "user_claim":
+				j.UserClaim = v
+			}
+		case "leeway":
+			dur, err := durationArg(d, "jwt leeway")
+			if err != nil {
+				return nil, err
+			}
+			j.Leeway = caddy.Duration(dur)
+		default:
+			return nil, d.Errf("seckill: unrecognized jwt option %q", sub)
+		}
+	}
+	if len(j.Algorithms) == 0 {
+		return nil, d.Err("seckill: jwt needs algorithms (e.g. algorithms HS256)")
+	}
+	return j, nil
+}
+
+func parseRateLimit(d *caddyfile.Dispenser, a *App) error {
+	args := d.RemainingArgs()
+	if len(args) < 2 {
+		return d.Err("seckill: want rate_limit ip|user <events>/<period> [burst <n>] [distributed]")
+	}
+	if a.RateLimits == nil {
+		a.RateLimits = new(RateLimits)
+	}
+	c := &RateLimitConfig{Rate: args[1]}
+	for i := 2; i < len(args); i++ {
+		switch args[i] {
+		case "burst":
+			if i+1 >= len(args) {
+				return d.Err("seckill: rate_limit burst needs a number")
+			}
+			n, err := strconv.Atoi(args[i+1])
+			if err != nil || n <= 0 {
+				return d.Errf("seckill: rate_limit burst %q: want a positive whole number", args[i+1])
+			}
+			c.Burst = n
+			i++
+		case "distributed":
+			c.Distributed = true
+		default:
+			return d.Errf("seckill: rate_limit: unexpected %q", args[i])
+		}
+	}
+	if _, err := c.parse(); err != nil {
+		return d.Errf("seckill: rate_limit %s: %v", args[0], err)
+	}
+	switch args[0] {
+	case "ip":
+		if a.RateLimits.IP != nil {
+			return d.Err("seckill: rate_limit ip is given twice")
+		}
+		if c.Distributed {
+			return d.Err("seckill: rate_limit ip cannot be distributed (the IP limit is node-local by design)")
+		}
+		a.RateLimits.IP = c
+	case "user":
+		if a.RateLimits.User != nil {
+			return d.Err("seckill: rate_limit user is given twice")
+		}
+		a.RateLimits.User = c
+	default:
+		return d.Errf("seckill: rate_limit %q: want ip or user", args[0])
+	}
+	return nil
+}
+
+func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
+	c := new(ActivityConfig)
+	var haveStock bool
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		switch sub := d.Val(); sub {
+		case "stock", "limit":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return nil, d.Errf("seckill: activity %s: %s %q: want a whole number", id, sub, v)
+			}
+			if sub == "limit" && n == 0 {
+				return nil, d.Errf("seckill: activity %s: limit must be at least 1", id)
+			}
+			if sub == "stock" {
+				c.Stock, haveStock = n, true
+			} else {
+				c.Limit = n
+			}
+		case "start", "end":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			t, err := time.Parse(time.RFC3339, v)
+			if err != nil {
+				return nil, d.Errf("seckill: activity %s: %s %q: want an RFC 3339 time like 2026-12-01T20:00:00+08:00", id, sub, v)
+			}
+			if sub == "start" {
+				c.Start = t
+			} else {
+				c.End = t
+			}
+		case "reveal", "pay_within":
+			dur, err := durationArg(d, "activity "+id+" "+sub)
+			if err != nil {
+				return nil, err
+			}
+			if sub == "reveal" {
+				c.Reveal = caddy.Duration(dur)
+			} else {
+				c.PayWithin = caddy.Duration(dur)
+			}
+		default:
+			return nil, d.Errf("seckill: activity %s: unrecognized option %q", id, sub)
+		}
+	}
+	if !haveStock {
+		return nil, d.Errf("seckill: activity %s: stock is required", id)
+	}
+	if err := c.validate(id); err != nil {
+		return nil, d.Errf("seckill: %v", err)
+	}
+	return c, nil
+}
+
+// durationArg reads one non-negative duration argument.
+func durationArg(d *caddyfile.Dispenser, what string) (time.Duration, error) {
+	var v string
+	if !d.AllArgs(&v) {
+		return 0, d.ArgErr()
+	}
+	dur, err := caddy.ParseDuration(v)
+	if err != nil {
+		return 0, d.Errf("seckill: %s %q: %v", what, v, err)
+	}
+	if dur < 0 {
+		return 0, d.Errf("seckill: %s %q is negative", what, v)
+	}
+	return dur, nil
+}

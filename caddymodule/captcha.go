@@ -1,0 +1,82 @@
+package caddymodule
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
+)
+
+// captchaAnswer is the body of POST {prefix}/{activity}/captcha.
+type captchaAnswer struct {
+	Code      string `json:"code"`
+	CaptchaID string `json:"captcha_id"`
+	Image     string `json:"image"` // URL of the PNG
+}
+
+var errCaptchaOff = apiError(http.StatusNotFound, codeNotFound, "the captcha is off for this sale")
+
+// captcha issues a captcha to the caller. It may be asked for before the sale starts, so that
+// buyers can solve it while they wait for the buy path.
+func (q *request) captcha() error {
+	iss := q.h.app.issuer
+	if iss == nil {
+		return q.fail(errCaptchaOff)
+	}
+	if e := q.open(false); e != nil {
+		return q.fail(e)
+	}
+	if e := q.authenticate(); e != nil {
+		return q.fail(e)
+	}
+	if e := q.limitUser(userBucketBuy); e != nil {
+		return q.fail(e)
+	}
+	id, err := iss.New(q.r.Context(), q.user)
+	if err != nil {
+		q.h.logger.Warn("issuing a captcha failed", zap.Error(err))
+		return q.fail(errBusy(time.Second))
+	}
+	return q.ok(http.StatusOK, codeOK, captchaAnswer{Code: codeOK, CaptchaID: id, Image: q.imageURL(id)})
+}
+
+// imageURL is the public URL of a captcha image: the original request path (before any rewrite
+// or handle_path strip) extended by the id, so it is right whatever the mount.
+func (q *request) imageURL(id string) string {
+	if p := originalPath(q.r); strings.HasSuffix(p, "/captcha") {
+		return p + "/" + id + ".png"
+	}
+	return q.h.prefix + "/" + q.act.ID + "/captcha/" + id + ".png"
+}
+
+// captchaImage serves a captcha's PNG. It needs no token (an img tag cannot send one); the
+// captcha store caps how often one image is fetched.
+func (q *request) captchaImage() error {
+	iss := q.h.app.issuer
+	if iss == nil {
+		return q.fail(errCaptchaOff)
+	}
+	png, err := iss.Image(q.r.Context(), q.call.arg)
+	switch {
+	case errors.Is(err, captcha.ErrNotFound), errors.Is(err, captcha.ErrTooManyFetches):
+		return q.fail(apiError(http.StatusNotFound, codeNotFound, "no such captcha, or it was fetched too often"))
+	case err != nil:
+		q.h.logger.Warn("rendering a captcha failed", zap.Error(err))
+		return q.fail(errBusy(time.Second))
+	}
+	q.code = codeOK
+	q.repl.Set(placeholderCode, codeOK)
+	h := q.w.Header()
+	h.Set("Content-Type", "image/png")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(png)))
+	q.w.WriteHeader(http.StatusOK)
+	_, _ = q.w.Write(png)
+	return nil
+}

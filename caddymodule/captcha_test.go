@@ -1,0 +1,107 @@
+package caddymodule_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"image/png"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFlowWithCaptcha walks the whole public flow of §2: status, captcha, image, path, buy,
+// result, with the captcha on.
+func TestFlowWithCaptcha(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha on\n"+
+		activityBlock("cap", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 2*time.Second), route)
+	c := newClient(t, base)
+	alice, bob := token(t, "alice"), token(t, "bob")
+	answer := func(id string) string {
+		t.Helper()
+		a, err := app(t).CaptchaAnswer(context.Background(), id)
+		if err != nil {
+			t.Fatalf("captcha %s: %v", id, err)
+		}
+		return a
+	}
+	pathBody := func(id, ans string) string { return fmt.Sprintf(`{"captcha_id":%q,"answer":%q}`, id, ans) }
+
+	st := c.get("/seckill/cap", "")
+	expect(t, "status", st, http.StatusOK, "ok")
+	if st.num("reveal_ms") != 2000 {
+		t.Errorf("status reveal_ms: %s", st)
+	}
+
+	expect(t, "captcha without token", c.post("/seckill/cap/captcha", "", ""), http.StatusUnauthorized, "unauthorized")
+	cp := c.post("/seckill/cap/captcha", alice, "")
+	expect(t, "captcha", cp, http.StatusOK, "ok")
+	id, img := cp.str("captcha_id"), cp.str("image")
+	if id == "" || img != "/seckill/cap/captcha/"+id+".png" {
+		t.Fatalf("captcha answer: %s", cp)
+	}
+
+	// The image is a PNG, served without a token, the same bytes on every fetch, a few times only.
+	first := c.get(img, "")
+	if first.status != http.StatusOK || first.header.Get("Content-Type") != "image/png" {
+		t.Fatalf("image: %d %s", first.status, first.header.Get("Content-Type"))
+	}
+	if _, err := png.Decode(bytes.NewReader(first.raw)); err != nil {
+		t.Fatalf("image is not a PNG: %v", err)
+	}
+	var capped bool
+	for range 10 {
+		r := c.get(img, "")
+		if r.status == http.StatusOK && !bytes.Equal(r.raw, first.raw) {
+			t.Fatal("the image changed between fetches")
+		}
+		if r.status == http.StatusNotFound && r.code() == "not_found" {
+			capped = true
+			break
+		}
+	}
+	if !capped {
+		t.Error("image fetches are not capped")
+	}
+	expect(t, "unknown image", c.get("/seckill/cap/captcha/NOSUCHID.png", ""), http.StatusNotFound, "not_found")
+
+	// Bad answers: missing body, malformed, wrong digits, someone else's captcha. A captcha is
+	// single use: a wrong answer burns it.
+	expect(t, "path without body", c.post("/seckill/cap/path", alice, ""), http.StatusBadRequest, "bad_request")
+	expect(t, "path malformed", c.post("/seckill/cap/path", alice, "{"), http.StatusBadRequest, "bad_request")
+	right := answer(id)
+	wrong := []byte(right)
+	wrong[0] = '0' + (wrong[0]-'0'+1)%10
+	expect(t, "wrong answer", c.post("/seckill/cap/path", alice, pathBody(id, string(wrong))), http.StatusForbidden, "captcha_invalid")
+	expect(t, "right answer after a wrong one", c.post("/seckill/cap/path", alice, pathBody(id, right)), http.StatusForbidden, "captcha_invalid")
+
+	bobCap := c.post("/seckill/cap/captcha", bob, "")
+	bobID := bobCap.str("captcha_id")
+	expect(t, "another user's captcha", c.post("/seckill/cap/path", alice, pathBody(bobID, answer(bobID))), http.StatusForbidden, "captcha_invalid")
+
+	// The right answer gets the path, once.
+	cp = c.post("/seckill/cap/captcha", alice, "")
+	id = cp.str("captcha_id")
+	right = answer(id)
+	p := c.post("/seckill/cap/path", alice, pathBody(id, right))
+	expect(t, "path", p, http.StatusOK, "ok")
+	path := p.str("path")
+	if !strings.HasPrefix(path, "/seckill/cap/buy/") {
+		t.Fatalf("path %q", path)
+	}
+	expect(t, "captcha reuse", c.post("/seckill/cap/path", alice, pathBody(id, right)), http.StatusForbidden, "captcha_invalid")
+
+	expect(t, "result before", c.get("/seckill/cap/result", alice), http.StatusOK, "none")
+	b := c.post(path, alice, `{"qty":1}`)
+	expect(t, "buy", b, http.StatusAccepted, "queued")
+	r := c.get("/seckill/cap/result", alice)
+	expect(t, "result after", r, http.StatusOK, "queued")
+	if r.str("reservation_id") != b.str("reservation_id") {
+		t.Errorf("result %s does not name the reservation of %s", r, b)
+	}
+	if n := remaining(t, "cap"); n != 2 {
+		t.Errorf("remaining %d, want 2", n)
+	}
+}

@@ -1,0 +1,157 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// builtCaddy is cmd/caddy built once for the tests that need a second process.
+var builtCaddy struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if builtCaddy.dir != "" {
+		_ = os.RemoveAll(builtCaddy.dir)
+	}
+	os.Exit(code)
+}
+
+// buildCaddy builds cmd/caddy (once per test binary) and returns the binary.
+func buildCaddy(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds cmd/caddy")
+	}
+	b := &builtCaddy
+	b.once.Do(func() {
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			b.err = fmt.Errorf("no go command to build cmd/caddy: %w", err)
+			return
+		}
+		if b.dir, b.err = os.MkdirTemp("", "seckill-caddy-"); b.err != nil {
+			return
+		}
+		b.bin = filepath.Join(b.dir, "caddy")
+		cmd := exec.Command(gobin, "build", "-o", b.bin, "./cmd/caddy")
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/caddy: %w\n%s", err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.bin
+}
+
+// startCaddyProcess runs the Caddy binary with the Caddyfile in a child process and returns the
+// base URL once the activity's status answers.
+func startCaddyProcess(t *testing.T, bin, seckill, site, activity string) string {
+	t.Helper()
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cfg, []byte(caddyfile(t, port, seckill, site)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "run", "--config", cfg, "--adapter", "caddyfile")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_CONFIG_HOME="+dir, "XDG_DATA_HOME="+dir)
+	log, err := os.Create(filepath.Join(dir, "caddy.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = log, log
+	// Pdeathsig: a test binary that dies must not leave its Caddy behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = log.Close()
+	})
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	hc := &http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		select {
+		case <-done:
+			out, _ := os.ReadFile(log.Name())
+			t.Fatalf("caddy exited at start:\n%s", out)
+		default:
+		}
+		res, err := hc.Get(base + "/seckill/" + activity)
+		if err == nil {
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+	}
+	out, _ := os.ReadFile(log.Name())
+	t.Fatalf("caddy did not answer on %s:\n%s", base, out)
+	return ""
+}
+
+// TestTwoInstancesShareRedis runs one Caddy in this process and one in a child process, both on
+// one private Redis, and rushes them together: the stock holds across nodes.
+func TestTwoInstancesShareRedis(t *testing.T) {
+	bin := buildCaddy(t)
+	rd := testsrv.StartRedis(t)
+	now := time.Now()
+	seckill := jwtBlock + "captcha off\nurl_secret shared-url-secret\nstore redis " + rd.Addr + "\n" +
+		activityBlock("duo", 50, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)
+	a := startCaddy(t, seckill, route)
+	b := startCaddyProcess(t, bin, seckill, route, "duo")
+	rush(t, []string{a, b}, "duo", 400, 3, 50)
+	if n := remaining(t, "duo"); n != 0 {
+		t.Errorf("remaining %d after the rush, want 0", n)
+	}
+}
+
+// TestDistributedUserLimit: with "distributed", a user's budget is shared by the nodes, so a call
+// on a second node that its own local bucket would allow is refused.
+func TestDistributedUserLimit(t *testing.T) {
+	bin := buildCaddy(t)
+	rd := testsrv.StartRedis(t)
+	now := time.Now()
+	seckill := jwtBlock + "captcha off\nurl_secret shared-url-secret\nstore redis " + rd.Addr + "\n" +
+		"rate_limit user 1/m burst 1 distributed\n" +
+		activityBlock("dl", 5, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)
+	a := newClient(t, startCaddy(t, seckill, route))
+	b := newClient(t, startCaddyProcess(t, bin, seckill, route, "dl"))
+	alice, bob := token(t, "alice"), token(t, "bob")
+	expect(t, "alice on a", a.post("/seckill/dl/path", alice, ""), http.StatusOK, "ok")
+	r := b.post("/seckill/dl/path", alice, "")
+	expect(t, "alice on b", r, http.StatusTooManyRequests, "rate_limited")
+	if r.header.Get("Retry-After") == "" {
+		t.Error("no Retry-After")
+	}
+	expect(t, "bob on b", b.post("/seckill/dl/path", bob, ""), http.StatusOK, "ok")
+}

@@ -1,0 +1,126 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+)
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "seckill",
+		Usage: "token|status ...",
+		Short: "Flash-sale tools: mint test tokens, show activities",
+		Long: `
+Tools for caddy-seckill.
+
+  caddy seckill token --user <id> [--secret <s>] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]
+      prints an HMAC-signed JWT for the user (for tests and load tests). The secret defaults to
+      the SECKILL_JWT_SECRET environment variable.
+
+  caddy seckill status [<activity>] [--address <admin>] [--config <file> [--adapter <name>]]
+      prints the activities (or one) with their live counters, from the running Caddy's admin
+      API (module admin.api.seckill).`,
+		CobraFunc: func(cmd *cobra.Command) {
+			token := &cobra.Command{
+				Use:   "token --user <id> [--secret <s>] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]",
+				Short: "Prints an HMAC-signed JWT for a user",
+				Args:  cobra.NoArgs,
+				RunE:  caddycmd.WrapCommandFuncForCobra(cmdToken),
+			}
+			token.Flags().String("user", "", "The user id (sub claim); required")
+			token.Flags().String("secret", "", "The HMAC secret; default $SECKILL_JWT_SECRET")
+			token.Flags().String("alg", "HS256", "HS256, HS384 or HS512")
+			token.Flags().Duration("ttl", 15*time.Minute, "How long the token is valid")
+			token.Flags().String("issuer", "", "The iss claim")
+			token.Flags().String("audience", "", "The aud claim")
+
+			status := &cobra.Command{
+				Use:   "status [<activity>] [--address <admin>] [--config <file> [--adapter <name>]]",
+				Short: "Prints the activities and their counters from the admin API",
+				Args:  cobra.MaximumNArgs(1),
+				RunE:  caddycmd.WrapCommandFuncForCobra(cmdStatus),
+			}
+			status.Flags().String("address", "", "Address of the administration API listener (if --config is not used)")
+			status.Flags().StringP("config", "c", "", "Configuration file (if --address is not used)")
+			status.Flags().StringP("adapter", "a", "", "Name of config adapter to apply (if --config is used)")
+
+			cmd.AddCommand(token, status)
+		},
+	})
+}
+
+func cmdToken(fl caddycmd.Flags) (int, error) {
+	secret := fl.String("secret")
+	if secret == "" {
+		secret = os.Getenv("SECKILL_JWT_SECRET")
+	}
+	if secret == "" {
+		return caddy.ExitCodeFailedStartup, errors.New("no secret: use --secret or set SECKILL_JWT_SECRET")
+	}
+	user := fl.String("user")
+	if user == "" {
+		return caddy.ExitCodeFailedStartup, errors.New("--user is required")
+	}
+	cfg := jwtauth.MintConfig{
+		Algorithm: fl.String("alg"),
+		Secret:    []byte(secret),
+		Subject:   user,
+		Issuer:    fl.String("issuer"),
+		TTL:       fl.Duration("ttl"),
+	}
+	if aud := fl.String("audience"); aud != "" {
+		cfg.Audience = []string{aud}
+	}
+	if cfg.TTL <= 0 {
+		return caddy.ExitCodeFailedStartup, errors.New("--ttl must be positive")
+	}
+	tok, err := jwtauth.Mint(cfg)
+	if err != nil {
+		return caddy.ExitCodeFailedStartup, err
+	}
+	fmt.Println(tok)
+	return caddy.ExitCodeSuccess, nil
+}
+
+func cmdStatus(fl caddycmd.Flags) (int, error) {
+	addr, err := caddycmd.DetermineAdminAPIAddress(fl.String("address"), nil, fl.String("config"), fl.String("adapter"))
+	if err != nil {
+		return caddy.ExitCodeFailedStartup, fmt.Errorf("admin API address: %w", err)
+	}
+	uri := "/seckill/stats"
+	if id := fl.Arg(0); id != "" {
+		if !admission.ValidActivityID(id) {
+			return caddy.ExitCodeFailedStartup, fmt.Errorf("activity id %q is not valid", id)
+		}
+		uri = "/seckill/activities/" + id
+	}
+	resp, err := caddycmd.AdminAPIRequest(addr, http.MethodGet, uri, make(http.Header), nil)
+	if err != nil {
+		return caddy.ExitCodeFailedStartup, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return caddy.ExitCodeFailedStartup, fmt.Errorf("read answer: %w", err)
+	}
+	var out bytes.Buffer
+	if json.Indent(&out, body, "", "  ") != nil {
+		out.Reset()
+		out.Write(body)
+	}
+	fmt.Println(out.String())
+	return caddy.ExitCodeSuccess, nil
+}

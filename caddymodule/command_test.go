@@ -1,0 +1,83 @@
+package caddymodule_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+)
+
+// TestCommands runs `caddy seckill token` and `caddy seckill status` from the built binary.
+func TestCommands(t *testing.T) {
+	bin := buildCaddy(t)
+
+	out, err := exec.Command(bin, "seckill", "token", "--user", "alice", "--secret", string(jwtSecret), "--ttl", "5m").Output()
+	if err != nil {
+		t.Fatalf("seckill token: %v", err)
+	}
+	v, err := jwtauth.New(jwtauth.Config{Algorithms: []string{"HS256"}, HMACSecret: jwtSecret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := v.Verify(context.Background(), strings.TrimSpace(string(out)))
+	if err != nil || claims.User != "alice" || time.Until(claims.ExpiresAt) > 5*time.Minute {
+		t.Fatalf("minted token: %+v, %v", claims, err)
+	}
+	if err := exec.Command(bin, "seckill", "token", "--user", "alice", "--secret", "short").Run(); err == nil {
+		t.Error("a short secret was accepted")
+	}
+	if err := exec.Command(bin, "seckill", "token", "--secret", string(jwtSecret)).Run(); err == nil {
+		t.Error("a token without --user was minted")
+	}
+
+	adminPort, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	cfg, err := adapt(t, caddyfileAdmin(t, fmt.Sprintf("127.0.0.1:%d", adminPort), port,
+		jwtBlock+activityBlock("cli", 7, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Load([]byte(cfg), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	addr := fmt.Sprintf("127.0.0.1:%d", adminPort)
+
+	out, err = exec.Command(bin, "seckill", "status", "--address", addr).Output()
+	if err != nil {
+		t.Fatalf("seckill status: %v", err)
+	}
+	var stats struct {
+		Breaker    string `json:"breaker"`
+		Activities []struct {
+			ID        string `json:"id"`
+			Remaining int64  `json:"remaining"`
+		} `json:"activities"`
+	}
+	if err := json.Unmarshal(out, &stats); err != nil || stats.Breaker != "closed" || len(stats.Activities) != 1 ||
+		stats.Activities[0].ID != "cli" || stats.Activities[0].Remaining != 7 {
+		t.Fatalf("seckill status: %v: %s", err, out)
+	}
+	out, err = exec.Command(bin, "seckill", "status", "cli", "--address", addr).Output()
+	if err != nil || !strings.Contains(string(out), `"id": "cli"`) {
+		t.Fatalf("seckill status cli: %v: %s", err, out)
+	}
+	if err := exec.Command(bin, "seckill", "status", "nope", "--address", addr).Run(); err == nil {
+		t.Error("status of an unknown activity succeeded")
+	}
+}

@@ -1,0 +1,211 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+)
+
+// StoreConfig selects and configures the admission store every node of a sale shares.
+type StoreConfig struct {
+	// Type is "memory" (the default: one node, not durable) or "redis".
+	Type string `json:"type,omitempty"`
+
+	// Addresses of the Redis server (one), of the cluster nodes (with Cluster) or of the
+	// sentinels (with SentinelMaster), as host:port.
+	Addresses []string `json:"addresses,omitempty"`
+
+	// Username and Password authenticate to Redis (ACL user, or password only). Placeholders
+	// such as {env.REDIS_PASSWORD} are replaced when the app is provisioned.
+	Username string `json:"username,omitempty"`
+	Password string `json:"password,omitempty"`
+
+	// DB is the Redis database number (single server and sentinel only).
+	DB int `json:"db,omitempty"`
+
+	// KeyPrefix starts every Redis key; default "seckill".
+	KeyPrefix string `json:"key_prefix,omitempty"`
+
+	// SentinelMaster names the master monitored by the sentinels at Addresses.
+	SentinelMaster string `json:"sentinel_master,omitempty"`
+
+	// Cluster connects to a Redis Cluster through the nodes at Addresses.
+	Cluster bool `json:"cluster,omitempty"`
+}
+
+// Store types.
+const (
+	storeMemory = "memory"
+	storeRedis  = "redis"
+)
+
+func (s *StoreConfig) typ() string {
+	if s == nil || s.Type == "" {
+		return storeMemory
+	}
+	return s.Type
+}
+
+// validate checks the store configuration after placeholders were replaced.
+func (s *StoreConfig) validate() error {
+	switch s.typ() {
+	case storeMemory:
+		if s != nil && (len(s.Addresses) > 0 || s.Password != "" || s.Username != "" || s.DB != 0 ||
+			s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster) {
+			return errors.New("store memory takes no redis options")
+		}
+		return nil
+	case storeRedis:
+	default:
+		return fmt.Errorf("unknown store type %q: want memory or redis", s.Type)
+	}
+	switch {
+	case len(s.Addresses) == 0:
+		return errors.New("store redis: at least one address is required")
+	case s.Cluster && s.SentinelMaster != "":
+		return errors.New("store redis: cluster and sentinel are exclusive")
+	case len(s.Addresses) > 1 && !s.Cluster && s.SentinelMaster == "":
+		return errors.New("store redis: several addresses need cluster or sentinel")
+	case s.Cluster && s.DB != 0:
+		return errors.New("store redis: a cluster has only database 0")
+	case s.DB < 0:
+		return fmt.Errorf("store redis: db %d is negative", s.DB)
+	}
+	return nil
+}
+
+// JWTConfig configures how buyers' bearer tokens are verified.
+type JWTConfig struct {
+	// Algorithms accepted, pinned (e.g. HS256, RS256, ES256, EdDSA); a token signed with any
+	// other algorithm is refused.
+	Algorithms []string `json:"algorithms,omitempty"`
+
+	// HMACSecret verifies HS* tokens. Placeholders such as {env.SECKILL_JWT_SECRET} are replaced
+	// when the app is provisioned.
+	HMACSecret string `json:"hmac_secret,omitempty"`
+
+	// PublicKeyFiles are PEM files of the keys that verify RS*, PS*, ES* and EdDSA tokens.
+	PublicKeyFiles []string `json:"public_key_files,omitempty"`
+
+	// JWKSURL is fetched (and refreshed) for the verification keys.
+	JWKSURL string `json:"jwks_url,omitempty"`
+
+	// Issuer and Audience, when set, must be in the token's iss and aud claims.
+	Issuer   string `json:"issuer,omitempty"`
+	Audience string `json:"audience,omitempty"`
+
+	// Leeway tolerates this much clock skew on exp, nbf and iat.
+	Leeway caddy.Duration `json:"leeway,omitempty"`
+
+	// UserClaim names the claim holding the user id; default "sub".
+	UserClaim string `json:"user_claim,omitempty"`
+}
+
+// RateLimits are the per-client-IP and per-user rate limits; a nil limit means none.
+type RateLimits struct {
+	IP   *RateLimitConfig `json:"ip,omitempty"`
+	User *RateLimitConfig `json:"user,omitempty"`
+}
+
+// RateLimitConfig is one rate limit.
+type RateLimitConfig struct {
+	// Rate is "<events>/<period>", e.g. "20/s", "100/m", "10/100ms".
+	Rate string `json:"rate"`
+
+	// Burst is the bucket size; default the number of events.
+	Burst int `json:"burst,omitempty"`
+
+	// Distributed enforces the limit across every node with a GCRA in Redis (user limit and
+	// store redis only), on top of the node-local bucket.
+	Distributed bool `json:"distributed,omitempty"`
+}
+
+// parse returns the rate the configuration describes.
+func (c *RateLimitConfig) parse() (ratelimit.Rate, error) {
+	r, err := ratelimit.ParseRate(c.Rate)
+	if err != nil {
+		return ratelimit.Rate{}, err
+	}
+	if c.Burst != 0 {
+		r.Burst = c.Burst
+		if err := r.Validate(); err != nil {
+			return ratelimit.Rate{}, fmt.Errorf("rate %q burst %d: %w", c.Rate, c.Burst, err)
+		}
+	}
+	return r, nil
+}
+
+// ActivityConfig defines one sale in the configuration.
+type ActivityConfig struct {
+	// Stock is the number of items on sale.
+	Stock int64 `json:"stock"`
+
+	// Limit is the most items one user may buy; default 1.
+	Limit int64 `json:"limit,omitempty"`
+
+	// Start and End bound the sale window (RFC 3339).
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+
+	// Reveal is how long before Start the hashed buy path is handed out.
+	Reveal caddy.Duration `json:"reveal,omitempty"`
+
+	// PayWithin is how long a winner has to pay; default 15m.
+	PayWithin caddy.Duration `json:"pay_within,omitempty"`
+}
+
+// Defaults of an activity definition.
+const (
+	defaultLimit     = 1
+	defaultPayWithin = 15 * time.Minute
+)
+
+// definition returns the store definition of activity id.
+func (c *ActivityConfig) definition(id string) admission.Activity {
+	a := admission.Activity{
+		ID:        id,
+		Stock:     c.Stock,
+		Limit:     c.Limit,
+		Start:     c.Start,
+		End:       c.End,
+		PayWithin: time.Duration(c.PayWithin),
+	}
+	if a.Limit == 0 {
+		a.Limit = defaultLimit
+	}
+	if a.PayWithin == 0 {
+		a.PayWithin = defaultPayWithin
+	}
+	return a
+}
+
+// validate checks what the store does not: the reveal lead.
+func (c *ActivityConfig) validate(id string) error {
+	if !admission.ValidActivityID(id) {
+		return fmt.Errorf("activity id %q: want 1-%d of [A-Za-z0-9._-]", id, admission.MaxActivityIDLen)
+	}
+	if c == nil {
+		return fmt.Errorf("activity %s: empty definition", id)
+	}
+	switch {
+	case c.Stock < 0:
+		return fmt.Errorf("activity %s: stock %d is negative", id, c.Stock)
+	case c.Limit < 0:
+		return fmt.Errorf("activity %s: limit %d is negative", id, c.Limit)
+	case c.Start.IsZero() || c.End.IsZero():
+		return fmt.Errorf("activity %s: start and end are required", id)
+	case !c.End.After(c.Start):
+		return fmt.Errorf("activity %s: end %s is not after start %s", id,
+			c.End.Format(time.RFC3339), c.Start.Format(time.RFC3339))
+	case c.Reveal < 0:
+		return fmt.Errorf("activity %s: reveal %s is negative", id, time.Duration(c.Reveal))
+	case c.PayWithin < 0:
+		return fmt.Errorf("activity %s: pay_within %s is negative", id, time.Duration(c.PayWithin))
+	}
+	return nil
+}

@@ -1,0 +1,179 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// Error is a refusal of the public API: an HTTP status and the stable machine word of §2 of the
+// design ("sold_out", "bad_path", ...). Handlers return it wrapped in a caddyhttp.HandlerError, so
+// handle_errors routes can find it with errors.As.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+
+	// RetryAfter, when positive, is sent as the Retry-After header (whole seconds, rounded up).
+	RetryAfter time.Duration `json:"-"`
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+// The stable machine words of the public contract.
+const (
+	codeOK               = "ok"
+	codeQueued           = "queued"
+	codeNone             = "none"
+	codeUnauthorized     = "unauthorized"
+	codeNotStarted       = "not_started"
+	codeEnded            = "ended"
+	codeCaptchaInvalid   = "captcha_invalid"
+	codeBadPath          = "bad_path"
+	codeNotFound         = "not_found"
+	codeMethodNotAllowed = "method_not_allowed"
+	codeLimitReached     = "limit_reached"
+	codeSoldOut          = "sold_out"
+	codeBadRequest       = "bad_request"
+	codeRateLimited      = "rate_limited"
+	codeBusy             = "busy"
+)
+
+func apiError(status int, code, msg string) *Error {
+	return &Error{Status: status, Code: code, Message: msg}
+}
+
+// Refusals shared by several calls.
+var (
+	errNotFound     = apiError(http.StatusNotFound, codeNotFound, "no such activity or call")
+	errBadPath      = apiError(http.StatusNotFound, codeBadPath, "this buy path is not yours or not valid")
+	errSoldOut      = apiError(http.StatusGone, codeSoldOut, "the activity is sold out")
+	errNotStarted   = apiError(http.StatusForbidden, codeNotStarted, "the activity has not started")
+	errEnded        = apiError(http.StatusForbidden, codeEnded, "the activity has ended")
+	errLimitReached = apiError(http.StatusConflict, codeLimitReached, "you already hold as many items as allowed")
+	errCaptcha      = apiError(http.StatusForbidden, codeCaptchaInvalid, "the captcha answer is wrong or expired")
+	errTooLarge     = apiError(http.StatusRequestEntityTooLarge, codeBadRequest, "the request body is too large")
+)
+
+func errBusy(retryAfter time.Duration) *Error {
+	e := apiError(http.StatusServiceUnavailable, codeBusy, "the sale is busy, try again shortly")
+	e.RetryAfter = retryAfter
+	return e
+}
+
+func errBadRequest(msg string) *Error {
+	return apiError(http.StatusBadRequest, codeBadRequest, msg)
+}
+
+func errUnauthorized(msg string) *Error {
+	return apiError(http.StatusUnauthorized, codeUnauthorized, msg)
+}
+
+// Error modes of the handler (see Handler.Errors).
+const (
+	errorsAuto   = "auto"
+	errorsWrite  = "write"
+	errorsReturn = "return"
+)
+
+// fail answers a refusal. The JSON body is written by the handler unless errors are to be returned
+// to Caddy (Errors "return", or "auto" on a server with handle_errors routes), in which case the
+// refusal becomes a caddyhttp.HandlerError that handle_errors can restyle; the response headers
+// set here (Retry-After, Allow, rate limit headers) stay on the response either way.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, e *Error) error {
+	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
+		repl.Set(placeholderCode, e.Code)
+		repl.Set(placeholderMessage, e.Message)
+	}
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", retryAfterSeconds(e.RetryAfter))
+	}
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="seckill"`)
+	}
+	if h.returnErrors(r) {
+		return caddyhttp.Error(e.Status, e)
+	}
+	writeJSON(w, e.Status, e)
+	return nil
+}
+
+// returnErrors reports whether refusals go to Caddy's error handling rather than being written.
+func (h *Handler) returnErrors(r *http.Request) bool {
+	switch h.Errors {
+	case errorsReturn:
+		return true
+	case errorsWrite:
+		return false
+	}
+	srv, ok := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	return ok && srv.Errors != nil && len(srv.Errors.Routes) > 0
+}
+
+// serveError writes the JSON body of the error being handled when the handler runs inside
+// handle_errors, so a site can restyle some refusals and leave the others to the default body.
+func (h *Handler) serveError(w http.ResponseWriter, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		status := http.StatusInternalServerError
+		var he caddyhttp.HandlerError
+		if errors.As(err, &he) && he.StatusCode != 0 {
+			status = he.StatusCode
+		}
+		e = apiError(status, codeForStatus(status), http.StatusText(status))
+	}
+	writeJSON(w, e.Status, e)
+}
+
+// codeForStatus names errors that did not come from this handler.
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		return codeBadRequest
+	case http.StatusUnauthorized:
+		return codeUnauthorized
+	case http.StatusNotFound:
+		return codeNotFound
+	case http.StatusMethodNotAllowed:
+		return codeMethodNotAllowed
+	case http.StatusTooManyRequests:
+		return codeRateLimited
+	case http.StatusServiceUnavailable:
+		return codeBusy
+	}
+	return "error"
+}
+
+// retryAfterSeconds formats a wait as whole seconds, rounded up and at least 1, as Retry-After
+// wants (a client retrying at 0 would only be refused again).
+func retryAfterSeconds(d time.Duration) string {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return strconv.FormatInt(s, 10)
+}
+
+// writeJSON writes v as the JSON body of a response that must not be stored by shared caches
+// unless the caller said otherwise.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Every value written here is a plain struct; failing to encode one is a programming error.
+		status, body = http.StatusInternalServerError, []byte(`{"code":"error","message":"encoding the answer failed"}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if h.Get("Cache-Control") == "" {
+		h.Set("Cache-Control", "no-store")
+	}
+	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}

@@ -1,0 +1,198 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+const route = "route /seckill/* {\n\tseckill\n}\n"
+
+// TestFlowNoCaptcha walks a buyer through status, path, buy, retry and result with the memory
+// store and the captcha off.
+func TestFlowNoCaptcha(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		activityBlock("sale-1", 5, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	c := newClient(t, base)
+	alice := token(t, "alice")
+
+	st := c.get("/seckill/sale-1", "")
+	expect(t, "status", st, http.StatusOK, "ok")
+	if st.str("state") != "open" || st.num("remaining") != 5 || st.str("activity") != "sale-1" {
+		t.Errorf("status: %s", st)
+	}
+	if got := st.header.Get("Cache-Control"); got != "public, max-age=1" {
+		t.Errorf("status Cache-Control = %q", got)
+	}
+	if ms := st.num("server_time_ms"); ms < now.UnixMilli()-5000 || ms > time.Now().UnixMilli()+5000 {
+		t.Errorf("server_time_ms %d is not now", ms)
+	}
+	if st.num("start_ms") != now.Add(-time.Minute).Unix()*1000 || st.num("end_ms") != now.Add(time.Hour).Unix()*1000 {
+		t.Errorf("status window: %s", st)
+	}
+
+	p := c.post("/seckill/sale-1/path", alice, "")
+	expect(t, "path", p, http.StatusOK, "ok")
+	path := p.str("path")
+	if !strings.HasPrefix(path, "/seckill/sale-1/buy/") {
+		t.Fatalf("path %q", path)
+	}
+
+	b := c.post(path, alice, "", "Idempotency-Key", "k-1")
+	expect(t, "buy", b, http.StatusAccepted, "queued")
+	res := b.str("reservation_id")
+	if res == "" || b.num("remaining") != 4 {
+		t.Fatalf("buy: %s", b)
+	}
+	again := c.post(path, alice, "", "Idempotency-Key", "k-1")
+	expect(t, "retry", again, http.StatusAccepted, "queued")
+	if again.str("reservation_id") != res {
+		t.Errorf("retry got reservation %q, want the first answer %q", again.str("reservation_id"), res)
+	}
+	expect(t, "second buy", c.post(path, alice, ""), http.StatusConflict, "limit_reached")
+
+	r := c.get("/seckill/sale-1/result", alice)
+	expect(t, "result", r, http.StatusOK, "queued")
+	if r.str("reservation_id") != res {
+		t.Errorf("result: %s", r)
+	}
+	expect(t, "result of another user", c.get("/seckill/sale-1/result", token(t, "bob")), http.StatusOK, "none")
+	if n := remaining(t, "sale-1"); n != 4 {
+		t.Errorf("remaining %d, want 4", n)
+	}
+}
+
+// TestRetryAfterSellOut: a winner's retry with the same Idempotency-Key gets the first answer
+// back even though its win sold the activity out; a new key gets sold_out.
+func TestRetryAfterSellOut(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		activityBlock("last", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	c := newClient(t, base)
+	alice, bob := token(t, "alice"), token(t, "bob")
+	alicePath, bobPath := buyPath(t, c, "last", alice), buyPath(t, c, "last", bob)
+	first := c.post(alicePath, alice, "", "Idempotency-Key", "once")
+	expect(t, "win", first, http.StatusAccepted, "queued")
+	expect(t, "bob after the sell-out", c.post(bobPath, bob, "", "Idempotency-Key", "b"), http.StatusGone, "sold_out")
+	again := c.post(alicePath, alice, "", "Idempotency-Key", "once")
+	expect(t, "retry", again, http.StatusAccepted, "queued")
+	if again.str("reservation_id") != first.str("reservation_id") {
+		t.Errorf("retry: reservation %q, want %q", again.str("reservation_id"), first.str("reservation_id"))
+	}
+	// A new key reaches the store, which checks the limit first.
+	expect(t, "new key after the sell-out", c.post(alicePath, alice, "", "Idempotency-Key", "twice"), http.StatusConflict, "limit_reached")
+	expect(t, "no key after the sell-out", c.post(alicePath, alice, ""), http.StatusGone, "sold_out")
+	if n := remaining(t, "last"); n != 0 {
+		t.Errorf("remaining %d, want 0", n)
+	}
+}
+
+// rush runs users buyers: each asks for its path first, then, all at once, every buyer buys tries
+// times concurrently, spread over the bases (one per Caddy instance). It checks that exactly stock
+// buyers won, each a different user, and that everyone else was told sold_out or limit_reached.
+func rush(t *testing.T, bases []string, activity string, users, tries, stock int) {
+	t.Helper()
+	clients := make([]*client, len(bases))
+	for i, b := range bases {
+		clients[i] = newClient(t, b)
+	}
+	toks, paths := make([]string, users), make([]string, users)
+	for u := range users {
+		toks[u] = token(t, fmt.Sprintf("user-%03d", u))
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 64)
+	for u := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			p := clients[u%len(clients)].post("/seckill/"+activity+"/path", toks[u], "")
+			if p.status != http.StatusOK {
+				t.Errorf("user-%03d path: %s", u, p)
+			}
+			paths[u] = p.str("path")
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	var (
+		mu      sync.Mutex
+		winners = map[string]int{}
+		codes   = map[string]int{}
+		gate    = make(chan struct{})
+	)
+	for u := range users {
+		for i := range tries {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-gate
+				sem <- struct{}{}
+				// Alternate instances so that one user's tries race across nodes too.
+				r := clients[(u+i)%len(clients)].post(paths[u], toks[u], "")
+				<-sem
+				user := fmt.Sprintf("user-%03d", u)
+				mu.Lock()
+				defer mu.Unlock()
+				codes[fmt.Sprintf("%d %s", r.status, r.code())]++
+				switch {
+				case r.status == http.StatusAccepted && r.code() == "queued":
+					winners[user]++
+				case r.status == http.StatusGone && r.code() == "sold_out":
+				case r.status == http.StatusConflict && r.code() == "limit_reached":
+				default:
+					t.Errorf("%s buy: %s", user, r)
+				}
+			}()
+		}
+	}
+	close(gate)
+	wg.Wait()
+	t.Logf("answers: %v", codes)
+	if n := codes["202 queued"] + codes["410 sold_out"] + codes["409 limit_reached"]; n != users*tries {
+		t.Errorf("%d answers, want %d", n, users*tries)
+	}
+	if len(winners) != stock {
+		t.Errorf("%d users won, want exactly %d", len(winners), stock)
+	}
+	for u, n := range winners {
+		if n != 1 {
+			t.Errorf("%s won %d times", u, n)
+		}
+	}
+}
+
+// TestRushMemory: 400 users, 3 concurrent buys each, 50 items, memory store.
+func TestRushMemory(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		activityBlock("rush", 50, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	rush(t, []string{base}, "rush", 400, 3, 50)
+	if n := remaining(t, "rush"); n != 0 {
+		t.Errorf("remaining %d after the rush, want 0", n)
+	}
+}
+
+// TestRushRedis: the same against a private redis-server.
+func TestRushRedis(t *testing.T) {
+	rd := testsrv.StartRedis(t)
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\nurl_secret test-url-secret\n"+
+		"store redis "+rd.Addr+"\n"+
+		activityBlock("rush", 50, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	rush(t, []string{base}, "rush", 400, 3, 50)
+	if n := remaining(t, "rush"); n != 0 {
+		t.Errorf("remaining %d after the rush, want 0", n)
+	}
+}

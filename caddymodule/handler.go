@@ -1,0 +1,186 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+}
+
+// Handler answers the public flash-sale API (§2 of the design) under Prefix:
+//
+//	GET  {prefix}/{activity}                  status (no auth, cacheable 1 s)
+//	POST {prefix}/{activity}/captcha          a captcha for the caller (JWT)
+//	GET  {prefix}/{activity}/captcha/{id}.png the captcha image
+//	POST {prefix}/{activity}/path             the caller's hashed buy path (JWT, captcha answer)
+//	POST {prefix}/{activity}/buy/{hash}       the admission (JWT): 202 queued
+//	GET  {prefix}/{activity}/result           the caller's result record (JWT)
+//
+// Every refusal is a JSON body {"code", "message"} whose code is a stable machine word; the
+// placeholder {http.seckill.code} carries it. Any client-supplied Seckill-* header is removed.
+// With Forward, a winner's request goes on to the next handler with signed Seckill-* headers
+// instead of being answered here.
+type Handler struct {
+	// Prefix is the path under which the API is mounted; default "/seckill". Use "/" when an
+	// outer handle_path already stripped it.
+	Prefix string `json:"prefix,omitempty"`
+
+	// Forward passes a winner's buy request on to the next handler (e.g. reverse_proxy to the
+	// shop's order API) with the Seckill-Reservation, -Activity, -User, -Qty and -Signature
+	// headers, instead of answering 202 here. The app's forward_secret keys the signature.
+	Forward bool `json:"forward,omitempty"`
+
+	// Errors selects how refusals are answered: "write" writes the JSON body; "return" returns
+	// them to Caddy as HTTP errors (for handle_errors); "auto", the default, returns them when the
+	// server has handle_errors routes and writes them otherwise.
+	Errors string `json:"errors,omitempty"`
+
+	app    *App
+	prefix string
+	logger *zap.Logger
+	now    func() time.Time
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.seckill",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision sets up the handler with the seckill app.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	h.now = time.Now
+	switch h.Errors {
+	case "", errorsAuto, errorsWrite, errorsReturn:
+	default:
+		return fmt.Errorf("errors %q: want auto, write or return", h.Errors)
+	}
+	h.prefix = "/seckill"
+	if h.Prefix != "" {
+		if !strings.HasPrefix(h.Prefix, "/") {
+			return fmt.Errorf("prefix %q must start with /", h.Prefix)
+		}
+		h.prefix = strings.TrimRight(h.Prefix, "/")
+	}
+	v, err := ctx.App("seckill")
+	if err != nil {
+		return fmt.Errorf("seckill app: %w", err)
+	}
+	h.app = v.(*App)
+	if h.app.verifier == nil {
+		return errors.New("the seckill app has no jwt configuration: add a jwt block to the seckill global option")
+	}
+	if h.Forward && len(h.app.forwardSecret) == 0 {
+		return errors.New("forward needs the seckill app's forward_secret, which signs the forwarded headers")
+	}
+	return nil
+}
+
+// ServeHTTP answers one call of the public API.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	// Inside handle_errors, write the default JSON body of the error being handled.
+	if err, ok := r.Context().Value(caddyhttp.ErrorCtxKey).(error); ok {
+		h.serveError(w, err)
+		return nil
+	}
+	stripSeckillHeaders(r.Header)
+	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	if repl == nil {
+		repl = caddy.NewReplacer() // only outside a Caddy server, which never happens in practice
+	}
+	q := &request{h: h, w: w, r: r, repl: repl, now: h.now()}
+	defer func() { h.app.metrics.observeRequest(q.act.ID, q.call.kind, q.code) }()
+
+	c, ok := parseCall(h.prefix, r.URL.Path)
+	if !ok {
+		return q.fail(errNotFound)
+	}
+	q.call = c
+	repl.Set(placeholderActivity, c.activity)
+	if !c.kind.allows(r.Method) {
+		w.Header().Set("Allow", c.kind.methods())
+		return q.fail(apiError(http.StatusMethodNotAllowed, codeMethodNotAllowed,
+			r.Method+" is not allowed here; use "+c.kind.methods()))
+	}
+	if e := q.limitIP(); e != nil {
+		return q.fail(e)
+	}
+	act, ok := h.app.acts.get(r.Context(), c.activity)
+	if !ok {
+		return q.fail(apiError(http.StatusNotFound, codeNotFound, "no such activity"))
+	}
+	q.act = act
+
+	switch c.kind {
+	case callStatus:
+		return q.status()
+	case callCaptcha:
+		return q.captcha()
+	case callImage:
+		return q.captchaImage()
+	case callPath:
+		return q.path()
+	case callBuy:
+		return q.buy(next)
+	case callResult:
+		return q.result()
+	}
+	return q.fail(errNotFound)
+}
+
+// request is one call in progress.
+type request struct {
+	h    *Handler
+	w    http.ResponseWriter
+	r    *http.Request
+	repl *caddy.Replacer
+	now  time.Time
+	call call
+	act  activity
+	user string
+	code string // the answer's word, for the metrics
+}
+
+func (q *request) fail(e *Error) error {
+	q.code = e.Code
+	return q.h.fail(q.w, q.r, e)
+}
+
+// ok writes a successful JSON answer and sets {http.seckill.code}.
+func (q *request) ok(status int, code string, body any) error {
+	q.code = code
+	q.repl.Set(placeholderCode, code)
+	writeJSON(q.w, status, body)
+	return nil
+}
+
+// headerPrefix starts every header this handler sets for the handlers after it.
+const headerPrefix = "Seckill-"
+
+// stripSeckillHeaders removes every Seckill-* request header: only this handler may set them, for
+// the handlers after it.
+func stripSeckillHeaders(h http.Header) {
+	for name := range h {
+		if len(name) >= len(headerPrefix) && strings.EqualFold(name[:len(headerPrefix)], headerPrefix) {
+			delete(h, name)
+		}
+	}
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

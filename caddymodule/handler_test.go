@@ -1,0 +1,189 @@
+package caddymodule_test
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/caddymodule/forwardsig"
+)
+
+// buyPath asks for the user's buy path (captcha off).
+func buyPath(t *testing.T, c *client, activity, tok string) string {
+	t.Helper()
+	r := c.post("/seckill/"+activity+"/path", tok, "")
+	if r.status != http.StatusOK {
+		t.Fatalf("path %s: %s", activity, r)
+	}
+	return r.str("path")
+}
+
+// TestForward checks that a winner goes on to the next handler with signed headers, the body
+// intact, and that client-supplied Seckill-* headers never get through.
+func TestForward(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\nforward_secret fwd-secret\n"+
+		activityBlock("fw", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0),
+		`route /seckill/* {
+	seckill {
+		forward
+	}
+	respond "{http.request.header.Seckill-Reservation}|{http.request.header.Seckill-Activity}|{http.request.header.Seckill-User}|{http.request.header.Seckill-Qty}|{http.request.header.Seckill-Signature}|{http.request.header.Seckill-Evil}|{http.request.body}|{http.seckill.code}" 201
+}`)
+	c := newClient(t, base)
+	alice := token(t, "alice")
+
+	// Forged headers on a call that does not win are stripped too (they would reach handle_errors
+	// and logs otherwise); here the call is refused before forwarding anyway.
+	path, bobPath := buyPath(t, c, "fw", alice), buyPath(t, c, "fw", token(t, "bob"))
+	r := c.post(path, alice, `{"qty":1}`, "Seckill-User", "mallory", "Seckill-Evil", "x", "seckill-qty", "99")
+	if r.status != http.StatusCreated {
+		t.Fatalf("forwarded buy: %s", r)
+	}
+	f := strings.Split(string(r.raw), "|")
+	if len(f) != 8 {
+		t.Fatalf("forwarded answer %q", r.raw)
+	}
+	h := http.Header{}
+	h.Set(forwardsig.HeaderReservation, f[0])
+	h.Set(forwardsig.HeaderActivity, f[1])
+	h.Set(forwardsig.HeaderUser, f[2])
+	h.Set(forwardsig.HeaderQty, f[3])
+	h.Set(forwardsig.HeaderSignature, f[4])
+	w, ok := forwardsig.Verify(h, []byte("fwd-secret"))
+	if !ok {
+		t.Fatalf("signature does not verify: %q", r.raw)
+	}
+	if w.Activity != "fw" || w.User != "alice" || w.Qty != 1 || w.Reservation == "" {
+		t.Errorf("forwarded win %+v", w)
+	}
+	if f[5] != "" {
+		t.Errorf("client header Seckill-Evil reached the next handler: %q", f[5])
+	}
+	if f[6] != `{"qty":1}` {
+		t.Errorf("forwarded body %q", f[6])
+	}
+	if f[7] != "queued" {
+		t.Errorf("{http.seckill.code} = %q", f[7])
+	}
+	// The loser is answered by the edge; nothing is forwarded.
+	expect(t, "loser", c.post(bobPath, token(t, "bob"), ""), http.StatusGone, "sold_out")
+}
+
+// TestHandleErrors checks that with handle_errors routes the refusals go to them (restyled here
+// for sold_out), and that the seckill handler inside handle_errors writes the default JSON body.
+func TestHandleErrors(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		activityBlock("he", 0, 1, now.Add(-time.Minute), now.Add(time.Hour), 0),
+		route+`handle_errors {
+	@soldout expression `+"`{http.seckill.code} == \"sold_out\"`"+`
+	respond @soldout "restyled {http.seckill.code}" 410
+	seckill
+}`)
+	c := newClient(t, base)
+	alice := token(t, "alice")
+	r := c.post(buyPath(t, c, "he", alice), alice, "")
+	if r.status != http.StatusGone || string(r.raw) != "restyled sold_out" {
+		t.Errorf("restyled sold_out: %d %q", r.status, r.raw)
+	}
+	expect(t, "default body in handle_errors", c.get("/seckill/nope", ""), http.StatusNotFound, "not_found")
+	u := c.get("/seckill/he/result", "")
+	expect(t, "401 in handle_errors", u, http.StatusUnauthorized, "unauthorized")
+	if u.header.Get("WWW-Authenticate") == "" {
+		t.Error("WWW-Authenticate lost in handle_errors")
+	}
+	m := c.do(http.MethodDelete, "/seckill/he", "", nil)
+	expect(t, "405 in handle_errors", m, http.StatusMethodNotAllowed, "method_not_allowed")
+	if m.header.Get("Allow") != "GET, HEAD" {
+		t.Errorf("Allow lost in handle_errors: %q", m.header.Get("Allow"))
+	}
+}
+
+// TestErrorsReturnWithoutHandleErrors: errors "return" on a server without handle_errors leaves the
+// body to Caddy (empty), which is what the admin asked for.
+func TestErrorsReturnWithoutHandleErrors(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		activityBlock("ret", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0),
+		"route /seckill/* {\n\tseckill {\n\t\terrors return\n\t}\n}\n")
+	r := newClient(t, base).get("/seckill/nope", "")
+	if r.status != http.StatusNotFound || len(r.raw) != 0 {
+		t.Errorf("errors return: %d %q", r.status, r.raw)
+	}
+}
+
+// TestRateLimitIP checks the 429 and its headers.
+func TestRateLimitIP(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\nrate_limit ip 2/s burst 2\n"+
+		activityBlock("rl", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	c := newClient(t, base)
+	var limited response
+	for range 5 {
+		if r := c.get("/seckill/rl", ""); r.status == http.StatusTooManyRequests {
+			limited = r
+			break
+		}
+	}
+	expect(t, "ip limit", limited, http.StatusTooManyRequests, "rate_limited")
+	if s, err := strconv.Atoi(limited.header.Get("Retry-After")); err != nil || s < 1 {
+		t.Errorf("Retry-After %q", limited.header.Get("Retry-After"))
+	}
+	if got := limited.header.Get("RateLimit-Policy"); got != "2;w=1" {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	if got := limited.header.Get("RateLimit"); !strings.HasPrefix(got, "limit=2, remaining=0, reset=") {
+		t.Errorf("RateLimit %q", got)
+	}
+}
+
+// TestRateLimitUser checks the per-user limit, and that polling results has its own budget.
+func TestRateLimitUser(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\nrate_limit user 1/m burst 1\n"+
+		activityBlock("ru", 5, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	c := newClient(t, base)
+	alice, bob := token(t, "alice"), token(t, "bob")
+	path := buyPath(t, c, "ru", alice)
+	r := c.post(path, alice, "")
+	expect(t, "second call of alice", r, http.StatusTooManyRequests, "rate_limited")
+	if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 || s > 60 {
+		t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
+	}
+	if got := r.header.Get("RateLimit-Policy"); got != "1;w=60" {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	buyPath(t, c, "ru", bob) // bob has his own bucket
+	expect(t, "alice polls her result", c.get("/seckill/ru/result", alice), http.StatusOK, "none")
+	expect(t, "alice polls again", c.get("/seckill/ru/result", alice), http.StatusTooManyRequests, "rate_limited")
+	if n := remaining(t, "ru"); n != 5 {
+		t.Errorf("remaining %d, want 5", n)
+	}
+}
+
+// TestSoldOutState checks the status after a sell-out and that every later call may answer
+// sold_out without touching the store.
+func TestSoldOutState(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		activityBlock("so", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)+
+		activityBlock("done", 1, 1, now.Add(-2*time.Hour), now.Add(-time.Hour), 0), route)
+	c := newClient(t, base)
+	alice, bob := token(t, "alice"), token(t, "bob")
+	bobPath := buyPath(t, c, "so", bob)
+	expect(t, "alice wins", c.post(buyPath(t, c, "so", alice), alice, ""), http.StatusAccepted, "queued")
+	expect(t, "bob loses", c.post(bobPath, bob, ""), http.StatusGone, "sold_out")
+	expect(t, "path after the sell-out", c.post("/seckill/so/path", bob, ""), http.StatusGone, "sold_out")
+	st := c.get("/seckill/so", "")
+	if st.str("state") != "sold_out" || st.num("remaining") != 0 {
+		t.Errorf("status after the sell-out: %s", st)
+	}
+
+	expect(t, "path after the end", c.post("/seckill/done/path", bob, ""), http.StatusForbidden, "ended")
+	if st := c.get("/seckill/done", ""); st.str("state") != "ended" {
+		t.Errorf("status after the end: %s", st)
+	}
+}

@@ -1,0 +1,77 @@
+package caddymodule
+
+import (
+	"net/http"
+	"net/netip"
+	"strconv"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+)
+
+// Buckets of the user rate limit: result polling has its own, so that a buyer waiting for the
+// outcome does not spend the budget of the calls that buy.
+const (
+	userBucketBuy    = "u:"
+	userBucketResult = "r:"
+)
+
+// limitIP takes one event from the client address's bucket. The address is Caddy's client_ip,
+// which honours the server's trusted_proxies; headers are never trusted here.
+func (q *request) limitIP() *Error {
+	l := q.h.app.ipLimit
+	if l == nil {
+		return nil
+	}
+	d := l.Allow(clientIPKey(q.r), q.now)
+	return q.rateLimited(l.Rate(), d)
+}
+
+// clientIPKey returns the rate-limit key of the request's client address.
+func clientIPKey(r *http.Request) string {
+	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		return "unknown" // no client_ip outside a Caddy server; one shared bucket then
+	}
+	return ratelimit.IPKey(addr)
+}
+
+// limitUser takes one event from the authenticated user's bucket: the node-local one first (it
+// costs nothing), then, when configured, the distributed one. A failing distributed limiter falls
+// back to the local decision: the admission itself is still guarded by the store's breaker.
+func (q *request) limitUser(bucket string) *Error {
+	a := q.h.app
+	if a.userLimit == nil {
+		return nil
+	}
+	key := bucket + q.user
+	rate := a.userLimit.Rate()
+	d := a.userLimit.Allow(key, q.now)
+	if d.Allowed && a.userGCRA != nil {
+		gd, err := a.userGCRA.Allow(q.r.Context(), key, rate)
+		if err != nil {
+			q.h.logger.Warn("distributed user rate limit unavailable; using the local one", zap.Error(err))
+		} else {
+			d = gd
+		}
+	}
+	return q.rateLimited(rate, d)
+}
+
+// rateLimited returns nil for an allowed event, and otherwise the 429 refusal with its headers:
+// Retry-After, and RateLimit-Policy / RateLimit as in draft-ietf-httpapi-ratelimit-headers.
+func (q *request) rateLimited(rate ratelimit.Rate, d ratelimit.Decision) *Error {
+	if d.Allowed {
+		return nil
+	}
+	h := q.w.Header()
+	h.Set("RateLimit-Policy", rate.Policy())
+	h.Set("RateLimit", "limit="+strconv.Itoa(rate.Burst)+", remaining="+strconv.Itoa(d.Remaining)+
+		", reset="+retryAfterSeconds(d.Reset))
+	e := apiError(http.StatusTooManyRequests, codeRateLimited, "too many requests, slow down")
+	e.RetryAfter = d.RetryAfter
+	return e
+}

@@ -1,0 +1,107 @@
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// metrics are the app's Prometheus metrics, registered on the configuration's registry (so they
+// appear on Caddy's metrics endpoint). Labels are bounded: activity ids only once the activity is
+// known (else ""), call kinds, and the stable answer words. Never a user, an IP or a token.
+type metrics struct {
+	requests  *prometheus.CounterVec   // by activity, call and answer code
+	admission *prometheus.HistogramVec // store admission latency, by activity and outcome
+}
+
+const (
+	metricsNamespace = "caddy"
+	metricsSubsystem = "seckill"
+)
+
+// newMetrics creates the metrics and registers them, with the collectors of the remaining stock
+// and of the breaker state, on reg.
+func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Subsystem: metricsSubsystem,
+			Name:      "requests_total",
+			Help:      "Calls of the public API, by activity, call and answer code.",
+		}, []string{"activity", "call", "code"}),
+		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: metricsNamespace,
+			Subsystem: metricsSubsystem,
+			Name:      "admission_duration_seconds",
+			Help:      "Time the admission store took to decide, by activity and outcome.",
+			Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"activity", "outcome"}),
+	}
+	breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "breaker_state",
+		Help:      "State of the admission store's circuit breaker: 0 closed, 1 half-open, 2 open.",
+	}, func() float64 { return breakerValue(guard.BreakerState()) })
+	for _, c := range []prometheus.Collector{m.requests, m.admission, breaker, &stockCollector{acts: acts}} {
+		if err := reg.Register(c); err != nil {
+			var dup prometheus.AlreadyRegisteredError
+			if errors.As(err, &dup) {
+				continue // a second seckill app in one configuration cannot happen; be lenient
+			}
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func breakerValue(s gobreaker.State) float64 {
+	switch s {
+	case gobreaker.StateHalfOpen:
+		return 1
+	case gobreaker.StateOpen:
+		return 2
+	}
+	return 0
+}
+
+// observeRequest counts one answered call.
+func (m *metrics) observeRequest(activity string, kind callKind, code string) {
+	if m == nil {
+		return
+	}
+	m.requests.WithLabelValues(activity, kind.String(), code).Inc()
+}
+
+// observeAdmission records one store decision.
+func (m *metrics) observeAdmission(activity, outcome string, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.admission.WithLabelValues(activity, outcome).Observe(took.Seconds())
+}
+
+// stockCollector exports the last known remaining stock of each known activity. It reads the
+// node's view, never the store, so a scrape costs nothing.
+type stockCollector struct{ acts *activities }
+
+var stockDesc = prometheus.NewDesc(
+	prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "remaining"),
+	"Remaining stock of each activity, as last seen by this node.",
+	[]string{"activity"}, nil,
+)
+
+// Describe implements prometheus.Collector.
+func (c *stockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stockDesc }
+
+// Collect implements prometheus.Collector.
+func (c *stockCollector) Collect(ch chan<- prometheus.Metric) {
+	for id, n := range c.acts.stockSnapshot() {
+		ch <- prometheus.MustNewConstMetric(stockDesc, prometheus.GaugeValue, float64(n), id)
+	}
+}

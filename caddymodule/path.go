@@ -1,0 +1,82 @@
+package caddymodule
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
+	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
+)
+
+// pathRequest is the body of POST {prefix}/{activity}/path.
+type pathRequest struct {
+	CaptchaID string `json:"captcha_id"`
+	Answer    string `json:"answer"`
+}
+
+// pathAnswer is its answer: the caller's own buy path.
+type pathAnswer struct {
+	Code string `json:"code"`
+	Path string `json:"path"`
+}
+
+// path hands the caller its hashed buy path, from reveal before the start, once the captcha is
+// answered. The path is an HMAC of the activity, the user and the activity's secret salt: it
+// cannot be guessed before it is revealed, nor used by another user.
+func (q *request) path() error {
+	a := q.act
+	if q.now.Before(a.Start.Add(-a.reveal)) {
+		return q.fail(apiError(http.StatusForbidden, codeNotStarted, "the buy path is not revealed yet"))
+	}
+	if e := q.open(false); e != nil {
+		return q.fail(e)
+	}
+	if e := q.authenticate(); e != nil {
+		return q.fail(e)
+	}
+	if e := q.limitUser(userBucketBuy); e != nil {
+		return q.fail(e)
+	}
+	if iss := q.h.app.issuer; iss != nil {
+		body, e := q.readBody()
+		if e != nil {
+			return q.fail(e)
+		}
+		var req pathRequest
+		if len(bytes.TrimSpace(body)) == 0 {
+			return q.fail(errBadRequest(`the body must be {"captcha_id": "...", "answer": "..."}`))
+		}
+		if err := decodeJSON(body, &req); err != nil {
+			return q.fail(errBadRequest("the body is not valid JSON: " + err.Error()))
+		}
+		if req.CaptchaID == "" || req.Answer == "" || len(req.CaptchaID) > maxPathArg || len(req.Answer) > maxPathArg {
+			return q.fail(errBadRequest("captcha_id and answer are required"))
+		}
+		ok, err := iss.Verify(q.r.Context(), req.CaptchaID, q.user, req.Answer)
+		switch {
+		case errors.Is(err, captcha.ErrNotFound):
+			return q.fail(errCaptcha)
+		case err != nil:
+			q.h.logger.Warn("verifying a captcha failed", zap.Error(err))
+			return q.fail(errBusy(time.Second))
+		case !ok:
+			return q.fail(errCaptcha)
+		}
+	}
+	hash := hashedurl.Sign(q.h.app.urlSecret, a.ID, q.user, a.Salt)
+	return q.ok(http.StatusOK, codeOK, pathAnswer{Code: codeOK, Path: q.buyPath(hash)})
+}
+
+// buyPath is the public path of the buy call: the original request path with its last segment
+// "path" replaced, so it is right whatever the mount.
+func (q *request) buyPath(hash string) string {
+	if p, ok := strings.CutSuffix(originalPath(q.r), "/path"); ok {
+		return p + "/buy/" + hash
+	}
+	return q.h.prefix + "/" + q.act.ID + "/buy/" + hash
+}

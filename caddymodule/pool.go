@@ -1,0 +1,162 @@
+package caddymodule
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
+	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+)
+
+// pool keeps the state that must outlive a config reload: stores (a memory store is the sale
+// itself), their Redis clients, guards, captcha stores and node-local rate limiters. Values are
+// keyed by the configuration that built them, so a reload with an unchanged store keeps the same
+// one and a changed store gets a new one; the last config that uses a value destroys it.
+var pool = caddy.NewUsagePool()
+
+// Bounds of node-local state.
+const (
+	maxLimiterKeys = 100_000 // buckets per local rate limiter
+	maxCaptchaIDs  = 100_000 // captchas held by the memory captcha store
+)
+
+// Redis client timeouts. An admission script runs in well under a millisecond; these bound how
+// long a request waits on a Redis that is gone.
+const (
+	redisDialTimeout = time.Second
+	redisIOTimeout   = time.Second
+)
+
+// backend is the shared admission state of one store configuration.
+type backend struct {
+	client   redis.UniversalClient // nil for the memory store
+	store    admission.Store
+	guard    *admission.Guard
+	captchas captcha.Store
+	gcra     *ratelimit.GCRA // nil for the memory store
+
+	// secret signs buy paths when the configuration gives no url_secret; it lives as long as the
+	// store so that a reload does not invalidate the paths already handed out.
+	secret []byte
+}
+
+// backendKey identifies a store configuration in the pool. Placeholders are already replaced.
+func backendKey(s *StoreConfig) (string, error) {
+	if s == nil {
+		s = &StoreConfig{}
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return "", fmt.Errorf("encode store config: %w", err)
+	}
+	return "seckill.backend:" + string(b), nil
+}
+
+// loadBackend returns the pooled backend for s, creating it on first use. The caller must
+// pool.Delete(key) once it no longer needs it.
+func loadBackend(s *StoreConfig, logger *zap.Logger) (*backend, string, error) {
+	key, err := backendKey(s)
+	if err != nil {
+		return nil, "", err
+	}
+	v, loaded, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) { return newBackend(s, logger) })
+	if err != nil {
+		return nil, "", err
+	}
+	if !loaded {
+		logger.Info("admission store ready", zap.String("store", s.typ()))
+	}
+	return v.(*backend), key, nil
+}
+
+func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
+	b := &backend{secret: make([]byte, 32)}
+	if _, err := rand.Read(b.secret); err != nil {
+		return nil, fmt.Errorf("generate url secret: %w", err)
+	}
+	switch s.typ() {
+	case storeMemory:
+		b.store = admission.NewMemoryStore(admission.MemoryOptions{})
+		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
+	case storeRedis:
+		b.client = redis.NewUniversalClient(&redis.UniversalOptions{
+			Addrs:         s.Addresses,
+			Username:      s.Username,
+			Password:      s.Password,
+			DB:            s.DB,
+			MasterName:    s.SentinelMaster,
+			IsClusterMode: s.Cluster,
+			// Fail fast: at the edge a request waiting seconds for a dead Redis is worse than a
+			// 503 busy, and the breaker needs failures to open. One retry is kept, as every
+			// script is idempotent under it (request ids).
+			DialTimeout:   redisDialTimeout,
+			DialerRetries: 1,
+			MaxRetries:    1,
+			ReadTimeout:   redisIOTimeout,
+			WriteTimeout:  redisIOTimeout,
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := b.client.Ping(ctx).Err()
+		cancel()
+		if err != nil {
+			_ = b.client.Close()
+			return nil, fmt.Errorf("connect to redis %v: %w", s.Addresses, err)
+		}
+		prefix := s.KeyPrefix
+		if prefix == "" {
+			prefix = "seckill"
+		}
+		st, err := admission.NewRedisStore(b.client, admission.RedisOptions{KeyPrefix: prefix})
+		if err != nil {
+			_ = b.client.Close()
+			return nil, err
+		}
+		b.store = st
+		b.captchas = captcha.NewRedisStore(b.client, prefix)
+		b.gcra = ratelimit.NewGCRA(b.client, prefix)
+	}
+	b.guard = admission.NewGuard(b.store, admission.GuardOptions{
+		Name: "seckill",
+		OnStateChange: func(name string, from, to gobreaker.State) {
+			logger.Warn("admission circuit breaker", zap.String("breaker", name),
+				zap.Stringer("from", from), zap.Stringer("to", to))
+		},
+	})
+	// The guard's background work belongs to the backend, not to one config: it stops in Destruct.
+	b.guard.Start(context.Background())
+	return b, nil
+}
+
+// Destruct stops the guard and closes the store (which closes its Redis client).
+func (b *backend) Destruct() error {
+	return errors.Join(b.guard.Close(), b.store.Close())
+}
+
+// limiter is a pooled node-local rate limiter: its buckets survive a reload that keeps the rate.
+type limiter struct{ *ratelimit.Local }
+
+// Destruct implements caddy.Destructor; a limiter holds memory only.
+func (limiter) Destruct() error { return nil }
+
+// loadLimiter returns the pooled local limiter of one kind ("ip", "user") and rate. The caller
+// must pool.Delete(key) once it no longer needs it.
+func loadLimiter(kind string, r ratelimit.Rate) (*ratelimit.Local, string, error) {
+	key := "seckill.limiter:" + kind + ":" + r.String()
+	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return limiter{ratelimit.NewLocal(r, maxLimiterKeys)}, nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	return v.(limiter).Local, key, nil
+}

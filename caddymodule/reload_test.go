@@ -1,0 +1,101 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// TestReload checks that a reload never resets a sale: the memory store survives it, an unchanged
+// definition is a no-op, a changed running activity fails the reload with a clear message while
+// the old configuration keeps serving, and an activity that has not started may be changed.
+func TestReload(t *testing.T) {
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	now := time.Now()
+	start, end := now.Add(-time.Minute), now.Add(time.Hour)
+	config := func(runningStock, upcomingStock int) string {
+		return jwtBlock + "captcha off\n" +
+			activityBlock("run", runningStock, 1, start, end, 0) +
+			activityBlock("soon", upcomingStock, 1, now.Add(time.Hour), now.Add(2*time.Hour), 0)
+	}
+	if err := loadCaddy(t, port, config(5, 5), route); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+	alice := token(t, "alice")
+	path := buyPath(t, c, "run", alice)
+	expect(t, "buy", c.post(path, alice, ""), http.StatusAccepted, "queued")
+
+	if err := loadCaddy(t, port, config(5, 5), route); err != nil {
+		t.Fatalf("reload unchanged: %v", err)
+	}
+	// The old server closes its keep-alive connections; a POST on one would fail with EOF.
+	c.http.CloseIdleConnections()
+	if n := remaining(t, "run"); n != 4 {
+		t.Errorf("remaining %d after an unchanged reload, want 4", n)
+	}
+	// The path handed out before the reload still works (same salt, same generated secret).
+	expect(t, "retry after reload", c.post(path, alice, ""), http.StatusConflict, "limit_reached")
+
+	err = loadCaddy(t, port, config(50, 5), route)
+	if err == nil || !strings.Contains(err.Error(), "activity run is running") || !strings.Contains(err.Error(), "admin API") {
+		t.Fatalf("reload changing a running activity: %v", err)
+	}
+	if n := remaining(t, "run"); n != 4 {
+		t.Errorf("remaining %d after a refused reload, want 4", n)
+	}
+	expect(t, "old config still serves", c.get("/seckill/run", ""), http.StatusOK, "ok")
+
+	if err := loadCaddy(t, port, config(5, 7), route); err != nil {
+		t.Fatalf("reload changing an upcoming activity: %v", err)
+	}
+	if n := remaining(t, "soon"); n != 7 {
+		t.Errorf("upcoming activity: remaining %d after the reload, want 7", n)
+	}
+	if n := remaining(t, "run"); n != 4 {
+		t.Errorf("remaining %d, want 4", n)
+	}
+}
+
+// TestProvisionErrors checks the configurations that adapt but cannot run.
+func TestProvisionErrors(t *testing.T) {
+	now := time.Now()
+	act := activityBlock("a", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)
+	for _, tc := range []struct {
+		name, seckill, site, want string
+	}{
+		{"no jwt", "captcha off\n" + act, route, "the seckill app has no jwt configuration"},
+		{"forward without secret", jwtBlock + act, "route /seckill/* {\n\tseckill {\n\t\tforward\n\t}\n}\n", "forward needs the seckill app's forward_secret"},
+		{"redis without url_secret", jwtBlock + "store redis 127.0.0.1:1\n", route, "url_secret is required with store redis"},
+		{"distributed with memory", jwtBlock + "rate_limit user 2/s distributed\n", route, "distributed needs store redis"},
+		{"empty env secret", jwtBlock + "url_secret {env.SECKILL_TEST_UNSET_VARIABLE}\n", route, "url_secret \"{env.SECKILL_TEST_UNSET_VARIABLE}\" is empty"},
+		{"short hmac secret", "jwt {\n\talgorithms HS256\n\thmac_secret short\n}\n", route, "jwt:"},
+		{"missing key file", "jwt {\n\talgorithms RS256\n\tpublic_key_file /nonexistent/key.pem\n}\n", route, "public_key_file"},
+		{"redis unreachable", jwtBlock + "url_secret u\nstore redis 127.0.0.1:1\n", route, "connect to redis"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port, err := testsrv.FreePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = loadCaddy(t, port, tc.seckill, tc.site)
+			if err == nil {
+				_ = caddy.Stop()
+				t.Fatalf("load succeeded; want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}

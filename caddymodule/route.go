@@ -1,0 +1,119 @@
+package caddymodule
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// callKind is one of the calls of the public API (§2 of the design).
+type callKind uint8
+
+const (
+	callStatus  callKind = iota + 1 // GET    {prefix}/{activity}
+	callCaptcha                     // POST   {prefix}/{activity}/captcha
+	callImage                       // GET    {prefix}/{activity}/captcha/{id}.png
+	callPath                        // POST   {prefix}/{activity}/path
+	callBuy                         // POST   {prefix}/{activity}/buy/{hash}
+	callResult                      // GET    {prefix}/{activity}/result
+)
+
+// call is a parsed request path.
+type call struct {
+	kind     callKind
+	activity string
+	arg      string // captcha id (callImage) or hash (callBuy)
+}
+
+// Longest accepted path arguments: a captcha id or a hash longer than this is no valid one, and
+// refusing it early keeps hostile input out of logs and stores.
+const maxPathArg = 128
+
+// parseCall maps a request path to a call. prefix has no trailing slash ("" mounts the API at the
+// root). It reports false for any other path.
+func parseCall(prefix, path string) (call, bool) {
+	tail, ok := strings.CutPrefix(path, prefix)
+	if !ok || len(tail) < 2 || tail[0] != '/' {
+		return call{}, false
+	}
+	seg := strings.Split(tail[1:], "/")
+	c := call{activity: seg[0]}
+	if !admission.ValidActivityID(c.activity) {
+		return call{}, false
+	}
+	switch {
+	case len(seg) == 1:
+		c.kind = callStatus
+	case len(seg) == 2 && seg[1] == "captcha":
+		c.kind = callCaptcha
+	case len(seg) == 2 && seg[1] == "path":
+		c.kind = callPath
+	case len(seg) == 2 && seg[1] == "result":
+		c.kind = callResult
+	case len(seg) == 3 && seg[1] == "captcha":
+		id, ok := strings.CutSuffix(seg[2], ".png")
+		if !ok || !validArg(id) {
+			return call{}, false
+		}
+		c.kind, c.arg = callImage, id
+	case len(seg) == 3 && seg[1] == "buy":
+		if !validArg(seg[2]) {
+			return call{}, false
+		}
+		c.kind, c.arg = callBuy, seg[2]
+	default:
+		return call{}, false
+	}
+	return c, true
+}
+
+// validArg accepts a non-empty, bounded path argument of printable ASCII.
+func validArg(s string) bool {
+	if s == "" || len(s) > maxPathArg {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// methods returns the methods a call answers, as the Allow header lists them.
+func (k callKind) methods() string {
+	switch k {
+	case callStatus, callImage, callResult:
+		return "GET, HEAD"
+	}
+	return "POST"
+}
+
+// allows reports whether the call answers method.
+func (k callKind) allows(method string) bool {
+	switch k {
+	case callStatus, callImage, callResult:
+		return method == http.MethodGet || method == http.MethodHead
+	}
+	return method == http.MethodPost
+}
+
+// String names the call in logs and metrics.
+func (k callKind) String() string {
+	switch k {
+	case callStatus:
+		return "status"
+	case callCaptcha:
+		return "captcha"
+	case callImage:
+		return "captcha_image"
+	case callPath:
+		return "path"
+	case callBuy:
+		return "buy"
+	case callResult:
+		return "result"
+	}
+	return "unknown"
+}

@@ -1,0 +1,63 @@
+package caddymodule
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// Activity states of the status call.
+const (
+	stateUpcoming = "upcoming"
+	stateOpen     = "open"
+	stateSoldOut  = "sold_out"
+	stateEnded    = "ended"
+)
+
+// statusAnswer is the body of GET {prefix}/{activity}. Pages count down from ServerTimeMS, not
+// from the client's clock.
+type statusAnswer struct {
+	Code         string `json:"code"`
+	Activity     string `json:"activity"`
+	State        string `json:"state"`
+	ServerTimeMS int64  `json:"server_time_ms"`
+	StartMS      int64  `json:"start_ms"`
+	EndMS        int64  `json:"end_ms"`
+	RevealMS     int64  `json:"reveal_ms"` // the buy path is handed out from start_ms - reveal_ms
+	Remaining    int64  `json:"remaining"`
+}
+
+// status answers the public, cacheable state of an activity. It costs at most one store call per
+// activity per second on this node, whatever the traffic.
+func (q *request) status() error {
+	a := q.act
+	remaining, err := q.h.app.acts.remaining(q.r.Context(), a.ID)
+	switch {
+	case errors.Is(err, admission.ErrUnknownActivity):
+		return q.fail(apiError(http.StatusNotFound, codeNotFound, "no such activity"))
+	case err != nil:
+		return q.fail(errBusy(time.Second))
+	}
+	state := stateOpen
+	switch {
+	case q.now.Before(a.Start):
+		state = stateUpcoming
+	case !q.now.Before(a.End):
+		state = stateEnded
+	case remaining <= 0 || q.h.app.backend.guard.SoldOut(a.ID):
+		state = stateSoldOut
+	}
+	q.w.Header().Set("Cache-Control", "public, max-age=1")
+	return q.ok(http.StatusOK, codeOK, statusAnswer{
+		Code:         codeOK,
+		Activity:     a.ID,
+		State:        state,
+		ServerTimeMS: q.now.UnixMilli(),
+		StartMS:      a.Start.UnixMilli(),
+		EndMS:        a.End.UnixMilli(),
+		RevealMS:     a.reveal.Milliseconds(),
+		Remaining:    max(remaining, 0),
+	})
+}

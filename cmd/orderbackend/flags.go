@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+)
+
+// common are the flags every subcommand needs: where the store and the order database are.
+type common struct {
+	redisAddrs    string
+	redisPassword string
+	redisDB       int
+	keyPrefix     string
+	db            string
+}
+
+func env(name, def string) string {
+	if v, ok := os.LookupEnv(name); ok {
+		return v
+	}
+	return def
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return n
+	}
+	return def
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.redisAddrs, "redis", env("SECKILL_REDIS_ADDR", ""), "Redis address(es), comma-separated for a cluster [SECKILL_REDIS_ADDR]")
+	fs.StringVar(&c.redisPassword, "redis-password", env("SECKILL_REDIS_PASSWORD", ""), "Redis password [SECKILL_REDIS_PASSWORD]")
+	fs.IntVar(&c.redisDB, "redis-db", envInt("SECKILL_REDIS_DB", 0), "Redis database number [SECKILL_REDIS_DB]")
+	fs.StringVar(&c.keyPrefix, "key-prefix", env("SECKILL_KEY_PREFIX", "seckill"), "store key prefix, as configured at the edge [SECKILL_KEY_PREFIX]")
+	fs.StringVar(&c.db, "db", env("SECKILL_ORDERS_DB", ""), "order database: postgres://... or sqlite:PATH [SECKILL_ORDERS_DB]")
+}
+
+// open connects to the store and the order database (applying migrations).
+func (c *common) open(ctx context.Context) (admission.Store, orderbackend.Repository, error) {
+	if c.redisAddrs == "" {
+		return nil, nil, fmt.Errorf("-redis is required: the order backend reads the wins the edge queued in Redis")
+	}
+	kind, dsn, err := parseDB(c.db)
+	if err != nil {
+		return nil, nil, err
+	}
+	client := redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs: strings.Split(c.redisAddrs, ","), Password: c.redisPassword, DB: c.redisDB,
+	})
+	store, err := admission.NewRedisStore(client, admission.RedisOptions{KeyPrefix: c.keyPrefix})
+	if err != nil {
+		_ = client.Close()
+		return nil, nil, err
+	}
+	repo, err := orderbackend.OpenRepository(ctx, kind, dsn)
+	if err != nil {
+		_ = store.Close()
+		return nil, nil, err
+	}
+	return store, repo, nil
+}
+
+// parseDB splits "postgres://..." / "postgresql://..." / "sqlite:PATH" into a repository kind and
+// its data source.
+func parseDB(s string) (kind, dsn string, err error) {
+	switch {
+	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
+		return "postgres", s, nil
+	case strings.HasPrefix(s, "sqlite:") && len(s) > len("sqlite:"):
+		return "sqlite", strings.TrimPrefix(s, "sqlite:"), nil
+	case s == "":
+		return "", "", fmt.Errorf("-db is required (postgres://... or sqlite:PATH)")
+	}
+	return "", "", fmt.Errorf("-db %q: want postgres://... or sqlite:PATH", s)
+}

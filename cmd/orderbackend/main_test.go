@@ -1,0 +1,129 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+)
+
+// TestRunAndReconcile runs the command as an operator would, against a private redis-server and
+// an SQLite file: wins become orders served over HTTP, reconcile passes, and a win nobody
+// processes makes reconcile exit 1.
+func TestRunAndReconcile(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := admission.NewRedisStore(client, admission.RedisOptions{KeyPrefix: "seckill"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := store.Define(ctx, admission.Activity{ID: "phone-1001", Stock: 5, Limit: 1,
+		Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"alice", "bob"} {
+		if d, err := store.Admit(ctx, admission.Request{Activity: "phone-1001", User: u, Qty: 1, RequestID: "r"}); err != nil || d.Outcome != admission.Won {
+			t.Fatalf("admit %s = %+v, %v", u, d, err)
+		}
+	}
+
+	secret := "0123456789abcdef0123456789abcdef"
+	t.Setenv("TEST_JWT_SECRET", secret)
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"-redis", srv.Addr, "-db", "sqlite:" + filepath.Join(t.TempDir(), "orders.db")}
+	runCtx, stop := context.WithCancel(ctx)
+	exited := make(chan int, 1)
+	var runErr bytes.Buffer
+	go func() {
+		exited <- run(runCtx, append([]string{"run", "-listen", fmt.Sprint("127.0.0.1:", port),
+			"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test"}, common...), &bytes.Buffer{}, &runErr)
+	}()
+
+	// The backend discovers the activity and turns both wins into orders.
+	var res admission.Result
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if res, err = store.GetResult(ctx, "phone-1001", "alice"); err == nil && res.Code == "pending_payment" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's order never appeared (%+v, %v); run: %s", res, err, runErr.String())
+		}
+	}
+	tok, err := jwtauth.Mint(jwtauth.MintConfig{Secret: []byte(secret), Subject: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/orders/%s", port, res.OrderID), nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var body map[string]any
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || body["code"] != "pending_payment" || body["order_id"] != res.OrderID {
+		t.Fatalf("GET order = %d %v", resp.StatusCode, body)
+	}
+
+	var out, errOut bytes.Buffer
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		out.Reset()
+		if code := run(ctx, append([]string{"reconcile"}, common...), &out, &errOut); code == exitOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("reconcile never passed:\n%s%s", out.String(), errOut.String())
+		}
+	}
+	if !strings.Contains(out.String(), "OK: every invariant holds") {
+		t.Errorf("reconcile output:\n%s", out.String())
+	}
+	stop()
+	if code := <-exited; code != exitOK {
+		t.Fatalf("run exited %d: %s", code, runErr.String())
+	}
+
+	// With the backend stopped, a new win is not an order: a violation, exit 1.
+	if _, err := store.Admit(ctx, admission.Request{Activity: "phone-1001", User: "carol", Qty: 1, RequestID: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run(ctx, append([]string{"reconcile", "-activity", "phone-1001", "-json"}, common...), &out, &errOut); code != exitViolation {
+		t.Fatalf("reconcile exit %d, want %d:\n%s%s", code, exitViolation, out.String(), errOut.String())
+	}
+	var reports []map[string]any
+	if err := json.Unmarshal(out.Bytes(), &reports); err != nil || len(reports) != 1 || reports[0]["in_flight"] != 1.0 {
+		t.Errorf("json report = %s (%v)", out.String(), err)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	ctx := context.Background()
+	for _, args := range [][]string{nil, {"bogus"}, {"reconcile"}, {"reconcile", "-redis", "x:1"}, {"reconcile", "-redis", "x:1", "-db", "mysql://x"}} {
+		var out, errOut bytes.Buffer
+		if code := run(ctx, args, &out, &errOut); code != exitError {
+			t.Errorf("run %q = %d, want %d", args, code, exitError)
+		}
+		if errOut.Len() == 0 {
+			t.Errorf("run %q said nothing on stderr", args)
+		}
+	}
+}

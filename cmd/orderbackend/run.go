@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+)
+
+func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("orderbackend run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var (
+		c         common
+		listen    = fs.String("listen", env("SECKILL_ORDERS_LISTEN", ":8081"), "address of the order API [SECKILL_ORDERS_LISTEN]")
+		name      = fs.String("name", env("SECKILL_CONSUMER_NAME", ""), "consumer name, stable across restarts and distinct per process; default the host name [SECKILL_CONSUMER_NAME]")
+		algs      = fs.String("jwt-algorithms", env("SECKILL_JWT_ALGORITHMS", "HS256"), "accepted JWT algorithms, comma-separated [SECKILL_JWT_ALGORITHMS]")
+		secretEnv = fs.String("jwt-secret-env", "SECKILL_JWT_SECRET", "name of the environment variable holding the HMAC secret")
+		pemFile   = fs.String("jwt-public-key-file", env("SECKILL_JWT_PUBLIC_KEY_FILE", ""), "PEM public key(s) for RS/PS/ES/EdDSA tokens [SECKILL_JWT_PUBLIC_KEY_FILE]")
+		jwksURL   = fs.String("jwks-url", env("SECKILL_JWKS_URL", ""), "JWKS endpoint [SECKILL_JWKS_URL]")
+		issuer    = fs.String("jwt-issuer", env("SECKILL_JWT_ISSUER", ""), "required iss claim, if set [SECKILL_JWT_ISSUER]")
+		audience  = fs.String("jwt-audience", env("SECKILL_JWT_AUDIENCE", ""), "required aud claim, if set [SECKILL_JWT_AUDIENCE]")
+		leeway    = fs.Duration("jwt-leeway", 30*time.Second, "clock skew tolerated on exp/nbf/iat")
+		maxDeliv  = fs.Int64("max-deliveries", 5, "deliveries after which a failing win is dead-lettered")
+		claimIdle = fs.Duration("claim-idle", 30*time.Second, "a win pending this long belongs to a dead consumer and is claimed")
+	)
+	c.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	log, err := zap.NewProduction()
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+		return exitError
+	}
+	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
+
+	cfg := jwtauth.Config{
+		Algorithms: strings.Split(*algs, ","), HMACSecret: []byte(os.Getenv(*secretEnv)),
+		JWKSURL: *jwksURL, Issuer: *issuer, Audience: *audience, Leeway: *leeway,
+	}
+	if *pemFile != "" {
+		pem, err := os.ReadFile(*pemFile)
+		if err != nil {
+			_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+			return exitError
+		}
+		cfg.PublicKeyPEM = [][]byte{pem}
+	}
+	verifier, err := jwtauth.New(cfg)
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+		return exitError
+	}
+	store, repo, err := c.open(ctx)
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+		return exitError
+	}
+	defer func() { _ = store.Close(); _ = repo.Close() }()
+
+	b, err := orderbackend.New(orderbackend.Config{
+		Store: store, Repo: repo, Auth: orderbackend.JWT(verifier), Name: *name, Logger: log,
+		Consumer: orderbackend.ConsumerOptions{MaxDeliveries: *maxDeliv, ClaimIdle: *claimIdle},
+	})
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+		return exitError
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+		return exitError
+	}
+	srv := &http.Server{Handler: b.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("order backend running", zap.String("listen", ln.Addr().String()))
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = b.Run(runCtx) }()
+
+	code := exitOK
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		log.Error("order api stopped", zap.Error(err))
+		code = exitError
+	}
+	shutdownCtx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Warn("order api shutdown", zap.Error(err))
+	}
+	cancel()
+	<-done
+	log.Info("order backend stopped", zap.Any("metrics", b.Metrics()))
+	return code
+}

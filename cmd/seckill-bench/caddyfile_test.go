@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	_ "github.com/caddyserver/caddy/v2/modules/standard"
+
+	_ "github.com/caddy-seckill/caddy-seckill/caddymodule"
+)
+
+// adapt runs the real Caddyfile adapter, with the seckill plugin's parser, over a generated config.
+func adapt(t *testing.T, caddyfile string) map[string]any {
+	t.Helper()
+	out, warns, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "bench"})
+	if err != nil {
+		t.Fatalf("the generated config does not adapt: %v\n%s", err, caddyfile)
+	}
+	for _, w := range warns {
+		t.Errorf("adapter warning: %s line %d: %s", w.File, w.Line, w.Message)
+	}
+	var cfg map[string]any
+	if err := json.Unmarshal(out, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func get(m any, path ...string) any {
+	for _, k := range path {
+		mm, ok := m.(map[string]any)
+		if !ok {
+			return nil
+		}
+		m = mm[k]
+	}
+	return m
+}
+
+func TestGatewayConfigAdapts(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name      string
+		scenario  string
+		redisAddr string
+	}{
+		{"memory, open sale", "closed", ""},
+		{"redis, burst", "burst", "127.0.0.1:6390"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := config{scenario: c.scenario, activities: 3, stock: 70, limit: 2, actPrefix: "b-"}
+			spec := gatewaySpec{
+				Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: c.redisAddr,
+				JWTSecret: strings.Repeat("j", 40), URLSecret: strings.Repeat("u", 40),
+				IPRate: "20/s burst 40", UserRate: "10/s burst 5",
+				Prefix: "/seckill", BaselinePath: "/baseline",
+				Activities: activities(&cfg, now),
+			}
+			text := spec.caddyfile()
+			got := adapt(t, text)
+
+			app := get(got, "apps", "seckill")
+			if app == nil {
+				t.Fatalf("no seckill app in %v", got)
+			}
+			if get(app, "disable_captcha") != true {
+				t.Errorf("captcha is not off: %v", app)
+			}
+			acts, _ := get(app, "activities").(map[string]any)
+			if len(acts) != 3 {
+				t.Fatalf("activities %v, want b-0..b-2", acts)
+			}
+			for _, id := range []string{"b-0", "b-1", "b-2"} {
+				if get(acts, id, "stock") != float64(70) || get(acts, id, "limit") != float64(2) {
+					t.Errorf("activity %s: %v", id, acts[id])
+				}
+				start, _ := time.Parse(time.RFC3339, get(acts, id, "start").(string))
+				if c.scenario == "burst" {
+					if !start.After(now) || get(acts, id, "reveal") == nil {
+						t.Errorf("burst activity %s must be upcoming with its path revealed: %v", id, acts[id])
+					}
+				} else if !start.Before(now) {
+					t.Errorf("activity %s must be open: %v", id, acts[id])
+				}
+			}
+			if c.redisAddr != "" && !strings.Contains(text, "store redis "+c.redisAddr) {
+				t.Errorf("redis store missing:\n%s", text)
+			}
+			js, _ := json.Marshal(got)
+			for _, want := range []string{`"trusted_proxies"`, `"127.0.0.1/32"`, `"handler":"seckill"`, `"handler":"static_response"`, "respond baseline", `"/baseline/*"`, `"listen":["127.0.0.1:12019"]`} {
+				if !bytes.Contains(js, []byte(want)) {
+					t.Errorf("adapted config lacks %s:\n%s", want, js)
+				}
+			}
+		})
+	}
+}
+
+func TestGatewayConfigCommand(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := cli(context.Background(), []string{"gateway-config", "-activities", "2", "-stock", "5", "-listen", "127.0.0.1:18081",
+		"-jwt-secret", strings.Repeat("s", 32)}, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "-jwt-secret "+strings.Repeat("s", 32)) {
+		t.Errorf("the printed config does not tell how to run the bench against it:\n%s", out.String())
+	}
+	cfg := adapt(t, out.String())
+	if acts, _ := get(cfg, "apps", "seckill", "activities").(map[string]any); len(acts) != 2 {
+		t.Errorf("activities %v", acts)
+	}
+
+	if code := cli(context.Background(), []string{"gateway-config", "-jwt-secret", "short"}, &out, &errOut); code != exitUsage {
+		t.Errorf("a short secret: exit %d, want %d", code, exitUsage)
+	}
+}
+
+func TestRunFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},                                // neither a gateway to start nor one to use
+		{"-target", "http://127.0.0.1:1"}, // no secret for the tokens
+		{"-gateway-bin", "x", "-scenario", "bogus"},
+		{"-gateway-bin", "x", "-store", "memory", "-orders", "ob"},
+		{"-gateway-bin", "x", "-users", "0"},
+		{"extra-argument"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := cli(context.Background(), args, &out, &errOut); code != exitUsage {
+			t.Errorf("%q: exit %d, want %d (%s)", args, code, exitUsage, errOut.String())
+		}
+	}
+}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// config is the bench's command line.
+type config struct {
+	// The sale.
+	scenario   string
+	users      int
+	activities int
+	stock      int64
+	limit      int64
+	actPrefix  string
+
+	// The load.
+	concurrency int
+	rate        float64
+	maxInflight int
+	soak        time.Duration
+	slice       time.Duration
+	timeout     time.Duration
+	pollTimeout time.Duration
+	retries     int
+	tokenTTL    time.Duration
+
+	// The gateway.
+	gatewayBin   string
+	build        bool
+	target       string
+	admin        string
+	gatewayPID   int
+	prefix       string
+	baselinePath string
+	jwtSecret    string
+	ipRate       string
+	userRate     string
+	store        string
+	redisAddr    string
+	redisBin     string
+	ordersBin    string
+	reconcileDB  string
+
+	// gateway-config only.
+	listen      string
+	adminListen string
+
+	// Output.
+	workDir string
+	keep    bool
+	jsonOut string
+	svgOut  string
+	window  time.Duration
+	quiet   bool
+}
+
+func (c *config) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.scenario, "scenario", "closed", "closed (-concurrency clients), open (-rate users/s, latency from the intended send time) or burst (every user presses at the start instant)")
+	fs.IntVar(&c.users, "users", 20000, "distinct users (each with its own token and address); the classic run is 1000000")
+	fs.IntVar(&c.activities, "activities", 10, "activities; user i buys in activity i mod activities")
+	fs.Int64Var(&c.stock, "stock", 1000, "items per activity")
+	fs.Int64Var(&c.limit, "limit", 1, "items per user and activity")
+	fs.StringVar(&c.actPrefix, "activity-prefix", "bench-", "activity ids are this prefix and a number")
+
+	fs.IntVar(&c.concurrency, "concurrency", 64, "concurrent clients of the closed loop, the burst's reveal step and the soak")
+	fs.Float64Var(&c.rate, "rate", 2000, "open loop: users arriving per second")
+	fs.IntVar(&c.maxInflight, "max-inflight", 1000, "open loop and burst: most users in flight at once (later arrivals wait, and their wait counts in their latency)")
+	fs.DurationVar(&c.soak, "soak", 10*time.Second, "after the sell-out, keep pressing buy this long (half of it against respond, alternating every -slice); 0 skips the soak")
+	fs.DurationVar(&c.slice, "slice", time.Second, "soak: how long each target is driven before switching")
+	fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "per request")
+	fs.DurationVar(&c.pollTimeout, "poll-timeout", 30*time.Second, "how long a winner polls its result before the win counts as unconfirmed")
+	fs.IntVar(&c.retries, "retries", 2, "retries of a request that got no answer, 429 or 503 (after Retry-After); a buy is retried with the same Idempotency-Key")
+	fs.DurationVar(&c.tokenTTL, "token-ttl", 2*time.Hour, "lifetime of the minted tokens")
+
+	fs.StringVar(&c.gatewayBin, "gateway-bin", "", "Caddy binary with the seckill plugin: the bench writes its config, starts it, measures its CPU and memory, and stops it")
+	fs.BoolVar(&c.build, "build", false, "build cmd/caddy (and cmd/orderbackend with -orders) from this module into the work directory first; needs go")
+	fs.StringVar(&c.target, "target", "", "base URL of an already running gateway (instead of -gateway-bin); it must serve the bench's config (see gateway-config)")
+	fs.StringVar(&c.admin, "admin", "", "Caddy admin endpoint of -target, for /metrics and the admin API (e.g. http://127.0.0.1:2019)")
+	fs.IntVar(&c.gatewayPID, "gateway-pid", 0, "process id of -target, for its CPU and memory")
+	fs.StringVar(&c.prefix, "prefix", "/seckill", "where the seckill handler is mounted")
+	fs.StringVar(&c.baselinePath, "baseline-path", "/baseline", "where the respond route is mounted; requests go to this path + the seckill path")
+	fs.StringVar(&c.jwtSecret, "jwt-secret", "", "HS256 secret of the tokens (32+ bytes); default: random, written into the generated config")
+	fs.StringVar(&c.ipRate, "ip-rate", "20/s burst 40", `IP rate limit of the generated config ("" for none)`)
+	fs.StringVar(&c.userRate, "user-rate", "10/s burst 5", `user rate limit of the generated config ("" for none)`)
+	fs.StringVar(&c.store, "store", "memory", "memory or redis")
+	fs.StringVar(&c.redisAddr, "redis-addr", "", "store redis: an existing server (default: start a private redis-server on a free port)")
+	fs.StringVar(&c.redisBin, "redis-bin", "redis-server", "store redis: the redis-server binary to start")
+	fs.StringVar(&c.ordersBin, "orders", "", "store redis: cmd/orderbackend binary to start (SQLite in the work directory); winners then poll until their order exists, and reconcile runs at the end")
+	fs.StringVar(&c.reconcileDB, "reconcile-db", "", "with -target and -redis-addr: the order database (postgres://... or sqlite:PATH) to reconcile at the end")
+
+	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "gateway-config: the site address")
+	fs.StringVar(&c.adminListen, "admin-listen", "127.0.0.1:2019", "gateway-config: the admin address")
+
+	fs.StringVar(&c.workDir, "work-dir", "", "where configs, logs and databases go (default: a new temporary directory, removed after a successful run)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the work directory")
+	fs.StringVar(&c.jsonOut, "json", "seckill-bench.json", `JSON report ("" for none)`)
+	fs.StringVar(&c.svgOut, "svg", "seckill-bench.svg", `latency-over-time chart ("" for none)`)
+	fs.DurationVar(&c.window, "window", 500*time.Millisecond, "chart resolution")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
+}
+
+// validate checks the flags of a run.
+func (c *config) validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	switch c.scenario {
+	case "closed", "open", "burst":
+	default:
+		bad("-scenario %q: want closed, open or burst", c.scenario)
+	}
+	if c.users < 1 {
+		bad("-users must be at least 1")
+	}
+	if c.activities < 1 {
+		bad("-activities must be at least 1")
+	}
+	if c.stock < 1 || c.limit < 1 {
+		bad("-stock and -limit must be at least 1")
+	}
+	if c.concurrency < 1 || c.maxInflight < 1 {
+		bad("-concurrency and -max-inflight must be at least 1")
+	}
+	if c.scenario == "open" && c.rate <= 0 {
+		bad("-rate must be positive")
+	}
+	if c.slice <= 0 || c.window <= 0 || c.timeout <= 0 {
+		bad("-slice, -window and -timeout must be positive")
+	}
+	if c.retries < 0 {
+		bad("-retries must not be negative")
+	}
+	switch c.store {
+	case "memory":
+		if c.ordersBin != "" {
+			bad("-orders needs -store redis: the standalone order backend reads the wins from Redis")
+		}
+	case "redis":
+	default:
+		bad("-store %q: want memory or redis", c.store)
+	}
+	started := c.gatewayBin != "" || c.build
+	switch {
+	case started && c.target != "":
+		bad("give either -gateway-bin/-build (the bench starts the gateway) or -target (it is running), not both")
+	case !started && c.target == "":
+		bad("give -gateway-bin PATH or -build (the bench starts the gateway), or -target URL")
+	case c.target != "" && c.jwtSecret == "":
+		bad("-target needs -jwt-secret: the secret the running gateway verifies tokens with")
+	}
+	if c.jwtSecret != "" && len(c.jwtSecret) < 32 {
+		bad("-jwt-secret must be at least 32 bytes for HS256")
+	}
+	if !strings.HasPrefix(c.prefix, "/") || !strings.HasPrefix(c.baselinePath, "/") {
+		bad("-prefix and -baseline-path must start with /")
+	}
+	return errors.Join(errs...)
+}
+
+// activityIDs returns the ids of the bench's activities.
+func (c *config) activityIDs() []string {
+	ids := make([]string, c.activities)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s%d", c.actPrefix, i)
+	}
+	return ids
+}

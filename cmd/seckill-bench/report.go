@@ -1,0 +1,379 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+)
+
+// Report is the JSON report of a run; the terminal table prints the same figures.
+type Report struct {
+	Title        string                `json:"title"`
+	Started      time.Time             `json:"started"`
+	Machine      machineInfo           `json:"machine"`
+	Config       reportConfig          `json:"config"`
+	Phases       []phaseReport         `json:"phases"`
+	Ratios       []ratio               `json:"ratios"`
+	Selling      *sellingInfo          `json:"selling,omitempty"`
+	Funnel       []funnelLine          `json:"funnel,omitempty"`
+	FunnelErr    string                `json:"funnel_error,omitempty"`
+	Process      *processInfo          `json:"gateway_process,omitempty"`
+	Checks       []check               `json:"invariants"`
+	Reconcile    []orderbackend.Report `json:"reconcile,omitempty"`
+	ReconcileErr string                `json:"reconcile_error,omitempty"`
+	OK           bool                  `json:"ok"`
+}
+
+type machineInfo struct {
+	CPUs     int    `json:"cpus"`
+	CPUModel string `json:"cpu_model,omitempty"`
+	LoadAvg  string `json:"loadavg_at_end,omitempty"`
+	Go       string `json:"go"`
+	OS       string `json:"os"`
+}
+
+type reportConfig struct {
+	Scenario    string  `json:"scenario"`
+	Users       int     `json:"users"`
+	Activities  int     `json:"activities"`
+	Stock       int64   `json:"stock_per_activity"`
+	Limit       int64   `json:"limit"`
+	Concurrency int     `json:"concurrency"`
+	Rate        float64 `json:"rate,omitempty"`
+	MaxInflight int     `json:"max_inflight"`
+	Soak        string  `json:"soak"`
+	Store       string  `json:"store"`
+	Orders      bool    `json:"order_backend"`
+	IPRate      string  `json:"ip_rate"`
+	UserRate    string  `json:"user_rate"`
+}
+
+type phaseReport struct {
+	Name    string         `json:"name"`
+	Targets []targetReport `json:"targets"`
+}
+
+type targetReport struct {
+	Target       string             `json:"target"`
+	Seconds      float64            `json:"seconds"`
+	Requests     int64              `json:"requests"`
+	RPS          float64            `json:"requests_per_second"`
+	Errors       int64              `json:"errors"`
+	ErrorRate    float64            `json:"error_rate"`
+	Latency      latency            `json:"latency"`
+	Calls        map[string]latency `json:"calls"`
+	Answers      []answerReport     `json:"answers"`
+	GatewayCores float64            `json:"gateway_cores"`
+	HelperCores  float64            `json:"helper_cores,omitempty"`
+	BenchCores   float64            `json:"bench_cores"`
+}
+
+// latency is a histogram summary, in milliseconds.
+type latency struct {
+	Count uint64  `json:"count"`
+	Mean  float64 `json:"mean_ms"`
+	P50   float64 `json:"p50_ms"`
+	P90   float64 `json:"p90_ms"`
+	P99   float64 `json:"p99_ms"`
+	P999  float64 `json:"p999_ms"`
+	Max   float64 `json:"max_ms"`
+}
+
+type answerReport struct {
+	Call   string `json:"call"`
+	Status int    `json:"status"`
+	Code   string `json:"code"`
+	Count  int64  `json:"count"`
+}
+
+// ratio compares one figure of the seckill handler with the same figure of respond.
+type ratio struct {
+	Name    string  `json:"name"`
+	Seckill float64 `json:"seckill"`
+	Respond float64 `json:"respond"`
+	Ratio   float64 `json:"ratio"`
+	Goal    string  `json:"goal,omitempty"`
+	Met     *bool   `json:"met,omitempty"`
+}
+
+type sellingInfo struct {
+	Wins          int64   `json:"wins"`
+	SoldOutAfterS float64 `json:"last_win_after_s"` // from the sale's opening to the last 202
+	WinsPerSecond float64 `json:"wins_per_second"`
+}
+
+type processInfo struct {
+	PID        int     `json:"pid"`
+	RSSMB      float64 `json:"rss_mb_at_end"`
+	PeakRSSMB  float64 `json:"peak_rss_mb"`
+	CPUSeconds float64 `json:"cpu_seconds"`
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func summarize(h *Histogram) latency {
+	return latency{
+		Count: h.Count(), Mean: ms(h.Mean()), P50: ms(h.Quantile(0.5)), P90: ms(h.Quantile(0.9)),
+		P99: ms(h.Quantile(0.99)), P999: ms(h.Quantile(0.999)), Max: ms(h.Max()),
+	}
+}
+
+// report assembles the figures of the run.
+func (b *bench) report(before, after []series, metricsErr error, checks []check, recon []orderbackend.Report, reconErr error) *Report {
+	cfg := b.cfg
+	r := &Report{
+		Title:   fmt.Sprintf("seckill-bench %s: %d users, %d×%d items, store %s", cfg.scenario, cfg.users, cfg.activities, cfg.stock, cfg.store),
+		Started: b.rec.start,
+		Machine: machine(),
+		Config: reportConfig{
+			Scenario: cfg.scenario, Users: cfg.users, Activities: cfg.activities, Stock: cfg.stock, Limit: cfg.limit,
+			Concurrency: cfg.concurrency, MaxInflight: cfg.maxInflight, Soak: cfg.soak.String(),
+			Store: cfg.store, Orders: b.orders, IPRate: cfg.ipRate, UserRate: cfg.userRate,
+		},
+		Checks: checks, Reconcile: recon,
+	}
+	if cfg.scenario == "open" {
+		r.Config.Rate = cfg.rate
+	}
+	for _, p := range b.rec.phases {
+		pr := phaseReport{Name: p.name}
+		for t := target(0); t < nTargets; t++ {
+			s := p.targets[t]
+			wall := time.Duration(s.active.Load())
+			if s.requests.Load() == 0 && s.calls[callFlow].Count() == 0 {
+				continue
+			}
+			tr := targetReport{
+				Target: t.String(), Seconds: wall.Seconds(), Requests: s.requests.Load(), Errors: s.errors.Load(),
+				Latency: summarize(s.all), Calls: map[string]latency{},
+				GatewayCores: cores(s.cpu.Gateway, s.cpu.Wall), HelperCores: cores(s.cpu.Helpers, s.cpu.Wall),
+				BenchCores: cores(s.cpu.Bench, s.cpu.Wall),
+			}
+			if wall > 0 {
+				tr.RPS = float64(tr.Requests) / wall.Seconds()
+			}
+			if tr.Requests > 0 {
+				tr.ErrorRate = float64(tr.Errors) / float64(tr.Requests)
+			}
+			for c := callKind(0); c < nCalls; c++ {
+				if s.calls[c].Count() > 0 {
+					tr.Calls[c.String()] = summarize(s.calls[c])
+				}
+			}
+			for _, a := range s.answersSorted() {
+				tr.Answers = append(tr.Answers, answerReport{Call: a.Call.String(), Status: a.Status, Code: a.Code, Count: a.N})
+			}
+			pr.Targets = append(pr.Targets, tr)
+		}
+		r.Phases = append(r.Phases, pr)
+	}
+	r.Ratios = b.ratios(r)
+
+	var last int64
+	for i := range b.lastWin {
+		last = max(last, b.lastWin[i].Load())
+	}
+	if w := b.wins.Load(); w > 0 {
+		d := time.Duration(last - b.opened.Load())
+		r.Selling = &sellingInfo{Wins: w, SoldOutAfterS: d.Seconds()}
+		if d > 0 {
+			r.Selling.WinsPerSecond = float64(w) / d.Seconds()
+		}
+	}
+	if metricsErr != nil {
+		r.FunnelErr = metricsErr.Error()
+	} else {
+		r.Funnel = funnel(before, after)
+	}
+	if b.watch.gateway != 0 {
+		if u, err := readProc(b.watch.gateway); err == nil {
+			r.Process = &processInfo{PID: b.watch.gateway, RSSMB: float64(u.RSS) / (1 << 20), PeakRSSMB: float64(u.PeakRSS) / (1 << 20), CPUSeconds: u.CPU.Seconds()}
+		}
+	}
+	if reconErr != nil {
+		r.ReconcileErr = reconErr.Error()
+	}
+	r.OK = reconErr == nil
+	for _, c := range checks {
+		r.OK = r.OK && c.OK
+	}
+	for _, rr := range recon {
+		r.OK = r.OK && rr.OK()
+	}
+	return r
+}
+
+// ratios compares the seckill handler with respond: throughput and p99 of the sale and of the
+// sold-out path, against the goals of the issue on a 2-core machine.
+func (b *bench) ratios(r *Report) []ratio {
+	find := func(phase, t string) *targetReport {
+		for i := range r.Phases {
+			if r.Phases[i].Name != phase {
+				continue
+			}
+			for j := range r.Phases[i].Targets {
+				if r.Phases[i].Targets[j].Target == t {
+					return &r.Phases[i].Targets[j]
+				}
+			}
+		}
+		return nil
+	}
+	var out []ratio
+	add := func(name string, s, rsp float64, goal string, met func(float64) bool) {
+		if s == 0 || rsp == 0 {
+			return
+		}
+		x := ratio{Name: name, Seckill: s, Respond: rsp, Ratio: s / rsp, Goal: goal}
+		if met != nil {
+			m := met(x.Ratio)
+			x.Met = &m
+		}
+		out = append(out, x)
+	}
+	buyGoal, buyMin := "≥ 0.7 (memory store)", 0.7
+	if b.cfg.store == "redis" {
+		buyGoal, buyMin = "≥ 0.5 (redis store)", 0.5
+	}
+	salePhase := "sale"
+	if b.cfg.scenario == "burst" {
+		salePhase = "burst"
+	}
+	if g, rsp := find(salePhase, "seckill"), find(salePhase, "respond"); g != nil && rsp != nil {
+		add("buy path: "+salePhase+" req/s", g.RPS, rsp.RPS, buyGoal, func(x float64) bool { return x >= buyMin })
+		if gb, rb := g.Calls["buy"], rsp.Calls["buy"]; gb.Count > 0 && rb.Count > 0 {
+			add("buy path: p99 of buy (ms)", gb.P99, rb.P99, "≤ 2", func(x float64) bool { return x <= 2 })
+		}
+		add("buy path: p99 of every request (ms)", g.Latency.P99, rsp.Latency.P99, "", nil)
+	}
+	if g, rsp := find("soak", "seckill"), find("soak", "respond"); g != nil && rsp != nil {
+		add("sold-out path: soak req/s", g.RPS, rsp.RPS, "≥ 0.9", func(x float64) bool { return x >= 0.9 })
+		add("sold-out path: p99 (ms)", g.Latency.P99, rsp.Latency.P99, "", nil)
+	}
+	return out
+}
+
+func machine() machineInfo {
+	m := machineInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), OS: runtime.GOOS + "/" + runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.LoadAvg = strings.Join(strings.Fields(string(b))[:3], " ")
+	}
+	return m
+}
+
+// print writes the final tables.
+func (r *Report) print(w io.Writer) {
+	fmt.Fprintf(w, "\n== %s ==\n", r.Title)
+	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, load average at the end %s\n\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.Go, r.Machine.LoadAvg)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\ttarget\tseconds\trequests\treq/s\terrors\tp50\tp99\tp99.9\tmax\tgateway cores\tbench cores\t")
+	for _, p := range r.Phases {
+		for _, t := range p.Targets {
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%.0f\t%.2f%%\t%s\t%s\t%s\t%s\t%.2f\t%.2f\t\n",
+				p.Name, t.Target, t.Seconds, t.Requests, t.RPS, 100*t.ErrorRate,
+				fmtMS(t.Latency.P50), fmtMS(t.Latency.P99), fmtMS(t.Latency.P999), fmtMS(t.Latency.Max),
+				t.GatewayCores+t.HelperCores, t.BenchCores)
+		}
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w, "\nlatency by call (flow: arrival or press → buy answer; win→order: 202 → order visible)")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "phase\ttarget\tcall\tcount\tp50\tp99\tp99.9\tmax\t")
+	for _, p := range r.Phases {
+		for _, t := range p.Targets {
+			for _, c := range callNames {
+				if l, ok := t.Calls[c]; ok {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", p.Name, t.Target, c, l.Count, fmtMS(l.P50), fmtMS(l.P99), fmtMS(l.P999), fmtMS(l.Max))
+				}
+			}
+		}
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w, "\nanswers by code (seckill)")
+	for _, p := range r.Phases {
+		for _, t := range p.Targets {
+			if t.Target != gateway.String() {
+				continue
+			}
+			var parts []string
+			for _, a := range t.Answers {
+				parts = append(parts, fmt.Sprintf("%s %d %s: %d", a.Call, a.Status, a.Code, a.Count))
+			}
+			fmt.Fprintf(w, "  %s: %s\n", p.Name, strings.Join(parts, ", "))
+		}
+	}
+
+	if r.Selling != nil {
+		fmt.Fprintf(w, "\nsold %d items; the last 202 came %.2fs after the start (%.0f wins/s)\n", r.Selling.Wins, r.Selling.SoldOutAfterS, r.Selling.WinsPerSecond)
+	}
+
+	fmt.Fprintln(w, "\nseckill vs Caddy respond, same requests, same process")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tseckill\trespond\tratio\tgoal\t")
+	for _, x := range r.Ratios {
+		met := ""
+		if x.Met != nil {
+			met = " (missed)"
+			if *x.Met {
+				met = " (met)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s%s\t\n", x.Name, x.Seckill, x.Respond, x.Ratio, x.Goal, met)
+	}
+	_ = tw.Flush()
+
+	if r.FunnelErr != "" {
+		fmt.Fprintf(w, "\ngateway metrics: not available (%s)\n", r.FunnelErr)
+	} else if len(r.Funnel) > 0 {
+		fmt.Fprintf(w, "\ngateway metrics (%s*, summed over activities; counters: this run only)\n", metricsPrefix)
+		for _, f := range r.Funnel {
+			fmt.Fprintf(w, "  %-90s %g\n", f.Series, f.Value)
+		}
+	}
+	if r.Process != nil {
+		fmt.Fprintf(w, "\ngateway process %d: %.1f s CPU, RSS %.1f MB at the end, peak %.1f MB\n", r.Process.PID, r.Process.CPUSeconds, r.Process.RSSMB, r.Process.PeakRSSMB)
+	}
+
+	fmt.Fprintln(w, "\ninvariants")
+	for _, c := range r.Checks {
+		st := "ok  "
+		if !c.OK {
+			st = "FAIL"
+		}
+		fmt.Fprintf(w, "  %s %s: %s\n", st, c.Name, c.Detail)
+	}
+	if r.ReconcileErr != "" {
+		fmt.Fprintf(w, "  FAIL reconcile: %s\n", r.ReconcileErr)
+	}
+	if len(r.Reconcile) > 0 {
+		fmt.Fprintln(w, "\nreconcile (order backend: store against order database)")
+	}
+	for _, rr := range r.Reconcile {
+		fmt.Fprint(w, indent(rr.String(), "  "))
+	}
+}
+
+func fmtMS(v float64) string {
+	return fmtDur(time.Duration(v * float64(time.Millisecond)))
+}
+
+func indent(s, pre string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return pre + strings.Join(lines, "\n"+pre) + "\n"
+}

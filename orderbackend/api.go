@@ -1,0 +1,268 @@
+package orderbackend
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+)
+
+// APIOptions configures the order API.
+type APIOptions struct {
+	Auth     Authenticator // required
+	Payments Payments      // default: a MockPayments
+	Now      func() time.Time
+	Logger   *zap.Logger
+	Metrics  *Metrics
+	OnChange func() // called after a committed pay or cancel (wakes the relay)
+}
+
+// API is the order API of DESIGN.md §2, an http.Handler for paths under /orders/:
+//
+//	GET  /orders/{id}         the order (owner only)
+//	POST /orders/{id}/pay     200 {"code":"paid"} or 409 {"code":"expired"}
+//	POST /orders/{id}/cancel  200 {"code":"cancelled"} or 409 {"code":"paid"}
+//
+// Every call needs the buyer's bearer token. Another user's order is answered exactly like a
+// missing one (404 not_found), so order ids cannot be probed. Bodies are {"code","message",...}
+// like the edge's.
+type API struct {
+	repo Repository
+	opts APIOptions
+}
+
+// NewAPI returns the order API over repo.
+func NewAPI(repo Repository, opts APIOptions) (*API, error) {
+	if opts.Auth == nil {
+		return nil, errors.New("order api: an Authenticator is required")
+	}
+	if opts.Payments == nil {
+		opts.Payments = new(MockPayments)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = zap.NewNop()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = new(Metrics)
+	}
+	if opts.OnChange == nil {
+		opts.OnChange = func() {}
+	}
+	return &API{repo: repo, opts: opts}, nil
+}
+
+// apiError is a refusal: a status and the stable machine word.
+type apiError struct {
+	status     int
+	code, msg  string
+	retryAfter bool
+}
+
+var (
+	errAPINotFound     = &apiError{status: http.StatusNotFound, code: "not_found", msg: "no such order"}
+	errAPIUnauthorized = &apiError{status: http.StatusUnauthorized, code: "unauthorized", msg: "a valid bearer token is required"}
+	errAPIBusy         = &apiError{status: http.StatusServiceUnavailable, code: "busy", msg: "try again in a moment", retryAfter: true}
+	errAPIExpired      = &apiError{status: http.StatusConflict, code: "expired", msg: "the payment window has closed; the order is cancelled"}
+	errAPIPaid         = &apiError{status: http.StatusConflict, code: "paid", msg: "a paid order cannot be cancelled"}
+	errAPIDeclined     = &apiError{status: http.StatusPaymentRequired, code: "payment_declined", msg: "the payment was declined"}
+	errAPIInternal     = &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error"}
+)
+
+// orderJSON is an order as the API shows it.
+type orderJSON struct {
+	Code          string `json:"code"`
+	OrderID       string `json:"order_id"`
+	Activity      string `json:"activity"`
+	ReservationID string `json:"reservation_id"`
+	Qty           int64  `json:"qty"`
+	Status        Status `json:"status"`
+	CreatedMS     int64  `json:"created_ms"`
+	PayBeforeMS   int64  `json:"pay_before_ms"`
+	PaidMS        int64  `json:"paid_ms,omitempty"`
+	CancelledMS   int64  `json:"cancelled_ms,omitempty"`
+}
+
+func toJSON(o Order) orderJSON {
+	j := orderJSON{
+		Code: string(o.Status), OrderID: o.ID, Activity: o.Activity, ReservationID: o.ReservationID, Qty: o.Qty,
+		Status: o.Status, CreatedMS: o.CreatedAt.UnixMilli(), PayBeforeMS: o.ExpiresAt.UnixMilli(),
+	}
+	if !o.PaidAt.IsZero() {
+		j.PaidMS = o.PaidAt.UnixMilli()
+	}
+	if !o.CancelledAt.IsZero() {
+		j.CancelledMS = o.CancelledAt.UnixMilli()
+	}
+	return j
+}
+
+// ServeHTTP implements http.Handler.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	id, action, ok := splitOrderPath(r.URL.Path)
+	if !ok {
+		a.fail(w, errAPINotFound)
+		return
+	}
+	want := http.MethodPost
+	if action == "" {
+		want = http.MethodGet
+	}
+	if r.Method != want && (want != http.MethodGet || r.Method != http.MethodHead) {
+		w.Header().Set("Allow", want)
+		a.fail(w, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", msg: "use " + want})
+		return
+	}
+	user, aerr := a.authenticate(r)
+	if aerr != nil {
+		a.fail(w, aerr)
+		return
+	}
+	o, err := a.repo.Order(r.Context(), id)
+	if err == nil && o.User != user {
+		err = ErrNotFound // someone else's order is not there for this caller
+	}
+	if err != nil {
+		a.fail(w, a.dbError("read order", err))
+		return
+	}
+	switch action {
+	case "":
+		a.reply(w, http.StatusOK, toJSON(o))
+	case "pay":
+		a.pay(w, r, o)
+	case "cancel":
+		a.cancel(w, r, o)
+	}
+}
+
+// splitOrderPath accepts /orders/{id}, /orders/{id}/pay and /orders/{id}/cancel.
+func splitOrderPath(p string) (id, action string, ok bool) {
+	rest, found := strings.CutPrefix(p, "/orders/")
+	if !found {
+		return "", "", false
+	}
+	id, action, _ = strings.Cut(rest, "/")
+	if !validOrderID(id) || (action != "" && action != "pay" && action != "cancel") {
+		return "", "", false
+	}
+	return id, action, true
+}
+
+func (a *API) authenticate(r *http.Request) (string, *apiError) {
+	tok, err := jwtauth.TokenFromRequest(r)
+	if err != nil {
+		return "", errAPIUnauthorized
+	}
+	user, err := a.opts.Auth.Verify(r.Context(), tok)
+	switch {
+	case err == nil && user != "":
+		return user, nil
+	case err == nil, errors.Is(err, jwtauth.ErrUnauthorized):
+		return "", errAPIUnauthorized
+	}
+	a.opts.Logger.Warn("verifying a token failed", zap.Error(err))
+	return "", errAPIBusy
+}
+
+// pay charges the order and marks it paid, unless the window closes first. The provider is
+// charged before the conditional update (a payment that may fail must not hold a row lock), and
+// refunded if the update loses the race against the window.
+func (a *API) pay(w http.ResponseWriter, r *http.Request, o Order) {
+	ctx := r.Context()
+	switch {
+	case o.Status == StatusPaid:
+		a.reply(w, http.StatusOK, toJSON(o))
+		return
+	case o.Status == StatusCancelled, !a.opts.Now().Before(o.ExpiresAt):
+		a.fail(w, errAPIExpired)
+		return
+	}
+	ref, err := a.opts.Payments.Charge(ctx, o)
+	if err != nil {
+		if errors.Is(err, ErrPaymentDeclined) {
+			a.fail(w, errAPIDeclined)
+			return
+		}
+		a.opts.Logger.Warn("payment provider failed", zap.String("order", o.ID), zap.Error(err))
+		a.fail(w, errAPIBusy)
+		return
+	}
+	paid, err := a.repo.Pay(ctx, o.ID, ref, a.opts.Now())
+	switch {
+	case err == nil:
+		a.opts.Metrics.Paid.Add(1)
+		a.opts.OnChange()
+		a.reply(w, http.StatusOK, toJSON(paid))
+	case errors.Is(err, ErrNotPending): // a concurrent pay of the same order won; the charge is the same one
+		a.reply(w, http.StatusOK, toJSON(paid))
+	case errors.Is(err, ErrExpired):
+		if err := a.opts.Payments.Refund(ctx, o, ref); err != nil {
+			a.opts.Logger.Error("refund after a late payment failed", zap.String("order", o.ID), zap.String("ref", ref), zap.Error(err))
+		}
+		a.fail(w, errAPIExpired)
+	default:
+		// The charge stands; a retry charges the same order again, which the provider's
+		// idempotency turns into the same charge.
+		a.fail(w, a.dbError("pay order", err))
+	}
+}
+
+func (a *API) cancel(w http.ResponseWriter, r *http.Request, o Order) {
+	c, err := a.repo.Cancel(r.Context(), o.ID, a.opts.Now())
+	switch {
+	case err == nil:
+		if o.Status == StatusPending {
+			a.opts.Metrics.Cancelled.Add(1)
+			a.opts.OnChange()
+		}
+		a.reply(w, http.StatusOK, toJSON(c))
+	case errors.Is(err, ErrNotPending):
+		a.fail(w, errAPIPaid)
+	default:
+		a.fail(w, a.dbError("cancel order", err))
+	}
+}
+
+func (a *API) dbError(op string, err error) *apiError {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return errAPINotFound
+	case errors.Is(err, ErrUnavailable):
+		a.opts.Logger.Warn(op+": database unavailable", zap.Error(err))
+		return errAPIBusy
+	}
+	a.opts.Logger.Error(op+" failed", zap.Error(err))
+	return errAPIInternal
+}
+
+func (a *API) fail(w http.ResponseWriter, e *apiError) {
+	if e.retryAfter {
+		w.Header().Set("Retry-After", "1")
+	}
+	if e.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="orders"`)
+	}
+	a.reply(w, e.status, map[string]string{"code": e.code, "message": e.msg})
+}
+
+func (a *API) reply(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		a.opts.Logger.Error("encode reply", zap.Error(err))
+		status, b = http.StatusInternalServerError, []byte(`{"code":"internal","message":"internal error"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Content-Length", fmt.Sprint(len(b)+1))
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,110 @@
+package orderbackend
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"time"
+)
+
+// Status is an order's state: pending_payment, then exactly one of paid or cancelled.
+type Status string
+
+// The order states.
+const (
+	StatusPending   Status = "pending_payment"
+	StatusPaid      Status = "paid"
+	StatusCancelled Status = "cancelled"
+)
+
+// Order is one win turned into an order.
+type Order struct {
+	ID            string
+	ReservationID string
+	Activity      string
+	User          string
+	Qty           int64
+	Status        Status
+	CreatedAt     time.Time
+	ExpiresAt     time.Time // the buyer must pay before this instant
+	PaidAt        time.Time // zero unless paid
+	CancelledAt   time.Time // zero unless cancelled
+	PaymentRef    string    // the payment provider's reference, set when paid
+}
+
+// Stock is the database's own stock counter of one activity.
+type Stock struct {
+	Activity string
+	Total    int64
+	Left     int64
+}
+
+// OutboxKind says what a relay must do with an outbox row.
+type OutboxKind string
+
+// The outbox kinds.
+const (
+	// OutboxRelease: the order was cancelled; release its reservation in the store and tell the
+	// buyer.
+	OutboxRelease OutboxKind = "release"
+	// OutboxPaid: the order was paid; tell the buyer.
+	OutboxPaid OutboxKind = "paid"
+)
+
+// OutboxEntry is a store-side effect of a committed order change, waiting for the relay.
+type OutboxEntry struct {
+	ID            int64
+	Kind          OutboxKind
+	Activity      string
+	ReservationID string
+	OrderID       string
+	User          string
+	CreatedAt     time.Time
+}
+
+// Errors callers branch on; repositories wrap them with context, test with errors.Is.
+var (
+	// ErrNotFound: no such order.
+	ErrNotFound = errors.New("order not found")
+
+	// ErrWinRefused: the database stock guard refused a win (too little stock left, or no stock
+	// row for the activity). Nothing was written; the consumer dead-letters the win.
+	ErrWinRefused = errors.New("win refused by the database stock guard")
+
+	// ErrExpired: the order can no longer be paid (its payment window closed or it was cancelled).
+	ErrExpired = errors.New("order expired")
+
+	// ErrNotPending: the order is no longer pending_payment (a cancel of a paid order).
+	ErrNotPending = errors.New("order is not pending payment")
+
+	// ErrUnavailable marks a failure that may pass by itself (the database is down or busy, a
+	// connection broke): callers retry later instead of giving up on the work.
+	ErrUnavailable = errors.New("database unavailable")
+
+	// ErrConflict: a reservation id that already has an order arrived with a different user,
+	// activity or quantity. It never happens with a correct store; the win is dead-lettered.
+	ErrConflict = errors.New("reservation already has a different order")
+)
+
+// NewOrderID returns a random, unguessable order id: "o" and 24 hex digits.
+func NewOrderID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms.
+	return "o" + hex.EncodeToString(b[:])
+}
+
+// validOrderID bounds what the HTTP API passes to the database.
+func validOrderID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,394 @@
+package orderbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Postgres is the PostgreSQL Repository (pgx connection pool), for production.
+type Postgres struct {
+	pool *pgxpool.Pool
+}
+
+var _ Repository = (*Postgres)(nil)
+
+// migrationLockKey serialises migrations of backends starting together (pg_advisory_lock).
+const migrationLockKey = 0x5ec_0b_01
+
+// NewPostgres connects to dsn and applies the migrations, so it fails if the database cannot be
+// reached at start. Later outages surface as ErrUnavailable and the pool reconnects by itself.
+func NewPostgres(ctx context.Context, dsn string) (*Postgres, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// A database host that drops packets must not hang a connection attempt forever.
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	p := &Postgres{pool: pool}
+	if err := p.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *Postgres) migrate(ctx context.Context) error {
+	ms, err := migrations("postgres")
+	if err != nil {
+		return err
+	}
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return pgErr("postgres: migrate", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(migrationLockKey)); err != nil {
+		return pgErr("postgres: migration lock", err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", int64(migrationLockKey)) //nolint:errcheck // the session ends with the connection anyway
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return pgErr("postgres: create schema_migrations", err)
+	}
+	for _, m := range ms {
+		var n int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM schema_migrations WHERE version = $1", m.version).Scan(&n); err != nil {
+			return pgErr("postgres: read schema_migrations", err)
+		}
+		if n > 0 {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			// No arguments: pgx uses the simple protocol, which runs a multi-statement file.
+			if _, err := tx.Exec(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version) VALUES ($1)", m.version)
+			return err
+		})
+		if err != nil {
+			return pgErr("postgres: migration "+m.version, err)
+		}
+	}
+	return nil
+}
+
+// Close closes the pool.
+func (p *Postgres) Close() error {
+	p.pool.Close()
+	return nil
+}
+
+// pgErr wraps err with op, marking failures that may pass by themselves with ErrUnavailable: any
+// error that is not a server's answer (connection refused or broken, pool exhausted) and server
+// answers that mean "not now" (shutdown, too many connections, serialization failure, deadlock).
+func pgErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			strings.HasPrefix(pe.Code, "53"),       // insufficient resources
+			strings.HasPrefix(pe.Code, "57P"),      // admin shutdown, crash shutdown, cannot connect now
+			pe.Code == "40001", pe.Code == "40P01": // serialization failure, deadlock
+			return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+		}
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+}
+
+// EnsureStock implements Repository.
+func (p *Postgres) EnsureStock(ctx context.Context, activity string, total int64) error {
+	_, err := p.pool.Exec(ctx, `INSERT INTO stock (activity, total, "left") VALUES ($1, $2, $2)
+		ON CONFLICT (activity) DO UPDATE
+		SET total = EXCLUDED.total, "left" = stock."left" + (EXCLUDED.total - stock.total)
+		WHERE stock.total <> EXCLUDED.total`, activity, total)
+	return pgErr("postgres: ensure stock "+activity, err)
+}
+
+const pgOrderCols = `id, reservation_id, activity, user_id, qty, status, created_at, expires_at, paid_at, cancelled_at, payment_ref`
+
+func scanPGOrder(row pgx.Row) (Order, error) {
+	var (
+		o                 Order
+		status            string
+		paidAt, cancelled *time.Time
+		ref               *string
+	)
+	if err := row.Scan(&o.ID, &o.ReservationID, &o.Activity, &o.User, &o.Qty, &status, &o.CreatedAt, &o.ExpiresAt,
+		&paidAt, &cancelled, &ref); err != nil {
+		return Order{}, err
+	}
+	o.Status = Status(status)
+	if paidAt != nil {
+		o.PaidAt = *paidAt
+	}
+	if cancelled != nil {
+		o.CancelledAt = *cancelled
+	}
+	if ref != nil {
+		o.PaymentRef = *ref
+	}
+	return o, nil
+}
+
+// CreateOrder implements Repository.
+func (p *Postgres) CreateOrder(ctx context.Context, n NewOrder) (Order, bool, error) {
+	n = n.normalized()
+	op := "postgres: create order for reservation " + n.ReservationID
+	var (
+		o       Order
+		created bool
+	)
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// A concurrent insert of the same reservation waits on the unique index here and then
+		// does nothing, so two consumers holding one entry make one order.
+		tag, err := tx.Exec(ctx, `INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
+			VALUES ($1, $2, $3, $4, $5, 'pending_payment', $6, $7)
+			ON CONFLICT (activity, reservation_id) DO NOTHING`,
+			n.ID, n.ReservationID, n.Activity, n.User, n.Qty, n.CreatedAt, n.ExpiresAt)
+		if err != nil {
+			var pe *pgconn.PgError
+			if errors.As(err, &pe) && pe.Code == "23503" { // foreign key: no stock row
+				return fmt.Errorf("%w: activity %s has no stock row", ErrWinRefused, n.Activity)
+			}
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return errExisting
+		}
+		tag, err = tx.Exec(ctx, `UPDATE stock SET "left" = "left" - $2 WHERE activity = $1 AND "left" >= $2`, n.Activity, n.Qty)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return fmt.Errorf("%w: activity %s has less than %d left", ErrWinRefused, n.Activity, n.Qty)
+		}
+		created = true
+		o = n.order()
+		return nil
+	})
+	switch {
+	case errors.Is(err, errExisting):
+		existing, err := p.OrderByReservation(ctx, n.Activity, n.ReservationID)
+		if err != nil {
+			return Order{}, false, err
+		}
+		return existing, false, sameWin(existing, n)
+	case errors.Is(err, ErrWinRefused):
+		return Order{}, false, fmt.Errorf("%s: %w", op, err)
+	case err != nil:
+		return Order{}, false, pgErr(op, err)
+	}
+	return o, created, nil
+}
+
+// Order implements Repository.
+func (p *Postgres) Order(ctx context.Context, id string) (Order, error) {
+	o, err := scanPGOrder(p.pool.QueryRow(ctx, `SELECT `+pgOrderCols+` FROM orders WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, fmt.Errorf("order %s: %w", id, ErrNotFound)
+	}
+	return o, pgErr("postgres: order "+id, err)
+}
+
+// OrderByReservation implements Repository.
+func (p *Postgres) OrderByReservation(ctx context.Context, activity, reservationID string) (Order, error) {
+	o, err := scanPGOrder(p.pool.QueryRow(ctx, `SELECT `+pgOrderCols+` FROM orders WHERE activity = $1 AND reservation_id = $2`,
+		activity, reservationID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Order{}, fmt.Errorf("reservation %s: %w", reservationID, ErrNotFound)
+	}
+	return o, pgErr("postgres: order of reservation "+reservationID, err)
+}
+
+// Pay implements Repository.
+func (p *Postgres) Pay(ctx context.Context, id, paymentRef string, now time.Time) (Order, error) {
+	var o Order
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// The one conditional update that decides pay versus timeout: a sweeper holding the row
+		// makes this wait, then re-check status on the row it committed.
+		var err error
+		o, err = scanPGOrder(tx.QueryRow(ctx, `UPDATE orders SET status = 'paid', paid_at = $2, payment_ref = $3
+			WHERE id = $1 AND status = 'pending_payment' AND expires_at > $2 RETURNING `+pgOrderCols, id, now, paymentRef))
+		if err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO outbox (activity, reservation_id, kind, created_at) VALUES ($1, $2, 'paid', $3)`,
+			o.Activity, o.ReservationID, now)
+		return err
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p.whyNotPending(ctx, id)
+	}
+	return o, pgErr("postgres: pay order "+id, err)
+}
+
+// whyNotPending explains a conditional update that matched no row.
+func (p *Postgres) whyNotPending(ctx context.Context, id string) (Order, error) {
+	o, err := p.Order(ctx, id)
+	if err != nil {
+		return Order{}, err
+	}
+	return o, notPendingErr(o)
+}
+
+// Cancel implements Repository.
+func (p *Postgres) Cancel(ctx context.Context, id string, now time.Time) (Order, error) {
+	var o Order
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		var err error
+		o, err = scanPGOrder(tx.QueryRow(ctx, `UPDATE orders SET status = 'cancelled', cancelled_at = $2
+			WHERE id = $1 AND status = 'pending_payment' RETURNING `+pgOrderCols, id, now))
+		if err != nil {
+			return err
+		}
+		return pgGiveBack(ctx, tx, []Order{o}, now)
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		o, err := p.Order(ctx, id)
+		if err != nil {
+			return Order{}, err
+		}
+		if o.Status == StatusCancelled {
+			return o, nil
+		}
+		return o, fmt.Errorf("cancel order %s: %w", id, ErrNotPending)
+	}
+	return o, pgErr("postgres: cancel order "+id, err)
+}
+
+// CancelExpired implements Repository.
+func (p *Postgres) CancelExpired(ctx context.Context, now time.Time, limit int) ([]Order, error) {
+	var out []Order
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		out = out[:0]
+		// SKIP LOCKED: sweepers on several nodes take disjoint batches, and a row a payment is
+		// updating right now is left to that payment. Locking re-reads the row, so one a payment
+		// just committed no longer matches.
+		rows, err := tx.Query(ctx, `UPDATE orders o SET status = 'cancelled', cancelled_at = $1
+			FROM (SELECT id FROM orders WHERE status = 'pending_payment' AND expires_at <= $1
+			      ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) c
+			WHERE o.id = c.id AND o.status = 'pending_payment'
+			RETURNING o.id, o.reservation_id, o.activity, o.user_id, o.qty, o.status, o.created_at, o.expires_at,
+			          o.paid_at, o.cancelled_at, o.payment_ref`, now, limit)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			o, err := scanPGOrder(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			out = append(out, o)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return pgGiveBack(ctx, tx, out, now)
+	})
+	if err != nil {
+		return nil, pgErr("postgres: cancel expired orders", err)
+	}
+	return out, nil
+}
+
+// pgGiveBack returns cancelled orders' items to the database stock and queues their release in
+// the store, inside the cancelling transaction.
+func pgGiveBack(ctx context.Context, tx pgx.Tx, orders []Order, now time.Time) error {
+	for _, o := range orders {
+		if _, err := tx.Exec(ctx, `UPDATE stock SET "left" = "left" + $2 WHERE activity = $1`, o.Activity, o.Qty); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (activity, reservation_id, kind, created_at) VALUES ($1, $2, 'release', $3)`,
+			o.Activity, o.ReservationID, now); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Outbox implements Repository.
+func (p *Postgres) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
+	rows, err := p.pool.Query(ctx, `SELECT b.id, b.kind, b.activity, b.reservation_id, o.id, o.user_id, b.created_at
+		FROM outbox b JOIN orders o ON o.activity = b.activity AND o.reservation_id = b.reservation_id
+		ORDER BY b.id LIMIT $1`, limit)
+	if err != nil {
+		return nil, pgErr("postgres: read outbox", err)
+	}
+	defer rows.Close()
+	var out []OutboxEntry
+	for rows.Next() {
+		var (
+			e    OutboxEntry
+			kind string
+		)
+		if err := rows.Scan(&e.ID, &kind, &e.Activity, &e.ReservationID, &e.OrderID, &e.User, &e.CreatedAt); err != nil {
+			return nil, pgErr("postgres: read outbox", err)
+		}
+		e.Kind = OutboxKind(kind)
+		out = append(out, e)
+	}
+	return out, pgErr("postgres: read outbox", rows.Err())
+}
+
+// DeleteOutbox implements Repository.
+func (p *Postgres) DeleteOutbox(ctx context.Context, id int64) error {
+	_, err := p.pool.Exec(ctx, `DELETE FROM outbox WHERE id = $1`, id)
+	return pgErr(fmt.Sprintf("postgres: delete outbox row %d", id), err)
+}
+
+// Stock implements Repository.
+func (p *Postgres) Stock(ctx context.Context, activity string) (Stock, error) {
+	s := Stock{Activity: activity}
+	err := p.pool.QueryRow(ctx, `SELECT total, "left" FROM stock WHERE activity = $1`, activity).Scan(&s.Total, &s.Left)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Stock{}, fmt.Errorf("stock of %s: %w", activity, ErrNotFound)
+	}
+	return s, pgErr("postgres: stock of "+activity, err)
+}
+
+// Orders implements Repository.
+func (p *Postgres) Orders(ctx context.Context, activity string) ([]Order, error) {
+	rows, err := p.pool.Query(ctx, `SELECT `+pgOrderCols+` FROM orders WHERE activity = $1 ORDER BY created_at, id`, activity)
+	if err != nil {
+		return nil, pgErr("postgres: orders of "+activity, err)
+	}
+	defer rows.Close()
+	var out []Order
+	for rows.Next() {
+		o, err := scanPGOrder(rows)
+		if err != nil {
+			return nil, pgErr("postgres: orders of "+activity, err)
+		}
+		out = append(out, o)
+	}
+	return out, pgErr("postgres: orders of "+activity, rows.Err())
+}
+
+// OutboxLen implements Repository.
+func (p *Postgres) OutboxLen(ctx context.Context, activity string) (int64, error) {
+	var n int64
+	err := p.pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE activity = $1`, activity).Scan(&n)
+	return n, pgErr("postgres: outbox length of "+activity, err)
+}

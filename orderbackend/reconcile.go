@@ -1,0 +1,186 @@
+package orderbackend
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// Report is what Reconcile found for one activity. Violations is empty when every invariant of
+// the design (§5) holds.
+type Report struct {
+	Activity string `json:"activity"`
+
+	// The store's side.
+	StockTotal     int64 `json:"stock_total"`     // the activity's definition
+	Limit          int64 `json:"limit"`           // per user
+	StoreRemaining int64 `json:"store_remaining"` // stock left in the store
+	StoreSold      int64 `json:"store_sold"`      // items held by buyers in the store
+	StoreBuyers    int64 `json:"store_buyers"`    // distinct users holding items in the store
+	Wins           int64 `json:"wins"`            // entries ever queued (each is one win)
+	DeadLetters    int64 `json:"dead_letters"`    // of which dead-lettered
+
+	// The database's side.
+	DBTotal       int64 `json:"db_total"`
+	DBLeft        int64 `json:"db_left"`
+	Orders        int64 `json:"orders"`
+	Pending       int64 `json:"pending_payment"`
+	Paid          int64 `json:"paid"`
+	Cancelled     int64 `json:"cancelled"`
+	PendingQty    int64 `json:"pending_qty"`
+	PaidQty       int64 `json:"paid_qty"`
+	CancelledQty  int64 `json:"cancelled_qty"`
+	OverdueUnpaid int64 `json:"overdue_unpaid"` // pending orders past their window, not yet swept
+	OutboxBacklog int64 `json:"outbox_backlog"` // committed changes not yet relayed to the store
+	InFlight      int64 `json:"in_flight"`      // wins neither an order nor dead-lettered yet
+
+	Violations []string `json:"violations,omitempty"`
+}
+
+// OK reports whether no invariant is violated.
+func (r Report) OK() bool { return len(r.Violations) == 0 }
+
+// String formats the report for a terminal.
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "activity %s\n", r.Activity)
+	fmt.Fprintf(&b, "  store:    total %d, remaining %d, sold %d, buyers %d, wins %d, dead letters %d\n",
+		r.StockTotal, r.StoreRemaining, r.StoreSold, r.StoreBuyers, r.Wins, r.DeadLetters)
+	fmt.Fprintf(&b, "  database: total %d, left %d, orders %d (pending %d/%d items, paid %d/%d, cancelled %d/%d)\n",
+		r.DBTotal, r.DBLeft, r.Orders, r.Pending, r.PendingQty, r.Paid, r.PaidQty, r.Cancelled, r.CancelledQty)
+	fmt.Fprintf(&b, "  in flight %d, outbox backlog %d, overdue unpaid %d\n", r.InFlight, r.OutboxBacklog, r.OverdueUnpaid)
+	if r.OK() {
+		b.WriteString("  OK: every invariant holds\n")
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "  VIOLATION: %s\n", v)
+	}
+	return b.String()
+}
+
+// Reconcile checks the invariants of the design (§5) for one activity, across the store and the
+// order database:
+//
+//   - never oversell: the items held (store and database) are within the stock, and no user holds
+//     more than the limit;
+//   - never lose a win: every queued win is exactly one order or one dead letter;
+//   - never undersell: the store's remaining stock equals the database's left, and the database
+//     total equals left plus the items of pending and paid orders.
+//
+// The last two hold only once the queue has drained and the outbox has been relayed; a backlog is
+// itself reported as a violation, so run it after the sale (or retry until it passes). It reads
+// and never writes. An error means it could not look, not that an invariant failed.
+func Reconcile(ctx context.Context, store admission.Store, repo Repository, activity string) (Report, error) {
+	r := Report{Activity: activity}
+	snap, err := store.Activity(ctx, activity)
+	if err != nil {
+		return r, fmt.Errorf("reconcile %s: %w", activity, err)
+	}
+	r.StockTotal, r.Limit = snap.Stock, snap.Limit
+	r.StoreRemaining, r.StoreSold, r.StoreBuyers = snap.Remaining, snap.Sold, snap.Buyers
+	r.Wins, r.DeadLetters = snap.Queued, snap.Dead
+
+	stock, err := repo.Stock(ctx, activity)
+	if err != nil {
+		return r, fmt.Errorf("reconcile %s: %w", activity, err)
+	}
+	r.DBTotal, r.DBLeft = stock.Total, stock.Left
+	orders, err := repo.Orders(ctx, activity)
+	if err != nil {
+		return r, fmt.Errorf("reconcile %s: %w", activity, err)
+	}
+	if r.OutboxBacklog, err = repo.OutboxLen(ctx, activity); err != nil {
+		return r, fmt.Errorf("reconcile %s: %w", activity, err)
+	}
+	var dead []admission.Win
+	if r.DeadLetters > 0 {
+		if dead, err = store.DeadLetters(ctx, activity, int(r.DeadLetters)+1); err != nil {
+			return r, fmt.Errorf("reconcile %s: %w", activity, err)
+		}
+	}
+
+	now := time.Now()
+	held := map[string]int64{} // user → items in pending and paid orders
+	byReservation := map[string]bool{}
+	for _, o := range orders {
+		r.Orders++
+		byReservation[o.ReservationID] = true
+		switch o.Status {
+		case StatusPending:
+			r.Pending++
+			r.PendingQty += o.Qty
+			held[o.User] += o.Qty
+			if !o.ExpiresAt.After(now) {
+				r.OverdueUnpaid++
+			}
+		case StatusPaid:
+			r.Paid++
+			r.PaidQty += o.Qty
+			held[o.User] += o.Qty
+		case StatusCancelled:
+			r.Cancelled++
+			r.CancelledQty += o.Qty
+		}
+	}
+	deadWithOrder := 0
+	for _, w := range dead {
+		if byReservation[w.ReservationID] {
+			deadWithOrder++
+		}
+	}
+	r.InFlight = r.Wins - r.Orders - r.DeadLetters + int64(deadWithOrder)
+
+	fail := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
+	live := r.PendingQty + r.PaidQty
+
+	// Never oversell.
+	if r.StoreRemaining < 0 || r.StoreSold > r.StockTotal {
+		fail("oversold in the store: %d items held of %d, %d remaining", r.StoreSold, r.StockTotal, r.StoreRemaining)
+	}
+	if live > r.StockTotal {
+		fail("oversold in the database: %d items in pending and paid orders of %d", live, r.StockTotal)
+	}
+	var over []string
+	for u, q := range held {
+		if q > r.Limit {
+			over = append(over, fmt.Sprintf("%s holds %d", u, q))
+		}
+	}
+	if len(over) > 0 {
+		sort.Strings(over)
+		fail("per-user limit %d exceeded: %s", r.Limit, strings.Join(over, ", "))
+	}
+
+	// Never lose a win.
+	switch {
+	case r.InFlight > 0:
+		fail("%d wins are neither an order nor a dead letter (queue not drained yet, or wins lost)", r.InFlight)
+	case r.InFlight < 0:
+		fail("%d more orders and dead letters than wins", -r.InFlight)
+	}
+	if deadWithOrder > 0 {
+		fail("%d dead-lettered wins also have an order", deadWithOrder)
+	}
+
+	// Never undersell (and the two counters agree).
+	if r.OutboxBacklog > 0 {
+		fail("%d committed changes not yet relayed to the store (outbox not drained)", r.OutboxBacklog)
+	}
+	if r.DBTotal != r.StockTotal {
+		fail("database total %d differs from the store's stock %d", r.DBTotal, r.StockTotal)
+	}
+	if r.DBTotal != r.DBLeft+live {
+		fail("database total %d != left %d + items in pending and paid orders %d", r.DBTotal, r.DBLeft, live)
+	}
+	if r.StoreRemaining != r.DBLeft {
+		fail("store remaining %d != database left %d", r.StoreRemaining, r.DBLeft)
+	}
+	if r.StoreBuyers != int64(len(held)) {
+		fail("%d buyers hold items in the store, %d users hold pending or paid orders", r.StoreBuyers, len(held))
+	}
+	return r, nil
+}

@@ -1,0 +1,389 @@
+package orderbackend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// SQLite is the SQLite Repository (modernc.org/sqlite, no cgo), the embedded default for one node.
+// The file is in WAL mode; all writes go through a single connection, so write transactions never
+// contend with each other inside the process, and reads use their own pool.
+type SQLite struct {
+	w *sql.DB // one connection: the only writer
+	r *sql.DB // readers
+}
+
+var _ Repository = (*SQLite)(nil)
+
+// NewSQLite opens (creating if needed) the database file at path and applies the migrations.
+func NewSQLite(ctx context.Context, path string) (*SQLite, error) {
+	if path == "" || strings.ContainsRune(path, '?') {
+		return nil, fmt.Errorf("sqlite: bad database path %q", path)
+	}
+	// _txlock=immediate: a write transaction takes the write lock at BEGIN, so it never fails
+	// half-way with SQLITE_BUSY when another process (a reconcile run) holds a read.
+	const common = "_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
+	w, err := sql.Open("sqlite", path+"?"+common+"&_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	w.SetMaxOpenConns(1)
+	w.SetConnMaxIdleTime(0)
+	s := &SQLite{w: w}
+	if err := s.migrate(ctx); err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	// Opened after the writer switched the file to WAL, which is persistent.
+	s.r, err = sql.Open("sqlite", path+"?"+common+"&_query_only=1")
+	if err != nil {
+		_ = w.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	s.r.SetMaxOpenConns(4)
+	return s, nil
+}
+
+func (s *SQLite) migrate(ctx context.Context) error {
+	ms, err := migrations("sqlite")
+	if err != nil {
+		return err
+	}
+	for _, m := range ms {
+		err := s.tx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+				version TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)`); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+				return err
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
+				m.version, time.Now().UnixMilli())
+			return err
+		})
+		if err != nil {
+			return sqliteErr("sqlite: migration "+m.version, err)
+		}
+	}
+	return nil
+}
+
+// Close closes both pools.
+func (s *SQLite) Close() error {
+	return errors.Join(s.r.Close(), s.w.Close())
+}
+
+// tx runs fn in a write transaction, committing if it returns nil.
+func (s *SQLite) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// sqliteErr wraps err with op, marking lock contention and I/O trouble with ErrUnavailable.
+func sqliteErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff { // primary result code
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN:
+			return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+		}
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+const sqliteOrderCols = `id, reservation_id, activity, user_id, qty, status, created_at, expires_at, paid_at, cancelled_at, payment_ref`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanSQLiteOrder(row scanner) (Order, error) {
+	var (
+		o                   Order
+		status              string
+		created, expires    int64
+		paidAt, cancelledAt sql.NullInt64
+		ref                 sql.NullString
+	)
+	if err := row.Scan(&o.ID, &o.ReservationID, &o.Activity, &o.User, &o.Qty, &status, &created, &expires,
+		&paidAt, &cancelledAt, &ref); err != nil {
+		return Order{}, err
+	}
+	o.Status = Status(status)
+	o.CreatedAt, o.ExpiresAt = time.UnixMilli(created), time.UnixMilli(expires)
+	if paidAt.Valid {
+		o.PaidAt = time.UnixMilli(paidAt.Int64)
+	}
+	if cancelledAt.Valid {
+		o.CancelledAt = time.UnixMilli(cancelledAt.Int64)
+	}
+	o.PaymentRef = ref.String
+	return o, nil
+}
+
+// EnsureStock implements Repository.
+func (s *SQLite) EnsureStock(ctx context.Context, activity string, total int64) error {
+	_, err := s.w.ExecContext(ctx, `INSERT INTO stock (activity, total, "left") VALUES (?1, ?2, ?2)
+		ON CONFLICT (activity) DO UPDATE
+		SET total = excluded.total, "left" = stock."left" + (excluded.total - stock.total)
+		WHERE stock.total <> excluded.total`, activity, total)
+	return sqliteErr("sqlite: ensure stock "+activity, err)
+}
+
+// CreateOrder implements Repository.
+func (s *SQLite) CreateOrder(ctx context.Context, n NewOrder) (Order, bool, error) {
+	n = n.normalized()
+	op := "sqlite: create order for reservation " + n.ReservationID
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
+			VALUES (?, ?, ?, ?, ?, 'pending_payment', ?, ?)
+			ON CONFLICT (activity, reservation_id) DO NOTHING`,
+			n.ID, n.ReservationID, n.Activity, n.User, n.Qty, n.CreatedAt.UnixMilli(), n.ExpiresAt.UnixMilli())
+		if err != nil {
+			var se *sqlite.Error
+			if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
+				return fmt.Errorf("%w: activity %s has no stock row", ErrWinRefused, n.Activity)
+			}
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil {
+			return err
+		} else if k == 0 {
+			return errExisting
+		}
+		res, err = tx.ExecContext(ctx, `UPDATE stock SET "left" = "left" - ?2 WHERE activity = ?1 AND "left" >= ?2`, n.Activity, n.Qty)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil {
+			return err
+		} else if k == 0 {
+			return fmt.Errorf("%w: activity %s has less than %d left", ErrWinRefused, n.Activity, n.Qty)
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errExisting):
+		existing, err := s.OrderByReservation(ctx, n.Activity, n.ReservationID)
+		if err != nil {
+			return Order{}, false, err
+		}
+		return existing, false, sameWin(existing, n)
+	case errors.Is(err, ErrWinRefused):
+		return Order{}, false, fmt.Errorf("%s: %w", op, err)
+	case err != nil:
+		return Order{}, false, sqliteErr(op, err)
+	}
+	return n.order(), true, nil
+}
+
+// Order implements Repository.
+func (s *SQLite) Order(ctx context.Context, id string) (Order, error) {
+	o, err := scanSQLiteOrder(s.r.QueryRowContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Order{}, fmt.Errorf("order %s: %w", id, ErrNotFound)
+	}
+	return o, sqliteErr("sqlite: order "+id, err)
+}
+
+// OrderByReservation implements Repository.
+func (s *SQLite) OrderByReservation(ctx context.Context, activity, reservationID string) (Order, error) {
+	o, err := scanSQLiteOrder(s.r.QueryRowContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE activity = ? AND reservation_id = ?`,
+		activity, reservationID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Order{}, fmt.Errorf("reservation %s: %w", reservationID, ErrNotFound)
+	}
+	return o, sqliteErr("sqlite: order of reservation "+reservationID, err)
+}
+
+// Pay implements Repository.
+func (s *SQLite) Pay(ctx context.Context, id, paymentRef string, now time.Time) (Order, error) {
+	var o Order
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		o, err = scanSQLiteOrder(tx.QueryRowContext(ctx, `UPDATE orders SET status = 'paid', paid_at = ?2, payment_ref = ?3
+			WHERE id = ?1 AND status = 'pending_payment' AND expires_at > ?2 RETURNING `+sqliteOrderCols,
+			id, now.UnixMilli(), paymentRef))
+		if err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO outbox (activity, reservation_id, kind, created_at) VALUES (?, ?, 'paid', ?)`,
+			o.Activity, o.ReservationID, now.UnixMilli())
+		return err
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		o, err := s.Order(ctx, id)
+		if err != nil {
+			return Order{}, err
+		}
+		return o, notPendingErr(o)
+	}
+	return o, sqliteErr("sqlite: pay order "+id, err)
+}
+
+// Cancel implements Repository.
+func (s *SQLite) Cancel(ctx context.Context, id string, now time.Time) (Order, error) {
+	var o Order
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		o, err = scanSQLiteOrder(tx.QueryRowContext(ctx, `UPDATE orders SET status = 'cancelled', cancelled_at = ?2
+			WHERE id = ?1 AND status = 'pending_payment' RETURNING `+sqliteOrderCols, id, now.UnixMilli()))
+		if err != nil {
+			return err
+		}
+		return sqliteGiveBack(ctx, tx, []Order{o}, now)
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		o, err := s.Order(ctx, id)
+		if err != nil {
+			return Order{}, err
+		}
+		if o.Status == StatusCancelled {
+			return o, nil
+		}
+		return o, fmt.Errorf("cancel order %s: %w", id, ErrNotPending)
+	}
+	return o, sqliteErr("sqlite: cancel order "+id, err)
+}
+
+// CancelExpired implements Repository. The write transaction is exclusive, so the selected rows
+// cannot change before they are updated.
+func (s *SQLite) CancelExpired(ctx context.Context, now time.Time, limit int) ([]Order, error) {
+	var out []Order
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		out = out[:0]
+		rows, err := tx.QueryContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders
+			WHERE status = 'pending_payment' AND expires_at <= ? ORDER BY expires_at LIMIT ?`, now.UnixMilli(), limit)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			o, err := scanSQLiteOrder(rows)
+			if err != nil {
+				_ = rows.Close()
+				return err
+			}
+			out = append(out, o)
+		}
+		_ = rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for i := range out {
+			if _, err := tx.ExecContext(ctx, `UPDATE orders SET status = 'cancelled', cancelled_at = ? WHERE id = ?`,
+				now.UnixMilli(), out[i].ID); err != nil {
+				return err
+			}
+			out[i].Status, out[i].CancelledAt = StatusCancelled, time.UnixMilli(now.UnixMilli())
+		}
+		return sqliteGiveBack(ctx, tx, out, now)
+	})
+	if err != nil {
+		return nil, sqliteErr("sqlite: cancel expired orders", err)
+	}
+	return out, nil
+}
+
+// sqliteGiveBack returns cancelled orders' items to the database stock and queues their release
+// in the store, inside the cancelling transaction.
+func sqliteGiveBack(ctx context.Context, tx *sql.Tx, orders []Order, now time.Time) error {
+	for _, o := range orders {
+		if _, err := tx.ExecContext(ctx, `UPDATE stock SET "left" = "left" + ? WHERE activity = ?`, o.Qty, o.Activity); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO outbox (activity, reservation_id, kind, created_at) VALUES (?, ?, 'release', ?)`,
+			o.Activity, o.ReservationID, now.UnixMilli()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Outbox implements Repository.
+func (s *SQLite) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT b.id, b.kind, b.activity, b.reservation_id, o.id, o.user_id, b.created_at
+		FROM outbox b JOIN orders o ON o.activity = b.activity AND o.reservation_id = b.reservation_id
+		ORDER BY b.id LIMIT ?`, limit)
+	if err != nil {
+		return nil, sqliteErr("sqlite: read outbox", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []OutboxEntry
+	for rows.Next() {
+		var (
+			e       OutboxEntry
+			kind    string
+			created int64
+		)
+		if err := rows.Scan(&e.ID, &kind, &e.Activity, &e.ReservationID, &e.OrderID, &e.User, &created); err != nil {
+			return nil, sqliteErr("sqlite: read outbox", err)
+		}
+		e.Kind, e.CreatedAt = OutboxKind(kind), time.UnixMilli(created)
+		out = append(out, e)
+	}
+	return out, sqliteErr("sqlite: read outbox", rows.Err())
+}
+
+// DeleteOutbox implements Repository.
+func (s *SQLite) DeleteOutbox(ctx context.Context, id int64) error {
+	_, err := s.w.ExecContext(ctx, `DELETE FROM outbox WHERE id = ?`, id)
+	return sqliteErr(fmt.Sprintf("sqlite: delete outbox row %d", id), err)
+}
+
+// Stock implements Repository.
+func (s *SQLite) Stock(ctx context.Context, activity string) (Stock, error) {
+	st := Stock{Activity: activity}
+	err := s.r.QueryRowContext(ctx, `SELECT total, "left" FROM stock WHERE activity = ?`, activity).Scan(&st.Total, &st.Left)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Stock{}, fmt.Errorf("stock of %s: %w", activity, ErrNotFound)
+	}
+	return st, sqliteErr("sqlite: stock of "+activity, err)
+}
+
+// Orders implements Repository.
+func (s *SQLite) Orders(ctx context.Context, activity string) ([]Order, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE activity = ? ORDER BY created_at, id`, activity)
+	if err != nil {
+		return nil, sqliteErr("sqlite: orders of "+activity, err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []Order
+	for rows.Next() {
+		o, err := scanSQLiteOrder(rows)
+		if err != nil {
+			return nil, sqliteErr("sqlite: orders of "+activity, err)
+		}
+		out = append(out, o)
+	}
+	return out, sqliteErr("sqlite: orders of "+activity, rows.Err())
+}
+
+// OutboxLen implements Repository.
+func (s *SQLite) OutboxLen(ctx context.Context, activity string) (int64, error) {
+	var n int64
+	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE activity = ?`, activity).Scan(&n)
+	return n, sqliteErr("sqlite: outbox length of "+activity, err)
+}

@@ -1,0 +1,12 @@
+// Package seckill is caddy-seckill, a Caddy v2 plugin that runs the defensive funnel of a flash
+// sale at the edge. Importing this package registers its Caddy modules, so that
+//
+//	xcaddy build --with github.com/caddy-seckill/caddy-seckill
+//
+// builds a Caddy with the seckill app and handler. The modules live in package caddymodule.
+package seckill
+
+import (
+	// Registers the seckill app, the http.handlers.seckill handler and their Caddyfile syntax.
+	_ "github.com/caddy-seckill/caddy-seckill/caddymodule"
+)

@@ -1,0 +1,250 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+)
+
+// saleConf is one activity of a test gateway.
+type saleConf struct {
+	id     string
+	stock  int
+	limit  int
+	start  time.Time
+	reveal time.Duration
+}
+
+// gatewayConf is a test gateway: the page through file_server, the seckill handler, and with
+// orders the embedded order backend.
+type gatewayConf struct {
+	captcha bool
+	orders  bool
+	sales   []saleConf
+}
+
+// gateway is a running cmd/caddy process.
+type gateway struct {
+	url    string // http://127.0.0.1:port
+	secret []byte // the HS256 secret of the buyers' tokens
+	client *http.Client
+}
+
+// startGateway writes a Caddyfile for conf and runs the gateway binary built by TestMain on a free
+// port, serving the embedded page files. It stops the process when the test ends.
+func startGateway(t *testing.T, conf gatewayConf) *gateway {
+	t.Helper()
+	dir := t.TempDir()
+	www := filepath.Join(dir, "www")
+	if err := os.CopyFS(www, Files); err != nil {
+		t.Fatalf("copy the embedded page: %v", err)
+	}
+	g := &gateway{secret: []byte(randomHex(t, 32)), client: &http.Client{Timeout: 10 * time.Second}}
+	port := freePort(t)
+	g.url = fmt.Sprintf("http://127.0.0.1:%d", port)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tstorage file_system %s\n", filepath.Join(dir, "data"))
+	fmt.Fprintf(&b, "\tseckill {\n\t\tstore memory\n\t\tjwt {\n\t\t\talgorithms HS256\n\t\t\thmac_secret %s\n\t\t}\n", g.secret)
+	fmt.Fprintf(&b, "\t\turl_secret %s\n", randomHex(t, 32))
+	fmt.Fprintf(&b, "\t\tcaptcha %s\n", map[bool]string{true: "on", false: "off"}[conf.captcha])
+	if conf.orders {
+		fmt.Fprintf(&b, "\t\torders sqlite %s\n", filepath.Join(dir, "orders.db"))
+	}
+	for _, s := range conf.sales {
+		fmt.Fprintf(&b, "\t\tactivity %s {\n\t\t\tstock %d\n\t\t\tlimit %d\n\t\t\tstart %s\n\t\t\tend %s\n\t\t\treveal %s\n\t\t\tpay_within 15m\n\t\t}\n",
+			s.id, s.stock, s.limit, s.start.UTC().Format(time.RFC3339), s.start.Add(time.Hour).UTC().Format(time.RFC3339), s.reveal)
+	}
+	fmt.Fprintf(&b, "\t}\n}\n\n%s {\n\troute /seckill/* {\n\t\tseckill\n\t}\n", g.url)
+	if conf.orders {
+		b.WriteString("\troute /orders/* {\n\t\tseckill_orders\n\t}\n")
+	}
+	fmt.Fprintf(&b, "\troot * %s\n\tfile_server\n}\n", www)
+
+	cfgPath := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cfgPath, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "caddy.log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(env.caddy, "run", "--config", cfgPath, "--adapter", "caddyfile")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the gateway: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		_ = logf.Close()
+		if t.Failed() {
+			if log, err := os.ReadFile(logPath); err == nil {
+				t.Logf("gateway config:\n%s\ngateway log (tail):\n%s", b.String(), tail(string(log), 6000))
+			}
+		}
+	})
+
+	// Ready when the first activity answers its status.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(logPath)
+			t.Fatalf("the gateway exited at start-up:\n%s\nconfig:\n%s", tail(string(log), 4000), b.String())
+		default:
+		}
+		if res, err := g.client.Get(g.url + "/seckill/" + conf.sales[0].id); err == nil {
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return g
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway did not answer within 20 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// token mints a buyer's JWT as a shop's sign-in would.
+func (g *gateway) token(t *testing.T, user string) string {
+	t.Helper()
+	tok, err := jwtauth.Mint(jwtauth.MintConfig{Secret: g.secret, Subject: user, TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// call makes one API call as user (no token when user is empty) and decodes the JSON answer.
+func (g *gateway) call(t *testing.T, method, path, user string, body any) (int, map[string]any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, g.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "" {
+		req.Header.Set("Authorization", "Bearer "+g.token(t, user))
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := g.client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+		t.Fatalf("%s %s: %d, body not JSON: %v", method, path, res.StatusCode, err)
+	}
+	return res.StatusCode, out
+}
+
+// buy buys one item for user through the API, as another buyer's page would (captcha off), and
+// returns the buy answer's code.
+func (g *gateway) buy(t *testing.T, act, user string) string {
+	t.Helper()
+	st, body := g.call(t, http.MethodPost, "/seckill/"+act+"/path", user, map[string]any{})
+	if st != http.StatusOK {
+		t.Fatalf("path for %s: %d %v", user, st, body)
+	}
+	_, body = g.call(t, http.MethodPost, body["path"].(string), user, nil)
+	code, _ := body["code"].(string)
+	return code
+}
+
+// remaining reads an activity's remaining stock from its status.
+func (g *gateway) remaining(t *testing.T, act string) int {
+	t.Helper()
+	st, body := g.call(t, http.MethodGet, "/seckill/"+act, "", nil)
+	if st != http.StatusOK {
+		t.Fatalf("status of %s: %d %v", act, st, body)
+	}
+	return int(body["remaining"].(float64))
+}
+
+// pageURL is the sale page of act, with the buyer's token in the fragment when user is not empty.
+func (g *gateway) pageURL(t *testing.T, act, user string) string {
+	u := g.url + "/?activity=" + act
+	if user != "" {
+		u += "#token=" + g.token(t, user)
+	}
+	return u
+}
+
+// waitUntil sleeps until the wall clock passes at (the tests run on the gateway's clock).
+func waitUntil(ctx context.Context, at time.Time) error {
+	select {
+	case <-time.After(time.Until(at)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// saleStart is a start time lead from now, on a whole second (the Caddyfile takes RFC 3339).
+func saleStart(lead time.Duration) time.Time {
+	return time.Now().Add(lead).Truncate(time.Second).Add(time.Second)
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func randomHex(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n/2)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return "…" + s[len(s)-n:]
+}

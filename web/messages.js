@@ -1,0 +1,47 @@
+// What the buyer reads for each machine word of the API. Kept in one place so a shop can translate
+// the page by editing this file alone. tone is "info", "good", "warn" or "bad" (the style).
+
+const MESSAGES = {
+  // Refusals of the gateway (DESIGN.md §2).
+  sold_out: ["bad", "Sold out. Every item has been taken; there may be more if a buyer does not pay in time."],
+  limit_reached: ["warn", "You already hold as many of these as one buyer may have."],
+  busy: ["warn", "The sale is very busy right now."],
+  rate_limited: ["warn", "Too many tries in a short time."],
+  not_started: ["warn", "The sale had not opened yet when your request arrived. Wait for the button to open."],
+  ended: ["bad", "The sale has ended."],
+  captcha_invalid: ["warn", "Those digits did not match. Here is a new image: please type its digits."],
+  captcha_missing: ["warn", "Type the digits in the image first."],
+  bad_path: ["warn", "Your buy link was not accepted. Please press Buy again."],
+  unauthorized: ["warn", "Your sign-in is missing or has expired. Please sign in again."],
+  not_found: ["bad", "There is no such sale here."],
+  bad_request: ["bad", "The server did not accept the request."],
+  network: ["warn", "No answer from the server. Check your connection; trying again is safe."],
+  bad_answer: ["bad", "The server's answer could not be understood."],
+  // The order API.
+  expired: ["bad", "The payment window has closed, so the order was cancelled and the item went back on sale."],
+  payment_declined: ["bad", "The payment was declined. You can try again before the payment window closes."],
+  // Result records.
+  queued: ["good", "You got one! Your order is being confirmed…"],
+  pending_payment: ["good", "Your order is reserved. Pay before the time runs out to keep it."],
+  paid: ["good", "Paid. Thank you for your order!"],
+  cancelled: ["bad", "The order was cancelled and the item went back on sale."],
+  failed: ["bad", "Sorry, your order could not be completed. The item was released."],
+  // The sale itself.
+  open: ["good", "The sale is open!"],
+  signed_out: ["info", "Sign in to take part in the sale."],
+  demo_signin_off: [
+    "warn",
+    "Demo sign-in is off on this server. Get a token with “caddy seckill token --user alice” and add #token=<the token> to this page's address.",
+  ],
+};
+
+/** message returns [tone, text] for a machine word, with a generic text for unknown words. */
+export function message(code) {
+  return MESSAGES[code] ?? ["bad", `Something went wrong (${code}). Please try again.`];
+}
+
+/** waitText says how long to wait, for the busy and rate-limited messages. */
+export function waitText(ms) {
+  const s = Math.max(1, Math.ceil(ms / 1000));
+  return s === 1 ? "1 second" : `${s} seconds`;
+}

@@ -1,0 +1,438 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+)
+
+// request is one fetch the page made, as recordRequests keeps it.
+type request struct {
+	Method string  `json:"method"`
+	URL    string  `json:"url"`
+	Key    string  `json:"key"`
+	At     float64 `json:"at"` // Unix ms on the machine's real clock (performance.timeOrigin based)
+}
+
+func requests(tb *tab, part string) []request {
+	tb.t.Helper()
+	all := eval[[]request](tb, `window.__requests`)
+	var out []request
+	for _, r := range all {
+		if strings.Contains(r.URL, part) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// parseCountdown reads the page's H:MM:SS (or "Nd HH:MM:SS") countdown.
+func parseCountdown(t *testing.T, s string) time.Duration {
+	t.Helper()
+	var days int
+	if d, rest, ok := strings.Cut(strings.TrimSpace(s), "d "); ok {
+		n, err := strconv.Atoi(d)
+		if err != nil {
+			t.Fatalf("countdown %q: %v", s, err)
+		}
+		days, s = n, rest
+	}
+	parts := strings.Split(strings.TrimSpace(s), ":")
+	if len(parts) != 3 {
+		t.Fatalf("countdown %q is not H:MM:SS", s)
+	}
+	var secs int
+	for _, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			t.Fatalf("countdown %q: %v", s, err)
+		}
+		secs = secs*60 + n
+	}
+	return time.Duration(days*86400+secs) * time.Second
+}
+
+const (
+	phaseIs     = `document.getElementById("sale").dataset.phase === %q`
+	buyOpen     = `!document.getElementById("buy").disabled`
+	orderStatus = `document.getElementById("order").dataset.status === %q`
+	messageIs   = `document.getElementById("message").dataset.code === %q`
+)
+
+// The countdown, the Buy button and the path fetch follow the gateway's clock, not the device's:
+// the page's Date is an hour behind, and everything still happens on the sale's time.
+func TestCountdownFollowsServerClock(t *testing.T) {
+	t.Parallel()
+	const reveal = 2 * time.Second
+	start := saleStart(8 * time.Second)
+	g := startGateway(t, gatewayConf{sales: []saleConf{{id: "clock", stock: 5, limit: 1, start: start, reveal: reveal}}})
+	tb := newTab(t, "alice", phone, shiftClock(-time.Hour), recordRequests)
+	tb.do(chromedp.Navigate(g.pageURL(t, "clock", "alice")))
+	tb.waitFor("the countdown", fmt.Sprintf(phaseIs, "upcoming"), 10*time.Second)
+
+	// The page really lives an hour in the past...
+	skew := time.Duration(eval[float64](tb, `Date.now()`)-float64(time.Now().UnixMilli())) * time.Millisecond
+	if skew > -time.Hour+10*time.Second || skew < -time.Hour-10*time.Second {
+		t.Fatalf("the page's clock is off by %v, want about -1h: the clock shift did not apply", skew)
+	}
+	// ...yet counts down to the sale's start on the gateway's clock.
+	shown := parseCountdown(t, tb.text("#countdown"))
+	left := time.Until(start)
+	if d := shown - left; d < -1500*time.Millisecond || d > 1500*time.Millisecond {
+		t.Fatalf("countdown shows %v with %v left on the gateway's clock", shown, left)
+	}
+	if note := tb.text("#clock-note"); !strings.Contains(note, "1 h") || !strings.Contains(note, "behind") {
+		t.Errorf("clock note = %q, want it to say the device is 1 h behind", note)
+	}
+	if h := eval[string](tb, `location.hash`); h != "" {
+		t.Errorf("the token stays in the address: %q", h)
+	}
+
+	// Before the start the button is closed, and pressing it sends nothing.
+	if !eval[bool](tb, `document.getElementById("buy").disabled`) {
+		t.Fatal("the Buy button is enabled before the start")
+	}
+	tb.shot("before-start")
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+
+	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+	if early := time.Until(start); early > 250*time.Millisecond {
+		t.Fatalf("the Buy button opened %v before the sale's start", early)
+	}
+	if buys := requests(tb, "/buy/"); len(buys) != 0 {
+		t.Fatalf("buy requests sent while the button was closed: %+v", buys)
+	}
+	// The hashed path was fetched at the reveal instant (start - reveal), never before it.
+	paths := requests(tb, "/path")
+	if len(paths) != 1 {
+		t.Fatalf("path requests = %+v, want exactly one", paths)
+	}
+	revealAt := float64(start.Add(-reveal).UnixMilli())
+	if at := paths[0].At; at < revealAt-100 || at > float64(start.UnixMilli()) {
+		t.Fatalf("the path was fetched %.0f ms after the reveal instant, want within [-100ms, reveal]", at-revealAt)
+	}
+	tb.shot("open")
+
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the queued order", fmt.Sprintf(orderStatus, "queued"), 10*time.Second)
+	if code := tb.messageCode(); code != "queued" {
+		t.Errorf("message code = %q, want queued", code)
+	}
+	if got := g.remaining(t, "clock"); got != 4 {
+		t.Errorf("remaining = %d, want 4", got)
+	}
+	tb.shot("queued")
+}
+
+// The whole purchase: the closed button, a double click that is one purchase, the queue, the
+// order with its pay-before countdown, the payment. Captcha off; the order backend runs in the
+// gateway.
+func TestPurchaseEndToEnd(t *testing.T) {
+	t.Parallel()
+	start := saleStart(7 * time.Second)
+	// A limit of 2 lets a second purchase through: only the idempotency key keeps it to one.
+	g := startGateway(t, gatewayConf{orders: true, sales: []saleConf{{id: "e2e", stock: 3, limit: 2, start: start, reveal: time.Second}}})
+	tb := newTab(t, "alice", phone, recordRequests)
+	tb.do(chromedp.Navigate(g.pageURL(t, "e2e", "alice")))
+	tb.waitFor("the countdown", fmt.Sprintf(phaseIs, "upcoming"), 10*time.Second)
+	if !eval[bool](tb, `document.getElementById("buy").disabled`) {
+		t.Fatal("the Buy button is enabled before the start")
+	}
+	if got := tb.text("#stock"); got != "3 left" {
+		t.Errorf("stock = %q, want 3 left", got)
+	}
+	tb.shot("waiting")
+
+	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+	tb.doubleClick("buy")
+	tb.waitFor("the order", fmt.Sprintf(orderStatus, "pending_payment"), 20*time.Second)
+	if got := g.remaining(t, "e2e"); got != 2 {
+		t.Fatalf("remaining = %d after a double click, want 2 (one purchase)", got)
+	}
+	keys := map[string]bool{}
+	for _, r := range requests(tb, "/buy/") {
+		keys[r.Key] = true
+	}
+	if len(keys) != 1 || keys[""] {
+		t.Fatalf("buy requests carried Idempotency-Keys %v, want one key", keys)
+	}
+	orderID := tb.text("#order-id")
+	if orderID == "" {
+		t.Fatal("no order id shown")
+	}
+	due := parseCountdown(t, tb.text("#order-due"))
+	if due < 14*time.Minute || due > 15*time.Minute {
+		t.Errorf("pay-before countdown = %v, want just under 15m", due)
+	}
+	if code := tb.messageCode(); code != "pending_payment" {
+		t.Errorf("message code = %q, want pending_payment", code)
+	}
+	tb.shot("pending-payment")
+
+	tb.do(chromedp.Click(chromedp.ID("pay")))
+	tb.waitFor("the payment", fmt.Sprintf(orderStatus, "paid"), 10*time.Second)
+	if code := tb.messageCode(); code != "paid" {
+		t.Errorf("message code = %q, want paid", code)
+	}
+	st, body := g.call(t, http.MethodGet, "/orders/"+orderID, "alice", nil)
+	if st != http.StatusOK || body["status"] != "paid" {
+		t.Fatalf("GET /orders/%s = %d %v, want paid", orderID, st, body)
+	}
+	tb.shot("paid")
+
+	// The same buyer on a desktop later: the page finds the paid order on load.
+	desk := newTab(t, "alice-desktop", desktop)
+	desk.do(chromedp.Navigate(g.pageURL(t, "e2e", "alice")))
+	desk.waitFor("the paid order", fmt.Sprintf(orderStatus, "paid"), 10*time.Second)
+	desk.shot("paid")
+}
+
+// A buy whose answer is lost on the way back is retried with the same Idempotency-Key, and the
+// gateway answers the first purchase again: one purchase, not two.
+func TestLostAnswerRetryIsOnePurchase(t *testing.T) {
+	t.Parallel()
+	start := saleStart(6 * time.Second)
+	g := startGateway(t, gatewayConf{sales: []saleConf{{id: "retry", stock: 5, limit: 2, start: start}}})
+	tb := newTab(t, "alice", phone, recordRequests)
+	tb.do(chromedp.Navigate(g.pageURL(t, "retry", "alice")))
+	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+
+	eval[bool](tb, `window.__dropNextBuyAnswer = true`)
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the network message", fmt.Sprintf(messageIs, "network"), 10*time.Second)
+	if got := g.remaining(t, "retry"); got != 4 {
+		t.Fatalf("remaining = %d, want 4: the lost buy should have reached the gateway", got)
+	}
+	tb.shot("answer-lost")
+
+	tb.waitFor("the Buy button to open again", buyOpen, 5*time.Second)
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the queued order", fmt.Sprintf(orderStatus, "queued"), 10*time.Second)
+	buys := requests(tb, "/buy/")
+	if len(buys) != 2 || buys[0].Key == "" || buys[0].Key != buys[1].Key {
+		t.Fatalf("buy requests = %+v, want two with the same Idempotency-Key", buys)
+	}
+	if got := g.remaining(t, "retry"); got != 4 {
+		t.Fatalf("remaining = %d after the retry, want 4 (one purchase)", got)
+	}
+}
+
+// Refusals are shown as clear messages: sold out (another buyer took the last item) and the
+// per-buyer limit (this buyer already bought in another tab). Bob uses the keyboard only.
+func TestSoldOutAndLimitMessages(t *testing.T) {
+	t.Parallel()
+	start := saleStart(7 * time.Second)
+	g := startGateway(t, gatewayConf{sales: []saleConf{
+		{id: "last-one", stock: 1, limit: 1, start: start},
+		{id: "one-each", stock: 5, limit: 1, start: start},
+	}})
+	bob := newTab(t, "bob", phone)
+	bob.do(chromedp.Navigate(g.pageURL(t, "last-one", "bob")))
+	alice := newTab(t, "alice", phone)
+	alice.do(chromedp.Navigate(g.pageURL(t, "one-each", "alice")))
+	bob.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+	alice.waitFor("the Buy button to open", buyOpen, 10*time.Second)
+
+	if code := g.buy(t, "last-one", "zed"); code != "queued" {
+		t.Fatalf("zed's buy = %q, want queued", code)
+	}
+	bob.pressTabUntil("buy", 10)
+	bob.do(chromedp.KeyEvent("\r"))
+	bob.waitFor("the sold-out message", fmt.Sprintf(messageIs, "sold_out"), 10*time.Second)
+	if got := bob.text("#message"); !strings.Contains(got, "Sold out") {
+		t.Errorf("message = %q", got)
+	}
+	if got := bob.text("#countdown-label"); got != "Sold out" {
+		t.Errorf("label = %q, want Sold out", got)
+	}
+	if !eval[bool](bob, `document.getElementById("buy").disabled`) {
+		t.Error("the Buy button stays enabled after sold out")
+	}
+	bob.shot("sold-out")
+
+	if code := g.buy(t, "one-each", "alice"); code != "queued" {
+		t.Fatalf("alice's buy in another tab = %q, want queued", code)
+	}
+	alice.do(chromedp.Click(chromedp.ID("buy")))
+	alice.waitFor("the limit message", fmt.Sprintf(messageIs, "limit_reached"), 10*time.Second)
+	// The page then shows the order she already has.
+	alice.waitFor("her existing order", fmt.Sprintf(orderStatus, "queued"), 10*time.Second)
+	alice.shot("limit-reached")
+}
+
+// With the captcha on, the image renders, a new one can be asked for, and a wrong answer is
+// caught at the reveal instant with a new image and the focus back in the answer field.
+func TestCaptcha(t *testing.T) {
+	t.Parallel()
+	const reveal = 2 * time.Second
+	start := saleStart(9 * time.Second)
+	g := startGateway(t, gatewayConf{captcha: true, sales: []saleConf{{id: "human", stock: 5, limit: 1, start: start, reveal: reveal}}})
+	tb := newTab(t, "alice", phone, recordRequests)
+	tb.do(chromedp.Navigate(g.pageURL(t, "human", "alice")))
+	const loaded = `(() => { const i = document.getElementById("captcha-image");
+		return !document.getElementById("captcha").hidden && i.complete && i.naturalWidth > 0 && i.src; })()`
+	tb.waitFor("the captcha image", loaded, 10*time.Second)
+	first := eval[string](tb, `document.getElementById("captcha-image").src`)
+	if w := eval[int](tb, `document.getElementById("captcha-image").naturalWidth`); w < 100 {
+		t.Errorf("captcha image is %d px wide", w)
+	}
+	tb.shot("captcha")
+
+	tb.do(chromedp.Click(chromedp.ID("captcha-new")))
+	tb.waitFor("a new image", fmt.Sprintf(`document.getElementById("captcha-image").src !== %q && %s`, first, loaded), 10*time.Second)
+	second := eval[string](tb, `document.getElementById("captcha-image").src`)
+
+	// Six zeros: a wrong answer but for a one-in-a-million draw.
+	tb.do(chromedp.SendKeys(chromedp.ID("captcha-answer"), "000000"))
+	tb.waitFor("the captcha_invalid message", fmt.Sprintf(messageIs, "captcha_invalid"), 20*time.Second)
+	paths := requests(tb, "/path")
+	if len(paths) != 1 || paths[0].At < float64(start.Add(-reveal).UnixMilli())-100 {
+		t.Fatalf("path requests = %+v, want one, at or after the reveal instant", paths)
+	}
+	tb.waitFor("a fresh image", fmt.Sprintf(`document.getElementById("captcha-image").src !== %q && %s`, second, loaded), 10*time.Second)
+	if v := eval[string](tb, `document.getElementById("captcha-answer").value`); v != "" {
+		t.Errorf("answer field = %q, want it cleared", v)
+	}
+	if id := eval[string](tb, `document.activeElement?.id ?? ""`); id != "captcha-answer" {
+		t.Errorf("focus is on %q, want the answer field", id)
+	}
+	tb.shot("captcha-invalid")
+}
+
+// A buyer without a token, with the keyboard only: the demo sign-in explains how to get a token
+// when the gateway does not offer it (the default), a pasted token signs in, and Enter buys.
+func TestKeyboardOnlySignIn(t *testing.T) {
+	t.Parallel()
+	start := saleStart(10 * time.Second)
+	g := startGateway(t, gatewayConf{sales: []saleConf{{id: "keys", stock: 5, limit: 1, start: start}}})
+	tb := newTab(t, "carol", phone)
+	tb.do(chromedp.Navigate(g.pageURL(t, "keys", "")))
+	tb.waitFor("the sign-in form", `!document.getElementById("signin").hidden`, 10*time.Second)
+	if code := tb.messageCode(); code != "signed_out" {
+		t.Errorf("message code = %q, want signed_out", code)
+	}
+
+	tb.pressTabUntil("signin-user", 5)
+	tb.do(chromedp.KeyEvent("\b\b\b\b\bcarol"))
+	tb.pressTabUntil("signin-button", 2)
+	tb.do(chromedp.KeyEvent("\r"))
+	tb.waitFor("the demo sign-in message", fmt.Sprintf(messageIs, "demo_signin_off"), 10*time.Second)
+	if got := tb.text("#message"); !strings.Contains(got, "caddy seckill token --user") {
+		t.Errorf("message = %q, want the command that makes a token", got)
+	}
+	tb.shot("demo-signin-off")
+
+	tb.pressTabUntil("signin-paste", 3)
+	tb.do(chromedp.KeyEvent("\r"))
+	tb.pressTabUntil("signin-token", 2)
+	tb.do(chromedp.KeyEvent(g.token(t, "carol")))
+	tb.pressTabUntil("signin-token-use", 2)
+	tb.do(chromedp.KeyEvent("\r"))
+	tb.waitFor("the signed-in account", `!document.getElementById("account").hidden`, 10*time.Second)
+	if got := tb.text("#account-name"); got != "Signed in as carol" {
+		t.Errorf("account = %q", got)
+	}
+
+	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+	tb.pressTabUntil("buy", 10)
+	tb.do(chromedp.KeyEvent("\r"))
+	tb.waitFor("the queued order", fmt.Sprintf(orderStatus, "queued"), 10*time.Second)
+	if id := eval[string](tb, `document.activeElement?.id ?? ""`); id != "order" {
+		t.Errorf("focus is on %q after the buy, want the order", id)
+	}
+}
+
+// The page's building blocks, run as ES modules in the browser: the clock estimator, the
+// backoff, Retry-After, the countdown format and the configuration guard.
+func TestModules(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.FileServerFS(Files))
+	t.Cleanup(srv.Close)
+	tb := newTab(t, "modules", desktop)
+	tb.do(chromedp.Navigate(srv.URL + "/clock.js"))
+
+	type results struct {
+		Now         float64   `json:"now"`
+		Uncertainty float64   `json:"uncertainty"`
+		Kept        []bool    `json:"kept"`
+		AfterJump   float64   `json:"afterJump"`
+		Format      []string  `json:"format"`
+		Tick        []float64 `json:"tick"`
+		BackoffLo   []float64 `json:"backoffLo"`
+		BackoffHi   []float64 `json:"backoffHi"`
+		RetryAfter  []float64 `json:"retryAfter"`
+		Config      []string  `json:"config"`
+	}
+	r := eval[results](tb, `(async () => {
+		const { ServerClock, formatCountdown, msUntilTick } = await import("/clock.js");
+		const { backoffDelay, retryAfterMs } = await import("/backoff.js");
+		const { readConfig } = await import("/config.js");
+		const out = {};
+		let mono = 0;
+		const c = new ServerClock(() => mono);
+		out.kept = [
+			c.add(0, 100, 1000000),   // rtt 100: the first estimate
+			c.add(200, 220, 1000130), // rtt 20, consistent: better, kept
+			c.add(300, 400, 1000230), // rtt 100, consistent: worse, dropped
+		];
+		mono = 1000;
+		out.now = c.now();            // 1000130 + 10 + (1000 - 220)
+		out.uncertainty = c.uncertainty;
+		c.add(2000, 2010, 5000000);   // the device slept: inconsistent, so it replaces the best
+		mono = 2010;
+		out.afterJump = c.now();
+		out.format = [0, 200, 1000, 61000, 90061000].map(formatCountdown);
+		out.tick = [msUntilTick(10500, 10000), msUntilTick(11000, 10000)];
+		const at = [0, 1, 2, 3, 10, 30];
+		out.backoffLo = at.map((a) => backoffDelay(a, { random: () => 0 }));
+		out.backoffHi = at.map((a) => backoffDelay(a, { random: () => 1 }));
+		out.retryAfter = [retryAfterMs("3"), retryAfterMs(""), retryAfterMs("soon"),
+			retryAfterMs("Wed, 21 Oct 2015 07:28:05 GMT", "Wed, 21 Oct 2015 07:28:00 GMT")];
+		const root = { dataset: { activity: "from-data" } };
+		const tryConfig = (search) => { try { const c = readConfig(root, search); return c.activity + " " + c.base + " " + c.signin; } catch (e) { return "refused"; } };
+		out.config = [tryConfig(""), tryConfig("?activity=phone-1001&api=/shop/seckill"),
+			tryConfig("?api=//evil.example/x"), tryConfig("?api=https://evil.example/"), tryConfig("?activity=a/b")];
+		return out;
+	})()`)
+
+	if want := []bool{true, true, false}; fmt.Sprint(r.Kept) != fmt.Sprint(want) {
+		t.Errorf("samples kept = %v, want %v (the lowest round trip wins)", r.Kept, want)
+	}
+	if r.Now != 1000920 || r.Uncertainty != 10 {
+		t.Errorf("estimate = %v ± %v, want 1000920 ± 10", r.Now, r.Uncertainty)
+	}
+	if r.AfterJump != 5000005 {
+		t.Errorf("after a jump = %v, want 5000005 (the inconsistent sample replaces the best)", r.AfterJump)
+	}
+	if want := []string{"00:00:00", "00:00:01", "00:00:01", "00:01:01", "1d 01:01:01"}; fmt.Sprint(r.Format) != fmt.Sprint(want) {
+		t.Errorf("format = %q, want %q", r.Format, want)
+	}
+	if fmt.Sprint(r.Tick) != "[505 1005]" {
+		t.Errorf("ticks = %v, want [505 1005]", r.Tick)
+	}
+	for i := range r.BackoffLo {
+		lo, hi := r.BackoffLo[i], r.BackoffHi[i]
+		if lo < 250 || hi > 10000 || hi-2*lo > 1 || 2*lo-hi > 1 {
+			t.Errorf("backoff %d = [%v, %v]: want half to all of a capped exponential, never under 250 ms", i, lo, hi)
+		}
+		if i > 0 && lo < r.BackoffLo[i-1] {
+			t.Errorf("backoff shrinks at attempt %d: %v", i, r.BackoffLo)
+		}
+	}
+	if r.BackoffHi[len(r.BackoffHi)-1] != 10000 {
+		t.Errorf("backoff cap = %v, want 10000", r.BackoffHi[len(r.BackoffHi)-1])
+	}
+	if fmt.Sprint(r.RetryAfter) != "[3000 0 0 5000]" {
+		t.Errorf("Retry-After = %v, want [3000 0 0 5000]", r.RetryAfter)
+	}
+	want := []string{"from-data /seckill /seckill/demo/token", "phone-1001 /shop/seckill /shop/seckill/demo/token", "refused", "refused", "refused"}
+	if fmt.Sprint(r.Config) != fmt.Sprint(want) {
+		t.Errorf("config = %q, want %q", r.Config, want)
+	}
+}
