@@ -45,9 +45,10 @@ type GuardOptions struct {
 //   - A node-local sold-out flag per activity: once the store answers sold out with nothing left,
 //     Admit answers SoldOut without calling the store at all. The flag is cleared by the store's
 //     restock broadcast, by a probe of the flagged activities every ProbeInterval (broadcasts are
-//     best effort) and by Release, Define and Delete made through this Guard. The flag ignores
-//     request ids: a winner's retry of its own request after the sell-out gets SoldOut, not its
-//     replayed win; it finds its win with GetResult.
+//     best effort) and by Release, Define and Delete made through this Guard. A request marked
+//     MayReplay (a client-chosen idempotency key) still goes to the store, so that a winner's retry
+//     after the sell-out gets its first answer back; the edge bounds such calls with the user rate
+//     limit.
 //   - A circuit breaker around every store call that fails closed: after repeated store failures
 //     every call fails fast with ErrBusy, and no admission is taken without the store. Store
 //     failures are returned wrapping ErrBusy as well; business answers, ErrBadInput,
@@ -201,7 +202,7 @@ func (g *Guard) Admit(ctx context.Context, r Request) (Decision, error) {
 	f := (*g.flags.Load())[r.Activity]
 	var before uint64
 	if f != nil {
-		if before = f.state.Load(); before&soldOutBit != 0 {
+		if before = f.state.Load(); before&soldOutBit != 0 && !r.MayReplay {
 			return Decision{Outcome: SoldOut}, nil
 		}
 	}

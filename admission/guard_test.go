@@ -237,6 +237,41 @@ func TestGuardSoldOutSkipsStore(t *testing.T) {
 	}
 }
 
+func TestGuardReplayAfterSellOut(t *testing.T) {
+	store := wrap(newMemory(t, nil))
+	mustDefine(t, store, openAt(time.Now(), "a", 1, 1))
+	g := NewGuard(store, GuardOptions{})
+	ctx := context.Background()
+	won, err := g.Admit(ctx, Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1", MayReplay: true})
+	if err != nil || won.Outcome != Won {
+		t.Fatalf("first buy = %+v, %v", won, err)
+	}
+	if !g.SoldOut("a") {
+		t.Fatal("the last item's win did not set the flag")
+	}
+	// The winner's retry with its own key reaches the store and gets its first answer back.
+	before := store.calls.Load()
+	again, err := g.Admit(ctx, Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1", MayReplay: true})
+	if err != nil || again.Outcome != Won || !again.Replayed || again.ReservationID != won.ReservationID {
+		t.Fatalf("retry after sell-out = %+v, %v; want the first win replayed", again, err)
+	}
+	if n := store.calls.Load() - before; n != 1 {
+		t.Errorf("a MayReplay request made %d store calls, want 1", n)
+	}
+	// Another user's keyed request is asked of the store too, and is sold out there.
+	if d, _ := g.Admit(ctx, Request{Activity: "a", User: "other", Qty: 1, RequestID: "key-1", MayReplay: true}); d.Outcome != SoldOut {
+		t.Errorf("other user's keyed request = %+v, want sold_out", d)
+	}
+	// Without MayReplay the flag answers alone.
+	before = store.calls.Load()
+	if d, _ := g.Admit(ctx, Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1"}); d.Outcome != SoldOut {
+		t.Errorf("unkeyed request = %+v, want sold_out from the flag", d)
+	}
+	if n := store.calls.Load() - before; n != 0 {
+		t.Errorf("a flagged unkeyed request made %d store calls, want 0", n)
+	}
+}
+
 func TestGuardFlagOnlyWhenNothingLeft(t *testing.T) {
 	store := newMemory(t, nil)
 	mustDefine(t, store, openAt(time.Now(), "a", 3, 2))

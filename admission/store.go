@@ -121,6 +121,11 @@ type Request struct {
 	User      string
 	Qty       int64
 	RequestID string // idempotency key, scoped to the user
+
+	// MayReplay marks a request id chosen by the client (an Idempotency-Key), which may repeat an
+	// earlier win. Guard then asks the store even after it has flagged the activity sold out, so a
+	// winner's retry gets its first answer back instead of sold_out. Stores ignore it.
+	MayReplay bool
 }
 
 // Outcome is the business answer of an admission.

@@ -69,14 +69,10 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	}
 
 	began := time.Now()
-	var store admission.Store = q.h.app.backend.guard
-	if keyed && q.h.app.backend.guard.SoldOut(a.ID) {
-		// The guard would answer SoldOut without asking the store; only the store knows whether
-		// this key already won.
-		store = q.h.app.backend.guard.Store()
-	}
-	d, err := store.Admit(q.r.Context(), admission.Request{
-		Activity: a.ID, User: q.user, Qty: qty, RequestID: reqID,
+	// A client-chosen key may be the retry of a win: the guard then asks the store even after
+	// the sell-out, so that the winner gets its first answer back.
+	d, err := q.h.app.backend.guard.Admit(q.r.Context(), admission.Request{
+		Activity: a.ID, User: q.user, Qty: qty, RequestID: reqID, MayReplay: keyed,
 	})
 	if err != nil {
 		e := q.admitError(err)
