@@ -5,13 +5,14 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: run test deps lint bench build
+.PHONY: run test deps lint bench build xcaddy-check
 
 run:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example --adapter caddyfile
 
 deps:
 	./scripts/ensure-deps.sh
+	./scripts/ensure-chromium.sh
 
 test: deps
 	$(GO) vet $(PKGS)
@@ -25,3 +26,6 @@ bench: deps
 
 build:
 	$(GO) build -o bin/caddy ./cmd/caddy
+
+xcaddy-check:
+	./scripts/xcaddy-check.sh

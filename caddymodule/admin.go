@@ -31,6 +31,8 @@ func init() {
 //	DELETE /seckill/activities/{id}[?force=1]  delete (force: even while running)
 //	POST   /seckill/activities/{id}/release    give a reservation back: {"reservation_id": "..."}
 //	GET    /seckill/stats                      breaker state and every activity's counters
+//	GET    /seckill/reconcile[?activity={id}]  the invariants across store and order database
+//	                                           (embedded order backend only)
 //
 // Activity salts are secrets and are never returned.
 type adminAPI struct{}
@@ -92,6 +94,11 @@ func (a adminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		return a.stats(w, r, app)
+	case rest == "reconcile":
+		if err := allow(r, http.MethodGet); err != nil {
+			return err
+		}
+		return a.reconcile(w, r, app)
 	case rest == "activities":
 		if err := allow(r, http.MethodGet); err != nil {
 			return err
@@ -156,6 +163,12 @@ func (adminAPI) define(w http.ResponseWriter, r *http.Request, app *App, id stri
 	app.acts.put(def)
 	app.logger.Info("activity defined through the admin API", zap.String("activity", id),
 		zap.Bool("force", force), zap.Int64("stock", def.Stock))
+	// The consumer creates the database stock row when it discovers the activity and follows
+	// redefinitions at its next claim round; doing it now keeps reconcile right in between.
+	if err := app.orders.syncStock(r.Context(), []admission.Activity{def}, false); err != nil {
+		app.logger.Warn("the order database's stock row will follow when the consumer starts",
+			zap.String("activity", id), zap.Error(err))
+	}
 	s, err := app.backend.guard.Activity(r.Context(), id)
 	if err != nil {
 		return storeErr(err)
@@ -200,6 +213,25 @@ func (adminAPI) stats(w http.ResponseWriter, r *http.Request, app *App) error {
 		"breaker":    app.backend.guard.BreakerState().String(),
 		"activities": acts,
 	})
+}
+
+func (adminAPI) reconcile(w http.ResponseWriter, r *http.Request, app *App) error {
+	if app.orders == nil {
+		return apiErr(http.StatusConflict, errors.New("the seckill app has no orders configured: nothing to reconcile in this process"))
+	}
+	st := app.orders.state()
+	if st == nil {
+		return apiErr(http.StatusServiceUnavailable, errors.New("the order backend has not started"))
+	}
+	id := r.URL.Query().Get("activity")
+	if id != "" && !admission.ValidActivityID(id) {
+		return apiErr(http.StatusBadRequest, fmt.Errorf("activity id %q is not valid", id))
+	}
+	ans, err := reconcile(r.Context(), app.backend.guard, st.repo, id)
+	if err != nil {
+		return storeErr(err)
+	}
+	return writeAdmin(w, http.StatusOK, ans)
 }
 
 // snapshots reads every activity from the store, sorted by id.

@@ -49,12 +49,19 @@ type App struct {
 	// RateLimits are the client IP and user rate limits; none unless configured.
 	RateLimits *RateLimits `json:"rate_limits,omitempty"`
 
+	// Orders, when set, runs the order backend in this process: the wins become orders in the
+	// database, unpaid orders are cancelled after pay_within, and seckill_orders serves the order
+	// API. Single node only.
+	Orders *OrdersConfig `json:"orders,omitempty"`
+
 	// Activities to define in the store when the app starts, by id. A definition never resets a
 	// running sale: changing an activity whose window has opened fails the config load.
 	Activities map[string]*ActivityConfig `json:"activities,omitempty"`
 
 	backend       *backend
+	orders        *ordersRunner // nil without Orders
 	verifier      *jwtauth.Verifier
+	mint          *jwtauth.MintConfig // the token template of the HS* jwt config; nil otherwise
 	issuer        *captcha.Issuer
 	urlSecret     []byte
 	forwardSecret []byte
@@ -101,8 +108,16 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 
 	if a.JWT != nil {
-		if a.verifier, err = newVerifier(a.JWT, repl); err != nil {
+		var vc jwtauth.Config
+		if a.verifier, vc, err = newVerifier(a.JWT, repl); err != nil {
 			return fmt.Errorf("jwt: %w", err)
+		}
+		a.mint = mintTemplate(vc)
+	}
+	var orders *OrdersConfig
+	if a.Orders != nil {
+		if orders, err = a.Orders.resolve(repl); err != nil {
+			return err
 		}
 	}
 	a.urlSecret = []byte(repl.ReplaceKnown(a.URLSecret, ""))
@@ -126,6 +141,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.poolKeys = append(a.poolKeys, key)
 	a.backend = b
+	if orders != nil {
+		o, okey, err := loadOrders(key, b, orders, a.logger.Named("orders"))
+		if err != nil {
+			return err
+		}
+		a.poolKeys = append(a.poolKeys, okey) // after the store's: Cleanup releases in reverse
+		a.orders = o
+	}
 	if len(a.urlSecret) == 0 {
 		a.urlSecret = b.secret
 	}
@@ -142,6 +165,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.acts = newActivities(b.guard, reveal)
 	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard); err != nil {
 		return err
+	}
+	if a.orders != nil {
+		if err := registerOrdersMetrics(ctx.GetMetricsRegistry(), a.orders); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -205,8 +233,9 @@ func (a *App) provisionLimits(store *StoreConfig) error {
 	return nil
 }
 
-// newVerifier builds the JWT verifier, reading the public key files.
-func newVerifier(c *JWTConfig, repl *caddy.Replacer) (*jwtauth.Verifier, error) {
+// newVerifier builds the JWT verifier, reading the public key files, and returns it with its
+// configuration (placeholders replaced).
+func newVerifier(c *JWTConfig, repl *caddy.Replacer) (*jwtauth.Verifier, jwtauth.Config, error) {
 	cfg := jwtauth.Config{
 		Algorithms: c.Algorithms,
 		JWKSURL:    repl.ReplaceKnown(c.JWKSURL, ""),
@@ -218,28 +247,38 @@ func newVerifier(c *JWTConfig, repl *caddy.Replacer) (*jwtauth.Verifier, error) 
 	if c.HMACSecret != "" {
 		secret := repl.ReplaceKnown(c.HMACSecret, "")
 		if secret == "" {
-			return nil, fmt.Errorf("hmac_secret %q is empty once placeholders are replaced: set the variable", c.HMACSecret)
+			return nil, cfg, fmt.Errorf("hmac_secret %q is empty once placeholders are replaced: set the variable", c.HMACSecret)
 		}
 		cfg.HMACSecret = []byte(secret)
 	}
 	for _, f := range c.PublicKeyFiles {
 		pem, err := os.ReadFile(repl.ReplaceKnown(f, ""))
 		if err != nil {
-			return nil, fmt.Errorf("public_key_file: %w", err)
+			return nil, cfg, fmt.Errorf("public_key_file: %w", err)
 		}
 		cfg.PublicKeyPEM = append(cfg.PublicKeyPEM, pem)
 	}
-	return jwtauth.New(cfg)
+	v, err := jwtauth.New(cfg)
+	return v, cfg, err
 }
 
-// Start defines the configured activities in the store and starts the activity refresher. A
-// definition that would change a running sale fails the start, so the previous configuration stays
-// in force.
+// Start defines the configured activities in the store, starts the embedded order backend (once:
+// a reload finds it running) and the activity refresher. A definition that would change a running
+// sale fails the start, so the previous configuration stays in force.
 func (a *App) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if err := a.defineActivities(ctx); err != nil {
+	defs, err := a.defineActivities(ctx)
+	if err != nil {
 		return err
+	}
+	if a.orders != nil {
+		if err := a.orders.start(ctx); err != nil {
+			return err
+		}
+		if err := a.orders.syncStock(ctx, defs, a.Store.typ() == storeMemory); err != nil {
+			return err
+		}
 	}
 	if err := a.acts.refresh(ctx); err != nil {
 		a.logger.Warn("listing activities", zap.Error(err))
@@ -258,25 +297,67 @@ func (a *App) Start() error {
 }
 
 // defineActivities defines every configured activity with force off: an unchanged definition is a
-// no-op and a running activity is never reset by a reload.
-func (a *App) defineActivities(ctx context.Context) error {
+// no-op and a running activity is never reset by a reload. It returns the stored definitions.
+func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error) {
+	defs := make([]admission.Activity, 0, len(a.Activities))
 	for id, c := range a.Activities {
-		def, err := a.backend.guard.Define(ctx, c.definition(id), false)
+		def, err := a.defineActivity(ctx, id, c)
 		switch {
 		case errors.Is(err, admission.ErrActivityRunning):
-			return fmt.Errorf("activity %s is running and its definition in the configuration changed: "+
+			return nil, fmt.Errorf("activity %s is running and its definition in the configuration changed: "+
 				"a reload never changes a running sale; restore the definition, or change it with the "+
 				"admin API (force) and then update the configuration to match", id)
 		case errors.Is(err, admission.ErrStockBelowSold):
-			return fmt.Errorf("activity %s: stock %d is below the items already sold", id, c.Stock)
+			return nil, fmt.Errorf("activity %s: stock %d is below the items already sold", id, c.Stock)
 		case err != nil:
-			return fmt.Errorf("define activity %s: %w", id, err)
+			return nil, fmt.Errorf("define activity %s: %w", id, err)
 		}
 		a.acts.put(def)
+		defs = append(defs, def)
 		a.logger.Info("activity defined", zap.String("activity", id), zap.Int64("stock", def.Stock),
 			zap.Time("start", def.Start), zap.Time("end", def.End))
 	}
-	return nil
+	return defs, nil
+}
+
+// defineActivity defines one activity. With start_in, the start is the one the store already has
+// (so no reload, restart or other node ever moves it), or now + start_in for a new activity; a
+// second node defining it in the same instant may find it opened by the first, and takes its
+// start then.
+func (a *App) defineActivity(ctx context.Context, id string, c *ActivityConfig) (admission.Activity, error) {
+	def := c.definition(id)
+	if c.StartIn <= 0 {
+		return a.backend.guard.Define(ctx, def, false)
+	}
+	for attempt := 0; ; attempt++ {
+		snap, err := a.backend.guard.Activity(ctx, id)
+		switch {
+		case err == nil:
+			def.Start = snap.Start
+		case errors.Is(err, admission.ErrUnknownActivity):
+			def.Start = startIn(time.Now(), time.Duration(c.StartIn))
+		default:
+			return admission.Activity{}, err
+		}
+		if !def.End.After(def.Start) {
+			return admission.Activity{}, fmt.Errorf("end %s is not after the start %s (start_in %s)",
+				def.End.Format(time.RFC3339), def.Start.Format(time.RFC3339), time.Duration(c.StartIn))
+		}
+		stored, err := a.backend.guard.Define(ctx, def, false)
+		if errors.Is(err, admission.ErrActivityRunning) && attempt == 0 {
+			continue // defined by another node since we looked: take its start
+		}
+		return stored, err
+	}
+}
+
+// startIn is now + d, rounded up to the second, for a readable start time.
+func startIn(now time.Time, d time.Duration) time.Time {
+	t := now.Add(d)
+	if s := t.Truncate(time.Second); s.Before(t) {
+		t = s.Add(time.Second)
+	}
+	return t
 }
 
 // Stop stops the activity refresher. The pooled store keeps running until Cleanup releases it.
@@ -292,11 +373,12 @@ func (a *App) Stop() error {
 	return nil
 }
 
-// Cleanup releases the pooled values this config used; the last user destroys them.
+// Cleanup releases the pooled values this config used, in the reverse order of taking them (the
+// order backend before the store it works on); the last user destroys them.
 func (a *App) Cleanup() error {
 	var errs []error
-	for _, key := range a.poolKeys {
-		if _, err := pool.Delete(key); err != nil {
+	for i := len(a.poolKeys) - 1; i >= 0; i-- {
+		if _, err := pool.Delete(a.poolKeys[i]); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -42,12 +42,19 @@ func init() {
 //		url_secret     <secret>
 //		forward_secret <secret>
 //		captcha        on|off
+//		orders sqlite|postgres <file or dsn> {
+//			sweep_every    <duration>
+//			consumer_name  <name>
+//			max_deliveries <n>
+//			claim_idle     <duration>
+//		}
 //		rate_limit ip   <events>/<period> [burst <n>]
 //		rate_limit user <events>/<period> [burst <n>] [distributed]
 //		activity <id> {
 //			stock      <n>
 //			limit      <n>
 //			start      <RFC 3339 time>
+//			start_in   <duration>       # instead of start: after the first definition
 //			end        <RFC 3339 time>
 //			reveal     <duration>
 //			pay_within <duration>
@@ -132,6 +139,15 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				return d.Errf("seckill: captcha %q: want on or off", v)
 			}
+		case "orders":
+			if err := once(opt); err != nil {
+				return err
+			}
+			o, err := parseOrders(d)
+			if err != nil {
+				return err
+			}
+			a.Orders = o
 		case "rate_limit":
 			if err := parseRateLimit(d, a); err != nil {
 				return err
@@ -373,15 +389,21 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 			} else {
 				c.End = t
 			}
-		case "reveal", "pay_within":
+		case "reveal", "pay_within", "start_in":
 			dur, err := durationArg(d, "activity "+id+" "+sub)
 			if err != nil {
 				return nil, err
 			}
-			if sub == "reveal" {
+			switch sub {
+			case "reveal":
 				c.Reveal = caddy.Duration(dur)
-			} else {
+			case "pay_within":
 				c.PayWithin = caddy.Duration(dur)
+			case "start_in":
+				if dur == 0 {
+					return nil, d.Errf("seckill: activity %s: start_in must be positive (for a sale open at once, give a start in the past)", id)
+				}
+				c.StartIn = caddy.Duration(dur)
 			}
 		default:
 			return nil, d.Errf("seckill: activity %s: unrecognized option %q", id, sub)
@@ -410,4 +432,59 @@ func durationArg(d *caddyfile.Dispenser, what string) (time.Duration, error) {
 		return 0, d.Errf("seckill: %s %q is negative", what, v)
 	}
 	return dur, nil
+}
+
+// parseOrders parses "orders sqlite|postgres <file or dsn> [{ ... }]".
+func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
+	var typ, dsn string
+	if !d.Args(&typ, &dsn) {
+		return nil, d.Err("seckill: want orders sqlite <file> or orders postgres <dsn>")
+	}
+	if d.NextArg() {
+		return nil, d.Errf("seckill: orders %s: unexpected %q (quote a DSN that has spaces)", typ, d.Val())
+	}
+	o := &OrdersConfig{Type: typ, DSN: dsn}
+	seen := map[string]bool{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if seen[sub] {
+			return nil, d.Errf("seckill: orders %s is given twice", sub)
+		}
+		seen[sub] = true
+		switch sub {
+		case "sweep_every", "claim_idle":
+			dur, err := durationArg(d, "orders "+sub)
+			if err != nil {
+				return nil, err
+			}
+			if dur == 0 {
+				return nil, d.Errf("seckill: orders %s must be positive", sub)
+			}
+			if sub == "sweep_every" {
+				o.SweepEvery = caddy.Duration(dur)
+			} else {
+				o.ClaimIdle = caddy.Duration(dur)
+			}
+		case "consumer_name":
+			if !d.AllArgs(&o.ConsumerName) {
+				return nil, d.ArgErr()
+			}
+		case "max_deliveries":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 1 {
+				return nil, d.Errf("seckill: orders max_deliveries %q: want a whole number of at least 1", v)
+			}
+			o.MaxDeliveries = n
+		default:
+			return nil, d.Errf("seckill: unrecognized orders option %q", sub)
+		}
+	}
+	if err := o.validate(); err != nil {
+		return nil, d.Errf("seckill: %v", err)
+	}
+	return o, nil
 }

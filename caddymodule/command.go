@@ -21,8 +21,8 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "seckill",
-		Usage: "token|status ...",
-		Short: "Flash-sale tools: mint test tokens, show activities",
+		Usage: "token|status|reconcile ...",
+		Short: "Flash-sale tools: mint test tokens, show activities, check the invariants",
 		Long: `
 Tools for caddy-seckill.
 
@@ -32,7 +32,15 @@ Tools for caddy-seckill.
 
   caddy seckill status [<activity>] [--address <admin>] [--config <file> [--adapter <name>]]
       prints the activities (or one) with their live counters, from the running Caddy's admin
-      API (module admin.api.seckill).`,
+      API (module admin.api.seckill).
+
+  caddy seckill reconcile [--config <file> [--adapter <name>]] [--address <admin>] [--activity <id>] [--json]
+      checks the sale's invariants (never oversell, never lose a win, never undersell) across
+      the store and the order database of the embedded order backend (the orders option), for
+      every activity or one. With --config and store redis it connects to both itself; with
+      store memory it asks the running Caddy through its admin API. Exit status 1 when an
+      invariant does not hold, 2 when it could not check. Run it once the sale is over and the
+      queue has drained: wins still in flight show as violations.`,
 		CobraFunc: func(cmd *cobra.Command) {
 			token := &cobra.Command{
 				Use:   "token --user <id> [--secret <s>] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]",
@@ -57,7 +65,19 @@ Tools for caddy-seckill.
 			status.Flags().StringP("config", "c", "", "Configuration file (if --address is not used)")
 			status.Flags().StringP("adapter", "a", "", "Name of config adapter to apply (if --config is used)")
 
-			cmd.AddCommand(token, status)
+			rec := &cobra.Command{
+				Use:   "reconcile [--config <file> [--adapter <name>]] [--address <admin>] [--activity <id>] [--json]",
+				Short: "Checks the sale's invariants across the store and the order database",
+				Args:  cobra.NoArgs,
+				RunE:  caddycmd.WrapCommandFuncForCobra(cmdReconcile),
+			}
+			rec.Flags().StringP("config", "c", "", "Configuration file: its store and orders settings (or its admin address, with store memory)")
+			rec.Flags().StringP("adapter", "a", "", "Name of config adapter to apply (if --config is used)")
+			rec.Flags().String("address", "", "Address of the administration API listener (store memory)")
+			rec.Flags().String("activity", "", "Check only this activity (default: every activity in the store)")
+			rec.Flags().Bool("json", false, "Print the reports as JSON")
+
+			cmd.AddCommand(token, status, rec)
 		},
 	})
 }

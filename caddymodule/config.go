@@ -149,8 +149,13 @@ type ActivityConfig struct {
 	Limit int64 `json:"limit,omitempty"`
 
 	// Start and End bound the sale window (RFC 3339).
-	Start time.Time `json:"start"`
+	Start time.Time `json:"start,omitzero"`
 	End   time.Time `json:"end"`
+
+	// StartIn, instead of Start, opens the sale this long after the activity is first defined in
+	// the store. The store keeps that start: a reload, a restart with store redis, or another node
+	// defining the same activity later never moves it (a restart with store memory is a new sale).
+	StartIn caddy.Duration `json:"start_in,omitempty"`
 
 	// Reveal is how long before Start the hashed buy path is handed out.
 	Reveal caddy.Duration `json:"reveal,omitempty"`
@@ -197,8 +202,14 @@ func (c *ActivityConfig) validate(id string) error {
 		return fmt.Errorf("activity %s: stock %d is negative", id, c.Stock)
 	case c.Limit < 0:
 		return fmt.Errorf("activity %s: limit %d is negative", id, c.Limit)
-	case c.Start.IsZero() || c.End.IsZero():
-		return fmt.Errorf("activity %s: start and end are required", id)
+	case c.StartIn < 0:
+		return fmt.Errorf("activity %s: start_in %s is negative", id, time.Duration(c.StartIn))
+	case c.StartIn > 0 && !c.Start.IsZero():
+		return fmt.Errorf("activity %s: start and start_in are exclusive: give one", id)
+	case (c.Start.IsZero() && c.StartIn == 0) || c.End.IsZero():
+		return fmt.Errorf("activity %s: start (or start_in) and end are required", id)
+	case c.StartIn > 0:
+		// The start is known when the activity is defined; defineActivity checks the end then.
 	case !c.End.After(c.Start):
 		return fmt.Errorf("activity %s: end %s is not after start %s", id,
 			c.End.Format(time.RFC3339), c.Start.Format(time.RFC3339))

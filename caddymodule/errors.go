@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -42,6 +43,7 @@ const (
 	codeBadRequest       = "bad_request"
 	codeRateLimited      = "rate_limited"
 	codeBusy             = "busy"
+	codeForbidden        = "forbidden"
 )
 
 func apiError(status int, code, msg string) *Error {
@@ -81,11 +83,18 @@ const (
 	errorsReturn = "return"
 )
 
-// fail answers a refusal. The JSON body is written by the handler unless errors are to be returned
-// to Caddy (Errors "return", or "auto" on a server with handle_errors routes), in which case the
-// refusal becomes a caddyhttp.HandlerError that handle_errors can restyle; the response headers
-// set here (Retry-After, Allow, rate limit headers) stay on the response either way.
+// fail answers a refusal in the handler's error mode; see answerError.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, e *Error) error {
+	return answerError(h.Errors, w, r, e)
+}
+
+// answerError answers a refusal for any handler of this package, in error mode (Errors "auto",
+// "write" or "return"). The JSON body is written here unless errors are to be returned to Caddy
+// ("return", or "auto" on a server with handle_errors routes), in which case the refusal becomes a
+// caddyhttp.HandlerError that handle_errors can restyle; the response headers set here
+// (Retry-After, WWW-Authenticate, and whatever the caller set, such as Allow) stay on the response
+// either way.
+func answerError(mode string, w http.ResponseWriter, r *http.Request, e *Error) error {
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 		repl.Set(placeholderCode, e.Code)
 		repl.Set(placeholderMessage, e.Message)
@@ -96,7 +105,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, e *Error) error {
 	if e.Status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="seckill"`)
 	}
-	if h.returnErrors(r) {
+	if returnErrors(mode, r) {
 		return caddyhttp.Error(e.Status, e)
 	}
 	writeJSON(w, e.Status, e)
@@ -104,8 +113,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, e *Error) error {
 }
 
 // returnErrors reports whether refusals go to Caddy's error handling rather than being written.
-func (h *Handler) returnErrors(r *http.Request) bool {
-	switch h.Errors {
+func returnErrors(mode string, r *http.Request) bool {
+	switch mode {
 	case errorsReturn:
 		return true
 	case errorsWrite:
@@ -115,9 +124,18 @@ func (h *Handler) returnErrors(r *http.Request) bool {
 	return ok && srv.Errors != nil && len(srv.Errors.Routes) > 0
 }
 
+// validErrorsMode checks an Errors setting ("" is auto).
+func validErrorsMode(mode string) error {
+	switch mode {
+	case "", errorsAuto, errorsWrite, errorsReturn:
+		return nil
+	}
+	return fmt.Errorf("errors %q: want auto, write or return", mode)
+}
+
 // serveError writes the JSON body of the error being handled when the handler runs inside
 // handle_errors, so a site can restyle some refusals and leave the others to the default body.
-func (h *Handler) serveError(w http.ResponseWriter, err error) {
+func serveError(w http.ResponseWriter, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
 		status := http.StatusInternalServerError

@@ -15,3 +15,12 @@ func (a *App) CaptchaAnswer(ctx context.Context, id string) (string, error) {
 	}
 	return string(b), nil
 }
+
+// OrdersBackend returns the running embedded order backend (nil before it starts), so that tests
+// can tell whether a reload kept it.
+func (a *App) OrdersBackend() any {
+	if st := a.orders.state(); st != nil {
+		return st.backend
+	}
+	return nil
+}

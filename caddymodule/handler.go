@@ -62,10 +62,8 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.now = time.Now
-	switch h.Errors {
-	case "", errorsAuto, errorsWrite, errorsReturn:
-	default:
-		return fmt.Errorf("errors %q: want auto, write or return", h.Errors)
+	if err := validErrorsMode(h.Errors); err != nil {
+		return err
 	}
 	h.prefix = "/seckill"
 	if h.Prefix != "" {
@@ -92,7 +90,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	// Inside handle_errors, write the default JSON body of the error being handled.
 	if err, ok := r.Context().Value(caddyhttp.ErrorCtxKey).(error); ok {
-		h.serveError(w, err)
+		serveError(w, err)
 		return nil
 	}
 	stripSeckillHeaders(r.Header)

@@ -1,8 +1,15 @@
 package caddymodule_test
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +89,13 @@ func TestProvisionErrors(t *testing.T) {
 		{"short hmac secret", "jwt {\n\talgorithms HS256\n\thmac_secret short\n}\n", route, "jwt:"},
 		{"missing key file", "jwt {\n\talgorithms RS256\n\tpublic_key_file /nonexistent/key.pem\n}\n", route, "public_key_file"},
 		{"redis unreachable", jwtBlock + "url_secret u\nstore redis 127.0.0.1:1\n", route, "connect to redis"},
+		{"orders handler without orders", jwtBlock + act, "route /orders/* {\n\tseckill_orders\n}\n", "seckill_orders serves the embedded order backend, and the seckill app has none"},
+		{"orders handler without jwt", "orders sqlite " + filepath.Join(t.TempDir(), "o.db") + "\n", "route /orders/* {\n\tseckill_orders\n}\n", "the seckill app has no jwt configuration"},
+		{"orders dsn unset", jwtBlock + "orders postgres {env.SECKILL_TEST_UNSET_VARIABLE}\n", route, `orders postgres: "{env.SECKILL_TEST_UNSET_VARIABLE}" is empty once placeholders are replaced`},
+		{"orders postgres unreachable", jwtBlock + "orders postgres postgres://u@127.0.0.1:1/shop?connect_timeout=2\n", route, "orders postgres: open the order database"},
+		{"orders sqlite no directory", jwtBlock + "orders sqlite /nonexistent/dir/o.db\n", route, "orders sqlite /nonexistent/dir/o.db: open the order database"},
+		{"demo without jwt", "captcha off\n", "route /demo {\n\tseckill_demo_signin\n}\n", "seckill_demo_signin mints HMAC tokens"},
+		{"demo without hmac", "jwt {\n\talgorithms ES256\n\tpublic_key_file " + ecKeyFile(t) + "\n}\n", "route /demo {\n\tseckill_demo_signin\n}\n", "needs an hmac_secret and an HS256, HS384 or HS512 algorithm"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			port, err := testsrv.FreePort()
@@ -98,4 +112,22 @@ func TestProvisionErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ecKeyFile writes a fresh ECDSA P-256 public key as PEM and returns the file name.
+func ecKeyFile(t *testing.T) string {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "es256.pem")
+	if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

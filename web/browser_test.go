@@ -327,8 +327,8 @@ func shiftClock(d time.Duration) string {
 })();`, d.Milliseconds())
 }
 
-// recordRequests keeps every fetch of the page in window.__requests ({method, url, key, at}, at
-// in Unix ms on the machine's real clock, which a shifted Date does not touch). Setting
+// recordRequests keeps every fetch of the page in window.__requests ({method, url, key, at,
+// status}, at in Unix ms on the machine's real clock, which a shifted Date does not touch). Setting
 // window.__dropNextBuyAnswer makes the next buy reach the gateway and its answer get lost on
 // the way back, as on a dropped connection.
 const recordRequests = `(() => {
@@ -338,8 +338,10 @@ const recordRequests = `(() => {
   window.fetch = async (input, init = {}) => {
     const url = typeof input === "string" ? input : input.url;
     const key = new Headers(init.headers || {}).get("Idempotency-Key");
-    window.__requests.push({ method: init.method || "GET", url, key, at: performance.timeOrigin + performance.now() });
+    const entry = { method: init.method || "GET", url, key, at: performance.timeOrigin + performance.now(), status: 0 };
+    window.__requests.push(entry);
     const res = await real(input, init);
+    entry.status = res.status;
     if (window.__dropNextBuyAnswer && url.includes("/buy/")) {
       window.__dropNextBuyAnswer = false;
       throw new TypeError("Failed to fetch (the answer was dropped by the test)");
@@ -347,3 +349,24 @@ const recordRequests = `(() => {
     return res;
   };
 })();`
+
+// skewFirstStatuses adds d to the server_time_ms of the first n status answers the page gets, as
+// a lopsided network path would skew its first clock samples: the page believes the sale's clock
+// is d ahead until it samples again.
+func skewFirstStatuses(d time.Duration, n int) string {
+	return fmt.Sprintf(`(() => {
+  const real = window.fetch.bind(window);
+  let left = %d;
+  window.fetch = async (input, init = {}) => {
+    const res = await real(input, init);
+    const url = typeof input === "string" ? input : input.url;
+    if (left > 0 && (init.method || "GET") === "GET" && /^\/seckill\/[^/]+$/.test(url) && res.ok) {
+      left--;
+      const body = await res.json();
+      body.server_time_ms += %d;
+      return new Response(JSON.stringify(body), { status: res.status, headers: res.headers });
+    }
+    return res;
+  };
+})();`, n, d.Milliseconds())
+}

@@ -98,7 +98,7 @@ export function formatCountdown(ms) {
 
 /** describeSkew says in words how far off a device clock is ("1 h 2 min", "45 s"). */
 export function describeSkew(ms) {
-  let s = Math.round(Math.abs(ms) / 1000);
+  const s = Math.round(Math.abs(ms) / 1000);
   if (s < 60) {
     return `${s} s`;
   }

@@ -18,7 +18,8 @@ export function readConfig(root, search) {
     orders: pick("orders", "/orders"),
   };
   // The sign-in URL is not taken from the address: a link must not pick where a name is posted.
-  cfg.signin = root.dataset.signin || `${cfg.base.replace(/\/+$/, "")}/demo/token`;
+  // It is outside the API prefix, where it could be taken for an activity named "demo".
+  cfg.signin = root.dataset.signin || "/demo/token";
   if (!ACTIVITY_ID.test(cfg.activity)) {
     throw new Error(`"${cfg.activity}" is not a sale id`);
   }

@@ -2,7 +2,6 @@ package web
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -22,19 +21,24 @@ import (
 
 // saleConf is one activity of a test gateway.
 type saleConf struct {
-	id     string
-	stock  int
-	limit  int
-	start  time.Time
-	reveal time.Duration
+	id        string
+	stock     int
+	limit     int
+	start     time.Time
+	end       time.Time // default: an hour after start
+	reveal    time.Duration
+	payWithin time.Duration // default 15m
 }
 
 // gatewayConf is a test gateway: the page through file_server, the seckill handler, and with
 // orders the embedded order backend.
 type gatewayConf struct {
-	captcha bool
-	orders  bool
-	sales   []saleConf
+	captcha  bool
+	orders   bool
+	userRate string // rate_limit user, e.g. "1/3s burst 1"; none when empty
+	demo     bool   // the demo sign-in at /demo/token
+	redis    string // store redis at this address; the memory store when empty
+	sales    []saleConf
 }
 
 // gateway is a running cmd/caddy process.
@@ -48,6 +52,9 @@ type gateway struct {
 // port, serving the embedded page files. It stops the process when the test ends.
 func startGateway(t *testing.T, conf gatewayConf) *gateway {
 	t.Helper()
+	if env.skip != "" {
+		t.Skip(env.skip)
+	}
 	dir := t.TempDir()
 	www := filepath.Join(dir, "www")
 	if err := os.CopyFS(www, Files); err != nil {
@@ -59,17 +66,34 @@ func startGateway(t *testing.T, conf gatewayConf) *gateway {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "{\n\tadmin off\n\tauto_https off\n\tpersist_config off\n\tstorage file_system %s\n", filepath.Join(dir, "data"))
-	fmt.Fprintf(&b, "\tseckill {\n\t\tstore memory\n\t\tjwt {\n\t\t\talgorithms HS256\n\t\t\thmac_secret %s\n\t\t}\n", g.secret)
+	store := "memory"
+	if conf.redis != "" {
+		store = "redis " + conf.redis
+	}
+	fmt.Fprintf(&b, "\tseckill {\n\t\tstore %s\n\t\tjwt {\n\t\t\talgorithms HS256\n\t\t\thmac_secret %s\n\t\t}\n", store, g.secret)
 	fmt.Fprintf(&b, "\t\turl_secret %s\n", randomHex(t, 32))
 	fmt.Fprintf(&b, "\t\tcaptcha %s\n", map[bool]string{true: "on", false: "off"}[conf.captcha])
 	if conf.orders {
 		fmt.Fprintf(&b, "\t\torders sqlite %s\n", filepath.Join(dir, "orders.db"))
 	}
-	for _, s := range conf.sales {
-		fmt.Fprintf(&b, "\t\tactivity %s {\n\t\t\tstock %d\n\t\t\tlimit %d\n\t\t\tstart %s\n\t\t\tend %s\n\t\t\treveal %s\n\t\t\tpay_within 15m\n\t\t}\n",
-			s.id, s.stock, s.limit, s.start.UTC().Format(time.RFC3339), s.start.Add(time.Hour).UTC().Format(time.RFC3339), s.reveal)
+	if conf.userRate != "" {
+		fmt.Fprintf(&b, "\t\trate_limit user %s\n", conf.userRate)
 	}
-	fmt.Fprintf(&b, "\t}\n}\n\n%s {\n\troute /seckill/* {\n\t\tseckill\n\t}\n", g.url)
+	for _, s := range conf.sales {
+		if s.end.IsZero() {
+			s.end = s.start.Add(time.Hour)
+		}
+		if s.payWithin == 0 {
+			s.payWithin = 15 * time.Minute
+		}
+		fmt.Fprintf(&b, "\t\tactivity %s {\n\t\t\tstock %d\n\t\t\tlimit %d\n\t\t\tstart %s\n\t\t\tend %s\n\t\t\treveal %s\n\t\t\tpay_within %s\n\t\t}\n",
+			s.id, s.stock, s.limit, s.start.UTC().Format(time.RFC3339), s.end.UTC().Format(time.RFC3339), s.reveal, s.payWithin)
+	}
+	fmt.Fprintf(&b, "\t}\n}\n\n%s {\n", g.url)
+	if conf.demo {
+		b.WriteString("\troute /demo/token {\n\t\tseckill_demo_signin\n\t}\n")
+	}
+	b.WriteString("\troute /seckill/* {\n\t\tseckill\n\t}\n")
 	if conf.orders {
 		b.WriteString("\troute /orders/* {\n\t\tseckill_orders\n\t}\n")
 	}
@@ -208,16 +232,6 @@ func (g *gateway) pageURL(t *testing.T, act, user string) string {
 	return u
 }
 
-// waitUntil sleeps until the wall clock passes at (the tests run on the gateway's clock).
-func waitUntil(ctx context.Context, at time.Time) error {
-	select {
-	case <-time.After(time.Until(at)):
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // saleStart is a start time lead from now, on a whole second (the Caddyfile takes RFC 3339).
 func saleStart(lead time.Duration) time.Time {
 	return time.Now().Add(lead).Truncate(time.Second).Add(time.Second)
@@ -229,8 +243,11 @@ func freePort(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
 
 func randomHex(t *testing.T, n int) string {

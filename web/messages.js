@@ -7,7 +7,7 @@ const MESSAGES = {
   limit_reached: ["warn", "You already hold as many of these as one buyer may have."],
   busy: ["warn", "The sale is very busy right now."],
   rate_limited: ["warn", "Too many tries in a short time."],
-  not_started: ["warn", "The sale had not opened yet when your request arrived. Wait for the button to open."],
+  not_started: ["warn", "The sale had not quite opened when your request arrived."],
   ended: ["bad", "The sale has ended."],
   captcha_invalid: ["warn", "Those digits did not match. Here is a new image: please type its digits."],
   captcha_missing: ["warn", "Type the digits in the image first."],
@@ -29,9 +29,10 @@ const MESSAGES = {
   // The sale itself.
   open: ["good", "The sale is open!"],
   signed_out: ["info", "Sign in to take part in the sale."],
+  forbidden: ["warn", "The demo sign-in answers only on the machine that runs the gateway."],
   demo_signin_off: [
     "warn",
-    "Demo sign-in is off on this server. Get a token with “caddy seckill token --user alice” and add #token=<the token> to this page's address.",
+    "Demo sign-in is off on this server. Get a token with “caddy seckill token --user alice” (with the gateway's SECKILL_JWT_SECRET) and add #token=<the token> to this page's address.",
   ],
 };
 

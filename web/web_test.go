@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // request is one fetch the page made, as recordRequests keeps it.
@@ -17,7 +19,8 @@ type request struct {
 	Method string  `json:"method"`
 	URL    string  `json:"url"`
 	Key    string  `json:"key"`
-	At     float64 `json:"at"` // Unix ms on the machine's real clock (performance.timeOrigin based)
+	At     float64 `json:"at"`     // Unix ms on the machine's real clock (performance.timeOrigin based)
+	Status int     `json:"status"` // 0 until answered
 }
 
 func requests(tb *tab, part string) []request {
@@ -30,6 +33,13 @@ func requests(tb *tab, part string) []request {
 		}
 	}
 	return out
+}
+
+// clockSlack is how early the page may act by its own account: the uncertainty of its clock
+// estimate (half the best round trip), plus the polling of the test.
+func clockSlack(tb *tab) time.Duration {
+	ms := eval[float64](tb, `window.seckillSale.clock.uncertainty`)
+	return time.Duration(ms*float64(time.Millisecond)) + 60*time.Millisecond
 }
 
 // parseCountdown reads the page's H:MM:SS (or "Nd HH:MM:SS") countdown.
@@ -102,8 +112,8 @@ func TestCountdownFollowsServerClock(t *testing.T) {
 	tb.do(chromedp.Click(chromedp.ID("buy")))
 
 	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
-	if early := time.Until(start); early > 250*time.Millisecond {
-		t.Fatalf("the Buy button opened %v before the sale's start", early)
+	if early, slack := time.Until(start), clockSlack(tb); early > slack {
+		t.Fatalf("the Buy button opened %v before the sale's start (the clock estimate allows %v)", early, slack)
 	}
 	if buys := requests(tb, "/buy/"); len(buys) != 0 {
 		t.Fatalf("buy requests sent while the button was closed: %+v", buys)
@@ -128,6 +138,19 @@ func TestCountdownFollowsServerClock(t *testing.T) {
 		t.Errorf("remaining = %d, want 4", got)
 	}
 	tb.shot("queued")
+
+	// No order backend runs here, so the result stays "queued": the page keeps asking, backing
+	// off, never in a tight loop.
+	time.Sleep(4 * time.Second)
+	polls := requests(tb, "/result")
+	if len(polls) < 3 || len(polls) > 10 {
+		t.Fatalf("%d result requests in 4 s of waiting, want a few (exponential backoff)", len(polls))
+	}
+	for i := 2; i < len(polls); i++ {
+		if gap := polls[i].At - polls[i-1].At; gap < 240 {
+			t.Fatalf("result polls %.0f ms apart, want at least 250 ms: %+v", gap, polls)
+		}
+	}
 }
 
 // The whole purchase: the closed button, a double click that is one purchase, the queue, the
@@ -431,8 +454,187 @@ func TestModules(t *testing.T) {
 	if fmt.Sprint(r.RetryAfter) != "[3000 0 0 5000]" {
 		t.Errorf("Retry-After = %v, want [3000 0 0 5000]", r.RetryAfter)
 	}
-	want := []string{"from-data /seckill /seckill/demo/token", "phone-1001 /shop/seckill /shop/seckill/demo/token", "refused", "refused", "refused"}
+	want := []string{"from-data /seckill /demo/token", "phone-1001 /shop/seckill /demo/token", "refused", "refused", "refused"}
 	if fmt.Sprint(r.Config) != fmt.Sprint(want) {
 		t.Errorf("config = %q, want %q", r.Config, want)
+	}
+}
+
+// A buy refused with 429 closes the Buy button for the Retry-After the gateway asked for, says
+// so, and sends nothing meanwhile: the page does not hammer a server that said "slow down".
+func TestRateLimitedHonoursRetryAfter(t *testing.T) {
+	t.Parallel()
+	start := saleStart(6 * time.Second)
+	// One call per 3 s: the path fetched at the reveal instant takes it, so a Buy pressed at the
+	// start, a second later, is refused.
+	g := startGateway(t, gatewayConf{userRate: "1/3s burst 1", sales: []saleConf{{id: "slow", stock: 5, limit: 1, start: start, reveal: time.Second}}})
+	tb := newTab(t, "alice", phone, recordRequests)
+	tb.do(chromedp.Navigate(g.pageURL(t, "slow", "alice")))
+	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the rate-limited message", fmt.Sprintf(messageIs, "rate_limited"), 10*time.Second)
+	refused := time.Now()
+	if !eval[bool](tb, `document.getElementById("buy").disabled`) {
+		t.Fatal("the Buy button stays enabled after a 429")
+	}
+	if got := tb.text("#message"); !strings.Contains(got, "opens again in") {
+		t.Errorf("message = %q, want it to say when to try again", got)
+	}
+	tb.shot("rate-limited")
+
+	tb.waitFor("the Buy button to open again", buyOpen, 10*time.Second)
+	if held := time.Since(refused); held < 900*time.Millisecond {
+		t.Fatalf("the Buy button opened again after %v, before the Retry-After (at least 1 s)", held)
+	}
+	if buys := requests(tb, "/buy/"); len(buys) != 1 {
+		t.Fatalf("buy requests while held = %+v, want only the refused one", buys)
+	}
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the queued order", fmt.Sprintf(orderStatus, "queued"), 10*time.Second)
+}
+
+// At the end of the window the page closes by itself: no countdown, no Buy.
+func TestSaleEnds(t *testing.T) {
+	t.Parallel()
+	end := saleStart(5 * time.Second)
+	g := startGateway(t, gatewayConf{sales: []saleConf{{id: "closing", stock: 5, limit: 1, start: end.Add(-time.Hour), end: end}}})
+	tb := newTab(t, "alice", desktop)
+	tb.do(chromedp.Navigate(g.pageURL(t, "closing", "alice")))
+	tb.waitFor("the open sale", buyOpen, 10*time.Second)
+	tb.shot("open")
+	tb.waitFor("the end", fmt.Sprintf(phaseIs, "ended"), 15*time.Second)
+	if early, slack := time.Until(end), clockSlack(tb); early > slack {
+		t.Fatalf("the page closed the sale %v before its end (the clock estimate allows %v)", early, slack)
+	}
+	if !eval[bool](tb, `document.getElementById("buy").disabled && document.getElementById("countdown").hidden`) {
+		t.Fatal("after the end, want the Buy button disabled and the countdown hidden")
+	}
+	if got := tb.text("#countdown-label"); got != "The sale has ended" {
+		t.Errorf("label = %q", got)
+	}
+	tb.shot("ended")
+}
+
+// An order left unpaid: the pay-before countdown runs out on the sale's clock, the page says the
+// order expired, and follows it until the gateway has cancelled it and put the item back.
+func TestUnpaidOrderExpires(t *testing.T) {
+	t.Parallel()
+	start := saleStart(6 * time.Second)
+	g := startGateway(t, gatewayConf{orders: true, sales: []saleConf{{id: "unpaid", stock: 2, limit: 1, start: start, payWithin: 4 * time.Second}}})
+	tb := newTab(t, "alice", phone)
+	tb.do(chromedp.Navigate(g.pageURL(t, "unpaid", "alice")))
+	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the order", fmt.Sprintf(orderStatus, "pending_payment"), 20*time.Second)
+	if due := parseCountdown(t, tb.text("#order-due")); due > 4*time.Second {
+		t.Errorf("pay-before countdown = %v, want at most 4s", due)
+	}
+	tb.waitFor("the expiry", `document.getElementById("order-due").innerText === "Time is up"`, 10*time.Second)
+	if !eval[bool](tb, `document.getElementById("pay").disabled`) {
+		t.Error("the Pay button stays enabled after the payment window")
+	}
+	tb.waitFor("the cancelled order", fmt.Sprintf(orderStatus, "cancelled"), 20*time.Second)
+	if eval[bool](tb, `!document.getElementById("pay").hidden`) {
+		t.Error("the Pay button is still shown for a cancelled order")
+	}
+	if got := g.remaining(t, "unpaid"); got != 2 {
+		t.Errorf("remaining = %d after the cancellation, want 2 (the item back on sale)", got)
+	}
+	tb.shot("cancelled")
+}
+
+// With the gateway's demo sign-in on, the button signs the buyer in with a token the gateway
+// minted, and that token buys.
+func TestDemoSignIn(t *testing.T) {
+	t.Parallel()
+	start := saleStart(7 * time.Second)
+	g := startGateway(t, gatewayConf{demo: true, sales: []saleConf{{id: "demo", stock: 5, limit: 1, start: start}}})
+	tb := newTab(t, "dave", desktop)
+	tb.do(chromedp.Navigate(g.url + "/"))
+	tb.waitFor("the sign-in form", `!document.getElementById("signin").hidden`, 10*time.Second)
+	tb.do(chromedp.SetValue(chromedp.ID("signin-user"), "dave"), chromedp.Click(chromedp.ID("signin-button")))
+	tb.waitFor("the signed-in account", `!document.getElementById("account").hidden`, 10*time.Second)
+	if got := tb.text("#account-name"); got != "Signed in as dave" {
+		t.Errorf("account = %q", got)
+	}
+	if got := eval[string](tb, `localStorage.getItem("seckill.token") ?? ""`); strings.Count(got, ".") != 2 {
+		t.Errorf("stored token = %q, want a JWT", got)
+	}
+	tb.shot("signed-in")
+	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the queued order", fmt.Sprintf(orderStatus, "queued"), 10*time.Second)
+	st, body := g.call(t, http.MethodGet, "/seckill/demo/result", "dave", nil)
+	if st != http.StatusOK || body["code"] != "queued" {
+		t.Fatalf("dave's result = %d %v, want queued", st, body)
+	}
+}
+
+// While the store is down the gateway answers 503 busy with Retry-After; the page says so and
+// retries the same purchase after each Retry-After (never sooner), and the purchase goes through
+// once the store is back.
+func TestBusyRetriesAfterRetryAfter(t *testing.T) {
+	t.Parallel()
+	if env.skip != "" {
+		t.Skip(env.skip) // before starting Redis
+	}
+	rdb := testsrv.StartRedis(t, testsrv.WithAOF("always"))
+	start := saleStart(7 * time.Second)
+	g := startGateway(t, gatewayConf{redis: rdb.Addr, sales: []saleConf{{id: "busy", stock: 5, limit: 1, start: start}}})
+	tb := newTab(t, "alice", phone, recordRequests)
+	tb.do(chromedp.Navigate(g.pageURL(t, "busy", "alice")))
+	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+
+	rdb.Stop()
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the busy message", fmt.Sprintf(messageIs, "busy"), 10*time.Second)
+	if got := tb.text("#message"); !strings.Contains(got, "Trying again in") {
+		t.Errorf("message = %q, want it to say when the page tries again", got)
+	}
+	tb.shot("busy")
+	rdb.Restart()
+
+	tb.waitFor("the queued order", fmt.Sprintf(orderStatus, "queued"), 20*time.Second)
+	buys := requests(tb, "/buy/")
+	if len(buys) < 2 || len(buys) > 4 {
+		t.Fatalf("%d buy requests, want the first and 1 to 3 automatic retries: %+v", len(buys), buys)
+	}
+	for i := 1; i < len(buys); i++ {
+		if buys[i].Key != buys[0].Key {
+			t.Fatalf("retry %d changed the Idempotency-Key: %+v", i, buys)
+		}
+		if gap := buys[i].At - buys[i-1].At; gap < 1000 {
+			t.Fatalf("retry %d came %.0f ms after the previous buy, before Retry-After (1 s)", i, gap)
+		}
+	}
+	if got := g.remaining(t, "busy"); got != 4 {
+		t.Errorf("remaining = %d, want 4", got)
+	}
+}
+
+// A page whose clock estimate runs early opens the Buy button a moment before the gateway does:
+// the gateway refuses the buy with not_started, the page re-samples its clock and tries the same
+// purchase once more when the sale is open.
+func TestEarlyBuyIsRetriedOnTime(t *testing.T) {
+	t.Parallel()
+	start := saleStart(8 * time.Second)
+	g := startGateway(t, gatewayConf{sales: []saleConf{{id: "early", stock: 5, limit: 1, start: start, reveal: 3 * time.Second}}})
+	tb := newTab(t, "alice", phone, recordRequests, skewFirstStatuses(800*time.Millisecond, 4))
+	tb.do(chromedp.Navigate(g.pageURL(t, "early", "alice")))
+	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
+	if time.Until(start) < 300*time.Millisecond {
+		t.Fatalf("the Buy button opened %v before the start, want about 800ms early (the skew did not apply)", time.Until(start))
+	}
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the queued order", fmt.Sprintf(orderStatus, "queued"), 10*time.Second)
+	buys := requests(tb, "/buy/")
+	if len(buys) != 2 || buys[0].Status != http.StatusForbidden || buys[1].Status != http.StatusAccepted || buys[0].Key != buys[1].Key {
+		t.Fatalf("buy requests = %+v, want a 403 then a 202 with the same Idempotency-Key", buys)
+	}
+	if buys[1].At < float64(start.UnixMilli()) {
+		t.Fatalf("the retry was sent %.0f ms before the start", float64(start.UnixMilli())-buys[1].At)
+	}
+	if got := g.remaining(t, "early"); got != 4 {
+		t.Errorf("remaining = %d, want 4", got)
 	}
 }

@@ -1,0 +1,123 @@
+package caddymodule_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+)
+
+// TestDemoSignin signs buyers in through seckill_demo_signin: the token carries the app's issuer,
+// audience and user claim and the edge accepts it; remote clients are refused unless allow_remote;
+// bad input is a 4xx.
+func TestDemoSignin(t *testing.T) {
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	jwt := "jwt {\n\talgorithms HS256\n\thmac_secret test-jwt-secret-0123456789abcdef\n\tissuer shop\n\taudience seckill\n\tuser_claim uid\n}\n"
+	text := fmt.Sprintf(`{
+	admin off
+	auto_https off
+	persist_config off
+	http_port %d
+	storage file_system %s
+	log {
+		level ERROR
+	}
+	servers {
+		trusted_proxies static 127.0.0.1/32
+		client_ip_headers X-Forwarded-For
+	}
+	seckill {
+%s
+	}
+}
+
+http://127.0.0.1:%d {
+%s
+	route /demo/token {
+		seckill_demo_signin
+	}
+	route /demo/open {
+		seckill_demo_signin {
+			allow_remote
+		}
+	}
+}
+`, port, t.TempDir(), jwt+"captcha off\n"+activityBlock("d", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), port, route)
+	cfg, err := adapt(t, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := caddy.Load([]byte(cfg), true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+
+	r := c.post("/demo/token", "", `{"user":"alice.b_1-x"}`)
+	if r.status != http.StatusOK || r.str("user") != "alice.b_1-x" || r.str("token") == "" {
+		t.Fatalf("sign-in: %s", r)
+	}
+	if got := r.header.Get("Cache-Control"); got != "no-store" {
+		t.Errorf("Cache-Control %q", got)
+	}
+	v, err := jwtauth.New(jwtauth.Config{Algorithms: []string{"HS256"}, HMACSecret: jwtSecret,
+		Issuer: "shop", Audience: "seckill", UserClaim: "uid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := v.Verify(context.Background(), r.str("token"))
+	if err != nil || claims.User != "alice.b_1-x" {
+		t.Fatalf("minted token: %+v, %v", claims, err)
+	}
+	if claims.ExpiresAt.UnixMilli() != r.num("expires_ms") ||
+		claims.ExpiresAt.Before(now.Add(59*time.Minute)) || claims.ExpiresAt.After(time.Now().Add(61*time.Minute)) {
+		t.Errorf("expires_ms %d, token exp %s: want an hour from now", r.num("expires_ms"), claims.ExpiresAt)
+	}
+	expect(t, "the edge accepts the token", c.get("/seckill/d/result", r.str("token")), http.StatusOK, "none")
+
+	remote := []string{"X-Forwarded-For", "203.0.113.7"}
+	expect(t, "remote client", c.do(http.MethodPost, "/demo/token", "", strings.NewReader(`{"user":"alice"}`), remote...),
+		http.StatusForbidden, "forbidden")
+	expect(t, "remote client, GET", c.do(http.MethodGet, "/demo/token", "", nil, remote...), http.StatusForbidden, "forbidden")
+	open := c.do(http.MethodPost, "/demo/open", "", strings.NewReader(`{"user":"bob"}`), remote...)
+	if open.status != http.StatusOK || open.str("user") != "bob" {
+		t.Errorf("allow_remote: %s", open)
+	}
+
+	m := c.get("/demo/token", "")
+	expect(t, "GET", m, http.StatusMethodNotAllowed, "method_not_allowed")
+	if m.header.Get("Allow") != http.MethodPost {
+		t.Errorf("Allow %q", m.header.Get("Allow"))
+	}
+	for _, tc := range []struct{ name, body string }{
+		{"empty body", ""},
+		{"not JSON", "alice"},
+		{"no user", `{}`},
+		{"empty user", `{"user":""}`},
+		{"space", `{"user":"a b"}`},
+		{"slash", `{"user":"a/b"}`},
+		{"unicode", `{"user":"ålice"}`},
+		{"too long", `{"user":"` + strings.Repeat("a", 65) + `"}`},
+		{"number", `{"user":7}`},
+		{"unknown field", `{"user":"a","admin":true}`},
+		{"two documents", `{"user":"a"}{"user":"b"}`},
+	} {
+		expect(t, tc.name, c.post("/demo/token", "", tc.body), http.StatusBadRequest, "bad_request")
+	}
+	if r := c.post("/demo/token", "", `{"user":"`+strings.Repeat("a", 64)+`"}`); r.status != http.StatusOK {
+		t.Errorf("64-byte user: %s", r)
+	}
+	expect(t, "large body", c.post("/demo/token", "", `{"user":"a","x":"`+strings.Repeat("x", 5000)+`"}`),
+		http.StatusRequestEntityTooLarge, "bad_request")
+}
