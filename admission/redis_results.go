@@ -66,7 +66,7 @@ func (s *RedisStore) Restocks(ctx context.Context) (<-chan string, error) {
 	out := make(chan string, 16)
 	go func() {
 		defer close(out)
-		defer ps.Close()
+		defer func() { _ = ps.Close() }()
 		for {
 			select {
 			case <-ctx.Done():

@@ -66,8 +66,12 @@ func toJWK(kid string, pub crypto.PublicKey) map[string]string {
 		return map[string]string{"kty": "RSA", "kid": kid, "use": "sig", "n": enc(k.N.Bytes()), "e": enc(big.NewInt(int64(k.E)).Bytes())}
 	case *ecdsa.PublicKey:
 		size := (k.Curve.Params().BitSize + 7) / 8
+		raw, err := k.Bytes() // 0x04 || X || Y
+		if err != nil {
+			panic(err)
+		}
 		return map[string]string{"kty": "EC", "kid": kid, "crv": k.Curve.Params().Name,
-			"x": enc(k.X.FillBytes(make([]byte, size))), "y": enc(k.Y.FillBytes(make([]byte, size)))}
+			"x": enc(raw[1 : 1+size]), "y": enc(raw[1+size:])}
 	case ed25519.PublicKey:
 		return map[string]string{"kty": "OKP", "kid": kid, "crv": "Ed25519", "x": enc(k)}
 	}

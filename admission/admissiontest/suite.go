@@ -112,7 +112,7 @@ func testDefineAndSnapshot(t *testing.T, s admission.Store) {
 		t.Errorf("window %v..%v, want %v..%v", got.Start, got.End, a.Start, a.End)
 	}
 	snap := snapshot(t, s, a.ID)
-	if snap.Activity.Salt != got.Salt || snap.Remaining != 100 || snap.Sold != 0 || snap.Buyers != 0 {
+	if snap.Salt != got.Salt || snap.Remaining != 100 || snap.Sold != 0 || snap.Buyers != 0 {
 		t.Errorf("snapshot %+v", snap)
 	}
 	define(t, s, open("laptop-7", 5, 2))
@@ -684,7 +684,10 @@ func testQueue(t *testing.T, s admission.Store) {
 	time.Sleep(50 * time.Millisecond)
 	cancel()
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("canceled blocking read: err = %v, want nil or context.Canceled", err)
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a canceled blocking read did not return")
 	}

@@ -24,7 +24,7 @@ type Redis struct {
 	Dir  string // working directory (AOF, log)
 	args []string
 	cmd  *exec.Cmd
-	done chan error // receives the process's exit
+	done chan struct{} // closed when the process has exited
 }
 
 // RedisOption adjusts the server's command line.
@@ -95,13 +95,14 @@ func (r *Redis) start() error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	done := make(chan struct{})
+	var exitErr error
+	go func() { exitErr = cmd.Wait(); close(done) }()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-done:
-			return fmt.Errorf("redis-server exited at start (%v): %s", err, r.logTail())
+		case <-done:
+			return fmt.Errorf("redis-server exited at start (%v): %s", exitErr, r.logTail())
 		default:
 		}
 		if pingRedis(r.Addr) == nil {
@@ -180,7 +181,7 @@ func FreePort() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("find free port: %w", err)
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -190,7 +191,7 @@ func pingRedis(addr string) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
 	if _, err := c.Write([]byte("PING\r\n")); err != nil {
 		return err
