@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: run test deps lint bench build xcaddy-check
+.PHONY: run test deps lint bench bench-load build xcaddy-check
 
 run:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example --adapter caddyfile
@@ -29,3 +29,7 @@ build:
 
 xcaddy-check:
 	./scripts/xcaddy-check.sh
+
+# The flash-sale pressure test against a freshly built gateway (docs/BENCHMARKS.md).
+bench-load:
+	$(GO) run ./cmd/seckill-bench -build

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,11 +23,12 @@ type bench struct {
 	rec    *recorder
 	watch  *procWatch
 	orders bool // an order backend turns wins into orders: winners poll until theirs exists
+	prof   *profiler
 
-	done    atomic.Int64   // users finished in the current step (progress)
-	wins    atomic.Int64   // 202s of the sale
-	lastWin []atomic.Int64 // per activity: nanoseconds from the run's start to its last 202
-	opened  atomic.Int64   // nanoseconds from the run's start to the first possible press
+	done    [nTargets]atomic.Int64 // users finished in the current phase (progress)
+	wins    atomic.Int64           // 202s of the sale
+	lastWin []atomic.Int64         // per activity: nanoseconds from the run's start to its last 202
+	opened  atomic.Int64           // nanoseconds from the run's start to the first possible press
 	active  atomic.Pointer[activeStep]
 }
 
@@ -75,13 +77,24 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		cl:      newClient(env.base, max(cfg.concurrency, cfg.maxInflight), cfg.timeout),
 		rec:     newRecorder(cfg.window),
 		watch:   env.watch(&cfg),
-		orders:  env.orders != nil || env.ordersDB != "",
+		orders:  env.orders != nil || env.ordersDB != "" || env.embedded,
 		lastWin: make([]atomic.Int64, cfg.activities),
 	}
 	defer b.cl.close()
+	if cfg.pprof != "" {
+		if env.admin == "" {
+			_, _ = fmt.Fprintln(stderr, "seckill-bench: -pprof needs the gateway's admin endpoint (-admin)")
+			return exitUsage
+		}
+		if err := os.MkdirAll(cfg.pprof, 0o755); err != nil {
+			_, _ = fmt.Fprintln(stderr, "seckill-bench:", err)
+			return exitError
+		}
+		b.prof = &profiler{admin: env.admin, dir: cfg.pprof, seconds: cfg.pprofD, out: stdout}
+	}
 
-	_, _ = fmt.Fprintf(stdout, "seckill-bench: %s, %d users, %d activities × %d items, limit %d, store %s, gateway %s\n",
-		cfg.scenario, cfg.users, cfg.activities, cfg.stock, cfg.limit, cfg.store, env.base)
+	_, _ = fmt.Fprintf(stdout, "seckill-bench: %s, %d users, %d activities × %d items, limit %d, store %s, orders %s, gateway %s\n",
+		cfg.scenario, cfg.users, cfg.activities, cfg.stock, cfg.limit, cfg.store, cfg.orders, env.base)
 	mintStart := time.Now()
 	b.users, err = mintUsers(ctx, cfg.users, cfg.activityIDs(), []byte(cfg.jwtSecret), cfg.tokenTTL, func(n int) {
 		if !cfg.quiet {
@@ -108,6 +121,8 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 		b.soak(ctx)
 	}
 	stopProgress()
+	b.prof.wait()
+	b.prof.heap(ctx)
 	if err != nil || ctx.Err() != nil {
 		_, _ = fmt.Fprintln(stderr, "seckill-bench: run interrupted:", firstErr(err, ctx.Err()))
 		return exitError

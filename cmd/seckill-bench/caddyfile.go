@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"strings"
 	"time"
 )
@@ -17,6 +18,7 @@ type gatewaySpec struct {
 	UserRate     string
 	Prefix       string // where the seckill handler is mounted, e.g. /seckill
 	BaselinePath string // where the respond yardstick is mounted, e.g. /baseline
+	OrdersDB     string // SQLite file of the embedded order backend; "" for none
 	Activities   []activitySpec
 }
 
@@ -59,6 +61,9 @@ func (g gatewaySpec) caddyfile() string {
 	w("\t\tjwt {\n\t\t\talgorithms HS256\n\t\t\thmac_secret %s\n\t\t}\n", g.JWTSecret)
 	w("\t\turl_secret %s\n", g.URLSecret)
 	w("\t\tcaptcha off\n")
+	if g.OrdersDB != "" {
+		w("\t\torders sqlite %s {\n\t\t\tconsumer_name seckill-bench\n\t\t}\n", g.OrdersDB)
+	}
 	if g.IPRate != "" {
 		w("\t\trate_limit ip %s\n", g.IPRate)
 	}
@@ -79,8 +84,19 @@ func (g gatewaySpec) caddyfile() string {
 	}
 	w("\t}\n")
 	w("}\n\n")
-	w("http://%s {\n", g.Listen)
+	host, port, err := net.SplitHostPort(g.Listen)
+	if err != nil {
+		host, port = "127.0.0.1", g.Listen
+	}
+	// No host in the site address: a host matcher would cost both routes a little for nothing.
+	w("http://:%s {\n", port)
+	if host != "" {
+		w("\tbind %s\n", host)
+	}
 	w("\troute %s/* {\n\t\tseckill {\n\t\t\tprefix %s\n\t\t}\n\t}\n", g.Prefix, g.Prefix)
+	if g.OrdersDB != "" {
+		w("\troute /orders/* {\n\t\tseckill_orders\n\t}\n")
+	}
 	w("\t# The yardstick: the same requests, answered by Caddy's respond.\n")
 	w("\troute %s/* {\n\t\trespond `%s` 200\n\t}\n", g.BaselinePath, baselineBody)
 	w("}\n")

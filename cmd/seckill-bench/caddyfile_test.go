@@ -49,9 +49,11 @@ func TestGatewayConfigAdapts(t *testing.T) {
 		name      string
 		scenario  string
 		redisAddr string
+		ordersDB  string
 	}{
-		{"memory, open sale", "closed", ""},
-		{"redis, burst", "burst", "127.0.0.1:6390"},
+		{"memory, open sale", "closed", "", ""},
+		{"memory, embedded orders", "open", "", "/tmp/bench/orders.db"},
+		{"redis, burst", "burst", "127.0.0.1:6390", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := config{scenario: c.scenario, activities: 3, stock: 70, limit: 2, actPrefix: "b-"}
@@ -59,7 +61,7 @@ func TestGatewayConfigAdapts(t *testing.T) {
 				Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: c.redisAddr,
 				JWTSecret: strings.Repeat("j", 40), URLSecret: strings.Repeat("u", 40),
 				IPRate: "20/s burst 40", UserRate: "10/s burst 5",
-				Prefix: "/seckill", BaselinePath: "/baseline",
+				Prefix: "/seckill", BaselinePath: "/baseline", OrdersDB: c.ordersDB,
 				Activities: activities(&cfg, now),
 			}
 			text := spec.caddyfile()
@@ -93,7 +95,17 @@ func TestGatewayConfigAdapts(t *testing.T) {
 				t.Errorf("redis store missing:\n%s", text)
 			}
 			js, _ := json.Marshal(got)
-			for _, want := range []string{`"trusted_proxies"`, `"127.0.0.1/32"`, `"handler":"seckill"`, `"handler":"static_response"`, "respond baseline", `"/baseline/*"`, `"listen":["127.0.0.1:12019"]`} {
+			if c.ordersDB != "" {
+				if get(app, "orders", "type") != "sqlite" || get(app, "orders", "dsn") != c.ordersDB {
+					t.Errorf("embedded orders: %v", get(app, "orders"))
+				}
+				if !bytes.Contains(js, []byte(`"handler":"seckill_orders"`)) {
+					t.Errorf("no seckill_orders route:\n%s", js)
+				}
+			} else if get(app, "orders") != nil || bytes.Contains(js, []byte("seckill_orders")) {
+				t.Errorf("orders configured without being asked for:\n%s", js)
+			}
+			for _, want := range []string{`"trusted_proxies"`, `"127.0.0.1/32"`, `"handler":"seckill"`, `"handler":"static_response"`, "respond baseline", `"/baseline/*"`, `"listen":"127.0.0.1:12019"`, `"listen":["127.0.0.1:18080"]`} {
 				if !bytes.Contains(js, []byte(want)) {
 					t.Errorf("adapted config lacks %s:\n%s", want, js)
 				}
@@ -127,7 +139,9 @@ func TestRunFlagErrors(t *testing.T) {
 		{},                                // neither a gateway to start nor one to use
 		{"-target", "http://127.0.0.1:1"}, // no secret for the tokens
 		{"-gateway-bin", "x", "-scenario", "bogus"},
-		{"-gateway-bin", "x", "-store", "memory", "-orders", "ob"},
+		{"-gateway-bin", "x", "-store", "memory", "-orders", "standalone"},
+		{"-gateway-bin", "x", "-store", "redis", "-orders", "standalone"}, // no binary and no -build
+		{"-gateway-bin", "x", "-orders", "bogus"},
 		{"-gateway-bin", "x", "-users", "0"},
 		{"extra-argument"},
 	} {

@@ -42,7 +42,9 @@ func startChild(name, dir, bin string, args []string, env []string) (*child, err
 		"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"),
 		"XDG_DATA_HOME=" + filepath.Join(dir, "data"),
 	}, env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group: a Ctrl-C at the terminal reaches the bench only, which then stops
+	// its children in order and still reports. Pdeathsig: a bench that dies leaves no orphans.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		_ = f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -17,6 +18,7 @@ import (
 type client struct {
 	base string // scheme://host:port
 	hc   *http.Client
+	bufs sync.Pool // *bytes.Buffer for reading answers
 }
 
 func newClient(base string, conns int, timeout time.Duration) *client {
@@ -29,7 +31,11 @@ func newClient(base string, conns int, timeout time.Duration) *client {
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   false,
 	}
-	return &client{base: base, hc: &http.Client{Transport: tr, Timeout: timeout}}
+	return &client{
+		base: base,
+		hc:   &http.Client{Transport: tr, Timeout: timeout},
+		bufs: sync.Pool{New: func() any { return new(bytes.Buffer) }},
+	}
 }
 
 func (c *client) close() { c.hc.CloseIdleConnections() }
@@ -70,23 +76,21 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
 // request describes one request.
 type request struct {
 	method string
 	path   string
 	user   int // -1: no token, no address
 	auth   string
-	body   []byte
+	body   string // "" for none
 	idem   string // Idempotency-Key
 }
 
 // do sends one request and reads the whole answer.
 func (c *client) do(ctx context.Context, r request) answer {
 	var body io.Reader
-	if r.body != nil {
-		body = bytes.NewReader(r.body)
+	if r.body != "" {
+		body = strings.NewReader(r.body)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, c.base+r.path, body)
 	if err != nil {
@@ -98,7 +102,7 @@ func (c *client) do(ctx context.Context, r request) answer {
 			req.Header["Authorization"] = []string{r.auth}
 		}
 	}
-	if r.body != nil {
+	if r.body != "" {
 		req.Header["Content-Type"] = []string{"application/json"}
 	}
 	if r.idem != "" {
@@ -108,7 +112,7 @@ func (c *client) do(ctx context.Context, r request) answer {
 	if err != nil {
 		return answer{Err: err}
 	}
-	buf := bufPool.Get().(*bytes.Buffer)
+	buf := c.bufs.Get().(*bytes.Buffer)
 	buf.Reset()
 	_, err = buf.ReadFrom(resp.Body)
 	_ = resp.Body.Close()
@@ -119,7 +123,7 @@ func (c *client) do(ctx context.Context, r request) answer {
 		// Every answer is decoded, the respond route's too, so both cost the client the same.
 		_ = json.Unmarshal(buf.Bytes(), &a) // a body that is not JSON leaves the code empty
 	}
-	bufPool.Put(buf)
+	c.bufs.Put(buf)
 	if ra := resp.Header.Get("Retry-After"); ra != "" {
 		if s, err := strconv.Atoi(ra); err == nil && s >= 0 {
 			a.RetryAfter = time.Duration(s) * time.Second

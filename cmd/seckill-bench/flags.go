@@ -43,6 +43,7 @@ type config struct {
 	store        string
 	redisAddr    string
 	redisBin     string
+	orders       string
 	ordersBin    string
 	reconcileDB  string
 
@@ -57,6 +58,8 @@ type config struct {
 	svgOut  string
 	window  time.Duration
 	quiet   bool
+	pprof   string
+	pprofD  time.Duration
 }
 
 func (c *config) register(fs *flag.FlagSet) {
@@ -68,7 +71,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.actPrefix, "activity-prefix", "bench-", "activity ids are this prefix and a number")
 
 	fs.IntVar(&c.concurrency, "concurrency", 64, "concurrent clients of the closed loop, the burst's reveal step and the soak")
-	fs.Float64Var(&c.rate, "rate", 2000, "open loop: users arriving per second")
+	fs.Float64Var(&c.rate, "rate", 1000, "open loop: users arriving per second")
 	fs.IntVar(&c.maxInflight, "max-inflight", 1000, "open loop and burst: most users in flight at once (later arrivals wait, and their wait counts in their latency)")
 	fs.DurationVar(&c.soak, "soak", 10*time.Second, "after the sell-out, keep pressing buy this long (half of it against respond, alternating every -slice); 0 skips the soak")
 	fs.DurationVar(&c.slice, "slice", time.Second, "soak: how long each target is driven before switching")
@@ -90,8 +93,9 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.store, "store", "memory", "memory or redis")
 	fs.StringVar(&c.redisAddr, "redis-addr", "", "store redis: an existing server (default: start a private redis-server on a free port)")
 	fs.StringVar(&c.redisBin, "redis-bin", "redis-server", "store redis: the redis-server binary to start")
-	fs.StringVar(&c.ordersBin, "orders", "", "store redis: cmd/orderbackend binary to start (SQLite in the work directory); winners then poll until their order exists, and reconcile runs at the end")
-	fs.StringVar(&c.reconcileDB, "reconcile-db", "", "with -target and -redis-addr: the order database (postgres://... or sqlite:PATH) to reconcile at the end")
+	fs.StringVar(&c.orders, "orders", "none", "the order backend: none; embedded (the gateway's orders option, SQLite in the work directory; reconcile through the admin API); standalone (cmd/orderbackend started by the bench, store redis only). With one, winners poll until their order exists and reconcile runs at the end")
+	fs.StringVar(&c.ordersBin, "orderbackend-bin", "", "-orders standalone: the cmd/orderbackend binary (-build builds it)")
+	fs.StringVar(&c.reconcileDB, "reconcile-db", "", "with -target and -redis-addr: the order database (postgres://... or sqlite:PATH) to reconcile at the end; with -target and -orders embedded the admin API is asked instead")
 
 	fs.StringVar(&c.listen, "listen", "127.0.0.1:8080", "gateway-config: the site address")
 	fs.StringVar(&c.adminListen, "admin-listen", "127.0.0.1:2019", "gateway-config: the admin address")
@@ -102,6 +106,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.svgOut, "svg", "seckill-bench.svg", `latency-over-time chart ("" for none)`)
 	fs.DurationVar(&c.window, "window", 500*time.Millisecond, "chart resolution")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
+	fs.StringVar(&c.pprof, "pprof", "", "save the gateway's profiles into this directory (from Caddy's admin /debug/pprof/): CPU over the first -pprof-seconds of the sale (or burst) and of the soak, heap at the end")
+	fs.DurationVar(&c.pprofD, "pprof-seconds", 5*time.Second, "length of each CPU profile")
 }
 
 // validate checks the flags of a run.
@@ -135,13 +141,21 @@ func (c *config) validate() error {
 		bad("-retries must not be negative")
 	}
 	switch c.store {
-	case "memory":
-		if c.ordersBin != "" {
-			bad("-orders needs -store redis: the standalone order backend reads the wins from Redis")
-		}
-	case "redis":
+	case "memory", "redis":
 	default:
 		bad("-store %q: want memory or redis", c.store)
+	}
+	switch c.orders {
+	case "none", "embedded":
+	case "standalone":
+		if c.store != "redis" {
+			bad("-orders standalone needs -store redis: the standalone order backend reads the wins from Redis (use -orders embedded with the memory store)")
+		}
+		if c.ordersBin == "" && !c.build && c.target == "" {
+			bad("-orders standalone needs -orderbackend-bin PATH or -build")
+		}
+	default:
+		bad("-orders %q: want none, embedded or standalone", c.orders)
 	}
 	started := c.gatewayBin != "" || c.build
 	switch {

@@ -21,7 +21,8 @@ const (
 	outcomeUnknown              // the buy got no answer even after retries: won or not, nobody knows
 )
 
-var emptyJSON = []byte("{}")
+// emptyJSON is the path call's body with the captcha off.
+const emptyJSON = "{}"
 
 // expected reports whether an answer is one the contract allows for the call in a healthy sale:
 // anything else counts as an error.
@@ -222,17 +223,33 @@ func (b *bench) pressReplay(ctx context.Context, p *phase, u int, intended, flow
 	}
 }
 
-// fullFlow runs a whole flow against the gateway: reveal, then press at once.
+// fullFlow runs a whole flow against the gateway: reveal, then press at once. A user arriving
+// while stock remains counts in the selling sub-phase too.
 func (b *bench) fullFlow(ctx context.Context, p *phase, u int, intended time.Time) {
+	if p.selling != nil && b.wins.Load() < b.cfg.stock*int64(b.cfg.activities) {
+		b.users.script[u].selling = true
+		q := *p
+		q.also, p = p.selling, &q
+	}
 	if b.reveal(ctx, p, u, intended) {
 		b.press(ctx, p, u, time.Now(), intended)
 	}
-	b.done.Add(1)
+	if p.also != nil {
+		p.also.targets[gateway].noteEnd(int64(time.Since(b.rec.start)))
+	}
+	b.done[gateway].Add(1)
 }
 
-// fullReplay runs a whole flow's replay.
+// fullReplay runs a whole flow's replay; a user of the selling sub-phase counts in it again.
 func (b *bench) fullReplay(ctx context.Context, p *phase, u int, intended time.Time) {
+	if p.selling != nil && b.users.script[u].selling {
+		q := *p
+		q.also, p = p.selling, &q
+	}
 	b.revealReplay(ctx, p, u, intended)
 	b.pressReplay(ctx, p, u, time.Now(), intended)
-	b.done.Add(1)
+	if p.also != nil {
+		p.also.targets[baseline].noteEnd(int64(time.Since(b.rec.start)))
+	}
+	b.done[baseline].Add(1)
 }

@@ -98,8 +98,11 @@ func gatewayConfig(cfg config, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintln(stderr, "seckill-bench: gateway-config -store redis needs -redis-addr")
 		return exitUsage
 	}
-	_, _ = fmt.Fprintf(stdout, "# Run the bench against it with:\n#   seckill-bench -target http://%s -admin http://%s -jwt-secret %s -scenario %s -users %d -activities %d -stock %d -limit %d\n",
-		cfg.listen, cfg.adminListen, cfg.jwtSecret, cfg.scenario, cfg.users, cfg.activities, cfg.stock, cfg.limit)
+	if cfg.orders == "embedded" {
+		spec.OrdersDB = "orders.db"
+	}
+	_, _ = fmt.Fprintf(stdout, "# Run the bench against it with:\n#   seckill-bench -target http://%s -admin http://%s -jwt-secret %s -scenario %s -users %d -activities %d -stock %d -limit %d -orders %s\n",
+		cfg.listen, cfg.adminListen, cfg.jwtSecret, cfg.scenario, cfg.users, cfg.activities, cfg.stock, cfg.limit, cfg.orders)
 	if cfg.scenario == "burst" {
 		_, _ = fmt.Fprintln(stdout, "# The activities start in 24 hours with the path revealed now: the bench waits for the start,\n# so move it (admin API PUT /seckill/activities/{id}) or give -scenario closed/open.")
 	}

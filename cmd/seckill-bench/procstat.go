@@ -82,8 +82,14 @@ func selfCPU() time.Duration {
 // procWatch follows the CPU time of the gateway, its helpers and the bench itself, so that each
 // stretch of a run can be charged the CPU it used.
 type procWatch struct {
-	gateway int   // 0: not known (an external gateway)
-	helpers []int // redis-server, order backend
+	gateway int // 0: not known (an external gateway)
+	helpers []namedPID
+}
+
+// namedPID is a helper process: redis-server, the order backend.
+type namedPID struct {
+	name string
+	pid  int
 }
 
 // cpuSample is the cumulated CPU of every watched process at one instant.
@@ -104,8 +110,8 @@ func (w *procWatch) sample() cpuSample {
 			s.gateway = u.CPU
 		}
 	}
-	for _, pid := range w.helpers {
-		if u, err := readProc(pid); err == nil {
+	for _, h := range w.helpers {
+		if u, err := readProc(h.pid); err == nil {
 			s.helpers += u.CPU
 		}
 	}

@@ -16,8 +16,7 @@ func (b *bench) startProgress() (stop func()) {
 		defer close(finished)
 		t := time.NewTicker(time.Second)
 		defer t.Stop()
-		var prevReq int64
-		var prevStep *activeStep
+		prevReq := map[*targetStats]int64{} // a target's count when it was last reported
 		prevCPU := b.watch.sample()
 		for {
 			select {
@@ -31,23 +30,20 @@ func (b *bench) startProgress() (stop func()) {
 			}
 			ts := st.p.targets[st.t]
 			req := ts.requests.Load()
-			if st != prevStep {
-				prevReq, prevStep = 0, st
-			}
 			cpu := b.watch.sample()
 			var d procDelta
 			d.add(prevCPU, cpu)
 			prevCPU = cpu
-			users := fmt.Sprintf("users %7d/%d", b.done.Load(), b.users.n)
+			users := fmt.Sprintf("users %7d/%d", b.done[st.t].Load(), b.users.n)
 			if st.p.name == "soak" {
 				users = fmt.Sprintf("presses %9d", req)
 			}
 			_, _ = fmt.Fprintf(b.out, "%6.1fs  %-6s %-7s  %s  %7.0f req/s  p99 %8s  wins %d/%d  errors %d  gateway %.2f cores, bench %.2f\n",
 				time.Since(b.rec.start).Seconds(), st.p.name, st.t, users,
-				float64(req-prevReq)/d.Wall.Seconds(), fmtDur(b.recentP99(st.t)),
+				float64(req-prevReq[ts])/d.Wall.Seconds(), fmtDur(b.recentP99(st.t)),
 				b.wins.Load(), b.cfg.stock*int64(b.cfg.activities), ts.errors.Load(),
 				cores(d.Gateway, d.Wall), cores(d.Bench, d.Wall))
-			prevReq = req
+			prevReq[ts] = req
 		}
 	}()
 	return func() {

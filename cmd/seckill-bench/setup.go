@@ -27,7 +27,8 @@ type environment struct {
 	base      string // the gateway's base URL
 	admin     string // its admin endpoint, "" when unknown
 	redisAddr string
-	ordersDB  string // "sqlite:PATH" or postgres://, for reconcile
+	ordersDB  string // "sqlite:PATH" or postgres://, for an in-process reconcile
+	embedded  bool   // the order backend runs in the gateway: reconcile through its admin API
 	spec      gatewaySpec
 }
 
@@ -81,6 +82,7 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 		e.base, e.admin = strings.TrimRight(cfg.target, "/"), strings.TrimRight(cfg.admin, "/")
 		e.redisAddr = cfg.redisAddr
 		e.ordersDB = cfg.reconcileDB
+		e.embedded = cfg.orders == "embedded"
 		return e, nil
 	}
 
@@ -119,6 +121,9 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 		Prefix: cfg.prefix, BaselinePath: cfg.baselinePath,
 		Activities: activities(cfg, time.Now()),
 	}
+	if cfg.orders == "embedded" {
+		e.spec.OrdersDB, e.embedded = filepath.Join(e.dir, "orders.db"), true
+	}
 	conf := filepath.Join(e.dir, "Caddyfile")
 	if err := os.WriteFile(conf, []byte(e.spec.caddyfile()), 0o600); err != nil {
 		return nil, fmt.Errorf("write gateway config: %w", err)
@@ -132,7 +137,7 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 		return nil, err
 	}
 
-	if cfg.ordersBin != "" {
+	if cfg.orders == "standalone" {
 		ordersAddr, err := freePort()
 		if err != nil {
 			return nil, err
@@ -152,7 +157,7 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	return e, nil
 }
 
-// buildBinaries builds the gateway (and the order backend) from this module.
+// buildBinaries builds the gateway (and the standalone order backend) from this module.
 func buildBinaries(ctx context.Context, cfg *config, dir string, log io.Writer) error {
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -173,7 +178,7 @@ func buildBinaries(ctx context.Context, cfg *config, dir string, log io.Writer) 
 			return err
 		}
 	}
-	if cfg.store == "redis" && cfg.ordersBin == "" {
+	if cfg.orders == "standalone" && cfg.ordersBin == "" {
 		cfg.ordersBin = filepath.Join(dir, "orderbackend")
 		if err := build("github.com/caddy-seckill/caddy-seckill/cmd/orderbackend", cfg.ordersBin); err != nil {
 			return err
@@ -182,7 +187,7 @@ func buildBinaries(ctx context.Context, cfg *config, dir string, log io.Writer) 
 	return nil
 }
 
-// pids returns the processes to watch.
+// watch returns the processes to watch.
 func (e *environment) watch(cfg *config) *procWatch {
 	w := &procWatch{gateway: cfg.gatewayPID}
 	if e.gateway != nil {
@@ -190,7 +195,7 @@ func (e *environment) watch(cfg *config) *procWatch {
 	}
 	for _, c := range []*child{e.redis, e.orders} {
 		if c != nil {
-			w.helpers = append(w.helpers, c.pid())
+			w.helpers = append(w.helpers, namedPID{c.name, c.pid()})
 		}
 	}
 	return w

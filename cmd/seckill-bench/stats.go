@@ -40,9 +40,23 @@ const (
 	nCalls
 )
 
-var callNames = [nCalls]string{"status", "path", "buy", "result", "flow", "win→order"}
-
-func (c callKind) String() string { return callNames[c] }
+func (c callKind) String() string {
+	switch c {
+	case callStatus:
+		return "status"
+	case callPath:
+		return "path"
+	case callBuy:
+		return "buy"
+	case callResult:
+		return "result"
+	case callFlow:
+		return "flow"
+	case callOrder:
+		return "win→order"
+	}
+	return "unknown"
+}
 
 // answerKey identifies one kind of answer: the call, the HTTP status (0: no answer) and the code.
 type answerKey struct {
@@ -62,6 +76,18 @@ type targetStats struct {
 	answers sync.Map // answerKey → *atomic.Int64
 
 	cpu procDelta // gateway (and helpers') CPU while this target was driven
+
+	lastEnd atomic.Int64 // a sub-phase: when its last user finished, in ns since the run's start
+}
+
+// noteEnd records that one of the sub-phase's users finished at ns since the run's start.
+func (s *targetStats) noteEnd(ns int64) {
+	for {
+		old := s.lastEnd.Load()
+		if ns <= old || s.lastEnd.CompareAndSwap(old, ns) {
+			return
+		}
+	}
 }
 
 func newTargetStats() *targetStats {
@@ -76,6 +102,12 @@ func newTargetStats() *targetStats {
 type phase struct {
 	name    string
 	targets [nTargets]*targetStats
+
+	// selling is the sale's sub-phase of the users who arrived while stock remained: the buy
+	// path proper, where admissions happen. A user's flow runs with a copy of the phase whose
+	// also points to it, so that its requests count in both.
+	selling *phase
+	also    *phase
 }
 
 func newPhase(name string) *phase {
@@ -84,6 +116,20 @@ func newPhase(name string) *phase {
 		p.targets[i] = newTargetStats()
 	}
 	return p
+}
+
+// subPhase adds a phase whose figures are a subset of p's.
+func (r *recorder) subPhase(p *phase, name string) *phase {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.phases {
+		if q.name == name {
+			return q
+		}
+	}
+	q := newPhase(name)
+	r.phases = append(r.phases, q)
+	return q
 }
 
 // mark notes a labelled instant (e.g. the soak switching targets) for the chart.
@@ -123,8 +169,8 @@ func newRecorder(windowSize time.Duration) *recorder {
 	return &recorder{start: time.Now(), windowSize: windowSize}
 }
 
-// begin starts a new phase; later records go to it.
-func (r *recorder) begin(name string, t target) *phase {
+// begin starts a new phase (or returns the one of that name) and marks it on the chart.
+func (r *recorder) begin(name string) *phase {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var p *phase
@@ -137,7 +183,7 @@ func (r *recorder) begin(name string, t target) *phase {
 		p = newPhase(name)
 		r.phases = append(r.phases, p)
 	}
-	r.marks = append(r.marks, mark{At: time.Since(r.start), Label: name + " / " + t.String()})
+	r.marks = append(r.marks, mark{At: time.Since(r.start), Label: name})
 	r.cur.Store(p)
 	return p
 }
@@ -182,14 +228,16 @@ func (r *recorder) windowList() []*window {
 
 // record adds one request's answer. lat runs from the intended send time.
 func (r *recorder) record(p *phase, t target, c callKind, status int, code string, lat time.Duration, isErr bool) {
-	s := p.targets[t]
-	s.calls[c].Record(lat)
-	s.all.Record(lat)
-	s.requests.Add(1)
-	if isErr {
-		s.errors.Add(1)
+	for q := p; q != nil; q = q.also {
+		s := q.targets[t]
+		s.calls[c].Record(lat)
+		s.all.Record(lat)
+		s.requests.Add(1)
+		if isErr {
+			s.errors.Add(1)
+		}
+		s.countAnswer(answerKey{c, status, code})
 	}
-	s.countAnswer(answerKey{c, status, code})
 	w := r.windowAt(time.Now())
 	w.lat[t].Record(lat)
 	w.requests[t].Add(1)
@@ -200,7 +248,9 @@ func (r *recorder) record(p *phase, t target, c callKind, status int, code strin
 
 // recordFlow adds a duration that is not one request (callFlow, callOrder).
 func (r *recorder) recordFlow(p *phase, t target, c callKind, lat time.Duration) {
-	p.targets[t].calls[c].Record(lat)
+	for q := p; q != nil; q = q.also {
+		q.targets[t].calls[c].Record(lat)
+	}
 }
 
 func (s *targetStats) countAnswer(k answerKey) {

@@ -65,21 +65,25 @@ func writeFile(path string, data []byte) error {
 
 // Chart geometry.
 const (
-	chartW      = 1100
-	chartH      = 640
-	padL        = 70
-	padR        = 20
-	latTop      = 60
-	latBottom   = 400
-	rateTop     = 450
-	rateBottom  = 590
-	legendY     = 620
-	plotW       = chartW - padL - padR
-	seriesColor = "#d62728"
-	respondColr = "#1f77b4"
+	chartW     = 1100
+	chartH     = 640
+	padL       = 70
+	padR       = 20
+	latTop     = 60
+	latBottom  = 400
+	rateTop    = 450
+	rateBottom = 590
+	legendY    = 620
+	plotW      = chartW - padL - padR
 )
 
-var targetColors = [nTargets]string{seriesColor, respondColr}
+// color is a target's color on the chart: red for the seckill handler, blue for respond.
+func (t target) color() string {
+	if t == baseline {
+		return "#1f77b4"
+	}
+	return "#d62728"
+}
 
 // renderChart writes the chart as a self-contained SVG: latency percentiles per window on a log
 // scale (top) and requests per second (bottom), the seckill handler in red, respond in blue, with
@@ -179,7 +183,7 @@ func renderChart(b *bytes.Buffer, c chartData) {
 						dash = fmt.Sprintf(` stroke-dasharray="%s"`, l.dash)
 					}
 					fmt.Fprintf(b, `<polyline fill="none" stroke="%s" stroke-width="%s" stroke-linecap="round"%s points="%s"/>`+"\n",
-						targetColors[t], l.width, dash, strings.Join(seg, " "))
+						t.color(), l.width, dash, strings.Join(seg, " "))
 				}
 				seg = seg[:0]
 			}
@@ -197,7 +201,7 @@ func renderChart(b *bytes.Buffer, c chartData) {
 	// Legend.
 	for t := target(0); t < nTargets; t++ {
 		lx := padL + int(t)*260
-		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", lx, legendY-4, lx+30, legendY-4, targetColors[t])
+		fmt.Fprintf(b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", lx, legendY-4, lx+30, legendY-4, t.color())
 		name := "seckill handler"
 		if t == baseline {
 			name = "Caddy respond (same requests)"

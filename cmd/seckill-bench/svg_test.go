@@ -92,7 +92,7 @@ func TestChartWithoutDataIsValidSVG(t *testing.T) {
 
 func TestChartFromRecorder(t *testing.T) {
 	rec := newRecorder(100 * time.Millisecond)
-	p := rec.begin("sale", gateway)
+	p := rec.begin("sale")
 	for i := 0; i < 50; i++ {
 		rec.record(p, gateway, callBuy, 202, "queued", time.Duration(i)*time.Millisecond, false)
 		rec.record(p, baseline, callBuy, 200, "respond", time.Millisecond, false)

@@ -34,22 +34,14 @@ type users struct {
 // script is what one user's flow sent, so the same requests can be replayed against respond.
 type script struct {
 	path, buy bool
+	selling   bool // arrived while stock remained
 	polls     uint16
 }
 
 // mintUsers creates n users and mints their tokens up front, in parallel, so that minting costs
 // nothing during the measurement.
 func mintUsers(ctx context.Context, n int, acts []string, secret []byte, ttl time.Duration, progress func(done int)) (*users, error) {
-	u := &users{
-		n: n, acts: acts,
-		auth:        make([]string, n),
-		paths:       make([]string, n),
-		reservation: make([]string, n),
-		outcome:     make([]uint8, n),
-		confirmed:   make([]bool, n),
-		script:      make([]script, n),
-		extraWins:   map[int][]string{},
-	}
+	u := newUsers(n, acts)
 	now := time.Now()
 	var (
 		next  atomic.Int64
@@ -108,6 +100,20 @@ func mintUsers(ctx context.Context, n int, acts []string, secret []byte, ttl tim
 		return nil, fmt.Errorf("mint tokens: %w", err)
 	}
 	return u, nil
+}
+
+// newUsers returns n users without tokens.
+func newUsers(n int, acts []string) *users {
+	return &users{
+		n: n, acts: acts,
+		auth:        make([]string, n),
+		paths:       make([]string, n),
+		reservation: make([]string, n),
+		outcome:     make([]uint8, n),
+		confirmed:   make([]bool, n),
+		script:      make([]script, n),
+		extraWins:   map[int][]string{},
+	}
 }
 
 // userID is the token subject of user i.
