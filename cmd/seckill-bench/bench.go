@@ -233,7 +233,7 @@ func (b *bench) startInstant(ctx context.Context) (time.Time, error) {
 	for _, id := range b.users.acts {
 		a := b.cl.do(ctx, request{method: http.MethodGet, path: b.cfg.prefix + "/" + id, user: -1})
 		if a.Status != http.StatusOK {
-			return time.Time{}, fmt.Errorf("status of %s: HTTP %d %v", id, a.Status, a.Err)
+			return time.Time{}, statusError("status of "+id, a)
 		}
 		if s := time.UnixMilli(a.StartMS); s.After(t0) {
 			t0 = s

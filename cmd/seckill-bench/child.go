@@ -91,7 +91,7 @@ func (c *child) exitErr() error {
 	if c.err == nil {
 		return fmt.Errorf("%s exited (log: %s)", c.name, c.log)
 	}
-	return fmt.Errorf("%s exited: %v (log: %s)", c.name, c.err, c.log)
+	return fmt.Errorf("%s exited: %w (log: %s)", c.name, c.err, c.log)
 }
 
 // tail returns the end of the child's log, for error messages.

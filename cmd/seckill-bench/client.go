@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -130,4 +131,12 @@ func (c *client) do(ctx context.Context, r request) answer {
 		}
 	}
 	return a
+}
+
+// statusError describes an unexpected answer to what, wrapping its transport error if it had one.
+func statusError(what string, a answer) error {
+	if a.Err != nil {
+		return fmt.Errorf("%s: HTTP %d: %w", what, a.Status, a.Err)
+	}
+	return fmt.Errorf("%s: HTTP %d", what, a.Status)
 }

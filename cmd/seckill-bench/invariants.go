@@ -195,7 +195,7 @@ func (b *bench) storeViews(ctx context.Context) (map[string]storeView, string, e
 	for _, id := range b.users.acts {
 		a := b.cl.do(ctx, request{method: http.MethodGet, path: b.cfg.prefix + "/" + id, user: -1})
 		if a.Status != http.StatusOK {
-			return nil, "", fmt.Errorf("status of %s after the run: HTTP %d %v", id, a.Status, a.Err)
+			return nil, "", statusError("status of "+id+" after the run", a)
 		}
 		out[id] = storeView{Remaining: a.Remaining, Sold: -1}
 	}
@@ -261,12 +261,12 @@ func (b *bench) reconcile(ctx context.Context) ([]orderbackend.Report, error) {
 		_ = client.Close()
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	repo, err := orderbackend.OpenRepository(ctx, kind, dsn)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: %w", err)
 	}
-	defer repo.Close()
+	defer func() { _ = repo.Close() }()
 
 	deadline := time.Now().Add(reconcileTimeout)
 	for {

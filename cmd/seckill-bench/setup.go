@@ -67,7 +67,7 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	}
 	defer func() {
 		if err != nil {
-			e.close(false)
+			_ = e.close(false)
 		}
 	}()
 	if cfg.jwtSecret == "" {

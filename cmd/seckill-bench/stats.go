@@ -2,7 +2,6 @@ package main
 
 import (
 	"sort"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -281,12 +280,4 @@ func (s *targetStats) answersSorted() []answerCount {
 type answerCount struct {
 	answerKey
 	N int64
-}
-
-func (a answerCount) label() string {
-	st := "no answer"
-	if a.Status != 0 {
-		st = strconv.Itoa(a.Status)
-	}
-	return a.Call.String() + " " + st + " " + a.Code
 }
