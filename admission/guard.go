@@ -45,10 +45,12 @@ type GuardOptions struct {
 //   - A node-local sold-out flag per activity: once the store answers sold out with nothing left,
 //     Admit answers SoldOut without calling the store at all. The flag is cleared by the store's
 //     restock broadcast, by a probe of the flagged activities every ProbeInterval (broadcasts are
-//     best effort) and by Release, Define and Delete made through this Guard. A request marked
-//     MayReplay (a client-chosen idempotency key) still goes to the store, so that a winner's retry
-//     after the sell-out gets its first answer back; the edge bounds such calls with the user rate
-//     limit.
+//     best effort) and by Release, Define and Delete made through this Guard.
+//   - A request marked MayReplay (a client-chosen idempotency key) may be a winner's retry, which
+//     must get its first answer back. When the flag is set the Guard loads, once and in the
+//     background, the users holding items (Store.Holders, bounded by the stock); a keyed request
+//     from anyone else is answered SoldOut locally, and only holders' keyed requests, or any keyed
+//     request before the set has loaded, go to the store. Clearing the flag drops the set.
 //   - A circuit breaker around every store call that fails closed: after repeated store failures
 //     every call fails fast with ErrBusy, and no admission is taken without the store. Store
 //     failures are returned wrapping ErrBusy as well; business answers, ErrBadInput,
@@ -78,7 +80,14 @@ type Guard struct {
 // seen. Admit only sets the flag if no restock arrived while its store call was in flight (a
 // compare-and-swap against the value read before the call), so a sell-out answer that crossed a
 // restock cannot leave a stale flag behind.
-type guardFlag struct{ state atomic.Uint64 }
+//
+// holders is the set of users holding items, loaded once per sell-out (see guardHolders);
+// loading is the flag state a load is running or done for, so that one sell-out loads it once.
+type guardFlag struct {
+	state   atomic.Uint64
+	holders atomic.Pointer[guardHolders]
+	loading atomic.Uint64
+}
 
 const soldOutBit = 1
 
@@ -174,35 +183,40 @@ func (g *Guard) flagFor(activity string) *guardFlag {
 	return f
 }
 
-// restocked clears activity's flag and records a restock, invalidating sell-out answers in flight.
+// restocked clears activity's flag and records a restock, invalidating sell-out answers in flight,
+// and drops the holders set: released stock can make new holders.
 // The flag is created when missing: an Admit in flight may be about to create it.
 func (g *Guard) restocked(activity string) {
 	f := g.flagFor(activity)
 	for {
 		v := f.state.Load()
 		if f.state.CompareAndSwap(v, (v+2)&^soldOutBit) {
+			f.holders.Store(nil)
 			return
 		}
 	}
 }
 
 // soldOut sets activity's flag unless a restock happened since before was read (before == 0 when
-// no flag existed then).
+// no flag existed then). The call that sets it starts loading the holders.
 func (g *Guard) soldOut(activity string, f *guardFlag, before uint64) {
 	if f == nil {
 		f = g.flagFor(activity)
 	}
-	f.state.CompareAndSwap(before, before|soldOutBit)
+	if before&soldOutBit == 0 && f.state.CompareAndSwap(before, before|soldOutBit) {
+		g.loadHoldersInBackground(activity, f, before|soldOutBit)
+	}
 }
 
 // Admit implements Store. While the activity is flagged sold out it answers SoldOut (Remaining 0)
-// without a store call. A sell-out is only flagged when the store says nothing is left: a buyer
-// at its limit, or asking for more than remains, says nothing about the others.
+// without a store call, unless the request may replay a win and its user is, or may be, a holder
+// (see Guard). A sell-out is only flagged when the store says nothing is left: a buyer at its
+// limit, or asking for more than remains, says nothing about the others.
 func (g *Guard) Admit(ctx context.Context, r Request) (Decision, error) {
 	f := (*g.flags.Load())[r.Activity]
 	var before uint64
 	if f != nil {
-		if before = f.state.Load(); before&soldOutBit != 0 && !r.MayReplay {
+		if before = f.state.Load(); before&soldOutBit != 0 && (!r.MayReplay || f.excludes(before, r.User)) {
 			return Decision{Outcome: SoldOut}, nil
 		}
 	}
@@ -271,18 +285,23 @@ func (g *Guard) probeLoop(ctx context.Context) {
 
 // probeFlagged asks the store for the stock of every flagged activity and clears the flags of
 // those with stock again, or that no longer exist. Failures leave the flag set: the breaker
-// decides what a failing store means.
+// decides what a failing store means. A still sold-out activity whose holders failed to load is
+// loaded again.
 func (g *Guard) probeFlagged(ctx context.Context) {
 	for id, f := range *g.flags.Load() {
-		if f.state.Load()&soldOutBit == 0 {
+		v := f.state.Load()
+		if v&soldOutBit == 0 {
 			continue
 		}
 		n, err := g.Remaining(ctx, id)
 		if ctx.Err() != nil {
 			return
 		}
-		if n > 0 || isUnknownActivity(err) {
+		switch {
+		case n > 0 || isUnknownActivity(err):
 			g.restocked(id)
+		case err == nil && !f.holdersLoaded(v):
+			g.loadHolders(ctx, id, f, v)
 		}
 	}
 }

@@ -65,6 +65,11 @@ func (g *Guard) Remaining(ctx context.Context, activity string) (int64, error) {
 	return n, err
 }
 
+// Holders implements Store.
+func (g *Guard) Holders(ctx context.Context, activity string) ([]string, error) {
+	return call(g.cb, "holders", activity, func() ([]string, error) { return g.store.Holders(ctx, activity) })
+}
+
 // observe clears a flag that a fresh stock reading contradicts.
 func (g *Guard) observe(activity string, remaining int64) {
 	if remaining > 0 && g.SoldOut(activity) {

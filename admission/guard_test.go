@@ -22,6 +22,12 @@ type wrappedStore struct {
 	fail         atomic.Bool
 	dropRestocks bool
 	afterAdmit   func(Decision) // runs after the real Admit, before the answer returns
+
+	// Holders calls are counted apart: the Guard makes them in the background, and calls counts
+	// the store calls that requests cause. holdersHook, if set, runs first; an error it returns is
+	// the call's answer.
+	holderCalls atomic.Int64
+	holdersHook func() error
 }
 
 func wrap(m *MemoryStore) *wrappedStore { return &wrappedStore{MemoryStore: m} }
@@ -85,6 +91,19 @@ func (s *wrappedStore) Remaining(ctx context.Context, activity string) (int64, e
 		return 0, err
 	}
 	return s.MemoryStore.Remaining(ctx, activity)
+}
+
+func (s *wrappedStore) Holders(ctx context.Context, activity string) ([]string, error) {
+	s.holderCalls.Add(1)
+	if s.fail.Load() {
+		return nil, errInjected
+	}
+	if s.holdersHook != nil {
+		if err := s.holdersHook(); err != nil {
+			return nil, err
+		}
+	}
+	return s.MemoryStore.Holders(ctx, activity)
 }
 
 func (s *wrappedStore) SetResult(ctx context.Context, activity, user string, r Result) error {
@@ -249,7 +268,9 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	if !g.SoldOut("a") {
 		t.Fatal("the last item's win did not set the flag")
 	}
-	// The winner's retry with its own key reaches the store and gets its first answer back.
+	waitHolders(t, g, "a")
+	// The winner holds an item: its retry with its own key reaches the store and gets its first
+	// answer back.
 	before := store.calls.Load()
 	again, err := g.Admit(ctx, Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1", MayReplay: true})
 	if err != nil || again.Outcome != Won || !again.Replayed || again.ReservationID != won.ReservationID {
@@ -258,9 +279,13 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	if n := store.calls.Load() - before; n != 1 {
 		t.Errorf("a MayReplay request made %d store calls, want 1", n)
 	}
-	// Another user's keyed request is asked of the store too, and is sold out there.
+	// Another user holds nothing, so has no win to replay: the flag answers its keyed request.
+	before = store.calls.Load()
 	if d, _ := g.Admit(ctx, Request{Activity: "a", User: "other", Qty: 1, RequestID: "key-1", MayReplay: true}); d.Outcome != SoldOut {
 		t.Errorf("other user's keyed request = %+v, want sold_out", d)
+	}
+	if n := store.calls.Load() - before; n != 0 {
+		t.Errorf("a non-holder's keyed request made %d store calls, want 0", n)
 	}
 	// Without MayReplay the flag answers alone.
 	before = store.calls.Load()
@@ -269,6 +294,161 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	}
 	if n := store.calls.Load() - before; n != 0 {
 		t.Errorf("a flagged unkeyed request made %d store calls, want 0", n)
+	}
+}
+
+// holdersReady reports whether g has the holders set of act's current sell-out.
+func holdersReady(g *Guard, act string) bool {
+	f := (*g.flags.Load())[act]
+	if f == nil {
+		return false
+	}
+	v := f.state.Load()
+	return v&soldOutBit != 0 && f.holdersLoaded(v)
+}
+
+// waitHolders waits until g has loaded the holders of act's current sell-out.
+func waitHolders(t *testing.T, g *Guard, act string) {
+	t.Helper()
+	eventually(t, 5*time.Second, "holders of "+act+" loaded", func() bool { return holdersReady(g, act) })
+}
+
+// keyed is a request with a client-chosen idempotency key.
+func keyed(act, user, key string) Request {
+	return Request{Activity: act, User: user, Qty: 1, RequestID: key, MayReplay: true}
+}
+
+func TestGuardKeyedNonHoldersSkipStore(t *testing.T) {
+	store := wrap(newMemory(t, nil))
+	sellOut(t, store, "a", 3)
+	g := NewGuard(store, GuardOptions{})
+	ctx := context.Background()
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+		t.Fatalf("first rejection = %+v, flag %v", d, g.SoldOut("a"))
+	}
+	waitHolders(t, g, "a")
+	if n := store.holderCalls.Load(); n != 1 {
+		t.Errorf("one sell-out loaded the holders %d times, want 1", n)
+	}
+	before := store.calls.Load()
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				d, err := g.Admit(ctx, keyed("a", "u"+strconv.Itoa(w*25+i), "key-"+strconv.Itoa(i)))
+				if err != nil || d.Outcome != SoldOut {
+					t.Errorf("non-holder's keyed request = %+v, %v; want sold_out", d, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := store.calls.Load() - before; n != 0 {
+		t.Errorf("100 keyed requests from non-holders made %d store calls, want 0", n)
+	}
+	// A holder's retry still reaches the store and gets its win replayed.
+	before = store.calls.Load()
+	d, err := g.Admit(ctx, keyed("a", "seller-1", "r"))
+	if err != nil || d.Outcome != Won || !d.Replayed {
+		t.Errorf("holder's retry = %+v, %v; want the first win replayed", d, err)
+	}
+	if n := store.calls.Load() - before; n != 1 {
+		t.Errorf("a holder's retry made %d store calls, want 1", n)
+	}
+}
+
+// Until the holders are known, a keyed request may be a winner's retry: it goes to the store.
+func TestGuardKeyedBeforeHoldersLoad(t *testing.T) {
+	store := wrap(newMemory(t, nil))
+	sellOut(t, store, "a", 1)
+	gate := make(chan struct{})
+	store.holdersHook = func() error { <-gate; return nil }
+	g := NewGuard(store, GuardOptions{})
+	ctx := context.Background()
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+		t.Fatalf("first rejection = %+v", d)
+	}
+	before := store.calls.Load()
+	if d, err := g.Admit(ctx, keyed("a", "seller-0", "r")); err != nil || d.Outcome != Won || !d.Replayed {
+		t.Errorf("holder's retry before the load = %+v, %v; want the first win replayed", d, err)
+	}
+	if d, err := g.Admit(ctx, keyed("a", "other", "r")); err != nil || d.Outcome != SoldOut {
+		t.Errorf("non-holder's keyed request before the load = %+v, %v", d, err)
+	}
+	if n := store.calls.Load() - before; n != 2 {
+		t.Errorf("2 keyed requests before the holders loaded made %d store calls, want 2", n)
+	}
+	close(gate)
+	waitHolders(t, g, "a")
+	before = store.calls.Load()
+	if d, _ := g.Admit(ctx, keyed("a", "other", "r")); d.Outcome != SoldOut {
+		t.Errorf("non-holder's keyed request = %+v", d)
+	}
+	if n := store.calls.Load() - before; n != 0 {
+		t.Errorf("after the load a non-holder's keyed request made %d store calls, want 0", n)
+	}
+}
+
+// A failed load leaves keyed requests going to the store, and the probe loads the holders again.
+func TestGuardHoldersLoadRetried(t *testing.T) {
+	store := wrap(newMemory(t, nil))
+	sellOut(t, store, "a", 1)
+	var failures atomic.Int64
+	store.holdersHook = func() error {
+		if failures.Add(1) == 1 {
+			return errInjected
+		}
+		return nil
+	}
+	g := startGuard(t, store, GuardOptions{ProbeInterval: 20 * time.Millisecond})
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+		t.Fatalf("first rejection = %+v", d)
+	}
+	waitHolders(t, g, "a")
+	if n := store.holderCalls.Load(); n < 2 {
+		t.Errorf("holders loaded after %d calls, want a failure and a retry", n)
+	}
+	if d, err := g.Admit(context.Background(), keyed("a", "seller-0", "r")); err != nil || d.Outcome != Won || !d.Replayed {
+		t.Errorf("holder's retry = %+v, %v", d, err)
+	}
+}
+
+// A restock drops the holders: the next sell-out has new holders, loaded afresh.
+func TestGuardRestockDropsHolders(t *testing.T) {
+	store := wrap(newMemory(t, nil))
+	resv := sellOut(t, store, "a", 2)
+	g := NewGuard(store, GuardOptions{})
+	ctx := context.Background()
+	mustAdmit(t, g, "a", "late", 1, "r")
+	waitHolders(t, g, "a")
+	if ok, err := g.Release(ctx, "a", resv[0]); !ok || err != nil {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if f := (*g.flags.Load())["a"]; g.SoldOut("a") || f.holders.Load() != nil {
+		t.Fatalf("after a restock: flag %v, holders %v; want both dropped", g.SoldOut("a"), f.holders.Load())
+	}
+	// "late" buys the released item: a new holder, and a new sell-out.
+	won, err := g.Admit(ctx, keyed("a", "late", "k"))
+	if err != nil || won.Outcome != Won || !g.SoldOut("a") {
+		t.Fatalf("buy after the restock = %+v, %v, flag %v", won, err, g.SoldOut("a"))
+	}
+	waitHolders(t, g, "a")
+	if n := store.holderCalls.Load(); n != 2 {
+		t.Errorf("two sell-outs loaded the holders %d times, want 2", n)
+	}
+	d, err := g.Admit(ctx, keyed("a", "late", "k"))
+	if err != nil || !d.Replayed || d.ReservationID != won.ReservationID {
+		t.Errorf("new holder's retry = %+v, %v; want its win replayed", d, err)
+	}
+	// seller-0 gave its item back: no longer a holder, its keyed request stays local.
+	before := store.calls.Load()
+	if d, _ := g.Admit(ctx, keyed("a", "seller-0", "other-key")); d.Outcome != SoldOut {
+		t.Errorf("former holder's keyed request = %+v", d)
+	}
+	if n := store.calls.Load() - before; n != 0 {
+		t.Errorf("a former holder's keyed request made %d store calls, want 0", n)
 	}
 }
 

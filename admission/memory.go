@@ -352,6 +352,26 @@ func (s *MemoryStore) Remaining(ctx context.Context, activity string) (int64, er
 	return a.stock, nil
 }
 
+// Holders implements Store.
+func (s *MemoryStore) Holders(ctx context.Context, activity string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("holders %s: %w", activity, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return nil, fmt.Errorf("holders: %w", err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return nil, fmt.Errorf("holders: %w", err)
+	}
+	defer a.mu.Unlock()
+	users := make([]string, 0, len(a.buyers))
+	for u := range a.buyers {
+		users = append(users, u)
+	}
+	return users, nil
+}
+
 // SetResult implements Store.
 func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Result) error {
 	if err := ctx.Err(); err != nil {

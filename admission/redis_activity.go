@@ -140,6 +140,31 @@ func (s *RedisStore) Remaining(ctx context.Context, activity string) (int64, err
 	return n, nil
 }
 
+// Holders lists the users holding items: the fields of :buyers, read in one transaction with the
+// definition's existence so that an activity without buyers is told from an unknown one. Release
+// deletes a field that drops to zero, so every field holds at least one item.
+func (s *RedisStore) Holders(ctx context.Context, activity string) ([]string, error) {
+	if !ValidActivityID(activity) {
+		return nil, fmt.Errorf("holders: %w", badInput("activity id %q", activity))
+	}
+	var (
+		exists *redis.IntCmd
+		users  *redis.StringSliceCmd
+	)
+	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		exists = p.Exists(ctx, s.key(activity, "meta"))
+		users = p.HKeys(ctx, s.key(activity, "buyers"))
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("holders %s: %w", activity, err)
+	}
+	if exists.Val() == 0 {
+		return nil, fmt.Errorf("holders %s: %w", activity, ErrUnknownActivity)
+	}
+	return users.Val(), nil
+}
+
 // redisParseActivity reads {stock_total, limit, start_ms, end_ms, pay_ms, salt}.
 func redisParseActivity(id string, f []string) (Activity, error) {
 	if len(f) != 6 {

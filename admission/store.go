@@ -52,6 +52,11 @@ type Store interface {
 	// Remaining returns the stock left.
 	Remaining(ctx context.Context, activity string) (int64, error)
 
+	// Holders lists, in no particular order, the users who hold items in activity (the buyers
+	// with at least one item not released). Every holder holds at least one item, so the list is
+	// bounded by the activity's stock. An unknown activity is ErrUnknownActivity.
+	Holders(ctx context.Context, activity string) ([]string, error)
+
 	// SetResult stores a user's latest result record, which buyers poll; GetResult reads it and
 	// returns ErrNotFound when the user has none.
 	SetResult(ctx context.Context, activity, user string, r Result) error
@@ -123,8 +128,9 @@ type Request struct {
 	RequestID string // idempotency key, scoped to the user
 
 	// MayReplay marks a request id chosen by the client (an Idempotency-Key), which may repeat an
-	// earlier win. Guard then asks the store even after it has flagged the activity sold out, so a
-	// winner's retry gets its first answer back instead of sold_out. Stores ignore it.
+	// earlier win. Guard then asks the store even after it has flagged the activity sold out, if
+	// the user may hold items there, so a winner's retry gets its first answer back instead of
+	// sold_out. Stores ignore it.
 	MayReplay bool
 }
 

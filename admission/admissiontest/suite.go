@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,6 +42,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ConcurrentLimitOne", testConcurrentLimitOne},
 		{"ConcurrentMixedQty", testConcurrentMixedQty},
 		{"ReleaseExactlyOnce", testReleaseExactlyOnce},
+		{"Holders", testHolders},
 		{"Results", testResults},
 		{"Queue", testQueue},
 		{"Delete", testDelete},
@@ -525,6 +527,57 @@ func testReleaseExactlyOnce(t *testing.T, s admission.Store) {
 	}
 	if n := remaining(t, s, "a1"); n != 0 {
 		t.Errorf("remaining = %d, want 0", n)
+	}
+}
+
+// testHolders checks that Holders lists exactly the users holding items: a release that leaves
+// a user nothing removes them, one that leaves them an item does not.
+func testHolders(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	define(t, s, open("a1", 6, 2))
+	holders := func() []string {
+		t.Helper()
+		users, err := s.Holders(ctx, "a1")
+		if err != nil {
+			t.Fatalf("holders: %v", err)
+		}
+		slices.Sort(users)
+		return users
+	}
+	if got := holders(); len(got) != 0 {
+		t.Errorf("holders before any win = %q, want none", got)
+	}
+	resv := map[string]string{}
+	for _, w := range []struct {
+		user string
+		qty  int64
+		req  string
+	}{{"u1", 2, "r1"}, {"u2", 1, "r1"}, {"u3", 1, "r1"}, {"u4", 1, "r1"}, {"u4", 1, "r2"}} {
+		d := admit(t, s, "a1", w.user, w.qty, w.req)
+		if d.Outcome != admission.Won {
+			t.Fatalf("admit %s/%s = %+v", w.user, w.req, d)
+		}
+		resv[w.user+"/"+w.req] = d.ReservationID
+	}
+	if d := admit(t, s, "a1", "u5", 1, "r1"); d.Outcome != admission.SoldOut {
+		t.Fatalf("admit after the sell-out = %+v", d)
+	}
+	if got, want := holders(), []string{"u1", "u2", "u3", "u4"}; !slices.Equal(got, want) {
+		t.Errorf("holders after the sell-out = %q, want %q", got, want)
+	}
+	for _, k := range []string{"u3/r1", "u4/r2"} {
+		if ok, err := s.Release(ctx, "a1", resv[k]); !ok || err != nil {
+			t.Fatalf("release %s = %v, %v", k, ok, err)
+		}
+	}
+	if got, want := holders(), []string{"u1", "u2", "u4"}; !slices.Equal(got, want) {
+		t.Errorf("holders after two releases = %q, want %q", got, want)
+	}
+	if _, err := s.Holders(ctx, "nope"); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("holders of an unknown activity: err = %v, want ErrUnknownActivity", err)
+	}
+	if _, err := s.Holders(ctx, "a{1}"); !errors.Is(err, admission.ErrBadInput) {
+		t.Errorf("holders with a bad activity id: err = %v, want ErrBadInput", err)
 	}
 }
 

@@ -102,7 +102,7 @@ func (r *Redis) start() error {
 	for time.Now().Before(deadline) {
 		select {
 		case <-done:
-			return fmt.Errorf("redis-server exited at start (%v): %s", exitErr, r.logTail())
+			return fmt.Errorf("redis-server exited at start: %w: %s", exitErr, r.logTail())
 		default:
 		}
 		if pingRedis(r.Addr) == nil {
