@@ -46,6 +46,10 @@ type App struct {
 	// DisableCaptcha turns the captcha off: the path call then needs no captcha answer.
 	DisableCaptcha bool `json:"disable_captcha,omitempty"`
 
+	// Captcha tunes the captcha (digits, lifetime, image fetches, issuance rate); the defaults
+	// apply when it is nil. It must be nil when DisableCaptcha is set.
+	Captcha *CaptchaConfig `json:"captcha,omitempty"`
+
 	// RateLimits are the client IP and user rate limits; none unless configured.
 	RateLimits *RateLimits `json:"rate_limits,omitempty"`
 
@@ -63,6 +67,7 @@ type App struct {
 	verifier      *jwtauth.Verifier
 	mint          *jwtauth.MintConfig // the token template of the HS* jwt config; nil otherwise
 	issuer        *captcha.Issuer
+	captchaLimit  *ratelimit.Local // per-user captcha issuance; nil when the captcha is off
 	urlSecret     []byte
 	forwardSecret []byte
 	ipLimit       *ratelimit.Local
@@ -134,6 +139,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := a.provisionLimits(store); err != nil {
 		return err
 	}
+	captchaOpts, err := a.provisionCaptchaLimit()
+	if err != nil {
+		return err
+	}
 
 	b, key, err := loadBackend(store, a.logger)
 	if err != nil {
@@ -156,7 +165,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		a.userGCRA = b.gcra
 	}
 	if !a.DisableCaptcha {
-		a.issuer = captcha.NewIssuer(b.captchas, captcha.Options{})
+		a.issuer = captcha.NewIssuer(b.captchas, captchaOpts)
 	}
 	reveal := make(map[string]time.Duration, len(a.Activities))
 	for id, act := range a.Activities {
@@ -233,9 +242,51 @@ func (a *App) provisionLimits(store *StoreConfig) error {
 	return nil
 }
 
+// provisionCaptchaLimit validates the captcha settings, takes the pooled issuance limiter and
+// returns the issuer options; with the captcha off, there is nothing to issue or limit.
+func (a *App) provisionCaptchaLimit() (captcha.Options, error) {
+	if a.DisableCaptcha {
+		if a.Captcha != nil {
+			return captcha.Options{}, errors.New("captcha options are given but the captcha is off (disable_captcha): " +
+				"remove one of them")
+		}
+		return captcha.Options{}, nil
+	}
+	opts, rate, err := a.Captcha.settings()
+	if err != nil {
+		return captcha.Options{}, err
+	}
+	l, key, err := loadLimiter("captcha", rate)
+	if err != nil {
+		return captcha.Options{}, err
+	}
+	a.poolKeys = append(a.poolKeys, key)
+	a.captchaLimit = l
+	return opts, nil
+}
+
 // newVerifier builds the JWT verifier, reading the public key files, and returns it with its
 // configuration (placeholders replaced).
 func newVerifier(c *JWTConfig, repl *caddy.Replacer) (*jwtauth.Verifier, jwtauth.Config, error) {
+	cfg, err := c.verifierConfig(repl)
+	if err != nil {
+		return nil, cfg, err
+	}
+	for _, f := range c.PublicKeyFiles {
+		pem, err := os.ReadFile(repl.ReplaceKnown(f, ""))
+		if err != nil {
+			return nil, cfg, fmt.Errorf("public_key_file: %w", err)
+		}
+		cfg.PublicKeyPEM = append(cfg.PublicKeyPEM, pem)
+	}
+	v, err := jwtauth.New(cfg)
+	return v, cfg, err
+}
+
+// verifierConfig returns the verifier configuration of c with placeholders replaced, without the
+// public keys (which need reading files). An hmac_secret that is empty once replaced is an error,
+// never an empty secret.
+func (c *JWTConfig) verifierConfig(repl *caddy.Replacer) (jwtauth.Config, error) {
 	cfg := jwtauth.Config{
 		Algorithms: c.Algorithms,
 		JWKSURL:    repl.ReplaceKnown(c.JWKSURL, ""),
@@ -247,19 +298,11 @@ func newVerifier(c *JWTConfig, repl *caddy.Replacer) (*jwtauth.Verifier, jwtauth
 	if c.HMACSecret != "" {
 		secret := repl.ReplaceKnown(c.HMACSecret, "")
 		if secret == "" {
-			return nil, cfg, fmt.Errorf("hmac_secret %q is empty once placeholders are replaced: set the variable", c.HMACSecret)
+			return cfg, fmt.Errorf("hmac_secret %q is empty once placeholders are replaced: set the variable", c.HMACSecret)
 		}
 		cfg.HMACSecret = []byte(secret)
 	}
-	for _, f := range c.PublicKeyFiles {
-		pem, err := os.ReadFile(repl.ReplaceKnown(f, ""))
-		if err != nil {
-			return nil, cfg, fmt.Errorf("public_key_file: %w", err)
-		}
-		cfg.PublicKeyPEM = append(cfg.PublicKeyPEM, pem)
-	}
-	v, err := jwtauth.New(cfg)
-	return v, cfg, err
+	return cfg, nil
 }
 
 // Start defines the configured activities in the store, starts the embedded order backend (once:

@@ -32,6 +32,7 @@ func (q *request) authenticate() *Error {
 	}
 	q.user = claims.User
 	q.repl.Set(placeholderUser, q.user)
+	q.claims = claims.Raw // for {http.seckill.claims.*}
 	return nil
 }
 

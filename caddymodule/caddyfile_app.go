@@ -41,7 +41,12 @@ func init() {
 //		}
 //		url_secret     <secret>
 //		forward_secret <secret>
-//		captcha        on|off
+//		captcha        on|off [{
+//			length      <digits>
+//			ttl         <duration>
+//			max_fetches <n>
+//			issue_rate  <events>/<period> [burst <n>]
+//		}]
 //		orders sqlite|postgres <file or dsn> {
 //			sweep_every    <duration>
 //			consumer_name  <name>
@@ -127,17 +132,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			if err := once(opt); err != nil {
 				return err
 			}
-			var v string
-			if !d.AllArgs(&v) {
-				return d.ArgErr()
-			}
-			switch v {
-			case "on":
-				a.DisableCaptcha = false
-			case "off":
-				a.DisableCaptcha = true
-			default:
-				return d.Errf("seckill: captcha %q: want on or off", v)
+			if err := parseCaptcha(d, a); err != nil {
+				return err
 			}
 		case "orders":
 			if err := once(opt); err != nil {
@@ -311,24 +307,9 @@ func parseRateLimit(d *caddyfile.Dispenser, a *App) error {
 	if a.RateLimits == nil {
 		a.RateLimits = new(RateLimits)
 	}
-	c := &RateLimitConfig{Rate: args[1]}
-	for i := 2; i < len(args); i++ {
-		switch args[i] {
-		case "burst":
-			if i+1 >= len(args) {
-				return d.Err("seckill: rate_limit burst needs a number")
-			}
-			n, err := strconv.Atoi(args[i+1])
-			if err != nil || n <= 0 {
-				return d.Errf("seckill: rate_limit burst %q: want a positive whole number", args[i+1])
-			}
-			c.Burst = n
-			i++
-		case "distributed":
-			c.Distributed = true
-		default:
-			return d.Errf("seckill: rate_limit: unexpected %q", args[i])
-		}
+	c, err := parseRateArgs(d, "rate_limit", args[1:])
+	if err != nil {
+		return err
 	}
 	if _, err := c.parse(); err != nil {
 		return d.Errf("seckill: rate_limit %s: %v", args[0], err)
@@ -351,6 +332,34 @@ func parseRateLimit(d *caddyfile.Dispenser, a *App) error {
 		return d.Errf("seckill: rate_limit %q: want ip or user", args[0])
 	}
 	return nil
+}
+
+// parseRateArgs reads "<events>/<period> [burst <n>] [distributed]" from args, for the option
+// named what.
+func parseRateArgs(d *caddyfile.Dispenser, what string, args []string) (*RateLimitConfig, error) {
+	if len(args) == 0 {
+		return nil, d.Errf("seckill: %s needs a rate like 6/m", what)
+	}
+	c := &RateLimitConfig{Rate: args[0]}
+	for i := 1; i < len(args); i++ {
+		switch args[i] {
+		case "burst":
+			if i+1 >= len(args) {
+				return nil, d.Errf("seckill: %s burst needs a number", what)
+			}
+			n, err := strconv.Atoi(args[i+1])
+			if err != nil || n <= 0 {
+				return nil, d.Errf("seckill: %s burst %q: want a positive whole number", what, args[i+1])
+			}
+			c.Burst = n
+			i++
+		case "distributed":
+			c.Distributed = true
+		default:
+			return nil, d.Errf("seckill: %s: unexpected %q", what, args[i])
+		}
+	}
+	return c, nil
 }
 
 func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {

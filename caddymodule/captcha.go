@@ -34,6 +34,11 @@ func (q *request) captcha() error {
 	if e := q.authenticate(); e != nil {
 		return q.fail(e)
 	}
+	// The issuance limit first: it is node-local, so a refused call costs no distributed limiter
+	// round trip and none of the user's buying budget.
+	if e := q.limitCaptchaIssue(); e != nil {
+		return q.fail(e)
+	}
 	if e := q.limitUser(userBucketBuy); e != nil {
 		return q.fail(e)
 	}

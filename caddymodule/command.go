@@ -3,11 +3,9 @@ package caddymodule
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -15,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
 
 func init() {
@@ -27,8 +24,12 @@ func init() {
 Tools for caddy-seckill.
 
   caddy seckill token --user <id> [--secret <s>] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]
+  caddy seckill token --user <id> --config <file> [--adapter <name>] [--ttl 15m]
       prints an HMAC-signed JWT for the user (for tests and load tests). The secret defaults to
-      the SECKILL_JWT_SECRET environment variable.
+      the SECKILL_JWT_SECRET environment variable. With --config, the token is minted with the
+      configuration's jwt block (its first HS* algorithm, hmac_secret with {env.*} placeholders
+      replaced, issuer, audience and user_claim), so that configuration accepts it; --alg,
+      --issuer and --audience, when given, override it.
 
   caddy seckill status [<activity>] [--address <admin>] [--config <file> [--adapter <name>]]
       prints the activities (or one) with their live counters, from the running Caddy's admin
@@ -43,17 +44,19 @@ Tools for caddy-seckill.
       queue has drained: wins still in flight show as violations.`,
 		CobraFunc: func(cmd *cobra.Command) {
 			token := &cobra.Command{
-				Use:   "token --user <id> [--secret <s>] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]",
+				Use:   "token --user <id> [--secret <s> | --config <file> [--adapter <name>]] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]",
 				Short: "Prints an HMAC-signed JWT for a user",
 				Args:  cobra.NoArgs,
 				RunE:  caddycmd.WrapCommandFuncForCobra(cmdToken),
 			}
-			token.Flags().String("user", "", "The user id (sub claim); required")
-			token.Flags().String("secret", "", "The HMAC secret; default $SECKILL_JWT_SECRET")
-			token.Flags().String("alg", "HS256", "HS256, HS384 or HS512")
+			token.Flags().String("user", "", "The user id (sub claim, and the configured user_claim); required")
+			token.Flags().String("secret", "", "The HMAC secret; default $SECKILL_JWT_SECRET (not with --config)")
+			token.Flags().StringP("config", "c", "", "Configuration file whose seckill jwt block the token is minted for")
+			token.Flags().StringP("adapter", "a", "", "Name of config adapter to apply (if --config is used)")
+			token.Flags().String("alg", "HS256", "HS256, HS384 or HS512 (with --config: its first HS* algorithm)")
 			token.Flags().Duration("ttl", 15*time.Minute, "How long the token is valid")
-			token.Flags().String("issuer", "", "The iss claim")
-			token.Flags().String("audience", "", "The aud claim")
+			token.Flags().String("issuer", "", "The iss claim (with --config: its issuer)")
+			token.Flags().String("audience", "", "The aud claim (with --config: its audience)")
 
 			status := &cobra.Command{
 				Use:   "status [<activity>] [--address <admin>] [--config <file> [--adapter <name>]]",
@@ -80,39 +83,6 @@ Tools for caddy-seckill.
 			cmd.AddCommand(token, status, rec)
 		},
 	})
-}
-
-func cmdToken(fl caddycmd.Flags) (int, error) {
-	secret := fl.String("secret")
-	if secret == "" {
-		secret = os.Getenv("SECKILL_JWT_SECRET")
-	}
-	if secret == "" {
-		return caddy.ExitCodeFailedStartup, errors.New("no secret: use --secret or set SECKILL_JWT_SECRET")
-	}
-	user := fl.String("user")
-	if user == "" {
-		return caddy.ExitCodeFailedStartup, errors.New("--user is required")
-	}
-	cfg := jwtauth.MintConfig{
-		Algorithm: fl.String("alg"),
-		Secret:    []byte(secret),
-		Subject:   user,
-		Issuer:    fl.String("issuer"),
-		TTL:       fl.Duration("ttl"),
-	}
-	if aud := fl.String("audience"); aud != "" {
-		cfg.Audience = []string{aud}
-	}
-	if cfg.TTL <= 0 {
-		return caddy.ExitCodeFailedStartup, errors.New("--ttl must be positive")
-	}
-	tok, err := jwtauth.Mint(cfg)
-	if err != nil {
-		return caddy.ExitCodeFailedStartup, err
-	}
-	fmt.Println(tok)
-	return caddy.ExitCodeSuccess, nil
 }
 
 func cmdStatus(fl caddycmd.Flags) (int, error) {

@@ -99,6 +99,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		repl = caddy.NewReplacer() // only outside a Caddy server, which never happens in practice
 	}
 	q := &request{h: h, w: w, r: r, repl: repl, now: h.now()}
+	repl.Map(q.claimPlaceholder)
 	defer func() { h.app.metrics.observeRequest(q.act.ID, q.call.kind, q.code) }()
 
 	c, ok := parseCall(h.prefix, r.URL.Path)
@@ -140,15 +141,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 // request is one call in progress.
 type request struct {
-	h    *Handler
-	w    http.ResponseWriter
-	r    *http.Request
-	repl *caddy.Replacer
-	now  time.Time
-	call call
-	act  activity
-	user string
-	code string // the answer's word, for the metrics
+	h      *Handler
+	w      http.ResponseWriter
+	r      *http.Request
+	repl   *caddy.Replacer
+	now    time.Time
+	call   call
+	act    activity
+	user   string
+	claims map[string]any // the verified token's claims; nil before authenticate
+	code   string         // the answer's word, for the metrics
 }
 
 func (q *request) fail(e *Error) error {

@@ -61,6 +61,17 @@ func (q *request) limitUser(bucket string) *Error {
 	return q.rateLimited(rate, d)
 }
 
+// limitCaptchaIssue takes one event from the user's captcha issuance bucket. It applies whether or
+// not a user limit is configured: a captcha costs milliseconds of CPU to render, the most
+// expensive thing an authenticated caller can ask this node for.
+func (q *request) limitCaptchaIssue() *Error {
+	l := q.h.app.captchaLimit
+	if l == nil {
+		return nil
+	}
+	return q.rateLimited(l.Rate(), l.Allow(q.user, q.now))
+}
+
 // rateLimited returns nil for an allowed event, and otherwise the 429 refusal with its headers:
 // Retry-After, and RateLimit-Policy / RateLimit as in draft-ietf-httpapi-ratelimit-headers.
 func (q *request) rateLimited(rate ratelimit.Rate, d ratelimit.Decision) *Error {

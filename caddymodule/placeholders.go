@@ -8,3 +8,5 @@ const (
 	placeholderUser        = "http.seckill.user"        // the authenticated user id
 	placeholderReservation = "http.seckill.reservation" // the reservation id of a win
 )
+
+// The verified token's claims are {http.seckill.claims.<name>}; see request.claimPlaceholder.

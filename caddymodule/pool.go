@@ -148,8 +148,8 @@ type limiter struct{ *ratelimit.Local }
 // Destruct implements caddy.Destructor; a limiter holds memory only.
 func (limiter) Destruct() error { return nil }
 
-// loadLimiter returns the pooled local limiter of one kind ("ip", "user") and rate. The caller
-// must pool.Delete(key) once it no longer needs it.
+// loadLimiter returns the pooled local limiter of one kind ("ip", "user", "captcha") and rate.
+// The caller must pool.Delete(key) once it no longer needs it.
 func loadLimiter(kind string, r ratelimit.Rate) (*ratelimit.Local, string, error) {
 	key := "seckill.limiter:" + kind + ":" + r.String()
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {

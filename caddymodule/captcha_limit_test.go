@@ -1,0 +1,212 @@
+package caddymodule_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// TestCaptchaIssueLimit checks the always-on issuance limit with its default (6/m burst 3) and no
+// user limit configured: the fourth captcha in a row is a 429 with the rate-limit headers, other
+// users and the other calls are not affected, an unchanged reload keeps the buckets and a changed
+// issue_rate takes effect.
+func TestCaptchaIssueLimit(t *testing.T) {
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	now := time.Now()
+	act := activityBlock("cl", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)
+	if err := loadCaddy(t, port, jwtBlock+"captcha on\n"+act, route); err != nil {
+		t.Fatal(err)
+	}
+	base := fmt.Sprintf("http://127.0.0.1:%d", port)
+	c := newClient(t, base)
+	alice, bob := token(t, "alice"), token(t, "bob")
+
+	var ids []string
+	for i := range 3 {
+		r := c.post("/seckill/cl/captcha", alice, "")
+		expect(t, fmt.Sprintf("captcha %d", i+1), r, http.StatusOK, "ok")
+		ids = append(ids, r.str("captcha_id"))
+	}
+	r := c.post("/seckill/cl/captcha", alice, "")
+	expect(t, "fourth captcha", r, http.StatusTooManyRequests, "rate_limited")
+	if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 || s > 10 {
+		t.Errorf("Retry-After %q, want 1-10 s (one captcha every 10 s)", r.header.Get("Retry-After"))
+	}
+	if got := r.header.Get("RateLimit-Policy"); got != "6;w=60;burst=3" {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+	if got := r.header.Get("RateLimit"); !strings.HasPrefix(got, "limit=3, remaining=0, reset=") {
+		t.Errorf("RateLimit %q", got)
+	}
+	expect(t, "bob has his own bucket", c.post("/seckill/cl/captcha", bob, ""), http.StatusOK, "ok")
+
+	// The captchas alice holds still work: the limit is on issuing, not on answering.
+	ans, err := app(t).CaptchaAnswer(context.Background(), ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "path with an issued captcha", c.post("/seckill/cl/path", alice,
+		fmt.Sprintf(`{"captcha_id":%q,"answer":%q}`, ids[0], ans)), http.StatusOK, "ok")
+
+	// An unchanged reload keeps the buckets: reloading is no way around the limit.
+	if err := loadCaddy(t, port, jwtBlock+"captcha on\n"+act, route); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	expect(t, "after an unchanged reload", postAfterReload(t, base, "/seckill/cl/captcha", alice), http.StatusTooManyRequests, "rate_limited")
+
+	// A new issue_rate is a new limiter.
+	if err := loadCaddy(t, port, jwtBlock+"captcha on {\n\tissue_rate 1/h\n}\n"+act, route); err != nil {
+		t.Fatalf("reload with an issue_rate: %v", err)
+	}
+	expect(t, "first captcha under 1/h", postAfterReload(t, base, "/seckill/cl/captcha", alice), http.StatusOK, "ok")
+	c = newClient(t, base)
+	r = c.post("/seckill/cl/captcha", alice, "")
+	expect(t, "second captcha under 1/h", r, http.StatusTooManyRequests, "rate_limited")
+	if got := r.header.Get("RateLimit-Policy"); got != "1;w=3600" {
+		t.Errorf("RateLimit-Policy %q", got)
+	}
+}
+
+// TestCaptchaOptions checks that the Caddyfile's captcha options reach the issuer: the number of
+// digits, the image fetch cap and the lifetime.
+func TestCaptchaOptions(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha on {\n\tlength 4\n\tttl 1s\n\tmax_fetches 1\n\tissue_rate 5/m burst 5\n}\n"+
+		activityBlock("co", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	c := newClient(t, base)
+	alice := token(t, "alice")
+	issue := func() (id, img, answer string) {
+		t.Helper()
+		r := c.post("/seckill/co/captcha", alice, "")
+		if r.status != http.StatusOK {
+			t.Fatalf("captcha: %s", r)
+		}
+		a, err := app(t).CaptchaAnswer(context.Background(), r.str("captcha_id"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.str("captcha_id"), r.str("image"), a
+	}
+	body := func(id, ans string) string { return fmt.Sprintf(`{"captcha_id":%q,"answer":%q}`, id, ans) }
+
+	id, img, ans := issue()
+	if len(ans) != 4 {
+		t.Errorf("answer %q: want 4 digits", ans)
+	}
+	if r := c.get(img, ""); r.status != http.StatusOK {
+		t.Errorf("first image fetch: %d", r.status)
+	}
+	expect(t, "second image fetch (max_fetches 1)", c.get(img, ""), http.StatusNotFound, "not_found")
+
+	// Past its ttl of 1s, the right answer no longer counts.
+	time.Sleep(1200 * time.Millisecond)
+	expect(t, "answer after the ttl", c.post("/seckill/co/path", alice, body(id, ans)), http.StatusForbidden, "captcha_invalid")
+
+	id, _, ans = issue()
+	expect(t, "answer within the ttl", c.post("/seckill/co/path", alice, body(id, ans)), http.StatusOK, "ok")
+}
+
+// TestCaptchaProvisionErrors checks the captcha settings the Caddyfile cannot express but JSON
+// can: each is refused when the app is provisioned, with a message naming the option.
+func TestCaptchaProvisionErrors(t *testing.T) {
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	base, err := adapt(t, caddyfile(t, port, jwtBlock+activityBlock("pe", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		disable bool
+		captcha string
+		want    string
+	}{
+		{"length", false, `{"length": 3}`, "captcha length must be between 4 and 10 digits, got 3"},
+		{"negative length", false, `{"length": -6}`, "captcha length must be between 4 and 10 digits, got -6"},
+		{"ttl", false, `{"ttl": 500000000}`, "captcha ttl must be between 1s and 1h, got 500ms"},
+		{"negative max_fetches", false, `{"max_fetches": -1}`, "captcha max fetches must be between 1 and 100, got -1"},
+		{"issue_rate", false, `{"issue_rate": {"rate": "fast"}}`, `captcha issue_rate: rate "fast"`},
+		{"issue_rate burst", false, `{"issue_rate": {"rate": "6/m", "burst": -1}}`, "captcha issue_rate: rate \"6/m\" burst -1"},
+		{"issue_rate distributed", false, `{"issue_rate": {"rate": "6/m", "distributed": true}}`, "captcha issue_rate is node-local"},
+		{"options with the captcha off", true, `{"length": 6}`, "captcha options are given but the captcha is off"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg map[string]any
+			if err := json.Unmarshal([]byte(base), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			sk := cfg["apps"].(map[string]any)["seckill"].(map[string]any)
+			var cc any
+			if err := json.Unmarshal([]byte(tc.captcha), &cc); err != nil {
+				t.Fatal(err)
+			}
+			sk["captcha"] = cc
+			if tc.disable {
+				sk["disable_captcha"] = true
+			}
+			raw, err := json.Marshal(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = caddy.Load(raw, true)
+			if err == nil {
+				_ = caddy.Stop()
+				t.Fatalf("load succeeded; want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// postAfterReload posts to path for the first call after a reload. Right after caddy.Load returns,
+// the old server may still accept a connection and then drop it unanswered (Caddy's App.Stop says
+// as much), so a call that got no answer at all, and thus was not served, is sent again on a new
+// connection.
+func postAfterReload(t *testing.T, base, path, tok string) response {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		req, err := http.NewRequest(http.MethodPost, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		tr := &http.Transport{DisableKeepAlives: true}
+		res, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			if attempt < 10 {
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			t.Fatalf("POST %s after a reload: %v", path, err)
+		}
+		raw, err := io.ReadAll(res.Body)
+		_ = res.Body.Close()
+		if err != nil {
+			t.Fatalf("POST %s after a reload: read body: %v", path, err)
+		}
+		r := response{status: res.StatusCode, header: res.Header, raw: raw}
+		if err := json.Unmarshal(raw, &r.body); err != nil {
+			t.Fatalf("POST %s after a reload: answer is not JSON: %v: %s", path, err, raw)
+		}
+		return r
+	}
+}
