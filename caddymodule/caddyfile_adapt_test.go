@@ -111,6 +111,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redis two addresses", global("store redis a:1 b:2"), "several addresses need cluster or sentinel"},
 		{"redis cluster sentinel", global("store redis a:1 {\ncluster\nsentinel m\n}"), "cluster and sentinel are exclusive"},
 		{"redis cluster db", global("store redis a:1 {\ncluster\ndb 1\n}"), "a cluster has only database 0"},
+		{"redis auto_pipeline arg", global("store redis a:1 {\nauto_pipeline yes\n}"), "wrong argument count"},
 		{"redis db word", global("store redis a:1 {\ndb two\n}"), `db "two": want a database number`},
 		{"redis db negative", global("store redis a:1 {\ndb -1\n}"), `db "-1"`},
 		{"redis unknown", global("store redis a:1 {\ntls\n}"), `unrecognized store redis option "tls"`},

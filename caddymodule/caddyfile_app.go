@@ -234,6 +234,11 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 				return nil, d.ArgErr()
 			}
 			s.Cluster = true
+		case "auto_pipeline":
+			if d.NextArg() {
+				return nil, d.ArgErr()
+			}
+			s.AutoPipeline = true
 		default:
 			return nil, d.Errf("seckill: unrecognized store redis option %q", sub)
 		}

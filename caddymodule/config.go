@@ -36,6 +36,12 @@ type StoreConfig struct {
 
 	// Cluster connects to a Redis Cluster through the nodes at Addresses.
 	Cluster bool `json:"cluster,omitempty"`
+
+	// AutoPipeline batches concurrent hot-path calls (admit, release, remaining, results) onto
+	// shared connections with go-redis's auto-pipeliner: fewer round trips and syscalls when
+	// the network is the limit, no saving when redis-server's CPU is. go-redis marks the feature
+	// experimental, so it is off unless asked for.
+	AutoPipeline bool `json:"auto_pipeline,omitempty"`
 }
 
 // Store types.
@@ -56,7 +62,7 @@ func (s *StoreConfig) validate() error {
 	switch s.typ() {
 	case storeMemory:
 		if s != nil && (len(s.Addresses) > 0 || s.Password != "" || s.Username != "" || s.DB != 0 ||
-			s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster) {
+			s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline) {
 			return errors.New("store memory takes no redis options")
 		}
 		return nil

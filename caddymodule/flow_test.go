@@ -196,3 +196,16 @@ func TestRushRedis(t *testing.T) {
 		t.Errorf("remaining %d after the rush, want 0", n)
 	}
 }
+
+// TestRushRedisAutoPipeline: the same with the Redis calls auto-pipelined.
+func TestRushRedisAutoPipeline(t *testing.T) {
+	rd := testsrv.StartRedis(t)
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\nurl_secret test-url-secret\n"+
+		"store redis "+rd.Addr+" {\nauto_pipeline\n}\n"+
+		activityBlock("rush", 50, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	rush(t, []string{base}, "rush", 400, 3, 50)
+	if n := remaining(t, "rush"); n != 0 {
+		t.Errorf("remaining %d after the rush, want 0", n)
+	}
+}

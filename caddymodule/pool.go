@@ -116,7 +116,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		if prefix == "" {
 			prefix = "seckill"
 		}
-		st, err := admission.NewRedisStore(b.client, admission.RedisOptions{KeyPrefix: prefix})
+		st, err := admission.NewRedisStore(b.client, admission.RedisOptions{KeyPrefix: prefix, AutoPipeline: s.AutoPipeline})
 		if err != nil {
 			_ = b.client.Close()
 			return nil, err
