@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: run test deps lint bench bench-load build xcaddy-check
+.PHONY: run test deps lint bench bench-load build xcaddy-check fuzz
 
 run:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example --adapter caddyfile
@@ -33,3 +33,12 @@ xcaddy-check:
 # The flash-sale pressure test against a freshly built gateway (docs/BENCHMARKS.md).
 bench-load:
 	$(GO) run ./cmd/seckill-bench -build
+
+# Each fuzz target for FUZZTIME (go test runs one target per invocation). Seed corpora are the
+# f.Add calls and testdata/fuzz/ folders; a crasher is written to testdata/fuzz/<target>/.
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./admission/hashedurl/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./jwtauth/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzParseQty$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzCaddyfile$$' -fuzztime $(FUZZTIME)
