@@ -38,31 +38,45 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("seckill: %s is given twice", sub)
 		}
 		seen[sub] = true
+		if ok, err := parseMountSubdirective(d, "seckill", &h.Prefix, &h.Errors); ok {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		switch sub {
-		case "prefix":
-			if !d.AllArgs(&h.Prefix) {
-				return d.ArgErr()
-			}
-			if h.Prefix == "" || h.Prefix[0] != '/' {
-				return d.Errf("seckill: prefix %q must start with /", h.Prefix)
-			}
 		case "forward":
 			if d.NextArg() {
 				return d.ArgErr()
 			}
 			h.Forward = true
-		case "errors":
-			if !d.AllArgs(&h.Errors) {
-				return d.ArgErr()
-			}
-			switch h.Errors {
-			case errorsAuto, errorsWrite, errorsReturn:
-			default:
-				return d.Errf("seckill: errors %q: want auto, write or return", h.Errors)
-			}
 		default:
 			return d.Errf("seckill: unrecognized subdirective %q", sub)
 		}
 	}
 	return nil
+}
+
+// parseMountSubdirective parses the subdirectives every handler of this plugin shares, prefix and
+// errors, at the dispenser's current token. It reports whether the token was one of them.
+func parseMountSubdirective(d *caddyfile.Dispenser, directive string, prefix, errorsMode *string) (bool, error) {
+	switch d.Val() {
+	case "prefix":
+		if !d.AllArgs(prefix) {
+			return true, d.ArgErr()
+		}
+		if *prefix == "" || (*prefix)[0] != '/' {
+			return true, d.Errf("%s: prefix %q must start with /", directive, *prefix)
+		}
+		return true, nil
+	case "errors":
+		if !d.AllArgs(errorsMode) {
+			return true, d.ArgErr()
+		}
+		if err := validErrorsMode(*errorsMode); err != nil {
+			return true, d.Errf("%s: %v", directive, err)
+		}
+		return true, nil
+	}
+	return false, nil
 }

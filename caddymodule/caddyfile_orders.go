@@ -35,24 +35,13 @@ func (h *OrdersHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("seckill_orders: %s is given twice", sub)
 		}
 		seen[sub] = true
-		switch sub {
-		case "prefix":
-			if !d.AllArgs(&h.Prefix) {
-				return d.ArgErr()
+		if ok, err := parseMountSubdirective(d, "seckill_orders", &h.Prefix, &h.Errors); ok {
+			if err != nil {
+				return err
 			}
-			if h.Prefix == "" || h.Prefix[0] != '/' {
-				return d.Errf("seckill_orders: prefix %q must start with /", h.Prefix)
-			}
-		case "errors":
-			if !d.AllArgs(&h.Errors) {
-				return d.ArgErr()
-			}
-			if err := validErrorsMode(h.Errors); err != nil {
-				return d.Errf("seckill_orders: %v", err)
-			}
-		default:
-			return d.Errf("seckill_orders: unrecognized subdirective %q", sub)
+			continue
 		}
+		return d.Errf("seckill_orders: unrecognized subdirective %q", sub)
 	}
 	return nil
 }
