@@ -62,21 +62,10 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.now = time.Now
-	if err := validErrorsMode(h.Errors); err != nil {
+	var err error
+	if h.prefix, h.app, err = provisionMount(ctx, h.Prefix, "/seckill", h.Errors); err != nil {
 		return err
 	}
-	h.prefix = "/seckill"
-	if h.Prefix != "" {
-		if !strings.HasPrefix(h.Prefix, "/") {
-			return fmt.Errorf("prefix %q must start with /", h.Prefix)
-		}
-		h.prefix = strings.TrimRight(h.Prefix, "/")
-	}
-	v, err := ctx.App("seckill")
-	if err != nil {
-		return fmt.Errorf("seckill app: %w", err)
-	}
-	h.app = v.(*App)
 	if h.app.verifier == nil {
 		return errors.New("the seckill app has no jwt configuration: add a jwt block to the seckill global option")
 	}
@@ -184,3 +173,21 @@ var (
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
+
+// provisionMount checks the options every handler of this plugin shares and returns the path
+// prefix it serves (def when none is configured, without a trailing slash) and the seckill app.
+func provisionMount(ctx caddy.Context, prefix, def, errorsMode string) (string, *App, error) {
+	if err := validErrorsMode(errorsMode); err != nil {
+		return "", nil, err
+	}
+	if prefix == "" {
+		prefix = def
+	} else if !strings.HasPrefix(prefix, "/") {
+		return "", nil, fmt.Errorf("prefix %q must start with /", prefix)
+	}
+	v, err := ctx.App("seckill")
+	if err != nil {
+		return "", nil, fmt.Errorf("seckill app: %w", err)
+	}
+	return strings.TrimRight(prefix, "/"), v.(*App), nil
+}

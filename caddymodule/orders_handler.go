@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -51,21 +50,10 @@ func (OrdersHandler) CaddyModule() caddy.ModuleInfo {
 
 // Provision sets up the handler with the seckill app's order backend.
 func (h *OrdersHandler) Provision(ctx caddy.Context) error {
-	if err := validErrorsMode(h.Errors); err != nil {
+	var err error
+	if h.prefix, h.app, err = provisionMount(ctx, h.Prefix, "/orders", h.Errors); err != nil {
 		return err
 	}
-	h.prefix = "/orders"
-	if h.Prefix != "" {
-		if !strings.HasPrefix(h.Prefix, "/") {
-			return fmt.Errorf("prefix %q must start with /", h.Prefix)
-		}
-		h.prefix = strings.TrimRight(h.Prefix, "/")
-	}
-	v, err := ctx.App("seckill")
-	if err != nil {
-		return fmt.Errorf("seckill app: %w", err)
-	}
-	h.app = v.(*App)
 	if h.app.orders == nil {
 		return errors.New("seckill_orders serves the embedded order backend, and the seckill app has none: " +
 			"add `orders sqlite <file>` or `orders postgres <dsn>` to the seckill global option " +
