@@ -80,7 +80,9 @@ func (q *request) buy(next caddyhttp.Handler) error {
 		return q.fail(e)
 	}
 	q.h.app.metrics.observeAdmission(a.ID, d.Outcome.String(), time.Since(began))
-	q.h.app.acts.setStock(a.ID, d.Remaining, time.Now())
+	if !d.Replayed { // a replay carries the stock of its first answer, which may be stale
+		q.h.app.acts.setStock(a.ID, d.Remaining, time.Now())
+	}
 	switch d.Outcome {
 	case admission.Won:
 	case admission.SoldOut:
