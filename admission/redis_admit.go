@@ -5,28 +5,41 @@ import (
 	"fmt"
 )
 
-// Admit takes one admission decision in one script run (see Store.Admit and lua/admit.lua).
+// Admit takes one admission decision (see Store.Admit and lua/admit.lua). Concurrent calls for
+// one activity share script calls (group admission, see redis_batch.go) unless
+// RedisOptions.AdmitBatch is 1.
 func (s *RedisStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	if err := r.validate(); err != nil {
 		return Decision{}, fmt.Errorf("admit: %w", err)
 	}
-	keys := []string{
-		s.key(r.Activity, "meta"), s.key(r.Activity, "stock"), s.key(r.Activity, "buyers"),
-		s.key(r.Activity, "req"), s.key(r.Activity, "orders"), s.key(r.Activity, "resv"),
-		s.key(r.Activity, "results"),
+	if s.groups != nil {
+		return s.groups.admit(ctx, r)
 	}
-	reply, err := s.admit.Run(ctx, s.hot, keys, r.User, r.Qty, r.RequestID).Slice()
+	reply, err := s.admit.Run(ctx, s.hot, s.admitKeys(r.Activity), r.User, r.Qty, r.RequestID).Slice()
 	if err != nil {
 		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, redisScriptErr(err))
 	}
 	d, err := redisParseDecision(reply)
+	if err == nil && d.Outcome == 0 {
+		err = badInput("qty %d is above the per-user limit", r.Qty)
+	}
 	if err != nil {
 		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
 	}
 	return d, nil
 }
 
-// redisParseDecision reads admit.lua's {outcome, remaining, reservation_id, replayed}.
+// admitKeys returns admit.lua's KEYS for activity.
+func (s *RedisStore) admitKeys(activity string) []string {
+	return []string{
+		s.key(activity, "meta"), s.key(activity, "stock"), s.key(activity, "buyers"),
+		s.key(activity, "req"), s.key(activity, "orders"), s.key(activity, "resv"),
+		s.key(activity, "results"),
+	}
+}
+
+// redisParseDecision reads one of admit.lua's {outcome, remaining, reservation_id, replayed};
+// outcome 0 (qty above the limit) is returned as Outcome 0 for the caller to turn into an error.
 func redisParseDecision(v []any) (Decision, error) {
 	if len(v) != 4 {
 		return Decision{}, fmt.Errorf("malformed admit reply: %d elements", len(v))
@@ -35,7 +48,7 @@ func redisParseDecision(v []any) (Decision, error) {
 	left, ok2 := v[1].(int64)
 	resv, ok3 := v[2].(string)
 	replayed, ok4 := v[3].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || code < int64(Won) || code > int64(Ended) {
+	if !ok1 || !ok2 || !ok3 || !ok4 || code < 0 || code > int64(Ended) {
 		return Decision{}, fmt.Errorf("malformed admit reply %v", v)
 	}
 	return Decision{Outcome: Outcome(code), ReservationID: resv, Remaining: left, Replayed: replayed == 1}, nil

@@ -6,9 +6,11 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -22,33 +24,47 @@ const redisBenchClients = 64
 // BenchmarkRedisAdmit measures admissions per second at 64 concurrent callers on a private
 // redis-server and compares them with what the same server does for the cheapest possible script,
 // redis-benchmark -c 64 EVAL "return 1" 0: the ratio says how much of the server's script
-// throughput the admit script's work and the Go client leave. Each path runs with a plain client
-// and with RedisOptions.AutoPipeline.
+// throughput the admit script's work and the Go client leave. It also reports the p50 and p99
+// latency of one Admit, in µs.
+//
+// Each path runs in three modes: "single" (RedisOptions.AdmitBatch 1: one script call per Admit,
+// as a plain client would), "single_autopipeline" (the same through go-redis's auto-pipeliner)
+// and "grouped" (the default: concurrent calls for the activity share script calls).
 //
 // The machine is shared and its load moves, so for each long run the baseline is measured again
 // right before and right after it, and the ratio uses the mean of those two adjacent figures.
 func BenchmarkRedisAdmit(b *testing.B) {
 	srv := testsrv.StartRedis(b)
 	baseline := redisBenchmarkEval(b, srv.Addr)
-	for _, ap := range []bool{false, true} {
-		suffix := ""
-		if ap {
-			suffix = "_autopipeline"
+	modes := []struct {
+		name string
+		opts admission.RedisOptions
+	}{
+		{"single", admission.RedisOptions{AdmitBatch: 1}},
+		{"single_autopipeline", admission.RedisOptions{AdmitBatch: 1, AutoPipeline: true}},
+		{"grouped", admission.RedisOptions{}},
+	}
+	for _, path := range []struct {
+		name  string
+		stock int64
+		want  admission.Outcome
+	}{
+		// Stock that cannot run out and one new user per call: every call takes the full won path
+		// (all checks, DECRBY, HINCRBY, XADD, three HSETs).
+		{"won", 1 << 50, admission.Won},
+		{"sold_out", 0, admission.SoldOut},
+	} {
+		for _, m := range modes {
+			b.Run(path.name+"_"+m.name, func(b *testing.B) {
+				redisBenchAdmit(b, srv.Addr, baseline, m.opts, path.stock, path.want)
+			})
 		}
-		b.Run("won"+suffix, func(b *testing.B) {
-			// Stock that cannot run out and one new user per call: every call takes the full won
-			// path (all checks, DECRBY, HINCRBY, XADD, three HSETs).
-			redisBenchAdmit(b, srv.Addr, baseline, ap, 1<<50, admission.Won)
-		})
-		b.Run("sold_out"+suffix, func(b *testing.B) {
-			redisBenchAdmit(b, srv.Addr, baseline, ap, 0, admission.SoldOut)
-		})
 	}
 }
 
-func redisBenchAdmit(b *testing.B, addr string, baseline float64, autoPipeline bool, stock int64, want admission.Outcome) {
+func redisBenchAdmit(b *testing.B, addr string, baseline float64, opts admission.RedisOptions, stock int64, want admission.Outcome) {
 	ctx := context.Background()
-	s, _ := redisTestStore(b, addr, admission.RedisOptions{AutoPipeline: autoPipeline}, func(o *redis.Options) {
+	s, _ := redisTestStore(b, addr, opts, func(o *redis.Options) {
 		o.PoolSize = redisBenchClients
 	})
 	_ = s.Delete(ctx, "bench", true) // left by an earlier run
@@ -69,14 +85,18 @@ func redisBenchAdmit(b *testing.B, addr string, baseline float64, autoPipeline b
 	var (
 		next int64
 		bad  atomic.Int64
+		lat  = make([]time.Duration, b.N)
 	)
 	b.SetParallelism((redisBenchClients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			user := "u" + strconv.FormatInt(atomic.AddInt64(&next, 1), 10)
+			i := atomic.AddInt64(&next, 1)
+			user := "u" + strconv.FormatInt(i, 10)
+			t0 := time.Now()
 			d, err := s.Admit(ctx, admission.Request{Activity: "bench", User: user, Qty: 1, RequestID: "r"})
+			lat[i-1] = time.Since(t0)
 			if err != nil || d.Outcome != want {
 				bad.Add(1)
 			}
@@ -88,6 +108,9 @@ func redisBenchAdmit(b *testing.B, addr string, baseline float64, autoPipeline b
 	}
 	perSec := float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(perSec, "admits/s")
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50_µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99_µs")
 	if long {
 		_ = s.Delete(ctx, "bench", true) // the baseline runs on an empty server, as before
 		baseline = (before + redisBenchmarkEval(b, addr)) / 2

@@ -23,21 +23,24 @@ import (
 func TestRedisConformance(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	var n atomic.Int64
-	redisVariants(t, func(t *testing.T, autoPipeline bool) {
+	redisVariants(t, func(t *testing.T, v admission.RedisOptions) {
 		admissiontest.Run(t, func(t *testing.T) admission.Store {
 			// A prefix per test gives each a fresh, empty store on the one server.
-			opts := admission.RedisOptions{KeyPrefix: fmt.Sprintf("conf%d", n.Add(1)), AutoPipeline: autoPipeline}
+			opts := v
+			opts.KeyPrefix = fmt.Sprintf("conf%d", n.Add(1))
 			s, _ := redisTestStore(t, srv.Addr, opts, nil)
 			return s
 		})
 	})
 }
 
-// redisVariants runs a test with and without RedisOptions.AutoPipeline: batching changes how
-// commands travel and how the client retries them, not what they do.
-func redisVariants(t *testing.T, test func(t *testing.T, autoPipeline bool)) {
-	t.Run("plain", func(t *testing.T) { test(t, false) })
-	t.Run("autopipeline", func(t *testing.T) { test(t, true) })
+// redisVariants runs a test with group admission (the default), with group admission over
+// go-redis's auto-pipeliner, and with one script call per Admit (AdmitBatch 1): how commands
+// travel and are grouped must not change what they do.
+func redisVariants(t *testing.T, test func(t *testing.T, v admission.RedisOptions)) {
+	t.Run("grouped", func(t *testing.T) { test(t, admission.RedisOptions{}) })
+	t.Run("grouped_autopipeline", func(t *testing.T) { test(t, admission.RedisOptions{AutoPipeline: true}) })
+	t.Run("single", func(t *testing.T) { test(t, admission.RedisOptions{AdmitBatch: 1}) })
 }
 
 // redisTestStore returns a store on its own client and a second, raw client for inspecting the
@@ -318,11 +321,11 @@ func TestRedisKeys(t *testing.T) {
 // connection, and the retry must get the first answer instead of acting twice.
 func TestRedisDroppedReply(t *testing.T) { redisVariants(t, testRedisDroppedReply) }
 
-func testRedisDroppedReply(t *testing.T, autoPipeline bool) {
+func testRedisDroppedReply(t *testing.T, v admission.RedisOptions) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
 	proxy := testsrv.StartProxy(t, srv.Addr)
-	s, raw := redisTestStore(t, proxy.Addr, admission.RedisOptions{AutoPipeline: autoPipeline}, func(o *redis.Options) {
+	s, raw := redisTestStore(t, proxy.Addr, v, func(o *redis.Options) {
 		o.PoolSize = 1 // one connection, so the armed drop hits the next command's reply
 		o.MaxRetries = 3
 	})
@@ -372,10 +375,10 @@ func testRedisDroppedReply(t *testing.T, autoPipeline bool) {
 // TestRedisConcurrentRelease releases one reservation from ten clients at once.
 func TestRedisConcurrentRelease(t *testing.T) { redisVariants(t, testRedisConcurrentRelease) }
 
-func testRedisConcurrentRelease(t *testing.T, autoPipeline bool) {
+func testRedisConcurrentRelease(t *testing.T, v admission.RedisOptions) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
-	s, raw := redisTestStore(t, srv.Addr, admission.RedisOptions{AutoPipeline: autoPipeline}, nil)
+	s, raw := redisTestStore(t, srv.Addr, v, nil)
 	redisDefine(t, s, redisOpen("a1", 1, 1))
 	won := redisAdmit(t, s, "a1", "u1", "r1")
 	if won.Outcome != admission.Won {
@@ -383,7 +386,7 @@ func testRedisConcurrentRelease(t *testing.T, autoPipeline bool) {
 	}
 	stores := make([]*admission.RedisStore, 10)
 	for i := range stores {
-		stores[i], _ = redisTestStore(t, srv.Addr, admission.RedisOptions{AutoPipeline: autoPipeline}, nil)
+		stores[i], _ = redisTestStore(t, srv.Addr, v, nil)
 	}
 	var (
 		wg       sync.WaitGroup
@@ -421,10 +424,10 @@ func testRedisConcurrentRelease(t *testing.T, autoPipeline bool) {
 // NOSCRIPT and the client falls back to EVAL, unseen by callers.
 func TestRedisScriptFlush(t *testing.T) { redisVariants(t, testRedisScriptFlush) }
 
-func testRedisScriptFlush(t *testing.T, autoPipeline bool) {
+func testRedisScriptFlush(t *testing.T, v admission.RedisOptions) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
-	s, raw := redisTestStore(t, srv.Addr, admission.RedisOptions{AutoPipeline: autoPipeline}, nil)
+	s, raw := redisTestStore(t, srv.Addr, v, nil)
 	flush := func() {
 		t.Helper()
 		if err := raw.ScriptFlush(ctx).Err(); err != nil {
@@ -476,13 +479,13 @@ func redisScriptCount(t testing.TB, raw *redis.Client) int64 {
 // the stream after the restart, and the store works again.
 func TestRedisKilledServer(t *testing.T) { redisVariants(t, testRedisKilledServer) }
 
-func testRedisKilledServer(t *testing.T, autoPipeline bool) {
+func testRedisKilledServer(t *testing.T, v admission.RedisOptions) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t, testsrv.WithAOF("always"))
 	// go-redis logs every failed dial of the outage to stderr; keep the test output readable.
 	redis.SetLogger(redisQuietLogger{})
 	t.Cleanup(func() { redis.SetLogger(redisStderrLogger{log.New(os.Stderr, "redis: ", log.LstdFlags)}) })
-	s, raw := redisTestStore(t, srv.Addr, admission.RedisOptions{AutoPipeline: autoPipeline}, func(o *redis.Options) {
+	s, raw := redisTestStore(t, srv.Addr, v, func(o *redis.Options) {
 		o.PoolSize = 64
 		o.DialTimeout = 200 * time.Millisecond
 		o.ReadTimeout = 2 * time.Second
@@ -663,10 +666,10 @@ func TestRedisClaimAndDeadLetter(t *testing.T) {
 // 100 items, limit 1.
 func TestRedisNoOversell(t *testing.T) { redisVariants(t, testRedisNoOversell) }
 
-func testRedisNoOversell(t *testing.T, autoPipeline bool) {
+func testRedisNoOversell(t *testing.T, v admission.RedisOptions) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
-	s, raw := redisTestStore(t, srv.Addr, admission.RedisOptions{AutoPipeline: autoPipeline}, func(o *redis.Options) {
+	s, raw := redisTestStore(t, srv.Addr, v, func(o *redis.Options) {
 		o.PoolSize = 64
 		o.PoolTimeout = 30 * time.Second
 	})

@@ -1,49 +1,68 @@
--- Takes one admission decision. Every check runs before the first write: Lua has no rollback.
+-- Takes the admission decisions for a batch of requests to one activity, one after the other, each
+-- exactly as if it ran alone: for every request every check runs before its first write (Lua has
+-- no rollback), and a later request sees what an earlier one wrote. A batch of one is the plain
+-- case; larger batches let the server pay the round trip, the script call, the activity's
+-- definition, the clock and the stock read once for many buyers (see RedisStore's group admission).
 -- KEYS: meta, stock, buyers, req, orders, resv, results
--- ARGV: user, qty, request_id
--- Reply: {outcome, remaining, reservation_id, replayed}; outcome as Go's Outcome (1 won, 2 sold_out,
--- 3 limit_reached, 4 not_started, 5 ended). Errors: UNKNOWN_ACTIVITY, BAD_INPUT.
+-- ARGV: user, qty, request_id, then the same three for each further request
+-- Reply: four elements per request, in order: {outcome, remaining, reservation_id, replayed};
+-- outcome as Go's Outcome (1 won, 2 sold_out, 3 limit_reached, 4 not_started, 5 ended), or 0 when
+-- qty is above the per-user limit (bad input: nothing written).
+-- Errors (for the whole batch): UNKNOWN_ACTIVITY, BAD_INPUT (malformed ARGV).
 local m = redis.call('HMGET', KEYS[1], 'limit', 'start_ms', 'end_ms')
 if not m[1] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
 end
-
-local user, qty = ARGV[1], tonumber(ARGV[2])
--- Request ids are scoped by user so that one user cannot replay another's answer.
-local rk = user .. '\0' .. ARGV[3]
-local first = redis.call('HGET', KEYS[4], rk)
-if first then
-  local left, resv = string.match(first, '^(%-?%d+):(.*)$')
-  return {1, tonumber(left), resv, 1}
+if #ARGV == 0 or #ARGV % 3 ~= 0 then
+  return redis.error_reply('BAD_INPUT want user, qty, request id triples')
 end
+local limit = tonumber(m[1])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- The window is the same for the whole batch: one script runs at one instant.
+local closed = 0
 if now < tonumber(m[2]) then
-  return {4, tonumber(redis.call('GET', KEYS[2])), '', 0}
+  closed = 4
+elseif now >= tonumber(m[3]) then
+  closed = 5
 end
-if now >= tonumber(m[3]) then
-  return {5, tonumber(redis.call('GET', KEYS[2])), '', 0}
-end
-
-local limit = tonumber(m[1])
-if qty > limit then
-  return redis.error_reply('BAD_INPUT qty above the per-user limit')
-end
-local held = tonumber(redis.call('HGET', KEYS[3], user) or '0')
 local left = tonumber(redis.call('GET', KEYS[2]))
-if held + qty > limit then
-  return {3, left, '', 0}
-end
-if left < qty then
-  return {2, left, '', 0}
+
+local out, n = {}, 0
+local function answer(outcome, remaining, resv, replayed)
+  out[n + 1], out[n + 2], out[n + 3], out[n + 4] = outcome, remaining, resv, replayed
+  n = n + 4
 end
 
-left = redis.call('DECRBY', KEYS[2], qty)
-redis.call('HINCRBY', KEYS[3], user, qty)
-local id = redis.call('XADD', KEYS[5], '*', 'user', user, 'qty', ARGV[2], 'req', ARGV[3], 'at', now)
-redis.call('HSET', KEYS[6], id, ARGV[2] .. ':' .. user)
--- %d: plain concatenation would print a large stock as 1.1258999068426e+15.
-redis.call('HSET', KEYS[4], rk, string.format('%d', left) .. ':' .. id)
-redis.call('HSET', KEYS[7], user, '{"code":"queued","reservation_id":"' .. id .. '"}')
-return {1, left, id, 0}
+for i = 1, #ARGV, 3 do
+  local user, qty = ARGV[i], tonumber(ARGV[i + 1])
+  -- Request ids are scoped by user so that one user cannot replay another's answer.
+  local rk = user .. '\0' .. ARGV[i + 2]
+  local first = redis.call('HGET', KEYS[4], rk)
+  if first then
+    local was, resv = string.match(first, '^(%-?%d+):(.*)$')
+    answer(1, tonumber(was), resv, 1)
+  elseif closed ~= 0 then
+    answer(closed, left, '', 0)
+  elseif qty > limit then
+    answer(0, left, '', 0)
+  else
+    local held = tonumber(redis.call('HGET', KEYS[3], user) or '0')
+    if held + qty > limit then
+      answer(3, left, '', 0)
+    elseif left < qty then
+      answer(2, left, '', 0)
+    else
+      left = redis.call('DECRBY', KEYS[2], qty)
+      redis.call('HINCRBY', KEYS[3], user, qty)
+      local id = redis.call('XADD', KEYS[5], '*', 'user', user, 'qty', ARGV[i + 1], 'req', ARGV[i + 2], 'at', now)
+      redis.call('HSET', KEYS[6], id, ARGV[i + 1] .. ':' .. user)
+      -- %d: plain concatenation would print a large stock as 1.1258999068426e+15.
+      redis.call('HSET', KEYS[4], rk, string.format('%d', left) .. ':' .. id)
+      redis.call('HSET', KEYS[7], user, '{"code":"queued","reservation_id":"' .. id .. '"}')
+      answer(1, left, id, 0)
+    end
+  end
+end
+return out
