@@ -169,8 +169,13 @@ func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activ
 	if a.Salt == "" {
 		a.Salt = old.def.Salt
 	}
+	raised := a.Stock > old.def.Stock
 	old.stock += a.Stock - old.def.Stock
 	old.def = a
+	if raised {
+		// Nodes that flagged the activity sold out look again at once, as after a release.
+		s.publish(a.ID)
+	}
 	return a, nil
 }
 

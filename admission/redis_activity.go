@@ -31,7 +31,7 @@ func (s *RedisStore) Define(ctx context.Context, a Activity, force bool) (Activi
 	reply, err := s.define.Run(ctx, s.client,
 		[]string{s.key(a.ID, "meta"), s.key(a.ID, "stock")},
 		a.Stock, a.Limit, a.Start.UnixMilli(), a.End.UnixMilli(), a.PayWithin.Milliseconds(), a.Salt,
-		NewSalt(), redisFlag(force),
+		NewSalt(), redisFlag(force), s.channel, a.ID,
 	).StringSlice()
 	if err != nil {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, redisScriptErr(err))

@@ -25,8 +25,9 @@ type Store interface {
 	// opened is refused with ErrActivityRunning unless force is set, so that a configuration reload
 	// never resets stock. A redefinition never resets what was sold: the remaining stock moves by the
 	// difference between the old and the new total, and a total below what was already sold is
-	// refused with ErrStockBelowSold. An identical definition is a no-op. The stored activity (with its
-	// salt) is returned.
+	// refused with ErrStockBelowSold. An identical definition is a no-op. A redefinition that raises
+	// the total is announced on the restock channel (see Restocks), like a release. The stored
+	// activity (with its salt) is returned.
 	Define(ctx context.Context, a Activity, force bool) (Activity, error)
 
 	// Activity returns the stored definition and live counters of one activity.
@@ -62,8 +63,8 @@ type Store interface {
 	SetResult(ctx context.Context, activity, user string, r Result) error
 	GetResult(ctx context.Context, activity, user string) (Result, error)
 
-	// Restocks delivers the id of every activity whose stock was released, on any node, until ctx
-	// is done. Delivery is best effort (pub/sub): Guard also probes periodically.
+	// Restocks delivers the id of every activity whose stock was released or raised, on any node,
+	// until ctx is done. Delivery is best effort (pub/sub): Guard also probes periodically.
 	Restocks(ctx context.Context) (<-chan string, error)
 
 	Queue

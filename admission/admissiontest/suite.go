@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ConcurrentLimitOne", testConcurrentLimitOne},
 		{"ConcurrentMixedQty", testConcurrentMixedQty},
 		{"ReleaseExactlyOnce", testReleaseExactlyOnce},
+		{"RaiseStockRestocks", testRaiseStockRestocks},
 		{"Holders", testHolders},
 		{"Results", testResults},
 		{"Queue", testQueue},
@@ -778,5 +779,47 @@ func testDelete(t *testing.T, s admission.Store) {
 	define(t, s, upcoming)
 	if err := s.Delete(ctx, "later", false); err != nil {
 		t.Errorf("delete upcoming: %v", err)
+	}
+}
+
+// testRaiseStockRestocks: a redefinition that raises the total announces a restock (so nodes that
+// flagged the activity sold out look again at once); one that leaves the total alone does not.
+func testRaiseStockRestocks(t *testing.T, s admission.Store) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	restocks, err := s.Restocks(ctx)
+	if err != nil {
+		t.Fatalf("restocks: %v", err)
+	}
+	a := open("a1", 1, 1)
+	define(t, s, a)
+	if d := admit(t, s, "a1", "u1", 1, "r1"); d.Outcome != admission.Won {
+		t.Fatalf("admit = %+v", d)
+	}
+	lower := a
+	lower.Stock, lower.Limit = 1, 2 // same total, other limit: no restock
+	if _, err := s.Define(ctx, lower, true); err != nil {
+		t.Fatalf("redefine: %v", err)
+	}
+	select {
+	case id := <-restocks:
+		t.Errorf("restock for %q after a redefinition that did not raise the total", id)
+	case <-time.After(200 * time.Millisecond):
+	}
+	raised := lower
+	raised.Stock = 3
+	if _, err := s.Define(ctx, raised, true); err != nil {
+		t.Fatalf("raise: %v", err)
+	}
+	select {
+	case id := <-restocks:
+		if id != "a1" {
+			t.Errorf("restock for %q, want a1", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no restock broadcast after the total was raised")
+	}
+	if n := remaining(t, s, "a1"); n != 2 {
+		t.Errorf("remaining after raising 1 to 3 with 1 sold = %d, want 2", n)
 	}
 }

@@ -2,7 +2,8 @@
 -- KEYS: meta, stock
 -- ARGV: stock_total, limit, start_ms, end_ms, pay_ms, salt ('' keeps the stored one), new_salt
 --       (taken when creating with an empty salt), force ('1' redefines an activity whose window
---       has opened)
+--       has opened), restock channel, activity id (published when the total rises, so that nodes
+--       that flagged the activity sold out look again at once)
 -- Reply: {stock_total, limit, start_ms, end_ms, pay_ms, salt} as stored; errors RUNNING, BELOW_SOLD.
 local meta, stock = KEYS[1], KEYS[2]
 local total, salt = ARGV[1], ARGV[6]
@@ -39,4 +40,7 @@ if new_total ~= old_total then
 end
 redis.call('HSET', meta, 'stock_total', total, 'limit', ARGV[2], 'start_ms', ARGV[3],
   'end_ms', ARGV[4], 'pay_ms', ARGV[5], 'salt', salt)
+if new_total > old_total then
+  redis.call('PUBLISH', ARGV[9], ARGV[10])
+end
 return {total, ARGV[2], ARGV[3], ARGV[4], ARGV[5], salt}
