@@ -18,7 +18,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the JSON half of testdata/*.caddyfiletest with the adapter's output")
 
 // adapt adapts a Caddyfile to indented JSON.
-func adapt(t *testing.T, caddyfile string) (string, error) {
+func adapt(t testing.TB, caddyfile string) (string, error) {
 	t.Helper()
 	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
 	if err != nil {
@@ -112,6 +112,10 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redis cluster sentinel", global("store redis a:1 {\ncluster\nsentinel m\n}"), "cluster and sentinel are exclusive"},
 		{"redis cluster db", global("store redis a:1 {\ncluster\ndb 1\n}"), "a cluster has only database 0"},
 		{"redis auto_pipeline arg", global("store redis a:1 {\nauto_pipeline yes\n}"), "wrong argument count"},
+		{"redis admit_batch zero", global("store redis a:1 {\nadmit_batch 0\n}"), `admit_batch "0": want 1 (no grouping) to 1024`},
+		{"redis admit_batch big", global("store redis a:1 {\nadmit_batch 1025\n}"), `admit_batch "1025"`},
+		{"redis admit_batch word", global("store redis a:1 {\nadmit_batch many\n}"), `admit_batch "many"`},
+		{"redis admit_batch none", global("store redis a:1 {\nadmit_batch\n}"), "wrong argument count"},
 		{"redis db word", global("store redis a:1 {\ndb two\n}"), `db "two": want a database number`},
 		{"redis db negative", global("store redis a:1 {\ndb -1\n}"), `db "-1"`},
 		{"redis unknown", global("store redis a:1 {\ntls\n}"), `unrecognized store redis option "tls"`},

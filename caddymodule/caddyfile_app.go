@@ -239,6 +239,16 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 				return nil, d.ArgErr()
 			}
 			s.AutoPipeline = true
+		case "admit_batch":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxAdmitBatch {
+				return nil, d.Errf("seckill: store redis admit_batch %q: want 1 (no grouping) to %d", v, maxAdmitBatch)
+			}
+			s.AdmitBatch = n
 		default:
 			return nil, d.Errf("seckill: unrecognized store redis option %q", sub)
 		}

@@ -116,7 +116,9 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		if prefix == "" {
 			prefix = "seckill"
 		}
-		st, err := admission.NewRedisStore(b.client, admission.RedisOptions{KeyPrefix: prefix, AutoPipeline: s.AutoPipeline})
+		st, err := admission.NewRedisStore(b.client, admission.RedisOptions{
+			KeyPrefix: prefix, AutoPipeline: s.AutoPipeline, AdmitBatch: s.AdmitBatch,
+		})
 		if err != nil {
 			_ = b.client.Close()
 			return nil, err
