@@ -44,15 +44,18 @@ func (a Activity) validate() (Activity, error) {
 		return a, badInput("activity %s: per-user limit %d must be positive", a.ID, a.Limit)
 	case a.Start.IsZero() || a.End.IsZero():
 		return a, badInput("activity %s: start and end are required", a.ID)
-	case !a.End.After(a.Start):
-		return a, badInput("activity %s: end %s is not after start %s", a.ID, a.End.Format(time.RFC3339), a.Start.Format(time.RFC3339))
 	case a.PayWithin < 0:
 		return a, badInput("activity %s: pay window %s is negative", a.ID, a.PayWithin)
 	}
-	// Stores keep milliseconds; normalise so that a stored definition compares equal to its source.
+	// Stores keep milliseconds; normalise so that a stored definition compares equal to its source,
+	// and before the order check, so that a window shorter than a millisecond cannot be stored empty.
 	a.Start = time.UnixMilli(a.Start.UnixMilli())
 	a.End = time.UnixMilli(a.End.UnixMilli())
 	a.PayWithin = a.PayWithin.Truncate(time.Millisecond)
+	if !a.End.After(a.Start) {
+		return a, badInput("activity %s: end %s is not after start %s (to the millisecond)", a.ID,
+			a.End.UTC().Format(time.RFC3339Nano), a.Start.UTC().Format(time.RFC3339Nano))
+	}
 	return a, nil
 }
 

@@ -216,7 +216,12 @@ func testDefineBadInput(t *testing.T, s admission.Store) {
 		"zero limit":     func(a *admission.Activity) { a.Limit = 0 },
 		"no start":       func(a *admission.Activity) { a.Start = time.Time{} },
 		"end = start":    func(a *admission.Activity) { a.End = a.Start },
-		"negative pay":   func(a *admission.Activity) { a.PayWithin = -time.Second },
+		// Stores keep milliseconds: a window inside one millisecond would be stored empty.
+		"window under 1ms": func(a *admission.Activity) {
+			a.Start = time.UnixMilli(a.Start.UnixMilli()).Add(100 * time.Microsecond)
+			a.End = a.Start.Add(800 * time.Microsecond)
+		},
+		"negative pay": func(a *admission.Activity) { a.PayWithin = -time.Second },
 	}
 	for name, m := range mutate {
 		a := good
