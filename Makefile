@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: run test deps lint bench bench-load build xcaddy-check fuzz
+.PHONY: run test deps lint bench bench-load build xcaddy-check fuzz chaos
 
 run:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example --adapter caddyfile
@@ -33,6 +33,12 @@ xcaddy-check:
 # The flash-sale pressure test against a freshly built gateway (docs/BENCHMARKS.md).
 bench-load:
 	$(GO) run ./cmd/seckill-bench -build
+
+# The chaos suite at full size (docs/CHAOS.md): bigger sales, the 30 s PostgreSQL outage, more
+# rounds. `make test` runs its short version. It needs redis-server and PostgreSQL, not the browser.
+chaos:
+	./scripts/ensure-deps.sh
+	SECKILL_CHAOS=full $(GO) test -race -count=1 -timeout 30m -v ./chaos/
 
 # Each fuzz target for FUZZTIME (go test runs one target per invocation). Seed corpora are the
 # f.Add calls and testdata/fuzz/ folders; a crasher is written to testdata/fuzz/<target>/.

@@ -18,8 +18,11 @@ import (
 
 // Store is the atomic admission state shared by every node of a sale.
 //
-// Implementations must be safe for concurrent use. Every write is all-or-nothing: an operation that
-// returns an error or a rejection has changed nothing.
+// Implementations must be safe for concurrent use. Every write is all-or-nothing, and a rejection or
+// a refusal before the store was reached (bad input, unknown activity, open breaker) has changed
+// nothing. A transport error (timeout, dropped connection) is different: the operation may have
+// been carried out and its answer lost, so retry it with the same request id (Admit replays the
+// first answer; Release reports the same) instead of assuming it did nothing.
 type Store interface {
 	// Define creates an activity or updates its definition. Redefining an activity whose window has
 	// opened is refused with ErrActivityRunning unless force is set, so that a configuration reload

@@ -1,0 +1,109 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// claimIdle is the order backends' -claim-idle in scenario 3: short, so that the survivor takes
+// over the killed consumer's entries within the test.
+const claimIdle = time.Second
+
+// TestBackendKilled is scenario 3: two order backends consume one activity the whole time. A wave
+// of buyers is admitted while the database is slow (the test holds the activity's stock row, so
+// every order transaction waits), which leaves the whole wave in the queue; then the database is
+// let go, both backends take full batches, and one of them is killed with SIGKILL while it holds
+// delivered, unacknowledged entries. The other claims them; the killed one is restarted under its
+// name. Every win becomes exactly one order, none twice, and reconcile passes. Every buyer wins
+// here (stock for all), so the whole wave is queue work. The full run repeats it, killing the
+// backends in turn.
+func TestBackendKilled(t *testing.T) {
+	m := currentMode()
+	wave := 3 * int(m.stock)
+	act := newActivity("backend-kill", int64(m.rounds*wave), 1)
+	e := newEnv(t, act)
+	gw := e.startGateway("gateway")
+	backends := []*backend{e.startBackend("backend-a", claimIdle), e.startBackend("backend-b", claimIdle)}
+
+	d := newDriver(t, act.id, gw)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for round := 1; round <= m.rounds; round++ {
+		victim, other := backends[(round-1)%2], backends[round%2]
+
+		unlock := e.lockStock()
+		queued0 := e.queued()
+		d.start(ctx, makeBuyers(t, fmt.Sprintf("wave%d", round), wave, 1), m.conc)()
+		pending, lag, err := e.backlog()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gained := e.queued() - queued0; pending+lag != gained || gained == 0 {
+			t.Fatalf("round %d: %d wins queued behind the slow database, but the backlog is %d pending + %d undelivered", round, gained, pending, lag)
+		}
+		unlock()
+
+		// Mid-batch: the victim holds several delivered entries it has not acknowledged yet.
+		var held int64
+		for deadline := time.Now().Add(time.Minute); held < 8; time.Sleep(2 * time.Millisecond) {
+			if held, err = e.pendingOf(victim.consumer); err != nil || time.Now().After(deadline) {
+				t.Fatalf("round %d: %s never held a batch of 8 (%d, %v)", round, victim.name, held, err)
+			}
+		}
+		victim.kill()
+		killed := time.Now()
+		left, err := e.pendingOf(victim.consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			t.Fatalf("round %d: %s held %d entries a moment before SIGKILL and none after: not killed mid-batch", round, victim.name, held)
+		}
+		// Only a claim moves a dead consumer's entries: the survivor must take all of them.
+		waitFor(t, other.name+" claiming the killed consumer's entries", time.Minute, func() bool {
+			n, err := e.pendingOf(victim.consumer)
+			return err == nil && n == 0
+		})
+		claimed := time.Since(killed)
+		if other.exited() {
+			t.Fatalf("%s exited", other.name)
+		}
+		e.restartBackend(victim)
+		waitFor(t, "the queue drained", e.mode.drain, func() bool {
+			p, l, err := e.backlog()
+			return err == nil && p+l == 0
+		})
+		t.Logf("round %d: backlog of %d wins behind the slow database; %s killed holding %d unacknowledged entries; %s claimed them within %s; queue drained %s after the kill",
+			round, pending+lag, victim.name, left, other.name, claimed.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+	}
+	t.Logf("answers: %s", summary(d.snapshot()))
+	e.verify(d)
+}
+
+// lockStock holds the activity's row of the database's stock table (SELECT ... FOR UPDATE in an
+// open transaction) until unlock: every order transaction takes that row, so they all wait, as
+// behind a slow database. The row exists once a backend has joined the queue.
+func (e *env) lockStock() (unlock func()) {
+	e.t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.dsn)
+	if err != nil {
+		e.t.Fatalf("connect to the order database: %v", err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		e.t.Fatalf("begin: %v", err)
+	}
+	tag, err := tx.Exec(ctx, `SELECT 1 FROM stock WHERE activity = $1 FOR UPDATE`, e.act.id)
+	if err != nil || tag.RowsAffected() != 1 {
+		e.t.Fatalf("lock the stock row of %s: %v (%s)", e.act.id, err, tag)
+	}
+	return func() {
+		_ = tx.Rollback(ctx)
+		_ = conn.Close(ctx)
+	}
+}

@@ -1,0 +1,761 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+)
+
+// binaries are cmd/caddy and cmd/orderbackend, built once per test binary, by the first scenario
+// that runs (so that `go test ./... -run Other` does not pay for the build), into a folder TestMain
+// removes at the end. They are built without -race: the test process has it, the servers under
+// test need not be slowed down.
+type binaries struct {
+	once                sync.Once
+	dir                 string
+	caddy, orderbackend string
+	err                 error
+}
+
+var bins binaries
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bins.dir != "" {
+		_ = os.RemoveAll(bins.dir)
+	}
+	os.Exit(code)
+}
+
+// build compiles both commands with one go build, from the module root, once.
+func (b *binaries) build(t *testing.T) {
+	t.Helper()
+	b.once.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			b.err = err
+			return
+		}
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			b.err = fmt.Errorf("no go command to build the servers under test: %w", err)
+			return
+		}
+		if b.dir, b.err = os.MkdirTemp("", "seckill-chaos-"); b.err != nil {
+			return
+		}
+		began := time.Now()
+		cmd := exec.Command(gobin, "build", "-o", b.dir+string(filepath.Separator), "./cmd/caddy", "./cmd/orderbackend")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build ./cmd/caddy ./cmd/orderbackend: %w\n%s", err, out)
+			return
+		}
+		b.caddy, b.orderbackend = filepath.Join(b.dir, "caddy"), filepath.Join(b.dir, "orderbackend")
+		t.Logf("built cmd/caddy and cmd/orderbackend in %s", time.Since(began).Round(time.Millisecond))
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+}
+
+// moduleRoot walks up from the working directory to the folder holding go.mod.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("module root: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("module root: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// mode is the size of the run: short by default (CI), full with SECKILL_CHAOS=full.
+type mode struct {
+	full   bool
+	users  int // buyers of one sale
+	stock  int64
+	conc   int           // buyers in flight at once
+	rounds int           // faults per scenario where a scenario repeats its fault
+	down   time.Duration // how long redis-server stays killed
+	pause  time.Duration // how long redis-server stays stopped (SIGSTOP)
+	pgDown time.Duration // how long PostgreSQL stays stopped
+	drain  time.Duration // how long the queue may take to drain before reconcile must pass
+}
+
+func currentMode() mode {
+	if os.Getenv("SECKILL_CHAOS") == "full" {
+		return mode{full: true, users: 3000, stock: 1000, conc: 64, rounds: 3,
+			down: 5 * time.Second, pause: 5 * time.Second, pgDown: 30 * time.Second, drain: 3 * time.Minute}
+	}
+	return mode{users: 300, stock: 100, conc: 32, rounds: 1,
+		down: 3 * time.Second, pause: 5 * time.Second, pgDown: 5 * time.Second, drain: time.Minute}
+}
+
+// Secrets of the private deployment.
+const (
+	jwtSecret = "chaos-jwt-secret-0123456789abcdef"
+	urlSecret = "chaos-url-secret"
+	keyPrefix = "seckill"
+	group     = orderbackend.DefaultGroup
+)
+
+// activity is the one activity a scenario sells: open from a minute ago for an hour.
+type activity struct {
+	id           string
+	stock, limit int64
+	start, end   time.Time
+}
+
+func newActivity(id string, stock, limit int64) activity {
+	now := time.Now().Truncate(time.Second)
+	return activity{id: id, stock: stock, limit: limit, start: now.Add(-time.Minute), end: now.Add(time.Hour)}
+}
+
+// env is one scenario's private deployment: redis-server, PostgreSQL, the gateways and order
+// backends it starts, and the test's own view of Redis and the database.
+type env struct {
+	t    *testing.T
+	mode mode
+	act  activity
+	dir  string
+
+	redis *testsrv.Redis
+	pg    *testsrv.Postgres
+	dsn   string
+
+	rdb   *redis.Client          // raw commands: INFO, XPENDING, XINFO
+	store *admission.RedisStore  // what Reconcile reads
+	repo  *orderbackend.Postgres // opened on first use (the backends migrate the database)
+}
+
+// newEnv starts redis-server (AOF, appendfsync everysec) and PostgreSQL for act.
+func newEnv(t *testing.T, act activity) *env {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("the chaos suite builds and runs real servers")
+	}
+	bins.build(t)
+	e := &env{t: t, mode: currentMode(), act: act, dir: t.TempDir()}
+	e.redis = testsrv.StartRedis(t, testsrv.WithAOF("everysec"))
+	e.onFailure("redis-server", filepath.Join(e.redis.Dir, "redis.log"))
+	e.pg = testsrv.StartPostgres(t)
+	e.onFailure("postgres", filepath.Join(e.pg.Dir, "postgres.log"))
+	e.dsn = e.pg.Database(t, "orders")
+
+	e.rdb = redis.NewClient(&redis.Options{Addr: e.redis.Addr, DialTimeout: time.Second,
+		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1})
+	t.Cleanup(func() { _ = e.rdb.Close() })
+	var err error
+	e.store, err = admission.NewRedisStore(redis.NewClient(&redis.Options{Addr: e.redis.Addr}),
+		admission.RedisOptions{KeyPrefix: keyPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.store.Close() })
+	t.Logf("mode full=%v: redis %s, postgres port %d", e.mode.full, e.redis.Addr, e.pg.Port)
+	return e
+}
+
+// onFailure prints the end of a log when the test has failed. Registered after the server that
+// writes it, it runs before that server's cleanup removes it.
+func (e *env) onFailure(name, path string) {
+	e.t.Cleanup(func() {
+		if e.t.Failed() {
+			e.t.Logf("--- last lines of %s (%s):\n%s", name, path, tail(path, 40))
+		}
+	})
+}
+
+func tail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// proc is a server process the test started from a built binary, with its output in a log file.
+type proc struct {
+	t    *testing.T
+	name string
+	bin  string
+	args []string
+	env  []string
+	dir  string
+	log  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the current process has exited
+}
+
+func (e *env) newProc(name, bin string, args, env []string) *proc {
+	dir := filepath.Join(e.dir, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	p := &proc{t: e.t, name: name, bin: bin, args: args, dir: dir, log: filepath.Join(dir, name+".log"),
+		// HOME and XDG folders inside the test's folder: Caddy writes nothing into the real home.
+		env: append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir,
+			"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"), "XDG_DATA_HOME=" + filepath.Join(dir, "data")}, env...)}
+	e.t.Cleanup(p.stop)
+	e.onFailure(name, p.log)
+	p.start()
+	return p
+}
+
+// start runs the process (again, after a kill: same arguments, same log, appended).
+func (p *proc) start() {
+	p.t.Helper()
+	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	fmt.Fprintf(f, "=== %s start %s\n", p.name, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = p.dir, p.env, f, f
+	// Pdeathsig: a test binary that dies must not leave its servers behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		_ = f.Close()
+		p.t.Fatalf("start %s: %v", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); _ = f.Close(); close(done) }()
+	p.mu.Lock()
+	p.cmd, p.done = cmd, done
+	p.mu.Unlock()
+}
+
+func (p *proc) current() (*exec.Cmd, chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd, p.done
+}
+
+// exited reports whether the current process has exited.
+func (p *proc) exited() bool {
+	_, done := p.current()
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill sends SIGKILL, as a crash would, and waits until the process is gone.
+func (p *proc) kill() {
+	cmd, done := p.current()
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// stop asks the process to exit (SIGTERM) and kills it after 10 s; safe to call when it is gone.
+func (p *proc) stop() {
+	cmd, done := p.current()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// gateway is a Caddy process running the seckill edge on the shared Redis.
+type gateway struct {
+	*proc
+	base     string // http://127.0.0.1:port
+	activity string
+}
+
+// startGateway writes the gateway's Caddyfile and runs Caddy until the activity's status answers.
+func (e *env) startGateway(name string) *gateway {
+	e.t.Helper()
+	port, err := testsrv.FreePort()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	dir := filepath.Join(e.dir, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(cfg, []byte(e.caddyfile(port)), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+	g := &gateway{base: fmt.Sprintf("http://127.0.0.1:%d", port), activity: e.act.id}
+	g.proc = e.newProc(name, bins.caddy, []string{"run", "--config", cfg, "--adapter", "caddyfile"}, nil)
+	g.waitReady()
+	return g
+}
+
+// caddyfile is the edge only: store redis, captcha off (a program buys), JWT HS256, no rate
+// limits (the suite is about the store and the backends, not the node-local limiters), the
+// activity, and the metrics handler to read the breaker state. No embedded order backend.
+func (e *env) caddyfile(port int) string {
+	a := e.act
+	return fmt.Sprintf(`{
+	admin off
+	persist_config off
+	seckill {
+		store redis %s
+		jwt {
+			algorithms HS256
+			hmac_secret %s
+		}
+		url_secret %s
+		captcha off
+		activity %s {
+			stock %d
+			limit %d
+			start %s
+			end %s
+			pay_within 15m
+		}
+	}
+}
+
+http://:%d {
+	bind 127.0.0.1
+	route /seckill/* {
+		seckill
+	}
+	metrics /metrics
+}
+`, e.redis.Addr, jwtSecret, urlSecret, a.id, a.stock, a.limit,
+		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), port)
+}
+
+// restart starts a killed gateway again with the same configuration.
+func (g *gateway) restart() {
+	g.t.Helper()
+	g.start()
+	g.waitReady()
+}
+
+func (g *gateway) waitReady() {
+	g.t.Helper()
+	hc := &http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if g.exited() {
+			g.t.Fatalf("%s exited at start:\n%s", g.name, tail(g.log, 40))
+		}
+		res, err := hc.Get(g.base + "/seckill/" + g.activity)
+		if err == nil {
+			_ = res.Body.Close()
+			if res.StatusCode == http.StatusOK {
+				return
+			}
+		}
+	}
+	g.t.Fatalf("%s did not answer on %s:\n%s", g.name, g.base, tail(g.log, 40))
+}
+
+// breakerState reads caddy_seckill_breaker_state (0 closed, 1 half-open, 2 open) from the
+// gateway's metrics, which cost no store call.
+func (g *gateway) breakerState() (int, error) {
+	hc := &http.Client{Timeout: 2 * time.Second}
+	res, err := hc.Get(g.base + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = res.Body.Close() }()
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "caddy_seckill_breaker_state "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return int(f), err
+		}
+	}
+	return 0, fmt.Errorf("no caddy_seckill_breaker_state in the metrics of %s (%w)", g.name, sc.Err())
+}
+
+// breakerOpen is the metric's value for an open breaker.
+const breakerOpen = 2
+
+// watchBreaker polls g's breaker until stop is closed and reports whether it was ever open.
+func (g *gateway) watchBreaker(stop <-chan struct{}) <-chan bool {
+	seen := make(chan bool, 1)
+	go func() {
+		open := false
+		for {
+			if s, err := g.breakerState(); err == nil && s == breakerOpen {
+				open = true
+			}
+			select {
+			case <-stop:
+				seen <- open
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return seen
+}
+
+// backend is a standalone order backend process.
+type backend struct {
+	*proc
+	consumer string
+	listen   string
+}
+
+// startBackend runs `orderbackend run` as consumer name and waits until it reads the activity's
+// queue. claimIdle is how long another consumer's entry must sit pending before it is claimed.
+func (e *env) startBackend(name string, claimIdle time.Duration) *backend {
+	e.t.Helper()
+	port, err := testsrv.FreePort()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	b := &backend{consumer: name, listen: fmt.Sprintf("127.0.0.1:%d", port)}
+	b.proc = e.newProc(name, bins.orderbackend, []string{"run", "-redis", e.redis.Addr, "-db", e.dsn,
+		"-listen", b.listen, "-name", name, "-claim-idle", claimIdle.String()},
+		[]string{"SECKILL_JWT_SECRET=" + jwtSecret})
+	e.waitConsumer(b)
+	return b
+}
+
+// restart starts a killed backend again under the same consumer name.
+func (e *env) restartBackend(b *backend) {
+	e.t.Helper()
+	b.start()
+	e.waitListening(b)
+}
+
+// waitConsumer waits until b is a member of the activity's consumer group (it has read).
+func (e *env) waitConsumer(b *backend) {
+	e.t.Helper()
+	ctx := context.Background()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if b.exited() {
+			e.t.Fatalf("%s exited at start:\n%s", b.name, tail(b.log, 40))
+		}
+		cs, _ := e.rdb.XInfoConsumers(ctx, e.streamKey(), group).Result() // NOGROUP until the first read
+		for _, c := range cs {
+			if c.Name == b.consumer {
+				return
+			}
+		}
+	}
+	e.t.Fatalf("%s never joined the consumer group:\n%s", b.name, tail(b.log, 40))
+}
+
+func (e *env) waitListening(b *backend) {
+	e.t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if b.exited() {
+			e.t.Fatalf("%s exited at start:\n%s", b.name, tail(b.log, 40))
+		}
+		if c, err := net.DialTimeout("tcp", b.listen, time.Second); err == nil {
+			_ = c.Close()
+			return
+		}
+	}
+	e.t.Fatalf("%s does not listen on %s:\n%s", b.name, b.listen, tail(b.log, 40))
+}
+
+// streamKey is the activity's wins queue (docs/admission.md).
+func (e *env) streamKey() string { return keyPrefix + ":{" + e.act.id + "}:orders" }
+
+// missingFromStream returns the reservations among wins that are not entries of the activity's
+// queue: a reservation id is the id of its win's queue entry (docs/admission.md).
+func (e *env) missingFromStream(wins map[userKey]string) []string {
+	e.t.Helper()
+	var missing []string
+	for _, id := range wins {
+		xs, err := e.rdb.XRange(context.Background(), e.streamKey(), id, id).Result()
+		if err != nil {
+			e.t.Fatalf("XRANGE %s: %v", id, err)
+		}
+		if len(xs) != 1 {
+			missing = append(missing, id)
+		}
+	}
+	return missing
+}
+
+// redisInfo reads one INFO section as key → value.
+func (e *env) redisInfo(section string) (map[string]string, error) {
+	s, err := e.rdb.Info(context.Background(), section).Result()
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(s, "\r\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && !strings.HasPrefix(line, "#") {
+			m[k] = v
+		}
+	}
+	return m, nil
+}
+
+// scriptCalls is how many scripts Redis has run (EVALSHA and EVAL), from INFO commandstats.
+func (e *env) scriptCalls() int64 {
+	e.t.Helper()
+	m, err := e.redisInfo("commandstats")
+	if err != nil {
+		e.t.Fatalf("INFO commandstats: %v", err)
+	}
+	var n int64
+	for _, cmd := range []string{"cmdstat_evalsha", "cmdstat_eval"} {
+		for _, f := range strings.Split(m[cmd], ",") {
+			if v, ok := strings.CutPrefix(f, "calls="); ok {
+				c, _ := strconv.ParseInt(v, 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
+}
+
+// settledScriptCalls waits until Redis has run what was queued in its sockets (the script count
+// stops moving) and returns the count.
+func (e *env) settledScriptCalls() int64 {
+	e.t.Helper()
+	last, same := e.scriptCalls(), 0
+	for deadline := time.Now().Add(10 * time.Second); same < 3 && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		n := e.scriptCalls()
+		if n == last {
+			same++
+		} else {
+			last, same = n, 0
+		}
+	}
+	return last
+}
+
+// queued is the length of the activity's wins queue: one entry per win ever made.
+func (e *env) queued() int64 {
+	e.t.Helper()
+	n, err := e.rdb.XLen(context.Background(), e.streamKey()).Result()
+	if err != nil {
+		e.t.Fatalf("XLEN: %v", err)
+	}
+	return n
+}
+
+// remaining is the activity's stock left in the store.
+func (e *env) remaining() int64 {
+	e.t.Helper()
+	n, err := e.store.Remaining(context.Background(), e.act.id)
+	if err != nil {
+		e.t.Fatalf("remaining: %v", err)
+	}
+	return n
+}
+
+// redisPID is redis-server's process id, from INFO server.
+func (e *env) redisPID() int {
+	e.t.Helper()
+	m, err := e.redisInfo("server")
+	if err != nil {
+		e.t.Fatalf("INFO server: %v", err)
+	}
+	pid, err := strconv.Atoi(m["process_id"])
+	if err != nil {
+		e.t.Fatalf("INFO server process_id %q: %v", m["process_id"], err)
+	}
+	return pid
+}
+
+// processStopped reports whether pid is in the stopped state (T) after a SIGSTOP.
+func processStopped(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...: the command may hold spaces and parentheses, the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'T'
+}
+
+// backlog is the consumer group's work left: entries delivered but not acknowledged plus entries
+// not delivered yet.
+func (e *env) backlog() (pending, lag int64, err error) {
+	gs, err := e.rdb.XInfoGroups(context.Background(), e.streamKey()).Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, g := range gs {
+		if g.Name == group {
+			return g.Pending, g.Lag, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("no consumer group %q on %s", group, e.streamKey())
+}
+
+// pendingOf is how many entries consumer holds delivered and not acknowledged.
+func (e *env) pendingOf(consumer string) (int64, error) {
+	p, err := e.rdb.XPending(context.Background(), e.streamKey(), group).Result()
+	if err != nil {
+		return 0, err
+	}
+	return p.Consumers[consumer], nil
+}
+
+// waitFor polls cond every 20 ms until it holds or timeout passes, and returns how long it took.
+func waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) time.Duration {
+	t.Helper()
+	began := time.Now()
+	for !cond() {
+		if time.Since(began) > timeout {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return time.Since(began)
+}
+
+// orders opens the order repository (once) for the checks.
+func (e *env) orders() *orderbackend.Postgres {
+	e.t.Helper()
+	if e.repo == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		repo, err := orderbackend.NewPostgres(ctx, e.dsn)
+		if err != nil {
+			e.t.Fatalf("open the order database: %v", err)
+		}
+		e.repo = repo
+		e.t.Cleanup(func() { _ = repo.Close() })
+	}
+	return e.repo
+}
+
+// reconcile polls orderbackend.Reconcile until every invariant holds (the queue drained and the
+// outbox relayed) or the mode's drain time passes, and returns the report and how long it took.
+func (e *env) reconcile() (orderbackend.Report, time.Duration) {
+	e.t.Helper()
+	repo := e.orders()
+	began := time.Now()
+	var (
+		rep     orderbackend.Report
+		lastErr error
+	)
+	for time.Since(began) < e.mode.drain {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rep, lastErr = orderbackend.Reconcile(ctx, e.store, repo, e.act.id)
+		cancel()
+		if lastErr == nil && rep.OK() {
+			return rep, time.Since(began)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.t.Fatalf("reconcile did not pass within %s (error %v):\n%s", e.mode.drain, lastErr, rep)
+	return rep, 0
+}
+
+// verify is the end of every sale scenario: reconcile passes, and from the buyers' side no win
+// was lost, no Idempotency-Key was admitted twice, nothing was oversold, and every refusal kept to
+// the contract. It returns the reconcile report and how long the queue took to drain.
+func (e *env) verify(d *driver) (orderbackend.Report, time.Duration) {
+	e.t.Helper()
+	t := e.t
+	d.checkAnswers()
+	rep, drained := e.reconcile()
+	if rep.DeadLetters != 0 {
+		t.Errorf("%d wins were dead-lettered: their buyers got a 202 and no order", rep.DeadLetters)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	orders, err := e.orders().Orders(ctx, e.act.id)
+	if err != nil {
+		t.Fatalf("read orders: %v", err)
+	}
+	byResv := map[string]orderbackend.Order{}
+	perUser := map[string]int64{}
+	ordersOf := map[string]int{}
+	var sold int64
+	for _, o := range orders {
+		if _, dup := byResv[o.ReservationID]; dup {
+			t.Errorf("reservation %s has two orders", o.ReservationID)
+		}
+		byResv[o.ReservationID] = o
+		if o.Status != orderbackend.StatusCancelled {
+			perUser[o.User] += o.Qty
+			ordersOf[o.User]++
+			sold += o.Qty
+		}
+	}
+	if sold > e.act.stock {
+		t.Errorf("oversold: %d items in orders, stock %d", sold, e.act.stock)
+	}
+	for u, q := range perUser {
+		if q > e.act.limit {
+			t.Errorf("oversold: user %s holds %d items, limit %d", u, q, e.act.limit)
+		}
+	}
+
+	// Never lose a win: every reservation a buyer was told of is one order of that buyer.
+	wins := d.wins() // (user, key) → reservation, from the 202 answers
+	told := map[string]bool{}
+	for k, resv := range wins {
+		told[resv] = true
+		o, ok := byResv[resv]
+		switch {
+		case !ok:
+			t.Errorf("lost win: %s got 202 with reservation %s (key %s) and there is no order", k.user, resv, k.key)
+		case o.User != k.user:
+			t.Errorf("reservation %s was answered to %s but its order belongs to %s", resv, k.user, o.User)
+		}
+	}
+	// No double admission: each buyer used one Idempotency-Key, so one order at most, whatever the
+	// limit; and every order reached its buyer as a 202 (a win nobody was told of means a retry
+	// with the same key did not get the first answer back).
+	keys := d.keysPerUser()
+	for u, n := range ordersOf {
+		if n > keys[u] {
+			t.Errorf("double admission: user %s has %d orders for %d Idempotency-Keys", u, n, keys[u])
+		}
+	}
+	if d.allFinished() {
+		for _, o := range orders {
+			if !told[o.ReservationID] {
+				t.Errorf("win never answered: reservation %s of %s is an order, but no 202 carried it", o.ReservationID, o.User)
+			}
+		}
+	}
+	t.Logf("reconcile OK after %s: wins %d, orders %d, store remaining %d, database left %d, buyers told %d",
+		drained.Round(time.Millisecond), rep.Wins, rep.Orders, rep.StoreRemaining, rep.DBLeft, len(wins))
+	return rep, drained
+}
