@@ -34,6 +34,12 @@ type GuardOptions struct {
 	// HalfOpenRequests is how many trial calls a half-open breaker lets through; that many
 	// successes in a row close it. Default 1.
 	HalfOpenRequests uint32
+	// AdmitTimeout, when positive, bounds each Admit that reaches the store (queueing included): a
+	// store that stalls costs a buyer this long at most, and the expired call counts as a failure
+	// towards opening the breaker. A call that timed out may still have been admitted (see Store);
+	// the request id makes the retry find it. Default 0: only the caller's context and the
+	// client's own timeouts bound it.
+	AdmitTimeout time.Duration
 	// OnStateChange, if set, is called on every breaker state change, for logs and metrics. It runs
 	// under the breaker's lock: it must be quick and must not call the Guard.
 	OnStateChange func(name string, from, to gobreaker.State)
@@ -66,6 +72,8 @@ type Guard struct {
 	cb    *gobreaker.CircuitBreaker[struct{}] // store calls
 	qcb   *gobreaker.CircuitBreaker[struct{}] // queue calls
 	probe time.Duration
+
+	admitTimeout time.Duration // GuardOptions.AdmitTimeout
 
 	flagMu sync.Mutex                            // serialises writers of flags
 	flags  atomic.Pointer[map[string]*guardFlag] // copied on write: the read path takes no lock
@@ -102,6 +110,8 @@ func NewGuard(store Store, opts GuardOptions) *Guard {
 		cb:    gobreaker.NewCircuitBreaker[struct{}](opts.breakerSettings(name)),
 		qcb:   gobreaker.NewCircuitBreaker[struct{}](opts.breakerSettings(name + "/queue")),
 		probe: opts.ProbeInterval,
+
+		admitTimeout: opts.AdmitTimeout,
 	}
 	if g.probe <= 0 {
 		g.probe = DefaultProbeInterval
@@ -219,6 +229,11 @@ func (g *Guard) Admit(ctx context.Context, r Request) (Decision, error) {
 		if before = f.state.Load(); before&soldOutBit != 0 && (!r.MayReplay || f.excludes(before, r.User)) {
 			return Decision{Outcome: SoldOut}, nil
 		}
+	}
+	if g.admitTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.admitTimeout)
+		defer cancel()
 	}
 	d, err := call(g.cb, "admit", r.Activity, func() (Decision, error) { return g.store.Admit(ctx, r) })
 	if err != nil {

@@ -179,3 +179,61 @@ func TestGuardRedisBreakerKilledServer(t *testing.T) {
 	}
 	t.Logf("breaker transitions: %s", log.String())
 }
+
+// TestGuardRedisAdmitTimeout pauses the server (SIGSTOP): with AdmitTimeout far below the client's
+// read timeout, each stalled Admit ends with ErrBusy wrapping the expired deadline, the expiries
+// open the breaker, and then calls fail without being sent. After SIGCONT the calls that reached
+// the server are decided, and admission resumes.
+func TestGuardRedisAdmitTimeout(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	store, counter := guardRedisStore(t, srv.Addr, func(o *redis.Options) {
+		o.ReadTimeout = time.Minute // only AdmitTimeout can end a stalled call
+		o.MaxRetries = 0
+	})
+	g := startGuard(t, store, GuardOptions{ConsecutiveFailures: 3, OpenTimeout: 200 * time.Millisecond, AdmitTimeout: 100 * time.Millisecond})
+	ctx := context.Background()
+	mustDefine(t, g, openAt(time.Now(), "a1", 1000, 1))
+	admit := func(user string) (Decision, error) {
+		return g.Admit(ctx, Request{Activity: "a1", User: user, Qty: 1, RequestID: "r"})
+	}
+	if d, err := admit("warm-up"); err != nil || d.Outcome != Won {
+		t.Fatalf("admission before the pause = %+v, %v", d, err)
+	}
+
+	srv.Pause()
+	resumed := false
+	defer func() {
+		if !resumed {
+			srv.Resume()
+		}
+	}()
+	for i := range 3 {
+		_, err := admit("stalled" + strconv.Itoa(i))
+		if !errors.Is(err, ErrBusy) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("stalled admission %d: %v, want ErrBusy wrapping the deadline", i, err)
+		}
+	}
+	if st := g.BreakerState(); st != gobreaker.StateOpen {
+		t.Fatalf("breaker %v after 3 expired admissions, want open", st)
+	}
+	sent := counter.n.Load()
+	if _, err := admit("refused"); !errors.Is(err, gobreaker.ErrOpenState) {
+		t.Errorf("admission with the breaker open: %v", err)
+	}
+	if n := counter.n.Load() - sent; n != 0 {
+		t.Errorf("the open breaker sent %d commands", n)
+	}
+
+	srv.Resume()
+	resumed = true
+	eventually(t, 10*time.Second, "admission resumes", func() bool {
+		d, err := admit("after")
+		if err != nil && !errors.Is(err, ErrBusy) {
+			t.Fatalf("admission after the pause: %v", err)
+		}
+		return err == nil && d.Outcome == Won
+	})
+	if n := mustRemaining(t, g, "a1"); n > 998 {
+		t.Errorf("remaining %d: want the warm-up and the later win taken", n)
+	}
+}

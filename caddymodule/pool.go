@@ -35,6 +35,10 @@ const (
 const (
 	redisDialTimeout = time.Second
 	redisIOTimeout   = time.Second
+	// admitTimeout bounds one buy's wait for the store, queueing and a retry included, so that a
+	// stalled Redis costs a buyer about a second before 503 busy (and then nothing, once the
+	// breaker is open), not the client's read timeout times its attempts.
+	admitTimeout = time.Second
 )
 
 // backend is the shared admission state of one store configuration.
@@ -127,8 +131,13 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.captchas = captcha.NewRedisStore(b.client, prefix)
 		b.gcra = ratelimit.NewGCRA(b.client, prefix)
 	}
+	var timeout time.Duration
+	if b.client != nil { // the memory store answers in microseconds and cannot stall
+		timeout = admitTimeout
+	}
 	b.guard = admission.NewGuard(b.store, admission.GuardOptions{
-		Name: "seckill",
+		Name:         "seckill",
+		AdmitTimeout: timeout,
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			logger.Warn("admission circuit breaker", zap.String("breaker", name),
 				zap.Stringer("from", from), zap.Stringer("to", to))
