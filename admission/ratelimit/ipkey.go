@@ -16,3 +16,17 @@ func IPKey(addr netip.Addr) string {
 	}
 	return netip.PrefixFrom(addr, 64).Masked().String()
 }
+
+// IPKeyString is IPKey of a textual address, false when s is not one. An IPv4 address, the
+// common case, is its own key: netip accepts only its canonical dotted form, so s is returned as
+// is, without formatting a new string.
+func IPKeyString(s string) (string, bool) {
+	addr, err := netip.ParseAddr(s)
+	if err != nil {
+		return "", false
+	}
+	if addr.Is4() {
+		return s, true
+	}
+	return IPKey(addr), true
+}

@@ -2,11 +2,16 @@ package ratelimit
 
 import (
 	"fmt"
+	"math"
+	mrand "math/rand/v2"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 var t0 = time.Date(2026, 12, 1, 20, 0, 0, 0, time.UTC)
@@ -158,6 +163,25 @@ func TestIPKey(t *testing.T) {
 	}
 }
 
+// TestIPKeyString checks that the textual form keys like IPKey of the parsed address, IPv4
+// included (returned as given), and refuses what is not an address.
+func TestIPKeyString(t *testing.T) {
+	for _, in := range []string{
+		"192.0.2.7", "0.0.0.0", "255.255.255.255", "::ffff:192.0.2.7", "::1",
+		"2001:db8:1:2:aaaa:bbbb:cccc:dddd", "2001:DB8::1", "fe80::1%eth0", "::ffff:c000:207",
+	} {
+		got, ok := IPKeyString(in)
+		if want := IPKey(netip.MustParseAddr(in)); !ok || got != want {
+			t.Errorf("IPKeyString(%q) = %q, %v; want %q", in, got, ok, want)
+		}
+	}
+	for _, in := range []string{"", "unknown", "192.0.2.07", "192.0.2", "192.0.2.7%eth0", " 192.0.2.7", "192.0.2.7:80"} {
+		if got, ok := IPKeyString(in); ok {
+			t.Errorf("IPKeyString(%q) = %q, true; want false", in, got)
+		}
+	}
+}
+
 func TestIPv6Slash64SharesBucket(t *testing.T) {
 	l := NewLocal(Rate{Events: 1, Period: time.Hour, Burst: 1}, 100)
 	a := IPKey(netip.MustParseAddr("2001:db8:0:1::1"))
@@ -219,5 +243,83 @@ func BenchmarkLocalBytesPerKey(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "bytes/key")
 		runtime.KeepAlive(l)
+	}
+}
+
+// refLocal is Local as it was built on golang.org/x/time/rate (one *rate.Limiter per key, no
+// bound): the yardstick of TestLocalMatchesXTimeRate.
+type refLocal struct {
+	r    Rate
+	lims map[string]*rate.Limiter
+}
+
+func (rl *refLocal) Allow(key string, now time.Time) Decision {
+	limit := rate.Limit(float64(rl.r.Events) / rl.r.Period.Seconds())
+	lim := rl.lims[key]
+	if lim == nil {
+		lim = rate.NewLimiter(limit, rl.r.Burst)
+		rl.lims[key] = lim
+	}
+	ok := lim.AllowN(now, 1)
+	tokens := lim.TokensAt(now)
+	durationFor := func(tokens float64) time.Duration {
+		if tokens <= 0 {
+			return 0
+		}
+		return time.Duration(math.Ceil(tokens / float64(limit) * float64(time.Second)))
+	}
+	d := Decision{Allowed: ok, Remaining: int(math.Max(0, math.Floor(tokens)))}
+	if !ok {
+		d.RetryAfter = durationFor(1 - tokens)
+	}
+	d.Reset = durationFor(float64(rl.r.Burst) - tokens)
+	return d
+}
+
+// TestLocalMatchesXTimeRate checks Local's buckets against x/time/rate's limiters, decision for
+// decision, over random keys and times (including times going backwards) for several rates.
+func TestLocalMatchesXTimeRate(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(3, 4))
+	for _, r := range []Rate{
+		{Events: 20, Period: time.Second, Burst: 40},
+		{Events: 2, Period: time.Second, Burst: 2},
+		{Events: 1, Period: time.Hour, Burst: 1},
+		{Events: 7, Period: 3 * time.Second, Burst: 3},
+		{Events: 1000, Period: time.Millisecond, Burst: 5},
+	} {
+		l := NewLocal(r, 1_000_000)
+		ref := &refLocal{r: r, lims: map[string]*rate.Limiter{}}
+		now := t0
+		for i := range 20_000 {
+			switch rng.IntN(10) {
+			case 0:
+				now = now.Add(-time.Duration(rng.Int64N(int64(time.Second))))
+			case 1, 2, 3:
+				now = now.Add(time.Duration(rng.Int64N(int64(r.Period))))
+			case 4:
+				now = now.Add(time.Duration(rng.Int64N(1000)))
+			}
+			key := strconv.Itoa(rng.IntN(50))
+			got, want := l.Allow(key, now), ref.Allow(key, now)
+			if got != want {
+				t.Fatalf("rate %v, event %d, key %s: got %+v, want %+v", r, i, key, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkLocalAllowNewKeys is a flood of distinct keys, as in a flash sale's first seconds:
+// every event creates a bucket and, the Local being full, evicts one.
+func BenchmarkLocalAllowNewKeys(b *testing.B) {
+	l := NewLocal(Rate{Events: 20, Period: time.Second, Burst: 40}, 100_000)
+	keys := make([]string, 1<<20)
+	for i := range keys {
+		keys[i] = IPKey(netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		l.Allow(keys[i&(len(keys)-1)], t0)
+		i++
 	}
 }
