@@ -98,7 +98,7 @@ func (q *request) buy(next caddyhttp.Handler) error {
 		return q.fail(errBusy(time.Second))
 	}
 
-	q.repl.Set(placeholderReservation, d.ReservationID)
+	q.reservation = d.ReservationID // {http.seckill.reservation}
 	if q.h.Forward {
 		// The next handler gets the body back, and headers only this handler could have set.
 		q.r.Body = io.NopCloser(bytes.NewReader(body))
@@ -116,8 +116,10 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	})
 }
 
-// admitError maps a failed admission to its refusal. Whatever the cause, no admission was taken:
-// the store writes nothing on failure and the breaker fails closed.
+// admitError maps a failed admission to its refusal. The breaker fails closed, so nothing is
+// admitted without the store; but a call that timed out may have been carried out by the store and
+// its answer lost, which is why the busy answer tells clients to retry with the same
+// Idempotency-Key (the retry returns the first answer).
 func (q *request) admitError(err error) *Error {
 	switch {
 	case errors.Is(err, admission.ErrUnknownActivity):

@@ -20,7 +20,14 @@ func (q *request) claimPlaceholder(key string) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	s, _ := claimString(q.claims[name])
+	if !q.authed {
+		return "", true
+	}
+	q.claimOnce.Do(func() {
+		// An error is unreachable: the same payload was decoded when the token verified.
+		q.claimMap, _ = q.claims.Map()
+	})
+	s, _ := claimString(q.claimMap[name])
 	return s, true
 }
 

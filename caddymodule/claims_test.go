@@ -81,3 +81,54 @@ func TestClaimPlaceholders(t *testing.T) {
 		t.Errorf("refusal of a forged token: %d %q", r.status, r.raw)
 	}
 }
+
+// TestRequestPlaceholders checks {http.seckill.code}, .activity, .user, .reservation and .message
+// for a forwarded winner and for refusals before and after the token: each is known once the
+// handler knows its value (and left as text by respond before), and a refusal's code and message
+// reach handle_errors.
+func TestRequestPlaceholders(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\nforward_secret fwd-secret\n"+
+		activityBlock("pl", 5, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), `route /seckill/* {
+	seckill {
+		forward
+	}
+	respond "code={http.seckill.code} act={http.seckill.activity} user={http.seckill.user} res={http.seckill.reservation} msg=[{http.seckill.message}]" 200
+}
+handle_errors {
+	respond "code={http.seckill.code} act=[{http.seckill.activity}] user=[{http.seckill.user}] res=[{http.seckill.reservation}] msg={http.seckill.message}" {http.error.status_code}
+}
+`)
+	c := newClient(t, base)
+	alice := token(t, "alice")
+	path := buyPath(t, c, "pl", alice)
+
+	r := c.post(path, alice, "")
+	got := string(r.raw)
+	if r.status != http.StatusOK || !strings.HasPrefix(got, "code=queued act=pl user=alice res=") ||
+		!strings.HasSuffix(got, " msg=[{http.seckill.message}]") {
+		t.Fatalf("forwarded winner: %d %q", r.status, got)
+	}
+	reservation := strings.TrimSuffix(strings.TrimPrefix(got, "code=queued act=pl user=alice res="), " msg=[{http.seckill.message}]")
+	if reservation == "" || strings.Contains(reservation, "{") {
+		t.Errorf("reservation placeholder %q", reservation)
+	}
+
+	for _, tc := range []struct {
+		what, path, tok string
+		status          int
+		want            string
+	}{
+		{"after the token", path, alice, http.StatusConflict,
+			"code=limit_reached act=[pl] user=[alice] res=[{http.seckill.reservation}] msg=you already hold as many items as allowed"},
+		{"before the token", path, "", http.StatusUnauthorized,
+			"code=unauthorized act=[pl] user=[{http.seckill.user}] res=[{http.seckill.reservation}] msg=a bearer token is required"},
+		{"before the activity", "/seckill/pl/buy/x/y", alice, http.StatusNotFound,
+			"code=not_found act=[{http.seckill.activity}] user=[{http.seckill.user}] res=[{http.seckill.reservation}] msg=no such activity or call"},
+	} {
+		r := c.post(tc.path, tc.tok, "")
+		if r.status != tc.status || string(r.raw) != tc.want {
+			t.Errorf("refusal %s:\n got %d %q\nwant %d %q", tc.what, r.status, r.raw, tc.status, tc.want)
+		}
+	}
+}

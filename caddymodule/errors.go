@@ -1,11 +1,13 @@
 package caddymodule
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -22,6 +24,17 @@ type Error struct {
 
 	// RetryAfter, when positive, is sent as the Retry-After header (whole seconds, rounded up).
 	RetryAfter time.Duration `json:"-"`
+
+	// The refusals shared by every request (sharedError) are encoded once: body is the JSON
+	// answer, and code and message are Code and Message ready for the replacer.
+	body          *encodedBody
+	code, message any
+}
+
+// encodedBody is a JSON answer with its trailing newline and its Content-Length.
+type encodedBody struct {
+	b   []byte
+	len string
 }
 
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
@@ -50,16 +63,34 @@ func apiError(status int, code, msg string) *Error {
 	return &Error{Status: status, Code: code, Message: msg}
 }
 
+// sharedError is apiError for a refusal many requests share (and none modifies): its answer is
+// encoded once. The sold-out answer is most of what a node sends after a sell-out.
+func sharedError(status int, code, msg string) *Error {
+	e := apiError(status, code, msg)
+	b, err := json.Marshal(e)
+	if err != nil {
+		panic(fmt.Sprintf("encoding refusal %s: %v", code, err)) // a plain struct; cannot happen
+	}
+	e.body = newEncodedBody(b)
+	e.code, e.message = e.Code, e.Message
+	return e
+}
+
+func newEncodedBody(b []byte) *encodedBody {
+	b = append(b, '\n')
+	return &encodedBody{b: b, len: strconv.Itoa(len(b))}
+}
+
 // Refusals shared by several calls.
 var (
-	errNotFound     = apiError(http.StatusNotFound, codeNotFound, "no such activity or call")
-	errBadPath      = apiError(http.StatusNotFound, codeBadPath, "this buy path is not yours or not valid")
-	errSoldOut      = apiError(http.StatusGone, codeSoldOut, "the activity is sold out")
-	errNotStarted   = apiError(http.StatusForbidden, codeNotStarted, "the activity has not started")
-	errEnded        = apiError(http.StatusForbidden, codeEnded, "the activity has ended")
-	errLimitReached = apiError(http.StatusConflict, codeLimitReached, "you already hold as many items as allowed")
-	errCaptcha      = apiError(http.StatusForbidden, codeCaptchaInvalid, "the captcha answer is wrong or expired")
-	errTooLarge     = apiError(http.StatusRequestEntityTooLarge, codeBadRequest, "the request body is too large")
+	errNotFound     = sharedError(http.StatusNotFound, codeNotFound, "no such activity or call")
+	errBadPath      = sharedError(http.StatusNotFound, codeBadPath, "this buy path is not yours or not valid")
+	errSoldOut      = sharedError(http.StatusGone, codeSoldOut, "the activity is sold out")
+	errNotStarted   = sharedError(http.StatusForbidden, codeNotStarted, "the activity has not started")
+	errEnded        = sharedError(http.StatusForbidden, codeEnded, "the activity has ended")
+	errLimitReached = sharedError(http.StatusConflict, codeLimitReached, "you already hold as many items as allowed")
+	errCaptcha      = sharedError(http.StatusForbidden, codeCaptchaInvalid, "the captcha answer is wrong or expired")
+	errTooLarge     = sharedError(http.StatusRequestEntityTooLarge, codeBadRequest, "the request body is too large")
 )
 
 func errBusy(retryAfter time.Duration) *Error {
@@ -96,8 +127,13 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, e *Error) error {
 // either way.
 func answerError(mode string, w http.ResponseWriter, r *http.Request, e *Error) error {
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
-		repl.Set(placeholderCode, e.Code)
-		repl.Set(placeholderMessage, e.Message)
+		if e.code != nil {
+			repl.Set(placeholderCode, e.code)
+			repl.Set(placeholderMessage, e.message)
+		} else {
+			repl.Set(placeholderCode, e.Code)
+			repl.Set(placeholderMessage, e.Message)
+		}
 	}
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfterSeconds(e.RetryAfter))
@@ -107,6 +143,10 @@ func answerError(mode string, w http.ResponseWriter, r *http.Request, e *Error) 
 	}
 	if returnErrors(mode, r) {
 		return caddyhttp.Error(e.Status, e)
+	}
+	if e.body != nil {
+		writeBody(w, e.Status, e.body.b, e.body.len)
+		return nil
 	}
 	writeJSON(w, e.Status, e)
 	return nil
@@ -180,18 +220,40 @@ func retryAfterSeconds(d time.Duration) string {
 // writeJSON writes v as the JSON body of a response that must not be stored by shared caches
 // unless the caller said otherwise.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
+	buf := jsonBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	// Encode, unlike Marshal, ends the answer with the newline in place and leaves it in a buffer
+	// this package reuses: one copy and one allocation less per answer.
+	if err := json.NewEncoder(buf).Encode(v); err != nil {
 		// Every value written here is a plain struct; failing to encode one is a programming error.
-		status, body = http.StatusInternalServerError, []byte(`{"code":"error","message":"encoding the answer failed"}`)
+		buf.Reset()
+		buf.WriteString(`{"code":"error","message":"encoding the answer failed"}` + "\n")
+		status = http.StatusInternalServerError
 	}
+	writeBody(w, status, buf.Bytes(), strconv.Itoa(buf.Len()))
+	if buf.Cap() <= maxPooledJSON {
+		jsonBuffers.Put(buf)
+	}
+}
+
+// jsonBuffers holds the buffers writeJSON encodes into; a buffer grown past maxPooledJSON (a
+// large admin listing) is left to the collector rather than kept.
+var jsonBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+const maxPooledJSON = 16 << 10
+
+// writeBody writes a JSON body (with its trailing newline) and its headers. The header values
+// share one backing array, one allocation where Header.Set makes one per header; each is
+// capped at its length, so that a later Add copies rather than writes into its neighbour.
+func writeBody(w http.ResponseWriter, status int, body []byte, contentLength string) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	if h.Get("Cache-Control") == "" {
-		h.Set("Cache-Control", "no-store")
+	v := [...]string{"application/json", "nosniff", "no-store", contentLength}
+	h["Content-Type"] = v[0:1:1]
+	h["X-Content-Type-Options"] = v[1:2:2]
+	if len(h["Cache-Control"]) == 0 || h["Cache-Control"][0] == "" {
+		h["Cache-Control"] = v[2:3:3]
 	}
-	h.Set("Content-Length", strconv.Itoa(len(body)+1))
+	h["Content-Length"] = v[3:4:4]
 	w.WriteHeader(status)
-	_, _ = w.Write(append(body, '\n'))
+	_, _ = w.Write(body)
 }

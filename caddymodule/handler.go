@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
 
 func init() {
@@ -88,15 +91,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		repl = caddy.NewReplacer() // only outside a Caddy server, which never happens in practice
 	}
 	q := &request{h: h, w: w, r: r, repl: repl, now: h.now()}
-	repl.Map(q.claimPlaceholder)
+	repl.Map(q.placeholder)
 	defer func() { h.app.metrics.observeRequest(q.act.ID, q.call.kind, q.code) }()
 
 	c, ok := parseCall(h.prefix, r.URL.Path)
 	if !ok {
 		return q.fail(errNotFound)
 	}
-	q.call = c
-	repl.Set(placeholderActivity, c.activity)
+	q.call = c // and {http.seckill.activity} with it
 	if !c.kind.allows(r.Method) {
 		w.Header().Set("Allow", c.kind.methods())
 		return q.fail(apiError(http.StatusMethodNotAllowed, codeMethodNotAllowed,
@@ -130,16 +132,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 
 // request is one call in progress.
 type request struct {
-	h      *Handler
-	w      http.ResponseWriter
-	r      *http.Request
-	repl   *caddy.Replacer
-	now    time.Time
-	call   call
-	act    activity
-	user   string
-	claims map[string]any // the verified token's claims; nil before authenticate
-	code   string         // the answer's word, for the metrics
+	h    *Handler
+	w    http.ResponseWriter
+	r    *http.Request
+	repl *caddy.Replacer
+	now  time.Time
+	call call
+	act  activity
+	user string // the authenticated user, once known
+	code string // the answer's word, for the metrics
+
+	reservation string // a win's reservation id
+
+	// The verified token's claims, for {http.seckill.claims.*}: authed once a token verified;
+	// claimMap decoded from claims when a placeholder first asks, which most requests never do
+	// (once: a replacer may be read by more than one goroutine, an access log's for one).
+	authed    bool
+	claims    jwtauth.Claims
+	claimOnce sync.Once
+	claimMap  map[string]any
 }
 
 func (q *request) fail(e *Error) error {
@@ -147,10 +158,9 @@ func (q *request) fail(e *Error) error {
 	return q.h.fail(q.w, q.r, e)
 }
 
-// ok writes a successful JSON answer and sets {http.seckill.code}.
+// ok writes a successful JSON answer and sets {http.seckill.code} (request.placeholder).
 func (q *request) ok(status int, code string, body any) error {
 	q.code = code
-	q.repl.Set(placeholderCode, code)
 	writeJSON(q.w, status, body)
 	return nil
 }

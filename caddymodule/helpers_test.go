@@ -63,7 +63,7 @@ http://127.0.0.1:%d {
 
 // startCaddy runs Caddy in this process with the Caddyfile and returns the base URL. Caddy's
 // state is global: tests that call it must not run in parallel.
-func startCaddy(t *testing.T, seckill, site string) string {
+func startCaddy(t testing.TB, seckill, site string) string {
 	t.Helper()
 	port, err := testsrv.FreePort()
 	if err != nil {
@@ -81,7 +81,7 @@ func startCaddy(t *testing.T, seckill, site string) string {
 }
 
 // loadCaddy loads (or reloads) the configuration into the Caddy of this process.
-func loadCaddy(t *testing.T, port int, seckill, site string) error {
+func loadCaddy(t testing.TB, port int, seckill, site string) error {
 	t.Helper()
 	cfg, err := adapt(t, caddyfile(t, port, seckill, site))
 	if err != nil {
@@ -91,7 +91,7 @@ func loadCaddy(t *testing.T, port int, seckill, site string) error {
 }
 
 // app returns the running seckill app.
-func app(t *testing.T) *caddymodule.App {
+func app(t testing.TB) *caddymodule.App {
 	t.Helper()
 	v, err := caddy.ActiveContext().App("seckill")
 	if err != nil {

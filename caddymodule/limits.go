@@ -2,7 +2,6 @@ package caddymodule
 
 import (
 	"net/http"
-	"net/netip"
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -32,11 +31,11 @@ func (q *request) limitIP() *Error {
 // clientIPKey returns the rate-limit key of the request's client address.
 func clientIPKey(r *http.Request) string {
 	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-	addr, err := netip.ParseAddr(s)
-	if err != nil {
+	key, ok := ratelimit.IPKeyString(s)
+	if !ok {
 		return "unknown" // no client_ip outside a Caddy server; one shared bucket then
 	}
-	return ratelimit.IPKey(addr)
+	return key
 }
 
 // limitUser takes one event from the authenticated user's bucket: the node-local one first (it
@@ -47,11 +46,11 @@ func (q *request) limitUser(bucket string) *Error {
 	if a.userLimit == nil {
 		return nil
 	}
-	key := bucket + q.user
 	rate := a.userLimit.Rate()
-	d := a.userLimit.Allow(key, q.now)
+	// The key is built twice rather than kept: the local limiter's may then stay on the stack.
+	d := a.userLimit.Allow(bucket+q.user, q.now)
 	if d.Allowed && a.userGCRA != nil {
-		gd, err := a.userGCRA.Allow(q.r.Context(), key, rate)
+		gd, err := a.userGCRA.Allow(q.r.Context(), bucket+q.user, rate)
 		if err != nil {
 			q.h.logger.Warn("distributed user rate limit unavailable; using the local one", zap.Error(err))
 		} else {

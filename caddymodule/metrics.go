@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +19,60 @@ import (
 type metrics struct {
 	requests  *prometheus.CounterVec   // by activity, call and answer code
 	admission *prometheus.HistogramVec // store admission latency, by activity and outcome
+
+	// The vectors' children, resolved once per label set: WithLabelValues on every request
+	// hashes the labels and allocates.
+	counters  children[requestLabels, prometheus.Counter]
+	observers children[admissionLabels, prometheus.Observer]
+}
+
+type requestLabels struct {
+	activity string
+	kind     callKind
+	code     string
+}
+
+type admissionLabels struct{ activity, outcome string }
+
+// maxChildren bounds a children cache. The labels are bounded by design (activities, calls,
+// answer words); past this many the vector is asked directly, so that a cache never grows
+// without bound.
+const maxChildren = 4096
+
+// children caches the children of a metric vector by label set: a copy-on-write map, so that the
+// request path reads it without a lock.
+type children[K comparable, V any] struct {
+	mu sync.Mutex // serialises writers
+	m  atomic.Pointer[map[K]V]
+}
+
+// get returns the child for k, resolving it with resolve the first time.
+func (c *children[K, V]) get(k K, resolve func() V) V {
+	if p := c.m.Load(); p != nil {
+		if v, ok := (*p)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if p := c.m.Load(); p != nil {
+		old = *p
+	}
+	if v, ok := old[k]; ok {
+		return v
+	}
+	v := resolve()
+	if len(old) >= maxChildren {
+		return v
+	}
+	next := make(map[K]V, len(old)+1)
+	for ok, ov := range old {
+		next[ok] = ov
+	}
+	next[k] = v
+	c.m.Store(&next)
+	return v
 }
 
 const (
@@ -75,7 +131,9 @@ func (m *metrics) observeRequest(activity string, kind callKind, code string) {
 	if m == nil {
 		return
 	}
-	m.requests.WithLabelValues(activity, kind.String(), code).Inc()
+	m.counters.get(requestLabels{activity, kind, code}, func() prometheus.Counter {
+		return m.requests.WithLabelValues(activity, kind.String(), code)
+	}).Inc()
 }
 
 // observeAdmission records one store decision.
@@ -83,7 +141,9 @@ func (m *metrics) observeAdmission(activity, outcome string, took time.Duration)
 	if m == nil {
 		return
 	}
-	m.admission.WithLabelValues(activity, outcome).Observe(took.Seconds())
+	m.observers.get(admissionLabels{activity, outcome}, func() prometheus.Observer {
+		return m.admission.WithLabelValues(activity, outcome)
+	}).Observe(took.Seconds())
 }
 
 // stockCollector exports the last known remaining stock of each known activity. It reads the

@@ -10,3 +10,23 @@ const (
 )
 
 // The verified token's claims are {http.seckill.claims.<name>}; see request.claimPlaceholder.
+
+// placeholder answers the placeholders of the request's own values through the replacer's Map,
+// so that none is boxed into the replacer's map for requests that never read them: the activity
+// once the call is parsed, the user once authenticated, the reservation once won, the answer's
+// code once answered; and the claims (claimPlaceholder). A value Set on the replacer (a refusal's
+// code and message, see answerError, or a later handler's) wins: the replacer asks its static
+// values first.
+func (q *request) placeholder(key string) (any, bool) {
+	switch key {
+	case placeholderCode:
+		return q.code, q.code != ""
+	case placeholderActivity:
+		return q.call.activity, q.call.activity != ""
+	case placeholderUser:
+		return q.user, q.user != ""
+	case placeholderReservation:
+		return q.reservation, q.reservation != ""
+	}
+	return q.claimPlaceholder(key)
+}

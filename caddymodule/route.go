@@ -37,27 +37,40 @@ func parseCall(prefix, path string) (call, bool) {
 	if !ok || len(tail) < 2 || tail[0] != '/' {
 		return call{}, false
 	}
-	seg := strings.Split(tail[1:], "/")
+	// At most three segments; a fourth makes the path unknown. Cut, not Split: no allocation.
+	var seg [3]string
+	n, rest := 0, tail[1:]
+	for {
+		if n == len(seg) {
+			return call{}, false
+		}
+		var more bool
+		seg[n], rest, more = strings.Cut(rest, "/")
+		n++
+		if !more {
+			break
+		}
+	}
 	c := call{activity: seg[0]}
 	if !admission.ValidActivityID(c.activity) {
 		return call{}, false
 	}
 	switch {
-	case len(seg) == 1:
+	case n == 1:
 		c.kind = callStatus
-	case len(seg) == 2 && seg[1] == "captcha":
+	case n == 2 && seg[1] == "captcha":
 		c.kind = callCaptcha
-	case len(seg) == 2 && seg[1] == "path":
+	case n == 2 && seg[1] == "path":
 		c.kind = callPath
-	case len(seg) == 2 && seg[1] == "result":
+	case n == 2 && seg[1] == "result":
 		c.kind = callResult
-	case len(seg) == 3 && seg[1] == "captcha":
+	case n == 3 && seg[1] == "captcha":
 		id, ok := strings.CutSuffix(seg[2], ".png")
 		if !ok || !validArg(id) {
 			return call{}, false
 		}
 		c.kind, c.arg = callImage, id
-	case len(seg) == 3 && seg[1] == "buy":
+	case n == 3 && seg[1] == "buy":
 		if !validArg(seg[2]) {
 			return call{}, false
 		}

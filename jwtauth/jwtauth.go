@@ -27,8 +27,9 @@ func unauthorized(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUnauthorized, fmt.Sprintf(format, args...))
 }
 
-// TokenFromRequest returns the token of an "Authorization: Bearer <token>" header. A missing,
-// repeated, non-Bearer or longer than MaxTokenLen header is an error wrapping ErrUnauthorized.
+// TokenFromRequest returns the token of an "Authorization: Bearer <token>" header (RFC 6750 §2.1:
+// the scheme in any case, one or more spaces, a b64token). A missing, repeated, non-Bearer, longer
+// than MaxTokenLen or malformed header is an error wrapping ErrUnauthorized.
 func TokenFromRequest(r *http.Request) (string, error) {
 	vals := r.Header.Values("Authorization")
 	switch {
@@ -39,13 +40,46 @@ func TokenFromRequest(r *http.Request) (string, error) {
 	case len(vals[0]) > MaxTokenLen+len("Bearer "):
 		return "", unauthorized("bearer token longer than %d bytes", MaxTokenLen)
 	}
-	scheme, token, _ := strings.Cut(vals[0], " ")
+	// Surrounding whitespace is not part of a field value (RFC 9110 §5.5); net/http's server
+	// already trims it, but a request built in-process may still carry it.
+	scheme, token, _ := strings.Cut(strings.Trim(vals[0], " \t"), " ")
 	if !strings.EqualFold(scheme, "Bearer") {
 		return "", unauthorized("authorization scheme is not Bearer")
 	}
-	token = strings.TrimSpace(token)
+	token = strings.TrimLeft(token, " ")
 	if token == "" {
 		return "", unauthorized("empty bearer token")
 	}
+	// The JWT parser's base64 decoding skips CR and LF, so without this check a token with line
+	// breaks inserted into its signature would verify as a different string than the one signed.
+	if !b64token(token) {
+		return "", unauthorized("bearer token is not a b64token")
+	}
 	return token, nil
+}
+
+// b64token reports whether s is a b64token (RFC 6750 §2.1):
+// 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
+func b64token(s string) bool {
+	i := 0
+	for i < len(s) && b64tokenChar(s[i]) {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	for ; i < len(s); i++ {
+		if s[i] != '=' {
+			return false
+		}
+	}
+	return true
+}
+
+func b64tokenChar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/'
 }

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -48,16 +50,11 @@ type Config struct {
 	HTTPClient *http.Client
 }
 
-// Claims are a verified token's claims.
-type Claims struct {
-	User      string         // the UserClaim
-	Raw       map[string]any // every claim, as decoded from JSON
-	ExpiresAt time.Time
-}
-
 // Verifier verifies tokens. It is safe for concurrent use.
 type Verifier struct {
-	parser    *jwt.Parser
+	algs      []string       // the configured algorithms
+	validator *jwt.Validator // exp (required), nbf, iss, aud, leeway
+	scratch   *sync.Pool     // of *scratch: buffers and HMAC states reused across verifications
 	userClaim string
 	secret    []byte
 	static    []crypto.PublicKey
@@ -116,19 +113,16 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.Leeway < 0 {
 		return nil, fmt.Errorf("jwt: leeway %v is negative", cfg.Leeway)
 	}
-	opts := []jwt.ParserOption{
-		jwt.WithValidMethods(cfg.Algorithms),
-		jwt.WithExpirationRequired(),
-		jwt.WithLeeway(cfg.Leeway),
-		jwt.WithStrictDecoding(),
-	}
+	opts := []jwt.ParserOption{jwt.WithExpirationRequired(), jwt.WithLeeway(cfg.Leeway)}
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
 	}
 	if cfg.Audience != "" {
 		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
-	v.parser = jwt.NewParser(opts...)
+	v.algs = slices.Clone(cfg.Algorithms)
+	v.validator = jwt.NewValidator(opts...)
+	v.scratch = newScratchPool()
 	return v, nil
 }
 
@@ -169,58 +163,71 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		return Claims{}, unauthorized("no token")
 	case len(token) > MaxTokenLen:
 		return Claims{}, unauthorized("token longer than %d bytes", MaxTokenLen)
+	case !compactJWS(token):
+		// Go's base64 decoders skip CR and LF, so without this a signed token with line breaks
+		// inserted would verify too: one token would have many spellings.
+		return Claims{}, unauthorized("token has a byte outside base64url and '.'")
 	}
-	mc := jwt.MapClaims{}
-	_, err := v.parser.ParseWithClaims(token, mc, func(t *jwt.Token) (any, error) { return v.key(ctx, t) })
-	if err != nil {
+	tc := &tokenClaims{userClaim: v.userClaim}
+	if err := v.parse(ctx, token, tc); err != nil {
 		return Claims{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
-	user, ok := mc[v.userClaim].(string)
+	user := tc.user
 	switch {
-	case !ok:
+	case !tc.hasUser:
 		return Claims{}, unauthorized("user claim %q is missing or not a string", v.userClaim)
 	case user == "":
 		return Claims{}, unauthorized("user claim %q is empty", v.userClaim)
 	case len(user) > MaxUserLen:
 		return Claims{}, unauthorized("user claim %q is longer than %d bytes", v.userClaim, MaxUserLen)
 	}
-	exp, err := mc.GetExpirationTime()
+	exp, err := tc.GetExpirationTime()
 	if err != nil || exp == nil {
-		// Unreachable after the parser's own checks; kept so that a zero ExpiresAt never escapes.
+		// Unreachable after parse's own checks; kept so that a zero ExpiresAt never escapes.
 		return Claims{}, unauthorized("no usable exp claim")
 	}
-	return Claims{User: user, Raw: mc, ExpiresAt: exp.Time}, nil
+	// parse accepted exactly three segments; the second is the payload.
+	_, rest, _ := strings.Cut(token, ".")
+	payload, _, _ := strings.Cut(rest, ".")
+	return Claims{User: user, ExpiresAt: exp.Time, payload: payload}, nil
 }
 
-// key returns the keys that may verify t. The parser has already refused any algorithm not in the
-// configuration, and the keys offered depend only on that algorithm's family: an HS256 token gets
-// the HMAC secret and nothing else, an RS256 token RSA keys only.
-func (v *Verifier) key(ctx context.Context, t *jwt.Token) (any, error) {
-	alg := t.Method.Alg()
+// keys returns the public keys that may verify a token of the public-key algorithm alg whose
+// header names kid. parse has already refused any algorithm not in the configuration, and the
+// keys offered depend only on that algorithm's family: an RS256 token gets RSA keys only, and an
+// HS256 token never gets here (it is checked against the HMAC secret and nothing else).
+func (v *Verifier) keys(ctx context.Context, alg, kid string) ([]crypto.PublicKey, error) {
 	a, ok := algorithms[alg]
-	if !ok {
+	if !ok || a.family == famHMAC {
 		return nil, fmt.Errorf("algorithm %q not supported", alg)
 	}
-	if a.family == famHMAC {
-		return v.secret, nil
-	}
-	kid, _ := t.Header["kid"].(string)
 	if len(kid) > maxKIDLen {
 		return nil, fmt.Errorf("kid longer than %d bytes", maxKIDLen)
 	}
-	var keys []jwt.VerificationKey
+	var keys []crypto.PublicKey
 	for _, k := range v.static {
 		if a.fits(k) {
 			keys = append(keys, k)
 		}
 	}
 	if v.jwks != nil {
-		for _, k := range v.jwks.lookup(ctx, alg, kid) {
-			keys = append(keys, k)
-		}
+		keys = append(keys, v.jwks.lookup(ctx, alg, kid)...)
 	}
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("no %s key with kid %q", alg, kid)
 	}
-	return jwt.VerificationKeySet{Keys: keys}, nil
+	return keys, nil
+}
+
+// compactJWS reports whether token uses only the bytes of the JWS compact serialisation:
+// base64url without padding, and the dots between the segments.
+func compactJWS(token string) bool {
+	for i := 0; i < len(token); i++ {
+		switch c := token[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,274 @@
+package caddymodule_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// The hot-path benchmarks drive Caddy's own server handler (caddyhttp.Server.ServeHTTP) in this
+// process, without sockets, with the configuration cmd/seckill-bench gives the gateway: every
+// layer of the funnel on (IP and user limits, JWT, hashed path), captcha off. Each seckill figure
+// has its yardstick in the same run: BenchmarkHotPath/respond is Caddy's static_response handler
+// in the same server answering the same request, so the figures to compare are the ratios of
+// ns/op and the allocs/op, which do not depend on the machine's load.
+//
+//	go test ./caddymodule/ -run '^$' -bench HotPath -benchmem
+//
+// The limits are high enough that no request is refused by them: the benchmarks measure what a
+// limiter costs, not what it refuses.
+
+// benchUsers is how many distinct users (tokens, addresses, buy paths) the benchmarks cycle
+// through.
+const benchUsers = 1024
+
+// hotSale is a Caddy server with the bench's configuration and its users.
+type hotSale struct {
+	srv   http.Handler
+	host  string
+	users []hotUser
+}
+
+// hotUser is one buyer: its token, address and buy path in each activity.
+type hotUser struct {
+	auth  string
+	ip    string
+	paths map[string]string
+}
+
+// startHotSale runs Caddy with activities "open" (stock and limit too large to run out: every buy
+// wins), "gone" (stock 0, sold out and flagged after the first buy) and the respond yardstick.
+func startHotSale(b *testing.B) *hotSale {
+	b.Helper()
+	port, err := testsrv.FreePort()
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	start, end := now.Add(-time.Minute), now.Add(24*time.Hour)
+	cf := fmt.Sprintf(`{
+	admin off
+	auto_https off
+	persist_config off
+	storage file_system %s
+	log {
+		level ERROR
+	}
+	servers {
+		trusted_proxies static 192.0.2.0/24
+	}
+	seckill {
+		%s
+		url_secret bench-url-secret-0123456789abcdef
+		captcha off
+		rate_limit ip 1000000/s burst 1000000
+		rate_limit user 1000000/s burst 1000000
+		%s
+		%s
+	}
+}
+
+http://:%d {
+	bind 127.0.0.1
+	route /seckill/* {
+		seckill
+	}
+	route /baseline/* {
+		respond `+"`"+`{"code":"ok","message":"respond baseline"}`+"`"+` 200
+	}
+}
+`, b.TempDir(), jwtBlock, activityBlock("open", 1_000_000_000, 1_000_000_000, start, end, 0),
+		activityBlock("gone", 0, 1, start, end, 0), port)
+	cfg, err := adapt(b, cf)
+	if err != nil {
+		b.Fatalf("adapt: %v", err)
+	}
+	if err := caddy.Load([]byte(cfg), true); err != nil {
+		b.Fatalf("load: %v", err)
+	}
+	b.Cleanup(func() {
+		if err := caddy.Stop(); err != nil {
+			b.Errorf("stop: %v", err)
+		}
+	})
+	v, err := caddy.ActiveContext().App("http")
+	if err != nil {
+		b.Fatal(err)
+	}
+	servers := v.(*caddyhttp.App).Servers
+	if len(servers) != 1 {
+		b.Fatalf("%d servers", len(servers))
+	}
+	s := &hotSale{host: "127.0.0.1:" + strconv.Itoa(port)}
+	for _, srv := range servers {
+		s.srv = srv
+	}
+	for i := range benchUsers {
+		u := hotUser{
+			auth:  "Bearer " + token(b, "u"+strconv.Itoa(i)),
+			ip:    fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255),
+			paths: map[string]string{},
+		}
+		for _, act := range []string{"open", "gone"} {
+			w := s.serve(s.request(http.MethodPost, "/seckill/"+act+"/path", u, ""))
+			if w.status != http.StatusOK {
+				b.Fatalf("path %s: %d %s", act, w.status, w.body)
+			}
+			var a struct{ Path string }
+			if err := json.Unmarshal(w.body, &a); err != nil || a.Path == "" {
+				b.Fatalf("path %s: %s", act, w.body)
+			}
+			u.paths[act] = a.Path
+		}
+		s.users = append(s.users, u)
+	}
+	// Sell "gone" out: the first buy finds no stock and sets the node's sold-out flag; a keyed buy
+	// then waits for the holders set (empty) that keeps non-holders off the store.
+	s.serve(s.request(http.MethodPost, s.users[0].paths["gone"], s.users[0], ""))
+	if !app(b).Guard().SoldOut("gone") {
+		b.Fatal("activity gone is not flagged sold out")
+	}
+	return s
+}
+
+// request builds a request of user u as the bench sends it (through a trusted proxy, the user's
+// address in X-Forwarded-For); idem, when set, is its Idempotency-Key.
+func (s *hotSale) request(method, path string, u hotUser, idem string) *http.Request {
+	r, err := http.NewRequest(method, "http://"+s.host+path, nil)
+	if err != nil {
+		panic(err)
+	}
+	r.RemoteAddr = "192.0.2.1:4321"
+	r.RequestURI = path
+	r.Header["X-Forwarded-For"] = []string{u.ip}
+	r.Header["Authorization"] = []string{u.auth}
+	if idem != "" {
+		r.Header["Idempotency-Key"] = []string{idem}
+	}
+	return r
+}
+
+// serve runs one request through the server.
+func (s *hotSale) serve(r *http.Request) *sinkWriter {
+	w := &sinkWriter{header: http.Header{}}
+	s.srv.ServeHTTP(w, r)
+	return w
+}
+
+// sinkWriter is a ResponseWriter that keeps the status and the body; reset empties it for reuse,
+// so that a benchmark counts the server's allocations rather than a recorder's.
+type sinkWriter struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (w *sinkWriter) Header() http.Header { return w.header }
+
+func (w *sinkWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+func (w *sinkWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	w.body = append(w.body, p...)
+	return len(p), nil
+}
+
+func (w *sinkWriter) reset() {
+	clear(w.header)
+	w.status = 0
+	w.body = w.body[:0]
+}
+
+// BenchmarkHotPath measures one request of each path of the funnel against the respond yardstick.
+// The requests are built before the timer starts (one per user, reused: the handler changes
+// nothing in them that the next round depends on).
+func BenchmarkHotPath(b *testing.B) {
+	s := startHotSale(b)
+	// Each case: the request of user i, and the status its answer must have.
+	cases := []struct {
+		name   string
+		status int
+		req    func(u hotUser, i int) *http.Request
+	}{
+		{"respond", http.StatusOK, func(u hotUser, _ int) *http.Request {
+			return s.request(http.MethodPost, "/baseline"+u.paths["open"], u, "")
+		}},
+		// The soak's press: the node-local sold-out flag answers before the token is read.
+		{"sold_out", http.StatusGone, func(u hotUser, _ int) *http.Request {
+			return s.request(http.MethodPost, u.paths["gone"], u, "")
+		}},
+		// The burst's press after the sell-out: a keyed buy runs every check (token, user limit,
+		// hashed path) before the Guard refuses a non-holder without a store call.
+		{"sold_out_keyed", http.StatusGone, func(u hotUser, i int) *http.Request {
+			return s.request(http.MethodPost, u.paths["gone"], u, "key-"+strconv.Itoa(i))
+		}},
+		// The buy path proper: every check, then the memory store's admission, a win.
+		{"won", http.StatusAccepted, func(u hotUser, _ int) *http.Request {
+			return s.request(http.MethodPost, u.paths["open"], u, "")
+		}},
+		{"status", http.StatusOK, func(u hotUser, _ int) *http.Request {
+			return s.request(http.MethodGet, "/seckill/open", u, "")
+		}},
+		{"result", http.StatusOK, func(u hotUser, _ int) *http.Request {
+			return s.request(http.MethodGet, "/seckill/open/result", u, "")
+		}},
+	}
+	for _, c := range cases {
+		reqs := make([]*http.Request, len(s.users))
+		for i, u := range s.users {
+			reqs[i] = c.req(u, i)
+		}
+		// The same key keeps being answered from the store's first answer once a holders set
+		// loaded; wait for it so that the keyed case measures the steady state.
+		if c.name == "sold_out_keyed" {
+			waitHoldersLoaded(b, s, reqs[0])
+		}
+		b.Run(c.name, func(b *testing.B) {
+			w := &sinkWriter{header: http.Header{}}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				w.reset()
+				s.srv.ServeHTTP(w, reqs[i])
+				if w.status != c.status {
+					b.Fatalf("%s: got %d %s", c.name, w.status, w.body)
+				}
+				if i++; i == len(reqs) {
+					i = 0
+				}
+			}
+		})
+	}
+}
+
+// waitHoldersLoaded sends the keyed request once, which the store answers, then gives the Guard
+// time to load the (empty) holders set in the background, after which it answers keyed
+// non-holders itself. Loading from the memory store takes microseconds.
+func waitHoldersLoaded(b *testing.B, s *hotSale, r *http.Request) {
+	b.Helper()
+	if w := s.serve(r); w.status != http.StatusGone {
+		b.Fatalf("keyed sold-out buy: %d %s", w.status, w.body)
+	}
+	time.Sleep(100 * time.Millisecond)
+}
+
+// SetWriteDeadline and SetReadDeadline let Caddy's idle-timeout wrappers extend deadlines as they
+// do on a real connection (through http.ResponseController), instead of building the error of a
+// writer that cannot.
+func (w *sinkWriter) SetWriteDeadline(time.Time) error { return nil }
+
+func (w *sinkWriter) SetReadDeadline(time.Time) error { return nil }
