@@ -43,8 +43,14 @@ chaos:
 # Each fuzz target for FUZZTIME (go test runs one target per invocation). Seed corpora are the
 # f.Add calls and testdata/fuzz/ folders; a crasher is written to testdata/fuzz/<target>/.
 FUZZTIME ?= 30s
+# Go shrinks every new-coverage input for up to 60 s by default, which stalls short runs.
+FUZZMINIMIZETIME ?= 10s
 fuzz:
-	$(GO) test ./admission/hashedurl/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./jwtauth/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzParseQty$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzCaddyfile$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./admission/hashedurl/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
+	$(GO) test ./jwtauth/ -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
+	$(GO) test ./jwtauth/ -run '^$$' -fuzz '^FuzzTokenFromRequest$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
+	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzParseQty$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
+	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzCaddyfile$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
+	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzPathBody$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
+	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzBuyBody$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
+	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzAdminActivityBody$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)

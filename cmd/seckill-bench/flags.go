@@ -60,6 +60,23 @@ type config struct {
 	quiet   bool
 	pprof   string
 	pprofD  time.Duration
+
+	// gatewayEnv is added to the environment of the gateway the bench starts (GODEBUG=gctrace=1,
+	// GOGC=..., GOMAXPROCS=...), for diagnosis.
+	gatewayEnv envList
+}
+
+// envList is a repeatable NAME=VALUE flag.
+type envList []string
+
+func (l *envList) String() string { return strings.Join(*l, " ") }
+
+func (l *envList) Set(s string) error {
+	if name, _, ok := strings.Cut(s, "="); !ok || name == "" {
+		return fmt.Errorf("%q: want NAME=VALUE", s)
+	}
+	*l = append(*l, s)
+	return nil
 }
 
 func (c *config) register(fs *flag.FlagSet) {
@@ -107,6 +124,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.window, "window", 500*time.Millisecond, "chart resolution")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
 	fs.StringVar(&c.pprof, "pprof", "", "save the gateway's profiles into this directory (from Caddy's admin /debug/pprof/): CPU over the first -pprof-seconds of the sale (or burst) and of the soak, heap at the end")
+	fs.Var(&c.gatewayEnv, "gateway-env", "NAME=VALUE added to the environment of the gateway the bench starts, e.g. GODEBUG=gctrace=1 (its output goes to gateway.log in the work directory: add -keep); repeatable")
 	fs.DurationVar(&c.pprofD, "pprof-seconds", 5*time.Second, "length of each CPU profile")
 }
 

@@ -24,6 +24,7 @@ type Report struct {
 	Funnel       []funnelLine          `json:"funnel,omitempty"`
 	FunnelErr    string                `json:"funnel_error,omitempty"`
 	Processes    []processInfo         `json:"processes,omitempty"`
+	Windows      []windowReport        `json:"windows,omitempty"`
 	Checks       []check               `json:"invariants"`
 	Reconcile    []orderbackend.Report `json:"reconcile,omitempty"`
 	ReconcileErr string                `json:"reconcile_error,omitempty"`
@@ -90,6 +91,53 @@ type answerReport struct {
 	Status int    `json:"status"`
 	Code   string `json:"code"`
 	Count  int64  `json:"count"`
+}
+
+// windowReport is one -window of the run, as the chart draws it: the answers recorded in it, by
+// target, with their latencies (from the intended send time) and the active target. A stall shows
+// as a window whose max is far above its p50, or as a window with few requests.
+type windowReport struct {
+	AtMS    float64                 `json:"at_ms"` // the window's start, from the run's start
+	Targets map[string]windowTarget `json:"targets"`
+}
+
+type windowTarget struct {
+	Requests int64   `json:"requests"`
+	Errors   int64   `json:"errors,omitempty"`
+	P50      float64 `json:"p50_ms"`
+	P99      float64 `json:"p99_ms"`
+	Max      float64 `json:"max_ms"`
+}
+
+// windowReports lists the recorded windows up to the last one with an answer.
+func (b *bench) windowReports() []windowReport {
+	ws := b.rec.windowList()
+	last := -1
+	for i, w := range ws {
+		for t := range w.requests {
+			if w.requests[t].Load() > 0 {
+				last = i
+			}
+		}
+	}
+	out := make([]windowReport, 0, last+1)
+	for i := 0; i <= last; i++ {
+		w := ws[i]
+		wr := windowReport{AtMS: ms(time.Duration(i) * b.rec.windowSize), Targets: map[string]windowTarget{}}
+		for t := target(0); t < nTargets; t++ {
+			n := w.requests[t].Load()
+			if n == 0 {
+				continue
+			}
+			h := w.lat[t]
+			wr.Targets[t.String()] = windowTarget{
+				Requests: n, Errors: w.errors[t].Load(),
+				P50: ms(h.Quantile(0.5)), P99: ms(h.Quantile(0.99)), Max: ms(h.Max()),
+			}
+		}
+		out = append(out, wr)
+	}
+	return out
 }
 
 // ratio compares one figure of the seckill handler with the same figure of respond.
@@ -175,6 +223,7 @@ func (b *bench) report(before, after []series, metricsErr error, checks []check,
 		r.Phases = append(r.Phases, pr)
 	}
 	r.Ratios = b.ratios(r)
+	r.Windows = b.windowReports()
 
 	var last int64
 	for i := range b.lastWin {
@@ -266,14 +315,33 @@ func (b *bench) ratios(r *Report) []ratio {
 		}
 		add("buy path: p99 of every request (ms)", g.Latency.P99, rsp.Latency.P99, "", nil)
 	}
-	if g, rsp := find("sale", "seckill"), find("sale", "respond"); g != nil && rsp != nil {
-		add("whole sale: req/s", g.RPS, rsp.RPS, "", nil)
+	salePhase := "sale"
+	if b.cfg.scenario == "burst" {
+		salePhase = "burst"
+	}
+	if g, rsp := find(salePhase, "seckill"), find(salePhase, "respond"); g != nil && rsp != nil {
+		if salePhase == "sale" {
+			add("whole sale: req/s", g.RPS, rsp.RPS, "", nil)
+		}
+		add("whole "+salePhase+": server CPU per request (µs)", cpuPerRequest(g), cpuPerRequest(rsp), "", nil)
 	}
 	if g, rsp := find("soak", "seckill"), find("soak", "respond"); g != nil && rsp != nil {
 		add("sold-out path: soak req/s", g.RPS, rsp.RPS, "≥ 0.9", func(x float64) bool { return x >= 0.9 })
 		add("sold-out path: p99 (ms)", g.Latency.P99, rsp.Latency.P99, "", nil)
+		add("sold-out path: server CPU per request (µs)", cpuPerRequest(g), cpuPerRequest(rsp), "", nil)
 	}
 	return out
+}
+
+// cpuPerRequest is the CPU the server side (the gateway, and redis-server and the order backend
+// when the bench started them) spent per request, in microseconds. It depends much less on what
+// else the machine runs than req/s does: on a shared machine it is the steadier way to compare
+// the handler's cost with respond's. 0 when the CPU was not measured.
+func cpuPerRequest(t *targetReport) float64 {
+	if t.Requests == 0 {
+		return 0
+	}
+	return (t.GatewayCores + t.HelperCores) * t.Seconds / float64(t.Requests) * 1e6
 }
 
 func machine() machineInfo {

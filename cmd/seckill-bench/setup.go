@@ -128,7 +128,7 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	if err := os.WriteFile(conf, []byte(e.spec.caddyfile()), 0o600); err != nil {
 		return nil, fmt.Errorf("write gateway config: %w", err)
 	}
-	e.gateway, err = startChild("gateway", e.dir, cfg.gatewayBin, []string{"run", "--config", conf, "--adapter", "caddyfile"}, nil)
+	e.gateway, err = startChild("gateway", e.dir, cfg.gatewayBin, []string{"run", "--config", conf, "--adapter", "caddyfile"}, cfg.gatewayEnv)
 	if err != nil {
 		return nil, err
 	}
