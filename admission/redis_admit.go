@@ -15,18 +15,11 @@ func (s *RedisStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	if s.groups != nil {
 		return s.groups.admit(ctx, r)
 	}
-	reply, err := s.admit.Run(ctx, s.hot, s.admitKeys(r.Activity), r.User, r.Qty, r.RequestID).Slice()
-	if err != nil {
-		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, redisScriptErr(err))
-	}
-	d, err := redisParseDecision(reply)
-	if err == nil && d.Outcome == 0 {
-		err = badInput("qty %d is above the per-user limit", r.Qty)
-	}
-	if err != nil {
-		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
-	}
-	return d, nil
+	// A batch of one, run here: the same script, reply parsing and errors as a group.
+	c := &admitCall{req: r, done: make(chan admitAnswer, 1)}
+	s.runAdmitBatch(ctx, r.Activity, []*admitCall{c})
+	a := <-c.done
+	return a.d, a.err
 }
 
 // admitKeys returns admit.lua's KEYS for activity.
