@@ -30,8 +30,8 @@ func (q *request) authenticate() *Error {
 	if !usableUser(claims.User) {
 		return errUnauthorized("the bearer token names no usable user")
 	}
-	q.user = claims.User              // and {http.seckill.user} with it
-	q.claims, q.authed = claims, true // for {http.seckill.claims.*}
+	q.user = claims.User // and {http.seckill.user} with it
+	q.claims = claims    // for {http.seckill.claims.*}
 	return nil
 }
 

@@ -79,9 +79,10 @@ func (q *request) buy(next caddyhttp.Handler) error {
 		q.h.app.metrics.observeAdmission(a.ID, e.Code, time.Since(began))
 		return q.fail(e)
 	}
-	q.h.app.metrics.observeAdmission(a.ID, d.Outcome.String(), time.Since(began))
+	end := time.Now()
+	q.h.app.metrics.observeAdmission(a.ID, d.Outcome.String(), end.Sub(began))
 	if !d.Replayed { // a replay carries the stock of its first answer, which may be stale
-		q.h.app.acts.setStock(a.ID, d.Remaining, time.Now())
+		q.h.app.acts.setStock(a.ID, d.Remaining, end)
 	}
 	switch d.Outcome {
 	case admission.Won:
@@ -107,8 +108,7 @@ func (q *request) buy(next caddyhttp.Handler) error {
 		forwardsig.Set(q.r.Header, q.h.app.forwardSecret, forwardsig.Win{
 			Reservation: d.ReservationID, Activity: a.ID, User: q.user, Qty: qty,
 		})
-		q.repl.Set(placeholderCode, codeQueued)
-		q.code = codeQueued
+		q.code = codeQueued // and {http.seckill.code} with it
 		return next.ServeHTTP(q.w, q.r)
 	}
 	return q.ok(http.StatusAccepted, codeQueued, buyAnswer{

@@ -20,7 +20,7 @@ func (q *request) claimPlaceholder(key string) (any, bool) {
 	if !ok {
 		return nil, false
 	}
-	if !q.authed {
+	if q.user == "" { // no verified token (a verified one always names a user)
 		return "", true
 	}
 	q.claimOnce.Do(func() {

@@ -144,10 +144,9 @@ type request struct {
 
 	reservation string // a win's reservation id
 
-	// The verified token's claims, for {http.seckill.claims.*}: authed once a token verified;
-	// claimMap decoded from claims when a placeholder first asks, which most requests never do
-	// (once: a replacer may be read by more than one goroutine, an access log's for one).
-	authed    bool
+	// The verified token's claims, for {http.seckill.claims.*}, set with user; claimMap decoded
+	// from claims when a placeholder first asks, which most requests never do (once: a replacer
+	// may be read by more than one goroutine, an access log's for one).
 	claims    jwtauth.Claims
 	claimOnce sync.Once
 	claimMap  map[string]any

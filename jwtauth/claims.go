@@ -60,6 +60,8 @@ type tokenClaims struct {
 	aud           audClaim
 	user          string
 	hasUser       bool
+
+	payload string // the token's claims segment, set by parse once the token verified
 }
 
 type numericClaim struct {

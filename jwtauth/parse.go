@@ -108,6 +108,7 @@ func (v *Verifier) parse(ctx context.Context, token string, tc *tokenClaims) err
 	if err := v.validator.Validate(tc); err != nil {
 		return fmt.Errorf("%w: %w", jwt.ErrTokenInvalidClaims, err)
 	}
+	tc.payload = payload
 	return nil
 }
 

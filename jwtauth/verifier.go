@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -186,10 +185,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		// Unreachable after parse's own checks; kept so that a zero ExpiresAt never escapes.
 		return Claims{}, unauthorized("no usable exp claim")
 	}
-	// parse accepted exactly three segments; the second is the payload.
-	_, rest, _ := strings.Cut(token, ".")
-	payload, _, _ := strings.Cut(rest, ".")
-	return Claims{User: user, ExpiresAt: exp.Time, payload: payload}, nil
+	return Claims{User: user, ExpiresAt: exp.Time, payload: tc.payload}, nil
 }
 
 // keys returns the public keys that may verify a token of the public-key algorithm alg whose
