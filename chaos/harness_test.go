@@ -149,6 +149,9 @@ type env struct {
 	pg    *testsrv.Postgres
 	dsn   string
 
+	// storeOptions are extra lines for the gateways' `store redis` block.
+	storeOptions string
+
 	rdb   *redis.Client          // raw commands: INFO, XPENDING, XINFO
 	store *admission.RedisStore  // what Reconcile reads
 	repo  *orderbackend.Postgres // opened on first use (the backends migrate the database)
@@ -333,7 +336,9 @@ func (e *env) caddyfile(port int) string {
 	admin off
 	persist_config off
 	seckill {
-		store redis %s
+		store redis %s {
+			%s
+		}
 		jwt {
 			algorithms HS256
 			hmac_secret %s
@@ -357,7 +362,7 @@ http://:%d {
 	}
 	metrics /metrics
 }
-`, e.redis.Addr, jwtSecret, urlSecret, a.id, a.stock, a.limit,
+`, e.redis.Addr, e.storeOptions, jwtSecret, urlSecret, a.id, a.stock, a.limit,
 		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), port)
 }
 
