@@ -93,6 +93,29 @@ func TestRetryAfterSellOut(t *testing.T) {
 	}
 }
 
+// TestReplayKeepsStockReading: a replayed answer carries the stock of its first answer, which is
+// stale by then; the status call must keep showing the later, lower reading.
+func TestReplayKeepsStockReading(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		activityBlock("two", 2, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	c := newClient(t, base)
+	alice, bob := token(t, "alice"), token(t, "bob")
+	alicePath, bobPath := buyPath(t, c, "two", alice), buyPath(t, c, "two", bob)
+	first := c.post(alicePath, alice, "", "Idempotency-Key", "k")
+	expect(t, "alice", first, http.StatusAccepted, "queued")
+	expect(t, "bob", c.post(bobPath, bob, "", "Idempotency-Key", "k"), http.StatusAccepted, "queued")
+	again := c.post(alicePath, alice, "", "Idempotency-Key", "k")
+	expect(t, "alice's retry", again, http.StatusAccepted, "queued")
+	if again.str("reservation_id") != first.str("reservation_id") || again.num("remaining") != 1 {
+		t.Fatalf("retry = %s, want the first answer (reservation %s, remaining 1)", again, first.str("reservation_id"))
+	}
+	st := c.get("/seckill/two", "")
+	if st.status != http.StatusOK || st.num("remaining") != 0 || st.str("state") != "sold_out" {
+		t.Errorf("status after the replay = %s, want remaining 0, sold_out", st)
+	}
+}
+
 // rush runs users buyers: each asks for its path first, then, all at once, every buyer buys tries
 // times concurrently, spread over the bases (one per Caddy instance). It checks that exactly stock
 // buyers won, each a different user, and that everyone else was told sold_out or limit_reached.
