@@ -23,6 +23,7 @@ func TestRedisPostgres(t *testing.T) {
 func allScenarios() []scenario {
 	var all []scenario
 	all = append(all, repositoryScenarios...)
+	all = append(all, batchScenarios...)
 	all = append(all, consumerScenarios...)
 	all = append(all, apiScenarios...)
 	return all

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -151,15 +152,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 			sleep(ctx, c.opts.RetryDelay)
 			continue
 		}
-		failed := false
-		for _, w := range ws {
-			done, err := c.handle(ctx, w)
-			if err != nil {
-				return c.stopped(ctx, err)
-			}
-			failed = failed || !done
+		if len(ws) == 0 {
+			continue
 		}
-		if failed {
+		done, err := c.handleBatch(ctx, ws)
+		if err != nil {
+			return c.stopped(ctx, err)
+		}
+		if !done {
 			// Left pending: re-read later, which counts a delivery towards MaxDeliveries.
 			pending = true
 			sleep(ctx, c.opts.RetryDelay)
@@ -195,28 +195,163 @@ func (c *Consumer) syncDefinition(ctx context.Context) error {
 	return c.retryDB(ctx, func() error { return c.repo.EnsureStock(ctx, c.activity, snap.Stock) })
 }
 
-// handle processes one delivered entry. It reports false when the entry stays pending for a later
-// attempt; an error only when ctx is done or the activity was deleted.
-func (c *Consumer) handle(ctx context.Context, w admission.Win) (bool, error) {
+// step is what is left to do with an entry once its order transaction has run.
+type step int
+
+const (
+	stepPending step = iota // it stays pending for a later delivery
+	stepDone                // it was dead-lettered, which acknowledged it
+	stepFinish              // its order exists: publish the buyer's result, then acknowledge
+)
+
+// finishing is an entry whose order exists, waiting for its result record and acknowledgement.
+type finishing struct {
+	w admission.Win
+	o Order
+}
+
+// handleBatch processes one read batch: its well-formed wins go through one CreateOrders
+// transaction, then every buyer's result is written and every finished entry acknowledged with
+// one Ack. It reports false when an entry stays pending for a later attempt; an error only when
+// ctx is done or the activity was deleted.
+//
+// The outcomes are those of handling the wins one by one (see CreateOrders). A batch that fails
+// as a whole for a reason that does not pass by itself (a poison win among them) is handled win
+// by win instead, so one bad win cannot hold the others back.
+func (c *Consumer) handleBatch(ctx context.Context, ws []admission.Win) (bool, error) {
+	allDone := true
+	var (
+		fin   []finishing
+		batch []admission.Win
+		ns    []NewOrder
+	)
+	// take files one entry's next step.
+	take := func(w admission.Win, next step, o Order) {
+		switch next {
+		case stepPending:
+			allDone = false
+		case stepFinish:
+			fin = append(fin, finishing{w, o})
+		}
+	}
+	for _, w := range ws {
+		n, err := c.newOrder(w)
+		if err != nil {
+			// Malformed: the per-win path counts its deliveries and dead-letters it in the end.
+			next, o, err := c.process(ctx, w)
+			if err != nil {
+				return false, err
+			}
+			take(w, next, o)
+			continue
+		}
+		batch, ns = append(batch, w), append(ns, n)
+	}
+	if len(batch) > 0 {
+		outs, err := c.createOrders(ctx, ns)
+		switch {
+		case err == nil:
+			if err := c.retryRefused(ctx, ns, outs); err != nil {
+				return false, err
+			}
+			for i, w := range batch {
+				next, o, err := c.settle(ctx, w, outs[i].Order, outs[i].Created, outs[i].Err)
+				if err != nil {
+					return false, err
+				}
+				take(w, next, o)
+			}
+		case ctx.Err() != nil:
+			return false, ctx.Err()
+		case len(batch) == 1:
+			// Alone, the win's failure is its own (a poison re-read alone): no second transaction.
+			next, o, err := c.settle(ctx, batch[0], Order{}, false, err)
+			if err != nil {
+				return false, err
+			}
+			take(batch[0], next, o)
+		default:
+			c.log.Warn("order batch failed; handling its wins one by one", zap.Int("wins", len(batch)), zap.Error(err))
+			for _, w := range batch {
+				next, o, err := c.process(ctx, w)
+				if err != nil {
+					return false, err
+				}
+				take(w, next, o)
+			}
+		}
+	}
+	return allDone, c.finish(ctx, fin)
+}
+
+// retryRefused gives the batch's refused wins a second chance after catching up with the
+// activity's definition (its total may have been raised in the store a moment ago), in one more
+// transaction; outs is updated in place.
+func (c *Consumer) retryRefused(ctx context.Context, ns []NewOrder, outs []CreateOutcome) error {
+	var idx []int
+	for i, out := range outs {
+		if errors.Is(out.Err, ErrWinRefused) {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return nil
+	}
+	if err := c.syncDefinition(ctx); err != nil {
+		return err
+	}
+	again := make([]NewOrder, len(idx))
+	for j, i := range idx {
+		again[j] = ns[i]
+	}
+	retried, err := c.createOrders(ctx, again)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Leave each its own failure to count towards MaxDeliveries, as the per-win path would.
+		c.log.Warn("retrying refused wins failed", zap.Int("wins", len(idx)), zap.Error(err))
+		for _, i := range idx {
+			outs[i] = CreateOutcome{Err: err}
+		}
+		return nil
+	}
+	for j, i := range idx {
+		outs[i] = retried[j]
+	}
+	return nil
+}
+
+// process runs one entry's order transaction on its own (handleBatch's fallback) and settles
+// it; finishing a stepFinish is left to the caller.
+func (c *Consumer) process(ctx context.Context, w admission.Win) (step, Order, error) {
 	o, created, err := c.createOrder(ctx, w)
 	if errors.Is(err, ErrWinRefused) {
 		// The total may have been raised in the store a moment ago: catch up once, then retry.
 		if err := c.syncDefinition(ctx); err != nil {
-			return false, err
+			return stepPending, Order{}, err
 		}
 		o, created, err = c.createOrder(ctx, w)
 	}
+	return c.settle(ctx, w, o, created, err)
+}
+
+// settle decides what follows a win's order transaction (o, created and err are its outcome):
+// a refused win is dead-lettered, another failure leaves the entry pending until its
+// MaxDeliveries-th delivery makes it poison, and an order (new or found again) is counted and
+// left for finish. The error is only a done ctx or a deleted activity.
+func (c *Consumer) settle(ctx context.Context, w admission.Win, o Order, created bool, err error) (step, Order, error) {
 	switch {
 	case err == nil:
 	case ctx.Err() != nil:
-		return false, ctx.Err()
+		return stepPending, Order{}, ctx.Err()
 	case errors.Is(err, ErrWinRefused):
-		return true, c.deadLetter(ctx, w, reasonRefused+err.Error(), false)
+		return stepDone, Order{}, c.deadLetter(ctx, w, reasonRefused+err.Error(), false)
 	default:
 		if w.Deliveries < c.opts.MaxDeliveries {
 			c.log.Warn("win failed; it stays pending", zap.String("reservation", w.ReservationID),
 				zap.Int64("deliveries", w.Deliveries), zap.Error(err))
-			return false, nil
+			return stepPending, Order{}, nil
 		}
 		return c.poison(ctx, w, err)
 	}
@@ -225,20 +360,28 @@ func (c *Consumer) handle(ctx context.Context, w admission.Win) (bool, error) {
 	} else {
 		c.opts.Metrics.Redelivered.Add(1)
 	}
-	return true, c.finish(ctx, w, o)
+	return stepFinish, o, nil
 }
 
-// createOrder runs the order transaction, waiting out database outages.
-func (c *Consumer) createOrder(ctx context.Context, w admission.Win) (o Order, created bool, err error) {
+// newOrder is the order a well-formed win of this consumer's activity asks for.
+func (c *Consumer) newOrder(w admission.Win) (NewOrder, error) {
+	if w.Activity != c.activity || w.ReservationID == "" || w.User == "" || w.Qty <= 0 {
+		return NewOrder{}, fmt.Errorf("malformed win %+v", w)
+	}
 	now := c.opts.Now()
-	n := NewOrder{
+	return NewOrder{
 		ID: NewOrderID(), Activity: w.Activity, ReservationID: w.ReservationID, User: w.User, Qty: w.Qty,
 		// The window starts when the order exists, not at admission: a backlog after an outage
 		// must not eat the buyer's time to pay.
 		CreatedAt: now, ExpiresAt: now.Add(time.Duration(c.payWithin.Load())),
-	}
-	if w.Activity != c.activity || w.ReservationID == "" || w.User == "" || w.Qty <= 0 {
-		return Order{}, false, fmt.Errorf("malformed win %+v", w)
+	}, nil
+}
+
+// createOrder runs one win's order transaction, waiting out database outages.
+func (c *Consumer) createOrder(ctx context.Context, w admission.Win) (o Order, created bool, err error) {
+	n, err := c.newOrder(w)
+	if err != nil {
+		return Order{}, false, err
 	}
 	err = c.retryDB(ctx, func() (err error) {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
@@ -249,35 +392,104 @@ func (c *Consumer) createOrder(ctx context.Context, w admission.Win) (o Order, c
 	return o, created, err
 }
 
-// finish publishes the buyer's result and acknowledges the entry, in that order: an entry is done
-// only when the buyer can see its order.
-func (c *Consumer) finish(ctx context.Context, w admission.Win, o Order) error {
-	err := c.retryStore(ctx, func() error { return publish(ctx, c.store, o.Activity, o.User, resultOf(o)) })
-	if err != nil && !errors.Is(err, admission.ErrUnknownActivity) {
+// createOrders runs a batch's order transaction, waiting out database outages.
+func (c *Consumer) createOrders(ctx context.Context, ns []NewOrder) (outs []CreateOutcome, err error) {
+	err = c.retryDB(ctx, func() (err error) {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		defer cancel()
+		outs, err = c.repo.CreateOrders(actx, ns)
 		return err
+	})
+	if err == nil {
+		c.opts.Metrics.Batches.Add(1)
 	}
-	return c.retryStore(ctx, func() error { return c.store.Ack(ctx, c.activity, c.opts.Group, w.ID) })
+	return outs, err
+}
+
+// publishers bounds the result records one batch writes at once. Concurrent calls let a Redis
+// store's auto-pipeliner (RedisOptions.AutoPipeline) send them together, and overlap the round
+// trips otherwise.
+const publishers = 16
+
+// finish publishes the buyers' results and then acknowledges the entries with one Ack: an entry
+// is done only when the buyer can see its order. A user's records are written one after another
+// in batch order (publish reads before it writes); different users' at once, up to publishers.
+// An entry whose record could not be written is not acknowledged.
+func (c *Consumer) finish(ctx context.Context, fs []finishing) error {
+	if len(fs) == 0 {
+		return nil
+	}
+	errs := make([]error, len(fs))
+	pub := func(i int) {
+		o := fs[i].o
+		err := c.retryStore(ctx, func() error { return publish(ctx, c.store, o.Activity, o.User, resultOf(o)) })
+		if err != nil && !errors.Is(err, admission.ErrUnknownActivity) {
+			errs[i] = err
+		}
+	}
+	if len(fs) == 1 {
+		pub(0)
+	} else {
+		var (
+			byUser = map[string][]int{}
+			users  []string
+		)
+		for i, f := range fs {
+			if _, ok := byUser[f.o.User]; !ok {
+				users = append(users, f.o.User)
+			}
+			byUser[f.o.User] = append(byUser[f.o.User], i)
+		}
+		var (
+			next atomic.Int64
+			wg   sync.WaitGroup
+		)
+		for range min(publishers, len(users)) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for u := next.Add(1) - 1; u < int64(len(users)); u = next.Add(1) - 1 {
+					for _, i := range byUser[users[u]] {
+						pub(i)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	ids := make([]string, 0, len(fs))
+	for i, f := range fs {
+		if errs[i] == nil {
+			ids = append(ids, f.w.ID)
+		}
+	}
+	if len(ids) > 0 {
+		if err := c.retryStore(ctx, func() error { return c.store.Ack(ctx, c.activity, c.opts.Group, ids...) }); err != nil {
+			return err
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // poison dead-letters an entry that failed MaxDeliveries times and gives its items back to the
 // store: the database never took them, so keeping them reserved would undersell.
-func (c *Consumer) poison(ctx context.Context, w admission.Win, cause error) (bool, error) {
+func (c *Consumer) poison(ctx context.Context, w admission.Win, cause error) (step, Order, error) {
 	// A commit whose answer was lost looks like a failure: never give up on a win that has an order.
 	o, err := c.repo.OrderByReservation(ctx, w.Activity, w.ReservationID)
 	switch {
 	case err == nil && o.User == w.User && o.Qty == w.Qty:
 		c.opts.Metrics.Redelivered.Add(1)
-		return true, c.finish(ctx, w, o)
+		return stepFinish, o, nil
 	case err == nil:
 		// The reservation's items went to another order: nothing to give back.
-		return true, c.deadLetter(ctx, w, reasonRefused+cause.Error(), false)
+		return stepDone, Order{}, c.deadLetter(ctx, w, reasonRefused+cause.Error(), false)
 	case !errors.Is(err, ErrNotFound):
 		c.log.Warn("cannot check a failing win for an order; it stays pending",
 			zap.String("reservation", w.ReservationID), zap.Error(err))
-		return false, nil
+		return stepPending, Order{}, nil
 	}
 	reason := fmt.Sprintf("%sfailed %d deliveries: %v", reasonPoison, w.Deliveries, cause)
-	return true, c.deadLetter(ctx, w, reason, true)
+	return stepDone, Order{}, c.deadLetter(ctx, w, reason, true)
 }
 
 // deadLetter moves an entry to the dead-letter queue (which acknowledges it), releases its

@@ -14,11 +14,12 @@ type Metrics struct {
 	Cancelled     atomic.Int64 // orders cancelled by their owner
 	Released      atomic.Int64 // reservations this process released in the store
 	Retries       atomic.Int64 // operations retried after a transient failure
+	Batches       atomic.Int64 // batch transactions (CreateOrders) the consumers ran; (OrdersCreated+Redelivered)/Batches is about the mean batch
 }
 
 // MetricsSnapshot is a copy of the counters.
 type MetricsSnapshot struct {
-	OrdersCreated, Redelivered, DeadLettered, Refused, Paid, Expired, Cancelled, Released, Retries int64
+	OrdersCreated, Redelivered, DeadLettered, Refused, Paid, Expired, Cancelled, Released, Retries, Batches int64
 }
 
 // Snapshot copies the counters.
@@ -26,6 +27,6 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	return MetricsSnapshot{
 		OrdersCreated: m.OrdersCreated.Load(), Redelivered: m.Redelivered.Load(), DeadLettered: m.DeadLettered.Load(),
 		Refused: m.Refused.Load(), Paid: m.Paid.Load(), Expired: m.Expired.Load(), Cancelled: m.Cancelled.Load(),
-		Released: m.Released.Load(), Retries: m.Retries.Load(),
+		Released: m.Released.Load(), Retries: m.Retries.Load(), Batches: m.Batches.Load(),
 	}
 }

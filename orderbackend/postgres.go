@@ -151,55 +151,156 @@ func scanPGOrder(row pgx.Row) (Order, error) {
 	return o, nil
 }
 
-// CreateOrder implements Repository.
+// CreateOrder implements Repository: a batch of one.
 func (p *Postgres) CreateOrder(ctx context.Context, n NewOrder) (Order, bool, error) {
-	n = n.normalized()
-	op := "postgres: create order for reservation " + n.ReservationID
-	var (
-		o       Order
-		created bool
-	)
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		// A concurrent insert of the same reservation waits on the unique index here and then
-		// does nothing, so two consumers holding one entry make one order.
-		tag, err := tx.Exec(ctx, `INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
-			VALUES ($1, $2, $3, $4, $5, 'pending_payment', $6, $7)
-			ON CONFLICT (activity, reservation_id) DO NOTHING`,
-			n.ID, n.ReservationID, n.Activity, n.User, n.Qty, n.CreatedAt, n.ExpiresAt)
-		if err != nil {
-			var pe *pgconn.PgError
-			if errors.As(err, &pe) && pe.Code == "23503" { // foreign key: no stock row
-				return fmt.Errorf("%w: activity %s has no stock row", ErrWinRefused, n.Activity)
-			}
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return errExisting
-		}
-		tag, err = tx.Exec(ctx, `UPDATE stock SET "left" = "left" - $2 WHERE activity = $1 AND "left" >= $2`, n.Activity, n.Qty)
-		if err != nil {
-			return err
-		}
-		if tag.RowsAffected() == 0 {
-			return fmt.Errorf("%w: activity %s has less than %d left", ErrWinRefused, n.Activity, n.Qty)
-		}
-		created = true
-		o = n.order()
-		return nil
-	})
-	switch {
-	case errors.Is(err, errExisting):
-		existing, err := p.OrderByReservation(ctx, n.Activity, n.ReservationID)
-		if err != nil {
-			return Order{}, false, err
-		}
-		return existing, false, sameWin(existing, n)
-	case errors.Is(err, ErrWinRefused):
-		return Order{}, false, fmt.Errorf("%s: %w", op, err)
-	case err != nil:
-		return Order{}, false, pgErr(op, err)
+	return firstOutcome(p.CreateOrders(ctx, []NewOrder{n}))
+}
+
+// CreateOrders implements Repository.
+//
+// The fast path (see fastTake) is one statement in a transaction, three round trips whatever the
+// batch's size: the summed stock taken by the guarded update, and, only if it took it, every
+// order inserted from arrays. The careful path is four: BEGIN; the stock row locked (FOR UPDATE)
+// and the batch's existing orders read; the new orders inserted and their summed stock taken;
+// COMMIT.
+//
+// Both take the stock row before any order row, as every transaction here that creates orders
+// does, so two consumers holding overlapping reservations (a claim after a slow consumer) run one
+// after the other: the second finds the first's committed orders and makes none twice. No
+// statement of a healthy batch fails, so a refused or redelivered win never aborts the
+// transaction: no insert runs for an activity without stock row (which would break the foreign
+// key), and the insert is ON CONFLICT DO NOTHING.
+func (p *Postgres) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOutcome, error) {
+	if len(ns) == 0 {
+		return nil, nil
 	}
-	return o, created, nil
+	op := fmt.Sprintf("postgres: create %d orders for reservation %s", len(ns), ns[0].ReservationID)
+	if len(ns) == 1 {
+		op = "postgres: create order for reservation " + ns[0].ReservationID
+	}
+	act, err := batchActivity(op, ns)
+	if err != nil {
+		return nil, err
+	}
+	ns = normalizedAll(ns)
+	if take, ok := fastTake(ns); ok {
+		err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			// The insert's EXISTS runs the update first (an uncorrelated one-time filter), and
+			// inserts nothing unless the guard let the update through.
+			a := pgOrderArrays(ns)
+			tag, err := tx.Exec(ctx, `WITH taken AS (
+					UPDATE stock SET "left" = "left" - $8 WHERE activity = $1 AND "left" >= $8 RETURNING 1)
+				INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
+				SELECT i, r, $1, u, q, 'pending_payment', c, e
+				FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::timestamptz[]) AS t (i, r, u, q, c, e)
+				WHERE EXISTS (SELECT FROM taken)
+				ON CONFLICT (activity, reservation_id) DO NOTHING`,
+				act, a.ids, a.resvs, a.users, a.qtys, a.created, a.expires, take)
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() != int64(len(ns)) {
+				return errReplan
+			}
+			return nil
+		})
+		if err == nil {
+			return allCreated(ns), nil
+		}
+		if !errors.Is(err, errReplan) {
+			return nil, pgErr(op, err)
+		}
+	}
+	resvs := make([]string, len(ns))
+	for i, n := range ns {
+		resvs[i] = n.ReservationID
+	}
+	var plan batchPlan
+	for attempt := 1; ; attempt++ {
+		err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+			var (
+				left     int64
+				hasStock = true
+				existing = make(map[string]Order, len(ns))
+			)
+			b := &pgx.Batch{}
+			b.Queue(`SELECT "left" FROM stock WHERE activity = $1 FOR UPDATE`, act).QueryRow(func(row pgx.Row) error {
+				err := row.Scan(&left)
+				if errors.Is(err, pgx.ErrNoRows) {
+					hasStock = false
+					return nil
+				}
+				return err
+			})
+			b.Queue(`SELECT `+pgOrderCols+` FROM orders WHERE activity = $1 AND reservation_id = ANY($2)`, act, resvs).
+				Query(func(rows pgx.Rows) error {
+					for rows.Next() {
+						o, err := scanPGOrder(rows)
+						if err != nil {
+							return err
+						}
+						existing[o.ReservationID] = o
+					}
+					return rows.Err()
+				})
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			plan = planBatch("postgres", ns, hasStock, left, existing)
+			if len(plan.inserts) == 0 {
+				return nil
+			}
+			a := pgOrderArrays(plan.inserts)
+			b = &pgx.Batch{}
+			b.Queue(`UPDATE stock SET "left" = "left" - $2 WHERE activity = $1 AND "left" >= $2`, act, plan.take).
+				Exec(func(tag pgconn.CommandTag) error {
+					if tag.RowsAffected() != 1 {
+						return errReplan
+					}
+					return nil
+				})
+			b.Queue(`INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
+				SELECT i, r, $1, u, q, 'pending_payment', c, e
+				FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::timestamptz[]) AS t (i, r, u, q, c, e)
+				ON CONFLICT (activity, reservation_id) DO NOTHING`, act, a.ids, a.resvs, a.users, a.qtys, a.created, a.expires).
+				Exec(func(tag pgconn.CommandTag) error {
+					if tag.RowsAffected() != int64(len(plan.inserts)) {
+						return errReplan
+					}
+					return nil
+				})
+			return tx.SendBatch(ctx, b).Close()
+		})
+		if !errors.Is(err, errReplan) {
+			break
+		}
+		if attempt == batchAttempts {
+			return nil, fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+		}
+	}
+	if err != nil {
+		return nil, pgErr(op, err)
+	}
+	return plan.outs, nil
+}
+
+// pgArrays are new orders as column arrays: one statement text inserts any number of them, so
+// pgx prepares it once per connection.
+type pgArrays struct {
+	ids, resvs, users []string
+	qtys              []int64
+	created, expires  []time.Time
+}
+
+func pgOrderArrays(ns []NewOrder) pgArrays {
+	a := pgArrays{
+		ids: make([]string, len(ns)), resvs: make([]string, len(ns)), users: make([]string, len(ns)),
+		qtys: make([]int64, len(ns)), created: make([]time.Time, len(ns)), expires: make([]time.Time, len(ns)),
+	}
+	for i, n := range ns {
+		a.ids[i], a.resvs[i], a.users[i], a.qtys[i], a.created[i], a.expires[i] = n.ID, n.ReservationID, n.User, n.Qty, n.CreatedAt, n.ExpiresAt
+	}
+	return a
 }
 
 // Order implements Repository.

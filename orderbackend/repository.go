@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
 )
 
 // NewOrder is what a consumer asks a Repository to create from one win.
@@ -32,6 +34,15 @@ type Repository interface {
 	// returns the existing order; a win the stock guard refuses returns ErrWinRefused and writes
 	// nothing.
 	CreateOrder(ctx context.Context, o NewOrder) (Order, bool, error)
+
+	// CreateOrders turns a batch of one activity's wins into orders in one transaction, with
+	// exactly the outcomes CreateOrder would give each win if they were created one by one in the
+	// slice's order: outcome i belongs to win i. A win the stock guard refuses (or whose activity
+	// has no stock row) gets ErrWinRefused and a reservation with another buyer's order
+	// ErrConflict, for that win only; the batch's other wins still commit. Any other failure rolls
+	// the whole batch back and is returned as the error (ErrUnavailable when transient). A slice
+	// that mixes activities is refused with admission.ErrBadInput and nothing written.
+	CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOutcome, error)
 
 	// Order returns one order by id (ErrNotFound).
 	Order(ctx context.Context, id string) (Order, error)
@@ -71,6 +82,14 @@ type Repository interface {
 	Close() error
 }
 
+// CreateOutcome is what CreateOrders did with one win. Err is nil, ErrWinRefused (Order is zero)
+// or ErrConflict (Order is the reservation's existing order, for another buyer or quantity).
+type CreateOutcome struct {
+	Order   Order
+	Created bool // a new order: this call inserted it and took its stock
+	Err     error
+}
+
 // OpenRepository opens the repository named by kind ("postgres" or "sqlite") with its data source:
 // a PostgreSQL URL or key=value DSN, or an SQLite file path. Migrations are applied.
 func OpenRepository(ctx context.Context, kind, dsn string) (Repository, error) {
@@ -82,9 +101,6 @@ func OpenRepository(ctx context.Context, kind, dsn string) (Repository, error) {
 	}
 	return nil, fmt.Errorf("open order repository: unknown kind %q (want postgres or sqlite)", kind)
 }
-
-// errExisting is a repository's internal signal that the reservation already has an order.
-var errExisting = errors.New("reservation already has an order")
 
 // order is the pending order a NewOrder creates.
 func (n NewOrder) order() Order {
@@ -118,4 +134,111 @@ func (n NewOrder) normalized() NewOrder {
 	n.CreatedAt = time.UnixMilli(n.CreatedAt.UnixMilli())
 	n.ExpiresAt = time.UnixMilli(n.ExpiresAt.UnixMilli())
 	return n
+}
+
+// batchActivity returns the one activity of a CreateOrders batch: a repository takes the batch's
+// stock row once, so a batch spans one activity (a consumer's read always does).
+func batchActivity(op string, ns []NewOrder) (string, error) {
+	act := ns[0].Activity
+	for _, n := range ns[1:] {
+		if n.Activity != act {
+			return "", fmt.Errorf("%s: %w: a batch mixes activities %q and %q", op, admission.ErrBadInput, act, n.Activity)
+		}
+	}
+	return act, nil
+}
+
+// batchPlan is what a CreateOrders transaction writes: the new orders, in the batch's order, and
+// the stock they take together.
+type batchPlan struct {
+	outs    []CreateOutcome
+	inserts []NewOrder
+	take    int64
+}
+
+// planBatch decides every win of a batch exactly as creating them one by one in order would,
+// from the state the transaction holds locked: the activity's stock (hasStock false when it has
+// no stock row) and the orders the batch's reservations already have. A reservation that already
+// has an order takes nothing; a new one takes its qty while left >= qty (the stock guard), and is
+// refused otherwise. A reservation repeated in the batch finds the order its first occurrence
+// makes. ns must be normalized; existing is consumed.
+func planBatch(db string, ns []NewOrder, hasStock bool, left int64, existing map[string]Order) batchPlan {
+	p := batchPlan{outs: make([]CreateOutcome, len(ns))}
+	for i, n := range ns {
+		if o, ok := existing[n.ReservationID]; ok {
+			p.outs[i] = CreateOutcome{Order: o, Err: sameWin(o, n)}
+			continue
+		}
+		switch {
+		case !hasStock:
+			p.outs[i].Err = fmt.Errorf("%s: create order for reservation %s: %w: activity %s has no stock row",
+				db, n.ReservationID, ErrWinRefused, n.Activity)
+		case left < n.Qty:
+			p.outs[i].Err = fmt.Errorf("%s: create order for reservation %s: %w: activity %s has less than %d left",
+				db, n.ReservationID, ErrWinRefused, n.Activity, n.Qty)
+		default:
+			left -= n.Qty
+			p.take += n.Qty
+			o := n.order()
+			p.inserts = append(p.inserts, n)
+			p.outs[i] = CreateOutcome{Order: o, Created: true}
+			existing[n.ReservationID] = o
+		}
+	}
+	return p
+}
+
+// errReplan is a CreateOrders transaction's internal signal that the database is not as its
+// plan assumed: the fast path met a reservation that already has an order or a stock guard that
+// refuses the batch's sum, or the careful path met a row that changed under it. The transaction
+// rolls back, and the batch is planned again, carefully. The careful path cannot meet it while
+// every writer takes the stock row first, as this package's do; it guards against one that does
+// not.
+var errReplan = errors.New("the database is not as the batch's plan assumed")
+
+// batchAttempts bounds the careful plans after errReplan; the last one is ErrUnavailable.
+const batchAttempts = 3
+
+// fastTake is the stock a batch takes on the fast path, which assumes what a sale's batch almost
+// always is: every win new, and the stock enough for all of them. It then takes the batch's summed
+// qty with one guarded update and inserts every order, which gives exactly the outcomes of one by
+// one (each prefix of the batch fits too). Any other batch (a redelivery, a refusal) rolls back
+// with errReplan and takes the careful path (planBatch). A batch naming a reservation twice
+// goes careful at once.
+func fastTake(ns []NewOrder) (take int64, ok bool) {
+	seen := make(map[string]struct{}, len(ns))
+	for _, n := range ns {
+		if _, dup := seen[n.ReservationID]; dup {
+			return 0, false
+		}
+		seen[n.ReservationID] = struct{}{}
+		take += n.Qty
+	}
+	return take, true
+}
+
+// allCreated is the outcome of a batch the fast path committed.
+func allCreated(ns []NewOrder) []CreateOutcome {
+	outs := make([]CreateOutcome, len(ns))
+	for i, n := range ns {
+		outs[i] = CreateOutcome{Order: n.order(), Created: true}
+	}
+	return outs
+}
+
+// normalizedAll returns a normalized copy of ns, leaving the caller's slice alone.
+func normalizedAll(ns []NewOrder) []NewOrder {
+	out := make([]NewOrder, len(ns))
+	for i, n := range ns {
+		out[i] = n.normalized()
+	}
+	return out
+}
+
+// firstOutcome turns a batch of one into CreateOrder's answer.
+func firstOutcome(outs []CreateOutcome, err error) (Order, bool, error) {
+	if err != nil {
+		return Order{}, false, err
+	}
+	return outs[0].Order, outs[0].Created, outs[0].Err
 }

@@ -153,51 +153,155 @@ func (s *SQLite) EnsureStock(ctx context.Context, activity string, total int64) 
 	return sqliteErr("sqlite: ensure stock "+activity, err)
 }
 
-// CreateOrder implements Repository.
+// CreateOrder implements Repository: a batch of one.
 func (s *SQLite) CreateOrder(ctx context.Context, n NewOrder) (Order, bool, error) {
-	n = n.normalized()
-	op := "sqlite: create order for reservation " + n.ReservationID
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
-			VALUES (?, ?, ?, ?, ?, 'pending_payment', ?, ?)
-			ON CONFLICT (activity, reservation_id) DO NOTHING`,
-			n.ID, n.ReservationID, n.Activity, n.User, n.Qty, n.CreatedAt.UnixMilli(), n.ExpiresAt.UnixMilli())
-		if err != nil {
-			var se *sqlite.Error
-			if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
-				return fmt.Errorf("%w: activity %s has no stock row", ErrWinRefused, n.Activity)
-			}
-			return err
-		}
-		if k, err := res.RowsAffected(); err != nil {
-			return err
-		} else if k == 0 {
-			return errExisting
-		}
-		res, err = tx.ExecContext(ctx, `UPDATE stock SET "left" = "left" - ?2 WHERE activity = ?1 AND "left" >= ?2`, n.Activity, n.Qty)
-		if err != nil {
-			return err
-		}
-		if k, err := res.RowsAffected(); err != nil {
-			return err
-		} else if k == 0 {
-			return fmt.Errorf("%w: activity %s has less than %d left", ErrWinRefused, n.Activity, n.Qty)
-		}
-		return nil
-	})
-	switch {
-	case errors.Is(err, errExisting):
-		existing, err := s.OrderByReservation(ctx, n.Activity, n.ReservationID)
-		if err != nil {
-			return Order{}, false, err
-		}
-		return existing, false, sameWin(existing, n)
-	case errors.Is(err, ErrWinRefused):
-		return Order{}, false, fmt.Errorf("%s: %w", op, err)
-	case err != nil:
-		return Order{}, false, sqliteErr(op, err)
+	return firstOutcome(s.CreateOrders(ctx, []NewOrder{n}))
+}
+
+// sqliteChunk bounds the rows of one multi-row statement (7 parameters a row), well within
+// SQLite's 32766 parameters.
+const sqliteChunk = 500
+
+// CreateOrders implements Repository. The write transaction is exclusive (BEGIN IMMEDIATE), so
+// nothing changes between its reads and its writes. The fast path (see fastTake) is the guarded
+// update of the summed stock and multi-row inserts, the two statements a single order always
+// took; the careful path reads the stock row and the batch's existing orders, decides every win
+// in order (planBatch), and writes the new orders and their summed stock.
+func (s *SQLite) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOutcome, error) {
+	if len(ns) == 0 {
+		return nil, nil
 	}
-	return n.order(), true, nil
+	op := fmt.Sprintf("sqlite: create %d orders for reservation %s", len(ns), ns[0].ReservationID)
+	if len(ns) == 1 {
+		op = "sqlite: create order for reservation " + ns[0].ReservationID
+	}
+	act, err := batchActivity(op, ns)
+	if err != nil {
+		return nil, err
+	}
+	ns = normalizedAll(ns)
+	if take, ok := fastTake(ns); ok {
+		err := s.tx(ctx, func(tx *sql.Tx) error {
+			if err := sqliteTakeStock(ctx, tx, act, take); err != nil {
+				return err
+			}
+			return sqliteInsertOrders(ctx, tx, ns)
+		})
+		if err == nil {
+			return allCreated(ns), nil
+		}
+		if !errors.Is(err, errReplan) {
+			return nil, sqliteErr(op, err)
+		}
+	}
+	var plan batchPlan
+	for attempt := 1; ; attempt++ {
+		err = s.tx(ctx, func(tx *sql.Tx) error {
+			var (
+				left     int64
+				hasStock = true
+			)
+			err := tx.QueryRowContext(ctx, `SELECT "left" FROM stock WHERE activity = ?`, act).Scan(&left)
+			if errors.Is(err, sql.ErrNoRows) {
+				hasStock = false
+			} else if err != nil {
+				return err
+			}
+			existing, err := sqliteExisting(ctx, tx, act, ns)
+			if err != nil {
+				return err
+			}
+			plan = planBatch("sqlite", ns, hasStock, left, existing)
+			if len(plan.inserts) == 0 {
+				return nil
+			}
+			if err := sqliteTakeStock(ctx, tx, act, plan.take); err != nil {
+				return err
+			}
+			return sqliteInsertOrders(ctx, tx, plan.inserts)
+		})
+		if !errors.Is(err, errReplan) {
+			break
+		}
+		if attempt == batchAttempts {
+			return nil, fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+		}
+	}
+	if err != nil {
+		return nil, sqliteErr(op, err)
+	}
+	return plan.outs, nil
+}
+
+// sqliteTakeStock takes qty items with the stock guard; errReplan when the guard refuses (or the
+// activity has no stock row).
+func sqliteTakeStock(ctx context.Context, tx *sql.Tx, act string, qty int64) error {
+	res, err := tx.ExecContext(ctx, `UPDATE stock SET "left" = "left" - ?2 WHERE activity = ?1 AND "left" >= ?2`, act, qty)
+	if err != nil {
+		return err
+	}
+	if k, err := res.RowsAffected(); err != nil {
+		return err
+	} else if k != 1 {
+		return errReplan
+	}
+	return nil
+}
+
+// sqliteExisting reads the orders the batch's reservations already have, by reservation id.
+func sqliteExisting(ctx context.Context, tx *sql.Tx, act string, ns []NewOrder) (map[string]Order, error) {
+	existing := make(map[string]Order, len(ns))
+	for lo := 0; lo < len(ns); lo += sqliteChunk {
+		chunk := ns[lo:min(lo+sqliteChunk, len(ns))]
+		args := make([]any, 0, len(chunk)+1)
+		args = append(args, act)
+		for _, n := range chunk {
+			args = append(args, n.ReservationID)
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE activity = ? AND reservation_id IN (?`+
+			strings.Repeat(", ?", len(chunk)-1)+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			o, err := scanSQLiteOrder(rows)
+			if err != nil {
+				_ = rows.Close()
+				return nil, err
+			}
+			existing[o.ReservationID] = o
+		}
+		_ = rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return existing, nil
+}
+
+// sqliteInsertOrders inserts planned new orders. ON CONFLICT DO NOTHING and the count turn a
+// reservation that already has an order into errReplan instead of a failed statement.
+func sqliteInsertOrders(ctx context.Context, tx *sql.Tx, ins []NewOrder) error {
+	for lo := 0; lo < len(ins); lo += sqliteChunk {
+		chunk := ins[lo:min(lo+sqliteChunk, len(ins))]
+		args := make([]any, 0, 7*len(chunk))
+		for _, n := range chunk {
+			args = append(args, n.ID, n.ReservationID, n.Activity, n.User, n.Qty, n.CreatedAt.UnixMilli(), n.ExpiresAt.UnixMilli())
+		}
+		const row = `(?, ?, ?, ?, ?, 'pending_payment', ?, ?)`
+		res, err := tx.ExecContext(ctx, `INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
+			VALUES `+row+strings.Repeat(", "+row, len(chunk)-1)+`
+			ON CONFLICT (activity, reservation_id) DO NOTHING`, args...)
+		if err != nil {
+			return err
+		}
+		if k, err := res.RowsAffected(); err != nil {
+			return err
+		} else if k != int64(len(chunk)) {
+			return errReplan
+		}
+	}
+	return nil
 }
 
 // Order implements Repository.
