@@ -90,6 +90,23 @@ func (g *Guard) GetResult(ctx context.Context, activity, user string) (Result, e
 	return call(g.cb, "get result", activity, func() (Result, error) { return g.store.GetResult(ctx, activity, user) })
 }
 
+// AppendResult implements Store.
+func (g *Guard) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
+	var code string
+	out, err := call(g.cb, "get result", activity, func() ([]byte, error) {
+		var (
+			b   []byte
+			err error
+		)
+		b, code, err = g.store.AppendResult(ctx, dst, activity, user)
+		return b, err
+	})
+	if err != nil {
+		return dst, "", err
+	}
+	return out, code, nil
+}
+
 // Restocks implements Store by subscribing to the wrapped store's broadcasts.
 func (g *Guard) Restocks(ctx context.Context) (<-chan string, error) {
 	return call(g.cb, "restocks", "", func() (<-chan string, error) { return g.store.Restocks(ctx) })

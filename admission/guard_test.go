@@ -120,6 +120,13 @@ func (s *wrappedStore) GetResult(ctx context.Context, activity, user string) (Re
 	return s.MemoryStore.GetResult(ctx, activity, user)
 }
 
+func (s *wrappedStore) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
+	if err := s.enter(); err != nil {
+		return dst, "", err
+	}
+	return s.MemoryStore.AppendResult(ctx, dst, activity, user)
+}
+
 // Restocks subscribes for real; with dropRestocks every broadcast is read and thrown away, as if
 // the pub/sub connection had lost them.
 func (s *wrappedStore) Restocks(ctx context.Context) (<-chan string, error) {

@@ -423,6 +423,15 @@ func (s *MemoryStore) GetResult(ctx context.Context, activity, user string) (Res
 	return r, nil
 }
 
+// AppendResult implements Store: GetResult, encoded.
+func (s *MemoryStore) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
+	r, err := s.GetResult(ctx, activity, user)
+	if err != nil {
+		return dst, "", err
+	}
+	return appendResultJSON(dst, r), r.Code, nil
+}
+
 // Close implements Store: it ends every subscription and blocking read. The state is discarded
 // with the store.
 func (s *MemoryStore) Close() error {

@@ -51,13 +51,16 @@ type RedisOptions struct {
 // entry in P:{A}:orders.
 type RedisStore struct {
 	client  redis.UniversalClient
-	hot     redis.Cmdable // client, or its auto-pipeliner (RedisOptions.AutoPipeline)
+	hot     redis.Cmdable  // client, or its auto-pipeliner (RedisOptions.AutoPipeline)
+	hotProc redisProcessor // hot, for the commands built by hand (redis_keys.go)
 	prefix  string
 	channel string
 
 	define, admit, release, del, ensureGroup, readPending, claim, deadLetter, setResult *redis.Script
 
 	groups *admitGroups // nil when AdmitBatch is 1
+
+	keyCache redisKeyCache // per-activity prebuilt arguments of the hot calls
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -93,18 +96,22 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) (*RedisStore
 	if opts.AdmitInFlight == 0 {
 		opts.AdmitInFlight = defaultAdmitInFlight
 	}
-	var hot redis.Cmdable = client
+	var (
+		hot     redis.Cmdable  = client
+		hotProc redisProcessor = client
+	)
 	if opts.AutoPipeline {
 		// The client caches its auto-pipeliner and closes it with itself.
 		ap, err := client.AutoPipeline()
 		if err != nil {
 			return nil, fmt.Errorf("new redis store: auto-pipeline: %w", err)
 		}
-		hot = ap
+		hot, hotProc = ap, ap
 	}
 	s := &RedisStore{
 		client:      client,
 		hot:         hot,
+		hotProc:     hotProc,
 		prefix:      opts.KeyPrefix,
 		channel:     opts.RestockChannel,
 		define:      redis.NewScript(luaDefine),

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"strconv"
 )
 
 // Admit takes one admission decision (see Store.Admit and lua/admit.lua). Concurrent calls for
@@ -16,10 +17,12 @@ func (s *RedisStore) Admit(ctx context.Context, r Request) (Decision, error) {
 		return s.groups.admit(ctx, r)
 	}
 	// A batch of one, run here: the same script, reply parsing and errors as a group.
-	c := &admitCall{req: r, done: make(chan admitAnswer, 1)}
-	s.runAdmitBatch(ctx, r.Activity, []*admitCall{c})
-	a := <-c.done
-	return a.d, a.err
+	c := &admitCall{req: r}
+	reply, err := s.runAdmit(ctx, r.Activity, []*admitCall{c})
+	if err != nil {
+		return Decision{}, err
+	}
+	return admitDecision(reply, 0, r.Activity, r.Qty)
 }
 
 // admitKeys returns admit.lua's KEYS for activity.
@@ -31,20 +34,22 @@ func (s *RedisStore) admitKeys(activity string) []string {
 	}
 }
 
-// redisParseDecision reads one of admit.lua's {outcome, remaining, reservation_id, replayed};
-// outcome 0 (qty above the limit) is returned as Outcome 0 for the caller to turn into an error.
-func redisParseDecision(v []any) (Decision, error) {
+// redisParseDecision reads one of admit.lua's {outcome, remaining, reservation_id, replayed},
+// read as strings (runAdmit); outcome 0 (qty above the limit) is returned as Outcome 0 for the
+// caller to turn into an error.
+func redisParseDecision(v []string) (Decision, error) {
 	if len(v) != 4 {
 		return Decision{}, fmt.Errorf("malformed admit reply: %d elements", len(v))
 	}
-	code, ok1 := v[0].(int64)
-	left, ok2 := v[1].(int64)
-	resv, ok3 := v[2].(string)
-	replayed, ok4 := v[3].(int64)
-	if !ok1 || !ok2 || !ok3 || !ok4 || code < 0 || code > int64(Ended) {
-		return Decision{}, fmt.Errorf("malformed admit reply %v", v)
+	var code int64 = -1
+	if len(v[0]) == 1 { // 0 to 5
+		code = int64(v[0][0]) - '0'
 	}
-	return Decision{Outcome: Outcome(code), ReservationID: resv, Remaining: left, Replayed: replayed == 1}, nil
+	left, err := strconv.ParseInt(v[1], 10, 64)
+	if err != nil || code < 0 || code > int64(Ended) || (v[3] != "0" && v[3] != "1") {
+		return Decision{}, fmt.Errorf("malformed admit reply %q", v)
+	}
+	return Decision{Outcome: Outcome(code), ReservationID: v[2], Remaining: left, Replayed: v[3] == "1"}, nil
 }
 
 // Release gives a reservation back exactly once (see Store.Release and lua/release.lua). Each call

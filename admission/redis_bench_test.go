@@ -8,7 +8,9 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +27,8 @@ const redisBenchClients = 64
 // redis-server and compares them with what the same server does for the cheapest possible script,
 // redis-benchmark -c 64 EVAL "return 1" 0: the ratio says how much of the server's script
 // throughput the admit script's work and the Go client leave. It also reports the p50 and p99
-// latency of one Admit, in µs.
+// latency of one Admit, in µs, and the CPU time per Admit of this process (client_µs/op, the
+// benchmark's loop included) and of redis-server (server_µs/op, from INFO cpu).
 //
 // Each path runs in three modes: "single" (RedisOptions.AdmitBatch 1: one script call per Admit,
 // as a plain client would), "single_autopipeline" (the same through go-redis's auto-pipeliner)
@@ -64,7 +67,7 @@ func BenchmarkRedisAdmit(b *testing.B) {
 
 func redisBenchAdmit(b *testing.B, addr string, baseline float64, opts admission.RedisOptions, stock int64, want admission.Outcome) {
 	ctx := context.Background()
-	s, _ := redisTestStore(b, addr, opts, func(o *redis.Options) {
+	s, raw := redisTestStore(b, addr, opts, func(o *redis.Options) {
 		o.PoolSize = redisBenchClients
 	})
 	_ = s.Delete(ctx, "bench", true) // left by an earlier run
@@ -89,6 +92,7 @@ func redisBenchAdmit(b *testing.B, addr string, baseline float64, opts admission
 	)
 	b.SetParallelism((redisBenchClients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ReportAllocs()
+	server0, client0 := serverCPU(b, raw), processCPU(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -103,9 +107,12 @@ func redisBenchAdmit(b *testing.B, addr string, baseline float64, opts admission
 		}
 	})
 	b.StopTimer()
+	client, server := processCPU(b)-client0, serverCPU(b, raw)-server0
 	if n := bad.Load(); n > 0 {
 		b.Fatalf("%d of %d admissions failed or had an unexpected outcome", n, b.N)
 	}
+	b.ReportMetric(float64(client.Nanoseconds())/1e3/float64(b.N), "client_µs/op")
+	b.ReportMetric(float64(server.Nanoseconds())/1e3/float64(b.N), "server_µs/op")
 	perSec := float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(perSec, "admits/s")
 	slices.Sort(lat)
@@ -150,4 +157,32 @@ func redisBenchmarkEval(b *testing.B, addr string) float64 {
 	}
 	b.Logf("redis-benchmark -c %d -n 200000 EVAL \"return 1\" 0: %.0f requests/s", redisBenchClients, rps)
 	return rps
+}
+
+// processCPU returns the CPU time this process has used (user and system).
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serverCPU returns the CPU time redis-server has used (INFO cpu: used_cpu_sys + used_cpu_user).
+func serverCPU(b *testing.B, c *redis.Client) time.Duration {
+	info, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+		_, v, _ := strings.Cut(info, field)
+		v, _, _ = strings.Cut(v, "\r\n")
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s: %v", field, err)
+		}
+		total += f
+	}
+	return time.Duration(total * float64(time.Second))
 }

@@ -66,6 +66,15 @@ type Store interface {
 	SetResult(ctx context.Context, activity, user string, r Result) error
 	GetResult(ctx context.Context, activity, user string) (Result, error)
 
+	// AppendResult is GetResult for a poll: it appends the record to dst as JSON, in exactly the
+	// encoding encoding/json gives a Result (which is the edge's answer), and returns the
+	// extended slice with the record's code. RedisStore hands on the JSON it stores when it is
+	// already in that encoding, with no decoding and encoding again. A user without a record is
+	// ErrNotFound; so may be an unknown activity (ErrUnknownActivity is also allowed): the caller
+	// has resolved the activity already, and telling the two apart would cost RedisStore a
+	// second round trip on every miss.
+	AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error)
+
 	// Restocks delivers the id of every activity whose stock was released or raised, on any node,
 	// until ctx is done. Delivery is best effort (pub/sub): Guard also probes periodically.
 	Restocks(ctx context.Context) (<-chan string, error)

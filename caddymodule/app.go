@@ -16,6 +16,7 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
+	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
@@ -69,6 +70,7 @@ type App struct {
 	issuer        *captcha.Issuer
 	captchaLimit  *ratelimit.Local // per-user captcha issuance; nil when the captcha is off
 	urlSecret     []byte
+	urlKey        *hashedurl.Key // signs and verifies buy paths under urlSecret
 	forwardSecret []byte
 	ipLimit       *ratelimit.Local
 	userLimit     *ratelimit.Local
@@ -161,6 +163,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if len(a.urlSecret) == 0 {
 		a.urlSecret = b.secret
 	}
+	a.urlKey = hashedurl.NewKey(a.urlSecret)
 	if a.RateLimits != nil && a.RateLimits.User != nil && a.RateLimits.User.Distributed {
 		a.userGCRA = b.gcra
 	}

@@ -15,7 +15,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/caddymodule/forwardsig"
 )
 
@@ -52,7 +51,7 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	if e := q.limitUser(userBucketBuy); e != nil {
 		return q.fail(e)
 	}
-	if !hashedurl.Verify(q.h.app.urlSecret, a.ID, q.user, a.Salt, q.call.arg) {
+	if !q.h.app.urlKey.Verify(a.ID, q.user, a.Salt, q.call.arg) {
 		return q.fail(errBadPath)
 	}
 	reqID, e := requestID(q.r)

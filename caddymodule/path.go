@@ -10,7 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
-	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
 )
 
 // pathRequest is the body of POST {prefix}/{activity}/path.
@@ -68,15 +67,20 @@ func (q *request) path() error {
 			return q.fail(errCaptcha)
 		}
 	}
-	hash := hashedurl.Sign(q.h.app.urlSecret, a.ID, q.user, a.Salt)
-	return q.ok(http.StatusOK, codeOK, pathAnswer{Code: codeOK, Path: q.buyPath(hash)})
+	return q.ok(http.StatusOK, codeOK, pathAnswer{Code: codeOK, Path: q.buyPath()})
 }
 
-// buyPath is the public path of the buy call: the original request path with its last segment
-// "path" replaced, so it is right whatever the mount.
-func (q *request) buyPath(hash string) string {
+// buyPath is the caller's public path of the buy call: the original request path with its last
+// segment "path" replaced, so it is right whatever the mount, ending in the caller's hash. It is
+// built in a stack buffer and copied once.
+func (q *request) buyPath() string {
+	var buf [256]byte
+	b := buf[:0]
 	if p, ok := strings.CutSuffix(originalPath(q.r), "/path"); ok {
-		return p + "/buy/" + hash
+		b = append(b, p...)
+	} else {
+		b = append(append(append(b, q.h.prefix...), '/'), q.act.ID...)
 	}
-	return q.h.prefix + "/" + q.act.ID + "/buy/" + hash
+	b = append(b, "/buy/"...)
+	return string(q.h.app.urlKey.AppendSign(b, q.act.ID, q.user, q.act.Salt))
 }

@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"errors"
 	"net/http"
+	"strconv"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -10,16 +12,17 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
 
-// resultAnswer is the body of GET {prefix}/{activity}/result.
-type resultAnswer struct {
-	Code          string `json:"code"` // none, queued, pending_payment, paid, cancelled, failed
-	ReservationID string `json:"reservation_id,omitempty"`
-	OrderID       string `json:"order_id,omitempty"`
-	PayBeforeMS   int64  `json:"pay_before_ms,omitempty"`
-}
+// resultNone is the answer of a user with no result record: {"code":"none"}.
+var resultNone = []byte(`{"code":"none"}` + "\n")
+
+// resultBuffers holds the buffers result answers are built in; a record is a few dozen bytes.
+var resultBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
 
 // result answers the caller's latest result record from the store, never from the order
-// database: polling must not reach it.
+// database: polling must not reach it. The answer is the record as encoding/json encodes an
+// admission.Result ({code, reservation_id?, order_id?, pay_before_ms?}, docs/api.md), which the
+// store appends as it is (Store.AppendResult): a winner polls many times per win, and the Redis
+// store keeps the record in that very encoding, so a poll neither decodes nor encodes it.
 func (q *request) result() error {
 	if e := q.authenticate(); e != nil {
 		return q.fail(e)
@@ -27,20 +30,29 @@ func (q *request) result() error {
 	if e := q.limitUser(userBucketResult); e != nil {
 		return q.fail(e)
 	}
-	res, err := q.h.app.backend.guard.GetResult(q.r.Context(), q.act.ID, q.user)
+	bp := resultBuffers.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= maxPooledJSON {
+			resultBuffers.Put(bp)
+		}
+	}()
+	b, code, err := q.h.app.backend.guard.AppendResult(q.r.Context(), (*bp)[:0], q.act.ID, q.user)
 	switch {
 	case errors.Is(err, admission.ErrNotFound):
-		return q.ok(http.StatusOK, codeNone, resultAnswer{Code: codeNone})
+		// The activity was resolved by this node: a miss is a user with no record (an activity
+		// deleted from the store since is answered the same until the node's view refreshes).
+		q.code = codeNone
+		writeBody(q.w, http.StatusOK, resultNone, strconv.Itoa(len(resultNone)))
+		return nil
 	case errors.Is(err, admission.ErrUnknownActivity):
 		return q.fail(apiError(http.StatusNotFound, codeNotFound, "no such activity"))
 	case err != nil:
 		q.h.logger.Debug("reading a result failed", zap.Error(err))
 		return q.fail(errBusy(time.Second))
 	}
-	return q.ok(http.StatusOK, res.Code, resultAnswer{
-		Code:          res.Code,
-		ReservationID: res.ReservationID,
-		OrderID:       res.OrderID,
-		PayBeforeMS:   res.PayBeforeMS,
-	})
+	b = append(b, '\n')
+	*bp = b
+	q.code = code
+	writeBody(q.w, http.StatusOK, b, strconv.Itoa(len(b)))
+	return nil
 }

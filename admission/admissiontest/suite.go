@@ -9,6 +9,7 @@ package admissiontest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -45,6 +46,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"RaiseStockRestocks", testRaiseStockRestocks},
 		{"Holders", testHolders},
 		{"Results", testResults},
+		{"ResultJSON", testResultJSON},
 		{"Queue", testQueue},
 		{"Delete", testDelete},
 	}
@@ -610,6 +612,62 @@ func testResults(t *testing.T, s admission.Store) {
 	}
 	if err := s.SetResult(ctx, "missing", "u1", want); !errors.Is(err, admission.ErrUnknownActivity) {
 		t.Errorf("result for unknown activity: err = %v, want ErrUnknownActivity", err)
+	}
+}
+
+// testResultJSON checks AppendResult against encoding/json: the poll's answer must be the
+// record's json.Marshal encoding, byte for byte, whatever the record holds, appended after what
+// dst already holds.
+func testResultJSON(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	define(t, s, open("a1", 5, 1))
+	appendResult := func(user string) ([]byte, string, error) {
+		t.Helper()
+		return s.AppendResult(ctx, []byte("prefix:"), "a1", user)
+	}
+	check := func(what, user string, want admission.Result) {
+		t.Helper()
+		got, code, err := appendResult(user)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		enc, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != "prefix:"+string(enc) || code != want.Code {
+			t.Errorf("%s: appended %q with code %q, want %q with code %q", what, got, code, "prefix:"+string(enc), want.Code)
+		}
+		if r, err := s.GetResult(ctx, "a1", user); err != nil || r != want {
+			t.Errorf("%s: GetResult = %+v, %v; want %+v", what, r, err, want)
+		}
+	}
+
+	if got, _, err := appendResult("u1"); !errors.Is(err, admission.ErrNotFound) || string(got) != "prefix:" {
+		t.Errorf("no result yet: %q, err = %v, want the prefix and ErrNotFound", got, err)
+	}
+	if _, _, err := s.AppendResult(ctx, nil, "missing", "u1"); !errors.Is(err, admission.ErrNotFound) && !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("unknown activity: err = %v, want ErrNotFound or ErrUnknownActivity", err)
+	}
+	if _, _, err := s.AppendResult(ctx, nil, "a1", ""); !errors.Is(err, admission.ErrBadInput) {
+		t.Errorf("empty user: err = %v, want ErrBadInput", err)
+	}
+	d := admit(t, s, "a1", "u1", 1, "r1")
+	check("after a win", "u1", admission.Result{Code: "queued", ReservationID: d.ReservationID})
+	for i, r := range []admission.Result{
+		{Code: "pending_payment", ReservationID: d.ReservationID, OrderID: "o-1", PayBeforeMS: 1764441234567},
+		{Code: "paid", ReservationID: d.ReservationID, OrderID: "o-1"},
+		{Code: "cancelled", OrderID: "o-1", PayBeforeMS: -5},
+		{Code: "failed"},
+		{Code: "none"},
+		// Characters encoding/json escapes, and a number beyond 18 digits. (Not invalid UTF-8:
+		// the memory store keeps such a string as it is, the Redis store as U+FFFD.)
+		{Code: "paid", ReservationID: `r"1\`, OrderID: "<o&1>\u2028\x01é", PayBeforeMS: 1 << 62},
+	} {
+		if err := s.SetResult(ctx, "a1", "u1", r); err != nil {
+			t.Fatal(err)
+		}
+		check(fmt.Sprintf("after SetResult #%d", i), "u1", r)
 	}
 }
 

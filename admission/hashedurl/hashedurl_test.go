@@ -2,7 +2,9 @@ package hashedurl
 
 import (
 	"crypto/rand"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"unicode"
 )
@@ -83,6 +85,9 @@ func TestSpareBits(t *testing.T) {
 	}
 }
 
+// fuzzKey is shared by every fuzz input, so that its pooled states carry over between them.
+var fuzzKey = NewKey(secret)
+
 func FuzzVerify(f *testing.F) {
 	valid := Sign(secret, "phone-1001", "alice", "salt-1")
 	f.Add("phone-1001", "alice", "salt-1", valid)
@@ -96,8 +101,79 @@ func FuzzVerify(f *testing.F) {
 		if ok != want {
 			t.Fatalf("Verify(%q, %q, %q, %q) = %v, want %v", activity, user, salt, hash, ok, want)
 		}
+		// The pooled Key, reused across inputs, must decide alike.
+		if kok := fuzzKey.Verify(activity, user, salt, hash); kok != ok {
+			t.Fatalf("Key.Verify(%q, %q, %q, %q) = %v, Verify = %v", activity, user, salt, hash, kok, ok)
+		}
 		if ok && (activity != "phone-1001" || user != "alice" || salt != "salt-1") && hash == valid {
 			t.Fatalf("the hash of (phone-1001, alice, salt-1) verifies for (%q, %q, %q)", activity, user, salt)
+		}
+	})
+}
+
+// TestKeyMatchesFunctions checks that a Key answers as the package's functions do, through its
+// pooled states, from many goroutines at once (run with -race).
+func TestKeyMatchesFunctions(t *testing.T) {
+	k := NewKey(secret)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 200 {
+				act, user, salt := "act-"+strconv.Itoa(g), "user-"+strconv.Itoa(i), strings.Repeat("s", i)
+				h := Sign(secret, act, user, salt)
+				if got := k.Sign(act, user, salt); got != h {
+					t.Errorf("Key.Sign(%q, %q, %q) = %q, want %q", act, user, salt, got, h)
+					return
+				}
+				if got := string(k.AppendSign([]byte("/buy/"), act, user, salt)); got != "/buy/"+h {
+					t.Errorf("AppendSign = %q, want %q", got, "/buy/"+h)
+					return
+				}
+				if !k.Verify(act, user, salt, h) || k.Verify(act, user+"x", salt, h) {
+					t.Errorf("Key.Verify disagrees with Sign for (%q, %q, %q)", act, user, salt)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if NewKey(nil).Verify("a", "u", "s", NewKey(nil).Sign("a", "u", "s")) {
+		t.Error("a Key with an empty secret verifies")
+	}
+}
+
+// The benchmarks sign and verify the bench's buy path: what every path and buy call runs.
+//
+//	go test ./admission/hashedurl/ -run '^$' -bench . -benchmem
+func BenchmarkSign(b *testing.B) {
+	k := NewKey(secret)
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = k.Sign("bench-3", "u12345", "0123456789abcdef0123456789abcdef")
+	}
+}
+
+func BenchmarkVerify(b *testing.B) {
+	k := NewKey(secret)
+	h := k.Sign("bench-3", "u12345", "0123456789abcdef0123456789abcdef")
+	b.ReportAllocs()
+	for b.Loop() {
+		if !k.Verify("bench-3", "u12345", "0123456789abcdef0123456789abcdef", h) {
+			b.Fatal("the hash does not verify")
+		}
+	}
+}
+
+func BenchmarkVerifyParallel(b *testing.B) {
+	k := NewKey(secret)
+	h := k.Sign("bench-3", "u12345", "0123456789abcdef0123456789abcdef")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if !k.Verify("bench-3", "u12345", "0123456789abcdef0123456789abcdef", h) {
+				b.Error("the hash does not verify")
+				return
+			}
 		}
 	})
 }

@@ -1,0 +1,66 @@
+package caddymodule_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// TestResultAnswer pins the result call's body byte for byte, with each store: the record as
+// encoding/json encodes it followed by a newline (what the handler wrote when it encoded a
+// struct), whether the store hands its stored text on (Redis) or encodes the record (memory).
+func TestResultAnswer(t *testing.T) {
+	stores := map[string]func(t *testing.T) string{
+		"memory": func(*testing.T) string { return "" },
+		"redis":  func(t *testing.T) string { return "store redis " + testsrv.StartRedis(t).Addr + "\n" },
+		"redis_autopipeline": func(t *testing.T) string {
+			return "store redis " + testsrv.StartRedis(t).Addr + " {\nauto_pipeline\n}\n"
+		},
+	}
+	for name, store := range stores {
+		t.Run(name, func(t *testing.T) {
+			now := time.Now()
+			base := startCaddy(t, jwtBlock+"captcha off\nurl_secret test-url-secret\n"+store(t)+
+				activityBlock("res", 5, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+			c := newClient(t, base)
+			alice := token(t, "alice")
+			check := func(what string, want admission.Result) {
+				t.Helper()
+				var enc bytes.Buffer
+				if err := json.NewEncoder(&enc).Encode(want); err != nil {
+					t.Fatal(err)
+				}
+				r := c.get("/seckill/res/result", alice)
+				if r.status != http.StatusOK || string(r.raw) != enc.String() {
+					t.Errorf("%s: answered %d %q, want 200 %q", what, r.status, r.raw, enc.String())
+				}
+				if r.header.Get("Content-Type") != "application/json" || r.header.Get("Content-Length") != strconv.Itoa(enc.Len()) ||
+					r.header.Get("Cache-Control") != "no-store" {
+					t.Errorf("%s: headers %v", what, r.header)
+				}
+			}
+
+			check("before buying", admission.Result{Code: "none"})
+			b := c.post(buyPath(t, c, "res", alice), alice, "")
+			expect(t, "buy", b, http.StatusAccepted, "queued")
+			check("after the win", admission.Result{Code: "queued", ReservationID: b.str("reservation_id")})
+			ctx := context.Background()
+			for _, rec := range []admission.Result{
+				{Code: "pending_payment", ReservationID: b.str("reservation_id"), OrderID: "o-1", PayBeforeMS: now.Add(15 * time.Minute).UnixMilli()},
+				{Code: "paid", ReservationID: b.str("reservation_id"), OrderID: `o<"&\>é`},
+			} {
+				if err := app(t).Guard().SetResult(ctx, "res", "alice", rec); err != nil {
+					t.Fatal(err)
+				}
+				check("after "+rec.Code, rec)
+			}
+		})
+	}
+}
