@@ -54,3 +54,4 @@ fuzz:
 	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzPathBody$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
 	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzBuyBody$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
 	$(GO) test ./caddymodule/ -run '^$$' -fuzz '^FuzzAdminActivityBody$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)
+	$(GO) test ./admission/ -run '^$$' -fuzz '^FuzzResultJSON$$' -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZETIME)

@@ -12,6 +12,7 @@ type gatewaySpec struct {
 	Listen       string // host:port of the site
 	Admin        string // host:port of Caddy's admin endpoint (metrics, admin API)
 	RedisAddr    string // empty: store memory
+	AutoPipeline bool   // store redis { auto_pipeline }
 	JWTSecret    string
 	URLSecret    string
 	IPRate       string // "20/s burst 40", or "" for none
@@ -54,7 +55,11 @@ func (g gatewaySpec) caddyfile() string {
 	w("\t}\n")
 	w("\tseckill {\n")
 	if g.RedisAddr != "" {
-		w("\t\tstore redis %s\n", g.RedisAddr)
+		if g.AutoPipeline {
+			w("\t\tstore redis %s {\n\t\t\tauto_pipeline\n\t\t}\n", g.RedisAddr)
+		} else {
+			w("\t\tstore redis %s\n", g.RedisAddr)
+		}
 	} else {
 		w("\t\tstore memory\n")
 	}

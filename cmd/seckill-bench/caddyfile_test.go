@@ -50,15 +50,17 @@ func TestGatewayConfigAdapts(t *testing.T) {
 		scenario  string
 		redisAddr string
 		ordersDB  string
+		pipeline  bool
 	}{
-		{"memory, open sale", "closed", "", ""},
-		{"memory, embedded orders", "open", "", "/tmp/bench/orders.db"},
-		{"redis, burst", "burst", "127.0.0.1:6390", ""},
+		{"memory, open sale", "closed", "", "", false},
+		{"memory, embedded orders", "open", "", "/tmp/bench/orders.db", false},
+		{"redis, burst", "burst", "127.0.0.1:6390", "", false},
+		{"redis, auto-pipelined", "closed", "127.0.0.1:6390", "", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := config{scenario: c.scenario, activities: 3, stock: 70, limit: 2, actPrefix: "b-"}
 			spec := gatewaySpec{
-				Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: c.redisAddr,
+				Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: c.redisAddr, AutoPipeline: c.pipeline,
 				JWTSecret: strings.Repeat("j", 40), URLSecret: strings.Repeat("u", 40),
 				IPRate: "20/s burst 40", UserRate: "10/s burst 5",
 				Prefix: "/seckill", BaselinePath: "/baseline", OrdersDB: c.ordersDB,
@@ -93,6 +95,9 @@ func TestGatewayConfigAdapts(t *testing.T) {
 			}
 			if c.redisAddr != "" && !strings.Contains(text, "store redis "+c.redisAddr) {
 				t.Errorf("redis store missing:\n%s", text)
+			}
+			if ap := get(app, "store", "auto_pipeline"); (ap == true) != c.pipeline {
+				t.Errorf("store auto_pipeline = %v, want %v:\n%s", ap, c.pipeline, text)
 			}
 			js, _ := json.Marshal(got)
 			if c.ordersDB != "" {

@@ -43,6 +43,7 @@ type config struct {
 	store        string
 	redisAddr    string
 	redisBin     string
+	autoPipeline bool
 	orders       string
 	ordersBin    string
 	reconcileDB  string
@@ -110,6 +111,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.store, "store", "memory", "memory or redis")
 	fs.StringVar(&c.redisAddr, "redis-addr", "", "store redis: an existing server (default: start a private redis-server on a free port)")
 	fs.StringVar(&c.redisBin, "redis-bin", "redis-server", "store redis: the redis-server binary to start")
+	fs.BoolVar(&c.autoPipeline, "redis-autopipeline", false, "store redis: turn on the gateway's auto_pipeline option (go-redis's auto-pipeliner for the hot calls)")
 	fs.StringVar(&c.orders, "orders", "none", "the order backend: none; embedded (the gateway's orders option, SQLite in the work directory; reconcile through the admin API); standalone (cmd/orderbackend started by the bench, store redis only). With one, winners poll until their order exists and reconcile runs at the end")
 	fs.StringVar(&c.ordersBin, "orderbackend-bin", "", "-orders standalone: the cmd/orderbackend binary (-build builds it)")
 	fs.StringVar(&c.reconcileDB, "reconcile-db", "", "with -target and -redis-addr: the order database (postgres://... or sqlite:PATH) to reconcile at the end; with -target and -orders embedded the admin API is asked instead")
