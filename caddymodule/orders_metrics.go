@@ -44,6 +44,17 @@ var ordersCounters = []ordersCounter{
 		func(m orderbackend.MetricsSnapshot) int64 { return m.Released }),
 	newOrdersCounter("retries", "Operations retried after a transient database or store failure.",
 		func(m orderbackend.MetricsSnapshot) int64 { return m.Retries }),
+	// Batching, to watch what a transaction carries (orderbackend/README.md, "Batches").
+	newOrdersCounter("batches", "Read batches of wins the consumers turned into orders (one CreateOrders call each).",
+		func(m orderbackend.MetricsSnapshot) int64 { return m.Batches }),
+	newOrdersCounter("batch_wins", "Wins in those batches: batch_wins / batches is the mean batch.",
+		func(m orderbackend.MetricsSnapshot) int64 { return m.BatchWins }),
+	newOrdersCounter("transactions", "Database transactions that created orders (with SQLite, batches waiting for the writer share one).",
+		func(m orderbackend.MetricsSnapshot) int64 { return m.Txs }),
+	newOrdersCounter("transaction_batches", "Batches those transactions answered: transaction_batches / transactions is the sharing.",
+		func(m orderbackend.MetricsSnapshot) int64 { return m.TxCalls }),
+	newOrdersCounter("transaction_wins", "Wins those transactions carried: transaction_wins / transactions is the mean per commit.",
+		func(m orderbackend.MetricsSnapshot) int64 { return m.TxWins }),
 }
 
 // ordersCollector exports the counters of a pooled order backend. The backend outlives

@@ -97,8 +97,15 @@ func (b *Backend) Handler() http.Handler {
 	return b.api
 }
 
-// Metrics returns a copy of the backend's counters.
-func (b *Backend) Metrics() MetricsSnapshot { return b.metrics.Snapshot() }
+// Metrics returns a copy of the backend's counters, with the repository's transaction counts.
+func (b *Backend) Metrics() MetricsSnapshot {
+	m := b.metrics.Snapshot()
+	if r, ok := b.cfg.Repo.(TxStatsReporter); ok {
+		st := r.TxStats()
+		m.Txs, m.TxCalls, m.TxWins = st.Transactions, st.Calls, st.Wins
+	}
+	return m
+}
 
 // Run consumes, sweeps and relays until ctx is done, then waits for all of it to stop. A consumer
 // that fails is restarted at the next discovery round.

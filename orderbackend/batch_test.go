@@ -20,9 +20,11 @@ var batchScenarios = []scenario{
 	{"CreateOrdersNoStockRow", testCreateOrdersNoStockRow},
 	{"CreateOrdersRollsBack", testCreateOrdersRollsBack},
 	{"CreateOrdersConcurrent", testCreateOrdersConcurrent},
+	{"CreateOrdersManyActivities", testCreateOrdersManyActivities},
 	{"ConsumerOneBatch", testConsumerOneBatch},
 	{"ConsumerBatchRunsOut", testConsumerBatchRunsOut},
 	{"ConsumerBatchPoison", testConsumerBatchPoison},
+	{"ConsumerLinger", testConsumerLinger},
 }
 
 func mustCreateOrders(t *testing.T, r Repository, ns []NewOrder) []CreateOutcome {
@@ -399,6 +401,48 @@ func testConsumerBatchPoison(t *testing.T, e *env) {
 	// No batch ever committed: the poison was in each one, so every order came from the per-win path.
 	if s := m.Snapshot(); s.OrdersCreated != 4 || s.Batches != 0 || s.Released != 1 {
 		t.Errorf("metrics = %+v", s)
+	}
+	e.requireReconciled(t, "sale")
+}
+
+// While wins keep coming, a read that found fewer than Batch waits Linger and takes what arrived
+// meanwhile into the same batch; a win after a quiet spell (a read that found nothing) goes at
+// once, however long Linger is.
+func testConsumerLinger(t *testing.T, e *env) {
+	e.openActivity(t, "sale", 30, 1, time.Minute)
+	m := new(Metrics)
+	opts := e.consumerOpts("c1", m)
+	opts.Linger = 2 * time.Second
+	opts.ClaimIdle, opts.ClaimEvery = time.Hour, time.Hour // no claim round between the reads
+	e.startConsumer(t, "sale", opts)
+	us := users("u", 6)
+
+	// The first read after start finds the queue quiet: no linger.
+	start := time.Now()
+	e.admit(t, "sale", us[0], 1)
+	eventually(t, "first order", func() bool { return m.OrdersCreated.Load() == 1 })
+	if d := time.Since(start); d >= opts.Linger {
+		t.Errorf("a win on a quiet queue took %v: it lingered", d)
+	}
+	// Busy now: the next read finds one win at once, lingers, and takes the four that follow.
+	start = time.Now()
+	for _, u := range us[1:5] {
+		e.admit(t, "sale", u, 1)
+	}
+	eventually(t, "five orders", func() bool { return m.OrdersCreated.Load() == 5 })
+	if s := m.Snapshot(); s.Batches != 2 || s.BatchWins != 5 {
+		t.Errorf("metrics = %+v, want the four wins in one batch", s)
+	}
+	if d := time.Since(start); d < opts.Linger {
+		t.Errorf("the second batch came after %v, before the linger ended", d)
+	}
+	// Quiet again (a read of Block found nothing): the next win goes at once.
+	time.Sleep(2 * opts.Block)
+	start = time.Now()
+	e.admit(t, "sale", us[5], 1)
+	eventually(t, "sixth order", func() bool { return m.OrdersCreated.Load() == 6 })
+	if d := time.Since(start); d >= opts.Linger {
+		t.Errorf("a win after a quiet spell took %v: it lingered", d)
 	}
 	e.requireReconciled(t, "sale")
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -342,6 +344,152 @@ func BenchmarkConsumer(b *testing.B) {
 					}
 					if p, err := store.ReadGroup(ctx, "sale", DefaultGroup, "bench", 10, 0, true); err != nil || len(p) != 0 {
 						b.Fatalf("pending after the run: %d, %v", len(p), err)
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkConsumers10 is the embedded backend during a sale: 10 activities, each with its own
+// consumer (the real Run loop), on one SQLite repository and the memory store; b.N wins in all,
+// b.N/10 per activity. Feeds: backlog queues every win before the consumers start (a backlog after
+// an outage; each read is a full batch); steady admits them at 10,000 wins/s spread over the
+// activities while the consumers run (the brief's sale: about 1,000 wins/s per activity, and a
+// consumer reads as soon as a win arrives, so its batches are tiny); slow at 2,000 wins/s (about
+// what seckill-bench's embedded sale reaches, 2,800 wins/s of gateway time). Variants: alone runs
+// every CreateOrders call in a transaction of its own (as before group commit); group shares the
+// writer's transactions among the calls waiting for it; _lingerN sets the consumers' Linger (off
+// otherwise). Besides the CPU per order, it reports the mean wins per read batch and per
+// transaction, and with a rate the time from admission to order (lag, whole ms, as the order keeps
+// its creation time). CPU includes the feed's Admit calls, the same in every variant.
+func BenchmarkConsumers10(b *testing.B) {
+	const activities = 10
+	type variant struct {
+		name   string
+		alone  bool
+		linger time.Duration // ConsumerOptions.Linger; -1: off
+	}
+	off := time.Duration(-1)
+	feeds := []struct {
+		name     string
+		rate     float64 // wins/s over all activities; 0: all queued first
+		variants []variant
+	}{
+		{"backlog", 0, []variant{{"alone", true, off}, {"group", false, off}}},
+		{"steady", 10_000, []variant{{"alone", true, off}, {"group", false, off}, {"alone_linger5ms", true, 5 * time.Millisecond},
+			{"group_linger2ms", false, 2 * time.Millisecond}, {"group_linger5ms", false, 5 * time.Millisecond},
+			{"group_linger10ms", false, 10 * time.Millisecond}, {"group_linger20ms", false, 20 * time.Millisecond}}},
+		{"slow", 2_000, []variant{{"alone", true, off}, {"group", false, off}, {"group_linger5ms", false, 5 * time.Millisecond},
+			{"group_linger10ms", false, 10 * time.Millisecond}, {"group_linger20ms", false, 20 * time.Millisecond}}},
+	}
+	for _, feed := range feeds {
+		b.Run(feed.name, func(b *testing.B) {
+			for _, v := range feed.variants {
+				b.Run(v.name, func(b *testing.B) {
+					ctx, cancel := context.WithCancel(context.Background())
+					defer cancel()
+					store := admission.NewMemoryStore(admission.MemoryOptions{})
+					b.Cleanup(func() { _ = store.Close() })
+					repo, err := NewSQLite(ctx, filepath.Join(b.TempDir(), "orders.db"))
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.Cleanup(func() { _ = repo.Close() })
+					repo.line.off = v.alone
+
+					perAct := (b.N + activities - 1) / activities
+					total := perAct * activities
+					now := time.Now()
+					acts := make([]string, activities)
+					for a := range acts {
+						acts[a] = fmt.Sprintf("sale%02d", a)
+						if _, err := store.Define(ctx, admission.Activity{ID: acts[a], Stock: int64(perAct), Limit: 1,
+							Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: 15 * time.Minute}, false); err != nil {
+							b.Fatal(err)
+						}
+						if err := store.EnsureGroup(ctx, acts[a], DefaultGroup); err != nil {
+							b.Fatal(err)
+						}
+						if err := repo.EnsureStock(ctx, acts[a], int64(perAct)); err != nil {
+							b.Fatal(err)
+						}
+					}
+					admitted := make([]time.Time, total) // win k: activity k%activities, user k/activities
+					admit := func(k int) {
+						act, user := acts[k%activities], fmt.Sprintf("user-%07d", k/activities)
+						admitted[k] = time.Now()
+						d, err := store.Admit(ctx, admission.Request{Activity: act, User: user, Qty: 1, RequestID: "q"})
+						if err != nil || d.Outcome != admission.Won {
+							b.Errorf("admit %s %s = %+v, %v", act, user, d, err)
+						}
+					}
+					if feed.rate == 0 {
+						for k := range total {
+							admit(k)
+						}
+					}
+					mt := new(Metrics)
+					from := cpuMeter{}.read(b)
+					b.ResetTimer()
+					start := time.Now()
+					var wg sync.WaitGroup
+					for _, act := range acts {
+						c, err := NewConsumer(store, repo, act, ConsumerOptions{Name: "bench", Metrics: mt, Linger: v.linger})
+						if err != nil {
+							b.Fatal(err)
+						}
+						wg.Go(func() {
+							if err := c.Run(ctx); err != nil {
+								b.Error(err)
+							}
+						})
+					}
+					if feed.rate > 0 {
+						wg.Go(func() {
+							for k := 0; k < total; {
+								// As many as the rate allows by now: a late tick catches up.
+								due := min(total, int(time.Since(start).Seconds()*feed.rate)+1)
+								for ; k < due; k++ {
+									admit(k)
+								}
+								time.Sleep(time.Millisecond)
+							}
+						})
+					}
+					for mt.OrdersCreated.Load() < int64(total) {
+						time.Sleep(2 * time.Millisecond)
+					}
+					elapsed := time.Since(start)
+					b.StopTimer()
+					cancel()
+					wg.Wait()
+					cpuMeter{}.report(b, from, cpuMeter{}.read(b), total)
+					b.ReportMetric(float64(total)/elapsed.Seconds(), "orders/s")
+					s := mt.Snapshot()
+					b.ReportMetric(float64(s.BatchWins)/float64(s.Batches), "wins/batch")
+					st := repo.TxStats()
+					b.ReportMetric(float64(st.Wins)/float64(st.Transactions), "wins/tx")
+					if feed.rate > 0 {
+						var lags []float64
+						for a, act := range acts {
+							os, err := repo.Orders(context.Background(), act)
+							if err != nil {
+								b.Fatal(err)
+							}
+							for _, o := range os {
+								u, err := strconv.Atoi(strings.TrimPrefix(o.User, "user-"))
+								if err != nil {
+									b.Fatal(err)
+								}
+								// Both in whole milliseconds, as the order keeps its creation time.
+								at := time.UnixMilli(admitted[u*activities+a].UnixMilli())
+								lags = append(lags, float64(o.CreatedAt.Sub(at).Milliseconds()))
+							}
+						}
+						slices.Sort(lags)
+						b.ReportMetric(lags[len(lags)/2], "lag-p50-ms")
+						b.ReportMetric(lags[len(lags)*99/100], "lag-p99-ms")
 					}
 				})
 			}

@@ -3,9 +3,10 @@
 //
 // The hand-off is lossless and duplicate-free: a Consumer reads an activity's wins queue as a
 // member of a consumer group and acknowledges an entry only after the database transaction that
-// created its order (one per read batch, with the outcomes of one per win) has committed; an order
-// is unique on its reservation id, so a redelivered entry finds the order it already made. The database keeps its own stock counter and refuses a win that
-// would take it below zero, as the last guard against overselling.
+// created its order (one per read batch, with the outcomes of one per win; with SQLite, batches
+// waiting for the writer share one) has committed; an order is unique on its reservation id, so a
+// redelivered entry finds the order it already made. The database keeps its own stock counter and
+// refuses a win that would take it below zero, as the last guard against overselling.
 //
 // Pay and timeout race on one row and are each one conditional update (expires_at > now versus
 // expires_at <= now), so exactly one wins. A cancellation (timeout or owner) gives the items back

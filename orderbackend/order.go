@@ -86,10 +86,19 @@ var (
 	ErrConflict = errors.New("reservation already has a different order")
 )
 
-// NewOrderID returns a random, unguessable order id: "o" and 24 hex digits.
+// NewOrderID returns an unguessable order id that sorts by creation time: "o", 12 hex digits of
+// the Unix time in milliseconds, then 24 random hex digits (96 bits, as unguessable as before).
+// The time prefix puts the orders of a transaction next to each other in the primary-key index,
+// so a commit writes one or two of its pages instead of about one per order: 0.77 of the CPU per
+// order of random ids in a sale with SQLite (orderbackend/README.md, "Batches").
 func NewOrderID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on supported platforms.
+	var b [18]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := 5; i >= 0; i-- {
+		b[i] = byte(ms)
+		ms >>= 8
+	}
+	_, _ = rand.Read(b[6:]) // crypto/rand.Read never fails on supported platforms.
 	return "o" + hex.EncodeToString(b[:])
 }
 

@@ -14,7 +14,8 @@ import (
 
 // Postgres is the PostgreSQL Repository (pgx connection pool), for production.
 type Postgres struct {
-	pool *pgxpool.Pool
+	pool  *pgxpool.Pool
+	stats txCounter // the order transactions CreateOrders committed
 }
 
 var _ Repository = (*Postgres)(nil)
@@ -205,6 +206,7 @@ func (p *Postgres) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOut
 			return nil
 		})
 		if err == nil {
+			p.stats.add(1, len(ns))
 			return allCreated(ns), nil
 		}
 		if !errors.Is(err, errReplan) {
@@ -281,8 +283,12 @@ func (p *Postgres) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOut
 	if err != nil {
 		return nil, pgErr(op, err)
 	}
+	p.stats.add(1, len(ns))
 	return plan.outs, nil
 }
+
+// TxStats implements TxStatsReporter.
+func (p *Postgres) TxStats() TxStats { return p.stats.snapshot() }
 
 // pgArrays are new orders as column arrays: one statement text inserts any number of them, so
 // pgx prepares it once per connection.

@@ -90,6 +90,20 @@ type CreateOutcome struct {
 	Err     error
 }
 
+// TxStats counts the transactions in which a repository created orders (CreateOrders), so that the
+// mean wins per transaction can be watched: with SQLite's group commit, several calls share one.
+type TxStats struct {
+	Transactions int64 // committed transactions that created orders
+	Calls        int64 // CreateOrders calls they answered
+	Wins         int64 // wins they carried
+}
+
+// TxStatsReporter is implemented by repositories that count their order transactions (both of
+// this package's); the Backend adds the counts to its metrics.
+type TxStatsReporter interface {
+	TxStats() TxStats
+}
+
 // OpenRepository opens the repository named by kind ("postgres" or "sqlite") with its data source:
 // a PostgreSQL URL or key=value DSN, or an SQLite file path. Migrations are applied.
 func OpenRepository(ctx context.Context, kind, dsn string) (Repository, error) {

@@ -269,3 +269,30 @@ func testMigrationsTwice(t *testing.T, e *env) {
 		t.Errorf("stock after reopening = %+v", s)
 	}
 }
+
+// Order ids sort by creation time (the index locality the batches rely on), keep 96 random bits,
+// and pass the API's check.
+func TestNewOrderID(t *testing.T) {
+	seen := map[string]bool{}
+	prev := ""
+	for i := range 2000 {
+		if i%500 == 0 {
+			time.Sleep(2 * time.Millisecond) // cross millisecond boundaries
+		}
+		before := time.Now().UnixMilli()
+		id := NewOrderID()
+		after := time.Now().UnixMilli()
+		if len(id) != 37 || id[0] != 'o' || !validOrderID(id) || seen[id] {
+			t.Fatalf("id %q (seen before: %v)", id, seen[id])
+		}
+		seen[id] = true
+		var ms int64
+		if _, err := fmt.Sscanf(id[1:13], "%012x", &ms); err != nil || ms < before || ms > after {
+			t.Fatalf("id %q: time prefix %d (%v), made between %d and %d", id, ms, err, before, after)
+		}
+		if id[:13] < prev[:min(13, len(prev))] {
+			t.Fatalf("id %q sorts before the earlier %q", id, prev)
+		}
+		prev = id
+	}
+}

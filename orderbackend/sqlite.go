@@ -18,6 +18,9 @@ import (
 type SQLite struct {
 	w *sql.DB // one connection: the only writer
 	r *sql.DB // readers
+
+	line  writeLine // CreateOrders calls waiting for the writer, which share a transaction (group commit)
+	stats txCounter // the order transactions CreateOrders committed
 }
 
 var _ Repository = (*SQLite)(nil)
@@ -106,14 +109,22 @@ func sqliteErr(op string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if sqliteUnavailable(err) {
+		return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// sqliteUnavailable reports whether err is lock contention or I/O trouble, which may pass.
+func sqliteUnavailable(err error) bool {
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff { // primary result code
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_CANTOPEN:
-			return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
+			return true
 		}
 	}
-	return fmt.Errorf("%s: %w", op, err)
+	return false
 }
 
 const sqliteOrderCols = `id, reservation_id, activity, user_id, qty, status, created_at, expires_at, paid_at, cancelled_at, payment_ref`
@@ -159,14 +170,12 @@ func (s *SQLite) CreateOrder(ctx context.Context, n NewOrder) (Order, bool, erro
 }
 
 // sqliteChunk bounds the rows of one multi-row statement (7 parameters a row), well within
-// SQLite's 32766 parameters.
-const sqliteChunk = 500
+// SQLite's 32766 parameters; a full shared transaction (maxGroupWins) inserts with one statement.
+const sqliteChunk = maxGroupWins
 
-// CreateOrders implements Repository. The write transaction is exclusive (BEGIN IMMEDIATE), so
-// nothing changes between its reads and its writes. The fast path (see fastTake) is the guarded
-// update of the summed stock and multi-row inserts, the two statements a single order always
-// took; the careful path reads the stock row and the batch's existing orders, decides every win
-// in order (planBatch), and writes the new orders and their summed stock.
+// CreateOrders implements Repository. Calls made while the writer is busy with another call's
+// transaction wait in line and then share one transaction (group commit, see sqlite_group.go);
+// a call that finds the writer idle runs at once, alone (createAlone).
 func (s *SQLite) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOutcome, error) {
 	if len(ns) == 0 {
 		return nil, nil
@@ -179,7 +188,22 @@ func (s *SQLite) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOutco
 	if err != nil {
 		return nil, err
 	}
-	ns = normalizedAll(ns)
+	c := &createCall{ctx: ctx, op: op, act: act, ns: normalizedAll(ns)}
+	if s.line.off {
+		c.outs, c.err = s.createAlone(c.ctx, c.op, c.act, c.ns)
+		return c.outs, c.err
+	}
+	return s.enqueue(c)
+}
+
+// createAlone is one CreateOrders call in a transaction of its own; ns is normalized. The write
+// transaction is exclusive (BEGIN IMMEDIATE), so nothing changes between its reads and its
+// writes. The fast path (see fastTake) is the guarded update of the summed stock and multi-row
+// inserts, the two statements a single order always took; the careful path reads the stock row
+// and the batch's existing orders, decides every win in order (planBatch), and writes the new
+// orders and their summed stock.
+func (s *SQLite) createAlone(ctx context.Context, op, act string, ns []NewOrder) ([]CreateOutcome, error) {
+	var err error
 	if take, ok := fastTake(ns); ok {
 		err := s.tx(ctx, func(tx *sql.Tx) error {
 			if err := sqliteTakeStock(ctx, tx, act, take); err != nil {
@@ -188,6 +212,7 @@ func (s *SQLite) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOutco
 			return sqliteInsertOrders(ctx, tx, ns)
 		})
 		if err == nil {
+			s.stats.add(1, len(ns))
 			return allCreated(ns), nil
 		}
 		if !errors.Is(err, errReplan) {
@@ -230,6 +255,7 @@ func (s *SQLite) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOutco
 	if err != nil {
 		return nil, sqliteErr(op, err)
 	}
+	s.stats.add(1, len(ns))
 	return plan.outs, nil
 }
 

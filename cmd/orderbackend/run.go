@@ -34,6 +34,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		leeway    = fs.Duration("jwt-leeway", 30*time.Second, "clock skew tolerated on exp/nbf/iat")
 		maxDeliv  = fs.Int64("max-deliveries", 5, "deliveries after which a failing win is dead-lettered")
 		claimIdle = fs.Duration("claim-idle", 30*time.Second, "a win pending this long belongs to a dead consumer and is claimed")
+		linger    = fs.Duration("linger", 0, "how long a consumer of a busy queue waits for more wins before a transaction; 0 is the default (10ms), negative turns it off")
 	)
 	c.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -72,7 +73,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 
 	b, err := orderbackend.New(orderbackend.Config{
 		Store: store, Repo: repo, Auth: orderbackend.JWT(verifier), Name: *name, Logger: log,
-		Consumer: orderbackend.ConsumerOptions{MaxDeliveries: *maxDeliv, ClaimIdle: *claimIdle},
+		Consumer: orderbackend.ConsumerOptions{MaxDeliveries: *maxDeliv, ClaimIdle: *claimIdle, Linger: *linger},
 	})
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
