@@ -13,6 +13,7 @@ type gatewaySpec struct {
 	Admin        string // host:port of Caddy's admin endpoint (metrics, admin API)
 	RedisAddr    string // empty: store memory
 	AutoPipeline bool   // store redis { auto_pipeline }
+	AdmitBatch   int    // store redis { admit_batch N }; 0: the gateway's default
 	JWTSecret    string
 	URLSecret    string
 	IPRate       string // "20/s burst 40", or "" for none
@@ -55,8 +56,15 @@ func (g gatewaySpec) caddyfile() string {
 	w("\t}\n")
 	w("\tseckill {\n")
 	if g.RedisAddr != "" {
+		var opts []string
 		if g.AutoPipeline {
-			w("\t\tstore redis %s {\n\t\t\tauto_pipeline\n\t\t}\n", g.RedisAddr)
+			opts = append(opts, "auto_pipeline")
+		}
+		if g.AdmitBatch > 0 {
+			opts = append(opts, fmt.Sprintf("admit_batch %d", g.AdmitBatch))
+		}
+		if len(opts) > 0 {
+			w("\t\tstore redis %s {\n\t\t\t%s\n\t\t}\n", g.RedisAddr, strings.Join(opts, "\n\t\t\t"))
 		} else {
 			w("\t\tstore redis %s\n", g.RedisAddr)
 		}

@@ -51,16 +51,18 @@ func TestGatewayConfigAdapts(t *testing.T) {
 		redisAddr string
 		ordersDB  string
 		pipeline  bool
+		batch     int
 	}{
-		{"memory, open sale", "closed", "", "", false},
-		{"memory, embedded orders", "open", "", "/tmp/bench/orders.db", false},
-		{"redis, burst", "burst", "127.0.0.1:6390", "", false},
-		{"redis, auto-pipelined", "closed", "127.0.0.1:6390", "", true},
+		{"memory, open sale", "closed", "", "", false, 0},
+		{"memory, embedded orders", "open", "", "/tmp/bench/orders.db", false, 0},
+		{"redis, burst", "burst", "127.0.0.1:6390", "", false, 0},
+		{"redis, auto-pipelined", "closed", "127.0.0.1:6390", "", true, 0},
+		{"redis, single admission, auto-pipelined", "closed", "127.0.0.1:6390", "", true, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := config{scenario: c.scenario, activities: 3, stock: 70, limit: 2, actPrefix: "b-"}
 			spec := gatewaySpec{
-				Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: c.redisAddr, AutoPipeline: c.pipeline,
+				Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: c.redisAddr, AutoPipeline: c.pipeline, AdmitBatch: c.batch,
 				JWTSecret: strings.Repeat("j", 40), URLSecret: strings.Repeat("u", 40),
 				IPRate: "20/s burst 40", UserRate: "10/s burst 5",
 				Prefix: "/seckill", BaselinePath: "/baseline", OrdersDB: c.ordersDB,
@@ -98,6 +100,9 @@ func TestGatewayConfigAdapts(t *testing.T) {
 			}
 			if ap := get(app, "store", "auto_pipeline"); (ap == true) != c.pipeline {
 				t.Errorf("store auto_pipeline = %v, want %v:\n%s", ap, c.pipeline, text)
+			}
+			if ab, _ := get(app, "store", "admit_batch").(float64); int(ab) != c.batch {
+				t.Errorf("store admit_batch = %v, want %d:\n%s", ab, c.batch, text)
 			}
 			js, _ := json.Marshal(got)
 			if c.ordersDB != "" {

@@ -44,6 +44,7 @@ type config struct {
 	redisAddr    string
 	redisBin     string
 	autoPipeline bool
+	admitBatch   int
 	orders       string
 	ordersBin    string
 	reconcileDB  string
@@ -112,6 +113,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.redisAddr, "redis-addr", "", "store redis: an existing server (default: start a private redis-server on a free port)")
 	fs.StringVar(&c.redisBin, "redis-bin", "redis-server", "store redis: the redis-server binary to start")
 	fs.BoolVar(&c.autoPipeline, "redis-autopipeline", false, "store redis: turn on the gateway's auto_pipeline option (go-redis's auto-pipeliner for the hot calls)")
+	fs.IntVar(&c.admitBatch, "redis-admit-batch", 0, "store redis: the gateway's admit_batch (1 turns group admission off); 0 keeps the gateway's default")
 	fs.StringVar(&c.orders, "orders", "none", "the order backend: none; embedded (the gateway's orders option, SQLite in the work directory; reconcile through the admin API); standalone (cmd/orderbackend started by the bench, store redis only). With one, winners poll until their order exists and reconcile runs at the end")
 	fs.StringVar(&c.ordersBin, "orderbackend-bin", "", "-orders standalone: the cmd/orderbackend binary (-build builds it)")
 	fs.StringVar(&c.reconcileDB, "reconcile-db", "", "with -target and -redis-addr: the order database (postgres://... or sqlite:PATH) to reconcile at the end; with -target and -orders embedded the admin API is asked instead")
@@ -164,6 +166,9 @@ func (c *config) validate() error {
 	case "memory", "redis":
 	default:
 		bad("-store %q: want memory or redis", c.store)
+	}
+	if c.admitBatch < 0 || c.admitBatch > 1024 {
+		bad("-redis-admit-batch %d: want 1 (no grouping) to 1024, or 0 for the gateway's default", c.admitBatch)
 	}
 	switch c.orders {
 	case "none", "embedded":

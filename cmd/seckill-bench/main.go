@@ -89,7 +89,7 @@ func gatewayConfig(cfg config, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	spec := gatewaySpec{
-		Listen: cfg.listen, Admin: cfg.adminListen, RedisAddr: cfg.redisAddr, AutoPipeline: cfg.autoPipeline,
+		Listen: cfg.listen, Admin: cfg.adminListen, RedisAddr: cfg.redisAddr, AutoPipeline: cfg.autoPipeline, AdmitBatch: cfg.admitBatch,
 		JWTSecret: cfg.jwtSecret, URLSecret: randomSecret(),
 		IPRate: cfg.ipRate, UserRate: cfg.userRate,
 		Prefix: cfg.prefix, BaselinePath: cfg.baselinePath,
