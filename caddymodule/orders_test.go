@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -278,10 +279,21 @@ func TestOrdersSQLite(t *testing.T) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
+	counters := map[string]float64{}
 	for _, line := range strings.Split(string(mt.raw), "\n") {
 		if strings.HasPrefix(line, "caddy_seckill_orders_") && strings.Contains(line, "{") {
 			t.Errorf("order metric with labels: %s", line)
 		}
+		if name, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(name, "caddy_seckill_orders_") {
+			counters[strings.TrimPrefix(name, "caddy_seckill_orders_")], _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	// The four wins went through batches and transactions: each counted once, however grouped.
+	if w, tw := counters["batch_wins_total"], counters["transaction_wins_total"]; w != 4 || tw != 4 {
+		t.Errorf("batch_wins_total %v, transaction_wins_total %v: want 4 each", w, tw)
+	}
+	if b, tx := counters["batches_total"], counters["transactions_total"]; b < 1 || b > 4 || tx < 1 || tx > b {
+		t.Errorf("batches_total %v, transactions_total %v: want 1 <= transactions <= batches <= 4", b, tx)
 	}
 
 	if testing.Short() {
