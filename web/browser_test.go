@@ -350,23 +350,29 @@ const recordRequests = `(() => {
   };
 })();`
 
-// skewFirstStatuses adds d to the server_time_ms of the first n status answers the page gets, as
-// a lopsided network path would skew its first clock samples: the page believes the sale's clock
-// is d ahead until it samples again.
-func skewFirstStatuses(d time.Duration, n int) string {
+// skewStatusesUntilBuy adds d to the server_time_ms of every status answer the page gets until it
+// sends its first buy, as a lopsided network path would skew its clock samples: the page believes
+// the sale's clock is d ahead (its load-time samples and its re-sample before the path instant
+// agree, so neither corrects the other) until it samples again after that buy's answer. Skewing a
+// fixed number of answers instead would make the test depend on whether the page had time for its
+// re-sample before the path instant.
+func skewStatusesUntilBuy(d time.Duration) string {
 	return fmt.Sprintf(`(() => {
   const real = window.fetch.bind(window);
-  let left = %d;
+  let bought = false;
   window.fetch = async (input, init = {}) => {
-    const res = await real(input, init);
     const url = typeof input === "string" ? input : input.url;
-    if (left > 0 && (init.method || "GET") === "GET" && /^\/seckill\/[^/]+$/.test(url) && res.ok) {
-      left--;
+    if ((init.method || "GET") === "POST" && url.includes("/buy/")) {
+      bought = true;
+    }
+    const skew = !bought && (init.method || "GET") === "GET" && /^\/seckill\/[^/]+$/.test(url);
+    const res = await real(input, init);
+    if (skew && res.ok) {
       const body = await res.json();
       body.server_time_ms += %d;
       return new Response(JSON.stringify(body), { status: res.status, headers: res.headers });
     }
     return res;
   };
-})();`, n, d.Milliseconds())
+})();`, d.Milliseconds())
 }

@@ -626,7 +626,7 @@ func TestEarlyBuyIsRetriedOnTime(t *testing.T) {
 	t.Parallel()
 	start := saleStart(8 * time.Second)
 	g := startGateway(t, gatewayConf{sales: []saleConf{{id: "early", stock: 5, limit: 1, start: start, reveal: 3 * time.Second}}})
-	tb := newTab(t, "alice", phone, recordRequests, skewFirstStatuses(800*time.Millisecond, 4))
+	tb := newTab(t, "alice", phone, recordRequests, skewStatusesUntilBuy(800*time.Millisecond))
 	tb.do(chromedp.Navigate(g.pageURL(t, "early", "alice")))
 	tb.waitFor("the Buy button to open", buyOpen, 20*time.Second)
 	if time.Until(start) < 300*time.Millisecond {
