@@ -388,7 +388,7 @@ func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Re
 	if err := memCheckName("user id", user, MaxUserIDLen); err != nil {
 		return fmt.Errorf("set result %s: %w", activity, err)
 	}
-	if !memValidResultCode(r.Code) {
+	if !validResultCode(r.Code) {
 		return fmt.Errorf("set result %s: %w", activity, badInput("result code %q", r.Code))
 	}
 	a, err := s.lock(activity)

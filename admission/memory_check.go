@@ -32,12 +32,3 @@ func memCheckQueue(activity, group, consumer string) error {
 	}
 	return memCheckName("consumer", consumer, memMaxQueueName)
 }
-
-// memValidResultCode accepts the result words buyers poll (see Result.Code).
-func memValidResultCode(c string) bool {
-	switch c {
-	case "none", "queued", "pending_payment", "paid", "cancelled", "failed":
-		return true
-	}
-	return false
-}

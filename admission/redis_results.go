@@ -13,7 +13,7 @@ func (s *RedisStore) SetResult(ctx context.Context, activity, user string, r Res
 	if err := redisCheckResult(activity, user); err != nil {
 		return fmt.Errorf("set result: %w", err)
 	}
-	if !redisValidResultCode(r.Code) {
+	if !validResultCode(r.Code) {
 		return fmt.Errorf("set result %s: %w", activity, badInput("result code %q", r.Code))
 	}
 	// encoding/json's encoding, written without reflection: the text polls hand on (AppendResult).
@@ -125,13 +125,4 @@ func redisCheckResult(activity, user string) error {
 		return badInput("activity id %q", activity)
 	}
 	return redisCheckName("user id", user, MaxUserIDLen)
-}
-
-// redisValidResultCode accepts the result words buyers poll (see Result.Code).
-func redisValidResultCode(c string) bool {
-	switch c {
-	case "none", "queued", "pending_payment", "paid", "cancelled", "failed":
-		return true
-	}
-	return false
 }

@@ -69,6 +69,13 @@ func resultCode(s string) (string, bool) {
 	return "", false
 }
 
+// validResultCode accepts the result words buyers poll (see Result.Code): SetResult's check in
+// both stores, from the one list parseResultJSON reads.
+func validResultCode(c string) bool {
+	_, ok := resultCode(c)
+	return ok
+}
+
 // parseResultJSON reads v when it is exactly appendResultJSON's encoding of a record with a known
 // code and plain strings; ok is false for anything else, which the caller decodes with
 // encoding/json. The strings of r are substrings of v.
