@@ -275,8 +275,8 @@ func (c *Consumer) handleBatch(ctx context.Context, ws []admission.Win) (bool, e
 	for _, w := range ws {
 		n, err := c.newOrder(w)
 		if err != nil {
-			// Malformed: the per-win path counts its deliveries and dead-letters it in the end.
-			next, o, err := c.process(ctx, w)
+			// Malformed: it stays pending until its MaxDeliveries-th delivery dead-letters it.
+			next, o, err := c.settle(ctx, w, Order{}, false, err)
 			if err != nil {
 				return false, err
 			}

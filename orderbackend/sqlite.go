@@ -196,67 +196,24 @@ func (s *SQLite) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOutco
 	return s.enqueue(c)
 }
 
-// createAlone is one CreateOrders call in a transaction of its own; ns is normalized. The write
-// transaction is exclusive (BEGIN IMMEDIATE), so nothing changes between its reads and its
-// writes. The fast path (see fastTake) is the guarded update of the summed stock and multi-row
+// createAlone is one CreateOrders call in a transaction of its own; ns is normalized. It is
+// sharedTx for a group of one, so that a call alone and a call in a group are decided by the same
+// code: the fast path (see fastTake) is the guarded update of the summed stock and multi-row
 // inserts, the two statements a single order always took; the careful path reads the stock row
 // and the batch's existing orders, decides every win in order (planBatch), and writes the new
-// orders and their summed stock.
+// orders and their summed stock. The write transaction is exclusive (BEGIN IMMEDIATE), so nothing
+// changes between its reads and its writes.
 func (s *SQLite) createAlone(ctx context.Context, op, act string, ns []NewOrder) ([]CreateOutcome, error) {
-	var err error
-	if take, ok := fastTake(ns); ok {
-		err := s.tx(ctx, func(tx *sql.Tx) error {
-			if err := sqliteTakeStock(ctx, tx, act, take); err != nil {
-				return err
-			}
-			return sqliteInsertOrders(ctx, tx, ns)
-		})
-		if err == nil {
-			s.stats.add(1, len(ns))
-			return allCreated(ns), nil
-		}
-		if !errors.Is(err, errReplan) {
-			return nil, sqliteErr(op, err)
-		}
+	c := &createCall{ctx: ctx, op: op, act: act, ns: ns}
+	err := s.sharedTx(ctx, []*createCall{c})
+	switch {
+	case err == nil:
+		s.stats.add(1, len(ns))
+		return c.outs, nil
+	case errors.Is(err, errReplan):
+		return nil, fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 	}
-	var plan batchPlan
-	for attempt := 1; ; attempt++ {
-		err = s.tx(ctx, func(tx *sql.Tx) error {
-			var (
-				left     int64
-				hasStock = true
-			)
-			err := tx.QueryRowContext(ctx, `SELECT "left" FROM stock WHERE activity = ?`, act).Scan(&left)
-			if errors.Is(err, sql.ErrNoRows) {
-				hasStock = false
-			} else if err != nil {
-				return err
-			}
-			existing, err := sqliteExisting(ctx, tx, act, ns)
-			if err != nil {
-				return err
-			}
-			plan = planBatch("sqlite", ns, hasStock, left, existing)
-			if len(plan.inserts) == 0 {
-				return nil
-			}
-			if err := sqliteTakeStock(ctx, tx, act, plan.take); err != nil {
-				return err
-			}
-			return sqliteInsertOrders(ctx, tx, plan.inserts)
-		})
-		if !errors.Is(err, errReplan) {
-			break
-		}
-		if attempt == batchAttempts {
-			return nil, fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
-		}
-	}
-	if err != nil {
-		return nil, sqliteErr(op, err)
-	}
-	s.stats.add(1, len(ns))
-	return plan.outs, nil
+	return nil, sqliteErr(op, err)
 }
 
 // sqliteTakeStock takes qty items with the stock guard; errReplan when the guard refuses (or the

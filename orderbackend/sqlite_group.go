@@ -240,7 +240,7 @@ type groupState struct {
 	take     int64
 }
 
-// sharedTx is createAlone for a group, in one transaction, with the same two paths. Fast path:
+// sharedTx runs a group's calls (one, for createAlone) in one transaction, with two paths. Fast path:
 // each activity's summed stock taken by one guarded update, every call's orders inserted by one
 // statement; if each activity's sum fits, every prefix of the line fits, so every win is new and
 // created, as one call after another would make it. Careful path: each activity's stock row and
@@ -250,9 +250,12 @@ type groupState struct {
 // batchAttempts times.
 func (s *SQLite) sharedTx(ctx context.Context, g []*createCall) error {
 	if takes, ok := groupFastTake(g); ok {
-		var all []NewOrder
-		for _, c := range g {
-			all = append(all, c.ns...)
+		all := g[0].ns // a call alone (createAlone) inserts its own slice
+		if len(g) > 1 {
+			all = nil
+			for _, c := range g {
+				all = append(all, c.ns...)
+			}
 		}
 		err := s.tx(ctx, func(tx *sql.Tx) error {
 			for _, t := range takes {

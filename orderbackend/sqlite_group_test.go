@@ -220,6 +220,38 @@ func openTestSQLite(t *testing.T) *SQLite {
 	return s
 }
 
+// openLockedSQLite opens a fresh SQLite repository with activity "a" stocked with 10 items, then
+// takes the file's write lock from another connection (another
+// process, as a reconcile run would be): the repository's write transactions wait for it until
+// the caller rolls conn back.
+func openLockedSQLite(t *testing.T) (*SQLite, *sql.Conn) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "orders.db")
+	s, err := NewSQLite(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	if err := s.EnsureStock(ctx, "a", 10); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close() })
+	conn, err := other.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	return s, conn
+}
+
 // holdWriter takes the writer's turn as a running transaction would, so that CreateOrders calls
 // wait in line; release hands the line on as one group (what the end of a transaction does).
 func holdWriter(t *testing.T, s *SQLite) (release func()) {
@@ -537,30 +569,8 @@ func TestSQLiteGroupWithdrawn(t *testing.T) {
 // nor the others', and the caller gets its real answer. Another process holds the database's
 // write lock meanwhile, so the shared transaction is certainly under way when the ctx ends.
 func TestSQLiteGroupSentRuns(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "orders.db")
-	s, err := NewSQLite(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s, conn := openLockedSQLite(t)
 	ctx := context.Background()
-	if err := s.EnsureStock(ctx, "a", 10); err != nil {
-		t.Fatal(err)
-	}
-	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Close() }()
-	conn, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
-		t.Fatal(err)
-	}
 
 	exp := time.Now().Add(time.Hour)
 	gone, cancel := context.WithCancel(ctx)
@@ -593,31 +603,10 @@ func TestSQLiteGroupSentRuns(t *testing.T) {
 // holds the write lock beyond the busy timeout) answers every call with ErrUnavailable, under
 // the call's own error context, and writes nothing; the calls succeed once the lock is gone.
 func TestSQLiteGroupBusy(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "orders.db")
-	s, err := NewSQLite(context.Background(), path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	s, conn := openLockedSQLite(t)
 	ctx := context.Background()
-	if err := s.EnsureStock(ctx, "a", 10); err != nil {
-		t.Fatal(err)
-	}
 	// The writer is one connection, kept open: the pragma shortens its wait for the test.
 	if _, err := s.w.ExecContext(ctx, "PRAGMA busy_timeout = 100"); err != nil {
-		t.Fatal(err)
-	}
-	other, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(10000)")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = other.Close() }()
-	conn, err := other.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = conn.Close() }()
-	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		t.Fatal(err)
 	}
 	exp := time.Now().Add(time.Hour)
