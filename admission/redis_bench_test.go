@@ -8,9 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -92,7 +90,7 @@ func redisBenchAdmit(b *testing.B, addr string, baseline float64, opts admission
 	)
 	b.SetParallelism((redisBenchClients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ReportAllocs()
-	server0, client0 := serverCPU(b, raw), processCPU(b)
+	server0, client0 := serverCPU(b, raw), testsrv.ProcessCPU(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -107,7 +105,7 @@ func redisBenchAdmit(b *testing.B, addr string, baseline float64, opts admission
 		}
 	})
 	b.StopTimer()
-	client, server := processCPU(b)-client0, serverCPU(b, raw)-server0
+	client, server := testsrv.ProcessCPU(b)-client0, serverCPU(b, raw)-server0
 	if n := bad.Load(); n > 0 {
 		b.Fatalf("%d of %d admissions failed or had an unexpected outcome", n, b.N)
 	}
@@ -159,30 +157,11 @@ func redisBenchmarkEval(b *testing.B, addr string) float64 {
 	return rps
 }
 
-// processCPU returns the CPU time this process has used (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// serverCPU returns the CPU time redis-server has used (INFO cpu: used_cpu_sys + used_cpu_user).
+// serverCPU returns the CPU time redis-server has used.
 func serverCPU(b *testing.B, c *redis.Client) time.Duration {
 	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-		_, v, _ := strings.Cut(info, field)
-		v, _, _ = strings.Cut(v, "\r\n")
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			b.Fatalf("INFO cpu %s: %v", field, err)
-		}
-		total += f
-	}
-	return time.Duration(total * float64(time.Second))
+	return testsrv.RedisCPU(b, info)
 }

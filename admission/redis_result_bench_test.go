@@ -66,7 +66,7 @@ func redisBenchResult(b *testing.B, addr string, opts admission.RedisOptions, hi
 	)
 	b.SetParallelism((redisBenchClients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ReportAllocs()
-	server0, client0 := serverCPU(b, raw), processCPU(b)
+	server0, client0 := serverCPU(b, raw), testsrv.ProcessCPU(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		buf := make([]byte, 0, 256)
@@ -83,7 +83,7 @@ func redisBenchResult(b *testing.B, addr string, opts admission.RedisOptions, hi
 		}
 	})
 	b.StopTimer()
-	client, server := processCPU(b)-client0, serverCPU(b, raw)-server0
+	client, server := testsrv.ProcessCPU(b)-client0, serverCPU(b, raw)-server0
 	if n := bad.Load(); n > 0 {
 		b.Fatalf("%d of %d polls failed or had an unexpected answer", n, b.N)
 	}

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,23 +37,13 @@ type cpuReading struct{ self, redis, pg time.Duration }
 func (m cpuMeter) read(b *testing.B) cpuReading {
 	b.Helper()
 	var r cpuReading
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	r.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	r.self = testsrv.ProcessCPU(b)
 	if m.redis != nil {
 		info, err := m.redis.Info(context.Background(), "cpu").Result()
 		if err != nil {
 			b.Fatal(err)
 		}
-		for line := range strings.SplitSeq(info, "\n") {
-			k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
-			if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
-				f, _ := strconv.ParseFloat(v, 64)
-				r.redis += time.Duration(f * float64(time.Second))
-			}
-		}
+		r.redis = testsrv.RedisCPU(b, info)
 	}
 	if m.pg != nil {
 		r.pg = postgresCPU(b, m.pg)
