@@ -24,7 +24,9 @@ const claimIdle = time.Second
 func TestBackendKilled(t *testing.T) {
 	m := currentMode()
 	wave := 3 * int(m.stock)
-	act := newActivity("backend-kill", int64(m.rounds*wave), 1)
+	// Limit 2 for one buy intent each, as in the other scenarios: a redelivered win admitted
+	// again would show as a second order of its buyer instead of hiding behind the limit.
+	act := newActivity("backend-kill", int64(m.rounds*wave), 2)
 	e := newEnv(t, act)
 	gw := e.startGateway("gateway")
 	backends := []*backend{e.startBackend("backend-a", claimIdle), e.startBackend("backend-b", claimIdle)}

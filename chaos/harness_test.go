@@ -3,7 +3,6 @@ package chaos
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -45,15 +44,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// build compiles both commands with one go build, from the module root, once.
+// build compiles both commands with one go build, from the module root (the parent of the
+// package's folder, where go test runs), once.
 func (b *binaries) build(t *testing.T) {
 	t.Helper()
 	b.once.Do(func() {
-		root, err := moduleRoot()
-		if err != nil {
-			b.err = err
-			return
-		}
 		gobin, err := exec.LookPath("go")
 		if err != nil {
 			b.err = fmt.Errorf("no go command to build the servers under test: %w", err)
@@ -64,7 +59,7 @@ func (b *binaries) build(t *testing.T) {
 		}
 		began := time.Now()
 		cmd := exec.Command(gobin, "build", "-o", b.dir+string(filepath.Separator), "./cmd/caddy", "./cmd/orderbackend")
-		cmd.Dir = root
+		cmd.Dir = ".."
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.err = fmt.Errorf("go build ./cmd/caddy ./cmd/orderbackend: %w\n%s", err, out)
 			return
@@ -74,24 +69,6 @@ func (b *binaries) build(t *testing.T) {
 	})
 	if b.err != nil {
 		t.Fatal(b.err)
-	}
-}
-
-// moduleRoot walks up from the working directory to the folder holding go.mod.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("module root: %w", err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("module root: no go.mod above the working directory")
-		}
-		dir = parent
 	}
 }
 
@@ -277,6 +254,15 @@ func (p *proc) exited() bool {
 	}
 }
 
+// failIfExited ends the test when the process has exited: a wait for it to be ready would only
+// time out. onFailure prints the end of its log.
+func (p *proc) failIfExited() {
+	p.t.Helper()
+	if p.exited() {
+		p.t.Fatalf("%s exited at start", p.name)
+	}
+}
+
 // kill sends SIGKILL, as a crash would, and waits until the process is gone.
 func (p *proc) kill() {
 	cmd, done := p.current()
@@ -373,22 +359,20 @@ func (g *gateway) restart() {
 	g.waitReady()
 }
 
+// waitReady waits until the activity's status answers 200. A failure needs no log here: the
+// process's onFailure prints the end of its log.
 func (g *gateway) waitReady() {
 	g.t.Helper()
 	hc := &http.Client{Timeout: time.Second}
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if g.exited() {
-			g.t.Fatalf("%s exited at start:\n%s", g.name, tail(g.log, 40))
-		}
+	waitFor(g.t, g.name+" answering on "+g.base, time.Minute, func() bool {
+		g.failIfExited()
 		res, err := hc.Get(g.base + "/seckill/" + g.activity)
-		if err == nil {
-			_ = res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false
 		}
-	}
-	g.t.Fatalf("%s did not answer on %s:\n%s", g.name, g.base, tail(g.log, 40))
+		_ = res.Body.Close()
+		return res.StatusCode == http.StatusOK
+	})
 }
 
 // breakerState reads caddy_seckill_breaker_state (0 closed, 1 half-open, 2 open) from the
@@ -467,33 +451,30 @@ func (e *env) restartBackend(b *backend) {
 // waitConsumer waits until b is a member of the activity's consumer group (it has read).
 func (e *env) waitConsumer(b *backend) {
 	e.t.Helper()
-	ctx := context.Background()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if b.exited() {
-			e.t.Fatalf("%s exited at start:\n%s", b.name, tail(b.log, 40))
-		}
-		cs, _ := e.rdb.XInfoConsumers(ctx, e.streamKey(), group).Result() // NOGROUP until the first read
+	waitFor(e.t, b.name+" joining the consumer group", time.Minute, func() bool {
+		b.failIfExited()
+		cs, _ := e.rdb.XInfoConsumers(context.Background(), e.streamKey(), group).Result() // NOGROUP until the first read
 		for _, c := range cs {
 			if c.Name == b.consumer {
-				return
+				return true
 			}
 		}
-	}
-	e.t.Fatalf("%s never joined the consumer group:\n%s", b.name, tail(b.log, 40))
+		return false
+	})
 }
 
+// waitListening waits until a restarted b accepts connections on its HTTP address.
 func (e *env) waitListening(b *backend) {
 	e.t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if b.exited() {
-			e.t.Fatalf("%s exited at start:\n%s", b.name, tail(b.log, 40))
+	waitFor(e.t, b.name+" listening on "+b.listen, time.Minute, func() bool {
+		b.failIfExited()
+		c, err := net.DialTimeout("tcp", b.listen, time.Second)
+		if err != nil {
+			return false
 		}
-		if c, err := net.DialTimeout("tcp", b.listen, time.Second); err == nil {
-			_ = c.Close()
-			return
-		}
-	}
-	e.t.Fatalf("%s does not listen on %s:\n%s", b.name, b.listen, tail(b.log, 40))
+		_ = c.Close()
+		return true
+	})
 }
 
 // streamKey is the activity's wins queue (docs/admission.md).

@@ -153,6 +153,12 @@ func TestRunFlagErrors(t *testing.T) {
 		{"-gateway-bin", "x", "-store", "redis", "-orders", "standalone"}, // no binary and no -build
 		{"-gateway-bin", "x", "-orders", "bogus"},
 		{"-gateway-bin", "x", "-users", "0"},
+		{"-gateway-bin", "x", "-redis-admit-batch", "1"}, // store memory: the option would be ignored
+		{"-gateway-bin", "x", "-redis-autopipeline"},
+		{"-gateway-bin", "x", "-store", "redis", "-redis-admit-batch", "2000"},
+		{"-gateway-bin", "x", "-gateway-env", "GOGC"}, // not NAME=VALUE
+		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-gateway-env", "GOGC=50"},
+		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-store", "redis", "-redis-admit-batch", "1"},
 		{"extra-argument"},
 	} {
 		var out, errOut bytes.Buffer

@@ -170,6 +170,14 @@ func (c *config) validate() error {
 	if c.admitBatch < 0 || c.admitBatch > 1024 {
 		bad("-redis-admit-batch %d: want 1 (no grouping) to 1024, or 0 for the gateway's default", c.admitBatch)
 	}
+	// Options of the gateway's store, or of the gateway the bench starts, are refused where they
+	// would be ignored: a run that silently measured the default would be reported as the variant.
+	if c.store != "redis" && (c.autoPipeline || c.admitBatch != 0) {
+		bad("-redis-autopipeline and -redis-admit-batch need -store redis")
+	}
+	if c.target != "" && (c.autoPipeline || c.admitBatch != 0 || len(c.gatewayEnv) > 0) {
+		bad("-redis-autopipeline, -redis-admit-batch and -gateway-env configure the gateway the bench starts: with -target, set them on the running gateway")
+	}
 	switch c.orders {
 	case "none", "embedded":
 	case "standalone":
