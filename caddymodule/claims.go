@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"encoding/json"
 	"strconv"
 	"strings"
 )
@@ -56,7 +55,8 @@ func claimString(v any) (string, bool) {
 	return b.String(), true
 }
 
-// scalarString formats a string, number or boolean as decoded from JSON.
+// scalarString formats a string, number or boolean as decoded from JSON. Numbers are float64:
+// jwtauth.Claims.Map decodes without UseNumber, so no json.Number ever reaches here.
 func scalarString(v any) (string, bool) {
 	switch v := v.(type) {
 	case string:
@@ -67,8 +67,6 @@ func scalarString(v any) (string, bool) {
 		// The shortest 'f' form writes 1767225600, not 1.7672256e+09: timestamps and numeric ids
 		// read as they were written.
 		return strconv.FormatFloat(v, 'f', -1, 64), true
-	case json.Number:
-		return v.String(), true
 	}
 	return "", false
 }

@@ -1,10 +1,10 @@
 package caddymodule
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -13,10 +13,7 @@ import (
 )
 
 // resultNone is the answer of a user with no result record: {"code":"none"}.
-var resultNone = []byte(`{"code":"none"}` + "\n")
-
-// resultBuffers holds the buffers result answers are built in; a record is a few dozen bytes.
-var resultBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 256); return &b }}
+var resultNone = newEncodedBody([]byte(`{"code":"none"}`))
 
 // result answers the caller's latest result record from the store, never from the order
 // database: polling must not reach it. The answer is the record as encoding/json encodes an
@@ -30,19 +27,21 @@ func (q *request) result() error {
 	if e := q.limitUser(userBucketResult); e != nil {
 		return q.fail(e)
 	}
-	bp := resultBuffers.Get().(*[]byte)
+	// The record is appended into writeJSON's pooled buffers (jsonBuffers), not a pool of its own.
+	buf := jsonBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
 	defer func() {
-		if cap(*bp) <= maxPooledJSON {
-			resultBuffers.Put(bp)
+		if buf.Cap() <= maxPooledJSON {
+			jsonBuffers.Put(buf)
 		}
 	}()
-	b, code, err := q.h.app.backend.guard.AppendResult(q.r.Context(), (*bp)[:0], q.act.ID, q.user)
+	b, code, err := q.h.app.backend.guard.AppendResult(q.r.Context(), buf.AvailableBuffer(), q.act.ID, q.user)
 	switch {
 	case errors.Is(err, admission.ErrNotFound):
 		// The activity was resolved by this node: a miss is a user with no record (an activity
 		// deleted from the store since is answered the same until the node's view refreshes).
 		q.code = codeNone
-		writeBody(q.w, http.StatusOK, resultNone, strconv.Itoa(len(resultNone)))
+		writeBody(q.w, http.StatusOK, resultNone.b, resultNone.len)
 		return nil
 	case errors.Is(err, admission.ErrUnknownActivity):
 		return q.fail(apiError(http.StatusNotFound, codeNotFound, "no such activity"))
@@ -50,9 +49,9 @@ func (q *request) result() error {
 		q.h.logger.Debug("reading a result failed", zap.Error(err))
 		return q.fail(errBusy(time.Second))
 	}
-	b = append(b, '\n')
-	*bp = b
+	buf.Write(b) // in place unless the record outgrew the buffer
+	buf.WriteByte('\n')
 	q.code = code
-	writeBody(q.w, http.StatusOK, b, strconv.Itoa(len(b)))
+	writeBody(q.w, http.StatusOK, buf.Bytes(), strconv.Itoa(buf.Len()))
 	return nil
 }

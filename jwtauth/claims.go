@@ -191,13 +191,11 @@ func walkObject(data []byte, fn func(key, val []byte) error) error {
 // member records one member of the payload; val is its raw value.
 func (c *tokenClaims) member(key, val []byte) (err error) {
 	if string(key) == c.userClaim {
-		c.user, c.hasUser = "", false
-		if val[0] == '"' {
-			if c.user, err = unquote(val); err != nil {
-				return err
-			}
-			c.hasUser = true
+		s, err := stringValue(val) // a string, or no user
+		if err != nil {
+			return err
 		}
+		c.user, c.hasUser = s.v, !s.invalid
 	}
 	switch string(key) {
 	case "exp":
@@ -224,6 +222,8 @@ func numeric(val []byte) (numericClaim, error) {
 	return numericClaim{present: true, v: f}, err
 }
 
+// stringValue reads a member that counts only as a string (iss, sub, the user claim, the header's
+// alg and kid): any other type is present but invalid, and its value "".
 func stringValue(val []byte) (stringClaim, error) {
 	if val[0] != '"' {
 		return stringClaim{present: true, invalid: true}, nil

@@ -217,3 +217,15 @@ func TestMint(t *testing.T) {
 		}
 	}
 }
+
+// TestAlgorithmsRegistered pins what parse relies on to skip the library's registry for a
+// configured algorithm: every supported one is a signing method golang-jwt registers, under the
+// same name.
+func TestAlgorithmsRegistered(t *testing.T) {
+	for name := range algorithms {
+		m := jwt.GetSigningMethod(name)
+		if m == nil || m.Alg() != name {
+			t.Errorf("algorithm %s: the library registers %v", name, m)
+		}
+	}
+}
