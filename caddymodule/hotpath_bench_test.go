@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -221,32 +220,13 @@ func BenchmarkHotPathRedis(b *testing.B) {
 	benchHotPath(b, s)
 }
 
-// processCPU returns the CPU time this process has used (user and system).
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// redisCPU returns the CPU time redis-server has used (INFO cpu: used_cpu_sys + used_cpu_user).
+// redisCPU returns the CPU time redis-server has used.
 func redisCPU(b *testing.B, c *redis.Client) time.Duration {
 	info, err := c.Info(context.Background(), "cpu").Result()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, field := range []string{"used_cpu_sys:", "used_cpu_user:"} {
-		_, v, _ := strings.Cut(info, field)
-		v, _, _ = strings.Cut(v, "\r\n")
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			b.Fatalf("INFO cpu %s: %v", field, err)
-		}
-		total += f
-	}
-	return time.Duration(total * float64(time.Second))
+	return testsrv.RedisCPU(b, info)
 }
 
 func benchHotPath(b *testing.B, s *hotSale) {
@@ -313,7 +293,7 @@ func benchHotPath(b *testing.B, s *hotSale) {
 			b.ReportAllocs()
 			var cpu0, redis0 time.Duration
 			if s.redis != nil {
-				cpu0, redis0 = processCPU(b), redisCPU(b, s.redis)
+				cpu0, redis0 = testsrv.ProcessCPU(b), redisCPU(b, s.redis)
 			}
 			i := 0
 			for b.Loop() {
@@ -327,7 +307,7 @@ func benchHotPath(b *testing.B, s *hotSale) {
 				}
 			}
 			if s.redis != nil {
-				b.ReportMetric(float64((processCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu_µs/op")
+				b.ReportMetric(float64((testsrv.ProcessCPU(b)-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu_µs/op")
 				b.ReportMetric(float64((redisCPU(b, s.redis)-redis0).Nanoseconds())/1e3/float64(b.N), "redis_µs/op")
 			}
 		})
