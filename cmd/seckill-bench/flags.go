@@ -62,6 +62,7 @@ type config struct {
 	quiet   bool
 	pprof   string
 	pprofD  time.Duration
+	trace   bool
 
 	// gatewayEnv is added to the environment of the gateway the bench starts (GODEBUG=gctrace=1,
 	// GOGC=..., GOMAXPROCS=...), for diagnosis.
@@ -130,6 +131,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.pprof, "pprof", "", "save the gateway's profiles into this directory (from Caddy's admin /debug/pprof/): CPU over the first -pprof-seconds of the sale (or burst) and of the soak, heap at the end")
 	fs.Var(&c.gatewayEnv, "gateway-env", "NAME=VALUE added to the environment of the gateway the bench starts, e.g. GODEBUG=gctrace=1 (its output goes to gateway.log in the work directory: add -keep); repeatable")
 	fs.DurationVar(&c.pprofD, "pprof-seconds", 5*time.Second, "length of each CPU profile")
+	fs.BoolVar(&c.trace, "trace", false, "with -pprof: also save an execution trace of the same seconds (go tool trace; where requests waited)")
 }
 
 // validate checks the flags of a run.
@@ -201,6 +203,9 @@ func (c *config) validate() error {
 	}
 	if c.jwtSecret != "" && len(c.jwtSecret) < 32 {
 		bad("-jwt-secret must be at least 32 bytes for HS256")
+	}
+	if c.trace && c.pprof == "" {
+		bad("-trace needs -pprof DIR: the trace is saved beside the profiles")
 	}
 	if !strings.HasPrefix(c.prefix, "/") || !strings.HasPrefix(c.baselinePath, "/") {
 		bad("-prefix and -baseline-path must start with /")

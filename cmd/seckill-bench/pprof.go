@@ -13,17 +13,20 @@ import (
 
 // profiler fetches the gateway's profiles from Caddy's admin endpoint (/debug/pprof/), so that a
 // missed goal comes with the profile that explains it: a CPU profile of the first seconds of the
-// buy path and of the sold-out path, and a heap profile after the run.
+// buy path and of the sold-out path, and a heap profile after the run. With trace it also saves an
+// execution trace of the same seconds: where a request waited (for the scheduler, the network, a
+// lock) is in the trace, not in the CPU profile.
 type profiler struct {
 	admin   string
 	dir     string
 	seconds time.Duration
+	trace   bool
 	out     io.Writer
 
 	wg sync.WaitGroup
 }
 
-// cpu starts a CPU profile of the next d (at most p.seconds) in the background; name names the file.
+// cpu starts a CPU profile (and the trace, when asked for) of the next d (at most p.seconds) in the background; name names the file.
 func (p *profiler) cpu(ctx context.Context, name string, d time.Duration) {
 	if p == nil {
 		return
@@ -34,6 +37,14 @@ func (p *profiler) cpu(ctx context.Context, name string, d time.Duration) {
 	go func() {
 		defer p.wg.Done()
 		p.fetch(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), name+"-cpu.pprof")
+	}()
+	if !p.trace {
+		return
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.fetch(ctx, fmt.Sprintf("/debug/pprof/trace?seconds=%d", secs), name+".trace")
 	}()
 }
 

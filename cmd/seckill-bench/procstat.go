@@ -79,6 +79,38 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// cpuPressure returns the machine's cumulated CPU stall time: how long at least one runnable task
+// waited for a core (the "some" line of /proc/pressure/cpu, Linux's PSI). It reports false where
+// the kernel has no PSI. On a machine the bench shares with the gateway, a stretch with much stall
+// is one where latency is queueing for a core, not work.
+func cpuPressure() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/pressure/cpu")
+	if err != nil {
+		return 0, false
+	}
+	return parsePressure(string(b))
+}
+
+// parsePressure reads the total of the "some" line of a PSI file, in microseconds.
+func parsePressure(s string) (time.Duration, bool) {
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != "some" {
+			continue
+		}
+		for _, kv := range f[1:] {
+			if v, ok := strings.CutPrefix(kv, "total="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || n < 0 {
+					return 0, false
+				}
+				return time.Duration(n) * time.Microsecond, true
+			}
+		}
+	}
+	return 0, false
+}
+
 // procWatch follows the CPU time of the gateway, its helpers and the bench itself, so that each
 // stretch of a run can be charged the CPU it used.
 type procWatch struct {
@@ -98,10 +130,13 @@ type cpuSample struct {
 	gateway time.Duration
 	helpers time.Duration
 	bench   time.Duration
+	stall   time.Duration // cpuPressure's total, when stallOK
+	stallOK bool
 }
 
 func (w *procWatch) sample() cpuSample {
 	s := cpuSample{at: time.Now(), bench: selfCPU()}
+	s.stall, s.stallOK = cpuPressure()
 	if w == nil {
 		return s
 	}
@@ -124,6 +159,9 @@ type procDelta struct {
 	Gateway time.Duration
 	Helpers time.Duration
 	Bench   time.Duration
+	// Stall is the machine's CPU stall time (cpuPressure) over StallWall, the part of Wall for
+	// which the kernel reported it.
+	Stall, StallWall time.Duration
 }
 
 // add charges the CPU used from a to b.
@@ -132,6 +170,10 @@ func (d *procDelta) add(a, b cpuSample) {
 	d.Gateway += b.gateway - a.gateway
 	d.Helpers += b.helpers - a.helpers
 	d.Bench += b.bench - a.bench
+	if a.stallOK && b.stallOK {
+		d.Stall += b.stall - a.stall
+		d.StallWall += b.at.Sub(a.at)
+	}
 }
 
 // cores returns CPU time per wall time (1.0 = one core busy).

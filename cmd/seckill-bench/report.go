@@ -73,6 +73,9 @@ type targetReport struct {
 	GatewayCores float64            `json:"gateway_cores"`
 	HelperCores  float64            `json:"helper_cores,omitempty"`
 	BenchCores   float64            `json:"bench_cores"`
+	// CPUWait is the share of the time some runnable task on the machine waited for a core
+	// (Linux PSI, /proc/pressure/cpu "some"); absent where the kernel does not report it.
+	CPUWait *float64 `json:"cpu_wait,omitempty"`
 }
 
 // latency is a histogram summary, in milliseconds.
@@ -203,6 +206,10 @@ func (b *bench) report(before, after []series, metricsErr error, checks []check,
 				Latency: summarize(s.all), Calls: map[string]latency{},
 				GatewayCores: cores(s.cpu.Gateway, s.cpu.Wall), HelperCores: cores(s.cpu.Helpers, s.cpu.Wall),
 				BenchCores: cores(s.cpu.Bench, s.cpu.Wall),
+			}
+			if s.cpu.StallWall > 0 {
+				w := min(cores(s.cpu.Stall, s.cpu.StallWall), 1)
+				tr.CPUWait = &w
 			}
 			if wall > 0 {
 				tr.RPS = float64(tr.Requests) / wall.Seconds()
@@ -365,22 +372,26 @@ func (r *Report) print(w io.Writer) {
 	fmt.Fprintf(w, "\n== %s ==\n", r.Title)
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %s, load average at the end %s\n\n", r.Machine.CPUs, r.Machine.CPUModel, r.Machine.Go, r.Machine.LoadAvg)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "phase\ttarget\tseconds\trequests\treq/s\terrors\tp50\tp99\tp99.9\tmax\tserver cores\tbench cores\t")
+	fmt.Fprintln(tw, "phase\ttarget\tseconds\trequests\treq/s\terrors\tp50\tp99\tp99.9\tmax\tserver cores\tbench cores\tcpu wait\t")
 	for _, p := range r.Phases {
 		for _, t := range p.Targets {
-			server, bench := "-", "-" // a sub-phase shares its phase's CPU; it has no figure of its own
+			server, bench, wait := "-", "-", "-" // a sub-phase shares its phase's CPU; it has no figure of its own
 			if t.GatewayCores+t.HelperCores+t.BenchCores > 0 {
 				server, bench = fmt.Sprintf("%.2f", t.GatewayCores+t.HelperCores), fmt.Sprintf("%.2f", t.BenchCores)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%.0f\t%.2f%%\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			if t.CPUWait != nil {
+				wait = fmt.Sprintf("%.0f%%", 100**t.CPUWait)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%.2f\t%d\t%.0f\t%.2f%%\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
 				p.Name, t.Target, t.Seconds, t.Requests, t.RPS, 100*t.ErrorRate,
 				fmtMS(t.Latency.P50), fmtMS(t.Latency.P99), fmtMS(t.Latency.P999), fmtMS(t.Latency.Max),
-				server, bench)
+				server, bench, wait)
 		}
 	}
 	_ = tw.Flush()
 
 	fmt.Fprintln(w, "server cores: CPU of the gateway (and redis-server and the order backend, when the bench started them) per second of wall time")
+	fmt.Fprintln(w, "cpu wait: share of the time some runnable task on the machine waited for a core (Linux PSI); where it is high, latency is queueing for a CPU")
 	fmt.Fprintln(w, "\nlatency by call (flow: arrival or press → buy answer; win→order: 202 → order visible)")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "phase\ttarget\tcall\tcount\tp50\tp99\tp99.9\tmax\t")
