@@ -7,6 +7,7 @@
 //	go run ./cmd/seckill-bench -build                         # builds cmd/caddy, runs everything
 //	go run ./cmd/seckill-bench -gateway-bin /tmp/caddy -scenario burst -users 1000000
 //	go run ./cmd/seckill-bench gateway-config > Caddyfile.bench   # for a gateway you start
+//	go run ./cmd/seckill-bench waits prof/sale.trace              # where requests waited (-pprof prof -trace)
 //
 // The exit status is 0 when every invariant holds, 1 when one is violated, 2 on a usage error and
 // 3 when the run could not be carried out.
@@ -39,8 +40,11 @@ func main() {
 	os.Exit(code)
 }
 
-// cli dispatches the subcommands: run (the default) and gateway-config.
+// cli dispatches the subcommands: run (the default), gateway-config and waits.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "waits" {
+		return waits(args[1:], stdout, stderr)
+	}
 	sub := "run"
 	if len(args) > 0 && (args[0] == "run" || args[0] == "gateway-config") {
 		sub, args = args[0], args[1:]
@@ -53,6 +57,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprint(stderr, `usage:
   seckill-bench [run] [flags]          run the pressure test (start the gateway with -gateway-bin or -build, or give -target)
   seckill-bench gateway-config [flags] print the Caddyfile the bench needs, for a gateway you start yourself
+  seckill-bench waits TRACE...         where the gateway's goroutines waited, from a trace saved by -pprof DIR -trace
 
 flags:
 `)
