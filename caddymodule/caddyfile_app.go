@@ -249,6 +249,16 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 				return nil, d.Errf("seckill: store redis admit_batch %q: want 1 (no grouping) to %d", v, maxAdmitBatch)
 			}
 			s.AdmitBatch = n
+		case "pool_size":
+			var v string
+			if !d.AllArgs(&v) {
+				return nil, d.ArgErr()
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxPoolSize {
+				return nil, d.Errf("seckill: store redis pool_size %q: want 1 to %d connections", v, maxPoolSize)
+			}
+			s.PoolSize = n
 		default:
 			return nil, d.Errf("seckill: unrecognized store redis option %q", sub)
 		}

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -48,7 +49,18 @@ type StoreConfig struct {
 	// the next one); default 64, at most 1024. 1 turns grouping off. Grouping multiplies what one
 	// Redis shard admits per second; see docs/admission.md.
 	AdmitBatch int `json:"admit_batch,omitempty"`
+
+	// PoolSize is the most connections this node opens to each Redis server; default
+	// max(64, 10 per CPU). A buy holds a connection for its batch's round trip and a result poll
+	// for its own, and every busy activity keeps up to two admission calls in flight, so the
+	// library's default (10 per CPU: 20 on a 2-CPU node) is used up by ten busy activities alone,
+	// after which a buy waits for a connection behind the polls.
+	PoolSize int `json:"pool_size,omitempty"`
 }
+
+// maxPoolSize bounds PoolSize: more connections than this from one node is a typing error, not a
+// need (Redis's default maxclients, 10,000, is for every node together).
+const maxPoolSize = 4096
 
 // maxAdmitBatch bounds AdmitBatch: at about 10 µs per decision, 1024 hold the Redis server for
 // about 10 ms, longer than any other client of it should wait.
@@ -59,6 +71,18 @@ const (
 	storeMemory = "memory"
 	storeRedis  = "redis"
 )
+
+// poolSize is PoolSize or its default.
+func (s *StoreConfig) poolSize() int {
+	if s.PoolSize > 0 {
+		return s.PoolSize
+	}
+	return max(defaultPoolSize, 10*runtime.GOMAXPROCS(0))
+}
+
+// defaultPoolSize is the least default PoolSize: 64 covers a sale of ten busy activities
+// (20 admission calls in flight) plus the result polls of as many buyers again, on any node.
+const defaultPoolSize = 64
 
 func (s *StoreConfig) typ() string {
 	if s == nil || s.Type == "" {
@@ -72,7 +96,7 @@ func (s *StoreConfig) validate() error {
 	switch s.typ() {
 	case storeMemory:
 		if s != nil && (len(s.Addresses) > 0 || s.Password != "" || s.Username != "" || s.DB != 0 ||
-			s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline || s.AdmitBatch != 0) {
+			s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline || s.AdmitBatch != 0 || s.PoolSize != 0) {
 			return errors.New("store memory takes no redis options")
 		}
 		return nil
@@ -93,6 +117,8 @@ func (s *StoreConfig) validate() error {
 		return fmt.Errorf("store redis: db %d is negative", s.DB)
 	case s.AdmitBatch < 0 || s.AdmitBatch > maxAdmitBatch:
 		return fmt.Errorf("store redis: admit_batch %d: want 1 (no grouping) to %d", s.AdmitBatch, maxAdmitBatch)
+	case s.PoolSize < 0 || s.PoolSize > maxPoolSize:
+		return fmt.Errorf("store redis: pool_size %d: want 1 to %d", s.PoolSize, maxPoolSize)
 	}
 	return nil
 }

@@ -105,6 +105,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 			// script is idempotent under it (request ids).
 			DialTimeout:   redisDialTimeout,
 			DialerRetries: 1,
+			PoolSize:      s.poolSize(),
 			MaxRetries:    1,
 			ReadTimeout:   redisIOTimeout,
 			WriteTimeout:  redisIOTimeout,
