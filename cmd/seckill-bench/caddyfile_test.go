@@ -142,6 +142,20 @@ func TestGatewayConfigCommand(t *testing.T) {
 	if code := cli(context.Background(), []string{"gateway-config", "-jwt-secret", "short"}, &out, &errOut); code != exitUsage {
 		t.Errorf("a short secret: exit %d, want %d", code, exitUsage)
 	}
+
+	// With Redis and the standalone order backend, the printed command must be one the bench
+	// accepts for that gateway: its store, and the order database to reconcile.
+	out.Reset()
+	code = cli(context.Background(), []string{"gateway-config", "-store", "redis", "-redis-addr", "10.0.0.9:6379",
+		"-orders", "standalone", "-jwt-secret", strings.Repeat("s", 32)}, &out, &errOut)
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{"-orders standalone", "-store redis -redis-addr 10.0.0.9:6379", "-reconcile-db DSN"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the printed command lacks %q:\n%s", want, out.String())
+		}
+	}
 }
 
 func TestRunFlagErrors(t *testing.T) {

@@ -107,8 +107,19 @@ func gatewayConfig(cfg config, stdout, stderr io.Writer) int {
 	if cfg.orders == "embedded" {
 		spec.OrdersDB = "orders.db"
 	}
-	_, _ = fmt.Fprintf(stdout, "# Run the bench against it with:\n#   seckill-bench -target http://%s -admin http://%s -jwt-secret %s -scenario %s -users %d -activities %d -stock %d -limit %d -orders %s\n",
+	run := fmt.Sprintf("seckill-bench -target http://%s -admin http://%s -jwt-secret %s -scenario %s -users %d -activities %d -stock %d -limit %d -orders %s",
 		cfg.listen, cfg.adminListen, cfg.jwtSecret, cfg.scenario, cfg.users, cfg.activities, cfg.stock, cfg.limit, cfg.orders)
+	if cfg.store == "redis" {
+		run += " -store redis -redis-addr " + cfg.redisAddr
+	}
+	if cfg.orders == "standalone" {
+		// The bench reconciles the order database your order backend writes: it cannot guess it.
+		run += " -reconcile-db DSN"
+	}
+	_, _ = fmt.Fprintf(stdout, "# Run the bench against it with:\n#   %s\n", run)
+	if cfg.orders == "standalone" {
+		_, _ = fmt.Fprintln(stdout, "# where DSN is your order backend's database (postgres://... or sqlite:PATH); start the\n# order backend (cmd/orderbackend run) on the same Redis and the same JWT secret.")
+	}
 	if cfg.scenario == "burst" {
 		_, _ = fmt.Fprintln(stdout, "# The activities start in 24 hours with the path revealed now: the bench waits for the start,\n# so move it (admin API PUT /seckill/activities/{id}) or give -scenario closed/open.")
 	}
