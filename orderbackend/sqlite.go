@@ -21,6 +21,11 @@ type SQLite struct {
 
 	line  writeLine // CreateOrders calls waiting for the writer, which share a transaction (group commit)
 	stats txCounter // the order transactions CreateOrders committed
+
+	// Prepared statements (sqlite_stmt.go).
+	fixed    sqliteFixedStmts
+	insert   sizedStmts // sqliteInsertOrdersSQL
+	existing sizedStmts // sqliteExistingSQL
 }
 
 var _ Repository = (*SQLite)(nil)
@@ -51,6 +56,14 @@ func NewSQLite(ctx context.Context, path string) (*SQLite, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
 	s.r.SetMaxOpenConns(4)
+	// Keep every reader open (the default keeps 2 idle): a connection closed and opened again
+	// would prepare its statements again.
+	s.r.SetMaxIdleConns(4)
+	s.insert = sizedStmts{db: w, text: sqliteInsertOrdersSQL}
+	s.existing = sizedStmts{db: w, text: sqliteExistingSQL}
+	if err := s.fixed.prepare(ctx, w, s.r); err != nil {
+		return nil, errors.Join(err, s.Close())
+	}
 	return s, nil
 }
 
@@ -86,13 +99,16 @@ func (s *SQLite) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes both pools.
+// Close closes the prepared statements and both pools.
 func (s *SQLite) Close() error {
-	return errors.Join(s.r.Close(), s.w.Close())
+	return errors.Join(s.insert.close(), s.existing.close(), s.fixed.close(), s.r.Close(), s.w.Close())
 }
 
-// tx runs fn in a write transaction, committing if it returns nil.
+// tx runs fn in a write transaction, committing if it returns nil. Afterwards, with the writer's
+// connection free again, it prepares the multi-row statements fn ran unprepared (sqlite_stmt.go).
 func (s *SQLite) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	defer s.insert.prepareWanted(ctx)
+	defer s.existing.prepareWanted(ctx)
 	tx, err := s.w.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -169,9 +185,11 @@ func (s *SQLite) CreateOrder(ctx context.Context, n NewOrder) (Order, bool, erro
 	return firstOutcome(s.CreateOrders(ctx, []NewOrder{n}))
 }
 
-// sqliteChunk bounds the rows of one multi-row statement (7 parameters a row), well within
-// SQLite's 32766 parameters; a full shared transaction (maxGroupWins) inserts with one statement.
-const sqliteChunk = maxGroupWins
+// sqliteChunk bounds the rows of one multi-row statement (7 parameters a row, well within
+// SQLite's 32766), and so the row counts that have a prepared statement (sqlite_stmt.go): a
+// consumer's whole read batch (64 wins by default) is one statement, a larger shared transaction
+// inserts in chunks.
+const sqliteChunk = 64
 
 // CreateOrders implements Repository. Calls made while the writer is busy with another call's
 // transaction wait in line and then share one transaction (group commit, see sqlite_group.go);
@@ -216,10 +234,10 @@ func (s *SQLite) createAlone(ctx context.Context, op, act string, ns []NewOrder)
 	return nil, sqliteErr(op, err)
 }
 
-// sqliteTakeStock takes qty items with the stock guard; errReplan when the guard refuses (or the
+// takeStock takes qty items with the stock guard; errReplan when the guard refuses (or the
 // activity has no stock row).
-func sqliteTakeStock(ctx context.Context, tx *sql.Tx, act string, qty int64) error {
-	res, err := tx.ExecContext(ctx, `UPDATE stock SET "left" = "left" - ?2 WHERE activity = ?1 AND "left" >= ?2`, act, qty)
+func (s *SQLite) takeStock(ctx context.Context, tx *sql.Tx, act string, qty int64) error {
+	res, err := tx.StmtContext(ctx, s.fixed.takeStock).ExecContext(ctx, act, qty)
 	if err != nil {
 		return err
 	}
@@ -231,8 +249,8 @@ func sqliteTakeStock(ctx context.Context, tx *sql.Tx, act string, qty int64) err
 	return nil
 }
 
-// sqliteExisting reads the orders the batch's reservations already have, by reservation id.
-func sqliteExisting(ctx context.Context, tx *sql.Tx, act string, ns []NewOrder) (map[string]Order, error) {
+// existingOrders reads the orders the batch's reservations already have, by reservation id.
+func (s *SQLite) existingOrders(ctx context.Context, tx *sql.Tx, act string, ns []NewOrder) (map[string]Order, error) {
 	existing := make(map[string]Order, len(ns))
 	for lo := 0; lo < len(ns); lo += sqliteChunk {
 		chunk := ns[lo:min(lo+sqliteChunk, len(ns))]
@@ -241,8 +259,7 @@ func sqliteExisting(ctx context.Context, tx *sql.Tx, act string, ns []NewOrder) 
 		for _, n := range chunk {
 			args = append(args, n.ReservationID)
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE activity = ? AND reservation_id IN (?`+
-			strings.Repeat(", ?", len(chunk)-1)+`)`, args...)
+		rows, err := s.existing.queryTx(ctx, tx, len(chunk), args...)
 		if err != nil {
 			return nil, err
 		}
@@ -262,19 +279,16 @@ func sqliteExisting(ctx context.Context, tx *sql.Tx, act string, ns []NewOrder) 
 	return existing, nil
 }
 
-// sqliteInsertOrders inserts planned new orders. ON CONFLICT DO NOTHING and the count turn a
+// insertOrders inserts planned new orders. ON CONFLICT DO NOTHING and the count turn a
 // reservation that already has an order into errReplan instead of a failed statement.
-func sqliteInsertOrders(ctx context.Context, tx *sql.Tx, ins []NewOrder) error {
+func (s *SQLite) insertOrders(ctx context.Context, tx *sql.Tx, ins []NewOrder) error {
 	for lo := 0; lo < len(ins); lo += sqliteChunk {
 		chunk := ins[lo:min(lo+sqliteChunk, len(ins))]
 		args := make([]any, 0, 7*len(chunk))
 		for _, n := range chunk {
 			args = append(args, n.ID, n.ReservationID, n.Activity, n.User, n.Qty, n.CreatedAt.UnixMilli(), n.ExpiresAt.UnixMilli())
 		}
-		const row = `(?, ?, ?, ?, ?, 'pending_payment', ?, ?)`
-		res, err := tx.ExecContext(ctx, `INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
-			VALUES `+row+strings.Repeat(", "+row, len(chunk)-1)+`
-			ON CONFLICT (activity, reservation_id) DO NOTHING`, args...)
+		res, err := s.insert.execTx(ctx, tx, len(chunk), args...)
 		if err != nil {
 			return err
 		}
@@ -289,7 +303,7 @@ func sqliteInsertOrders(ctx context.Context, tx *sql.Tx, ins []NewOrder) error {
 
 // Order implements Repository.
 func (s *SQLite) Order(ctx context.Context, id string) (Order, error) {
-	o, err := scanSQLiteOrder(s.r.QueryRowContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE id = ?`, id))
+	o, err := scanSQLiteOrder(s.fixed.order.QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Order{}, fmt.Errorf("order %s: %w", id, ErrNotFound)
 	}
@@ -298,8 +312,7 @@ func (s *SQLite) Order(ctx context.Context, id string) (Order, error) {
 
 // OrderByReservation implements Repository.
 func (s *SQLite) OrderByReservation(ctx context.Context, activity, reservationID string) (Order, error) {
-	o, err := scanSQLiteOrder(s.r.QueryRowContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE activity = ? AND reservation_id = ?`,
-		activity, reservationID))
+	o, err := scanSQLiteOrder(s.fixed.orderByReservation.QueryRowContext(ctx, activity, reservationID))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Order{}, fmt.Errorf("reservation %s: %w", reservationID, ErrNotFound)
 	}
@@ -311,14 +324,11 @@ func (s *SQLite) Pay(ctx context.Context, id, paymentRef string, now time.Time) 
 	var o Order
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		o, err = scanSQLiteOrder(tx.QueryRowContext(ctx, `UPDATE orders SET status = 'paid', paid_at = ?2, payment_ref = ?3
-			WHERE id = ?1 AND status = 'pending_payment' AND expires_at > ?2 RETURNING `+sqliteOrderCols,
-			id, now.UnixMilli(), paymentRef))
+		o, err = scanSQLiteOrder(tx.StmtContext(ctx, s.fixed.payOrder).QueryRowContext(ctx, id, now.UnixMilli(), paymentRef))
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO outbox (activity, reservation_id, kind, created_at) VALUES (?, ?, 'paid', ?)`,
-			o.Activity, o.ReservationID, now.UnixMilli())
+		_, err = tx.StmtContext(ctx, s.fixed.paidOutbox).ExecContext(ctx, o.Activity, o.ReservationID, now.UnixMilli())
 		return err
 	})
 	if errors.Is(err, sql.ErrNoRows) {
@@ -336,12 +346,11 @@ func (s *SQLite) Cancel(ctx context.Context, id string, now time.Time) (Order, e
 	var o Order
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		o, err = scanSQLiteOrder(tx.QueryRowContext(ctx, `UPDATE orders SET status = 'cancelled', cancelled_at = ?2
-			WHERE id = ?1 AND status = 'pending_payment' RETURNING `+sqliteOrderCols, id, now.UnixMilli()))
+		o, err = scanSQLiteOrder(tx.StmtContext(ctx, s.fixed.cancelOrder).QueryRowContext(ctx, id, now.UnixMilli()))
 		if err != nil {
 			return err
 		}
-		return sqliteGiveBack(ctx, tx, []Order{o}, now)
+		return s.giveBack(ctx, tx, []Order{o}, now)
 	})
 	if errors.Is(err, sql.ErrNoRows) {
 		o, err := s.Order(ctx, id)
@@ -386,7 +395,7 @@ func (s *SQLite) CancelExpired(ctx context.Context, now time.Time, limit int) ([
 			}
 			out[i].Status, out[i].CancelledAt = StatusCancelled, time.UnixMilli(now.UnixMilli())
 		}
-		return sqliteGiveBack(ctx, tx, out, now)
+		return s.giveBack(ctx, tx, out, now)
 	})
 	if err != nil {
 		return nil, sqliteErr("sqlite: cancel expired orders", err)
@@ -394,15 +403,18 @@ func (s *SQLite) CancelExpired(ctx context.Context, now time.Time, limit int) ([
 	return out, nil
 }
 
-// sqliteGiveBack returns cancelled orders' items to the database stock and queues their release
-// in the store, inside the cancelling transaction.
-func sqliteGiveBack(ctx context.Context, tx *sql.Tx, orders []Order, now time.Time) error {
+// giveBack returns cancelled orders' items to the database stock and queues their release in the
+// store, inside the cancelling transaction.
+func (s *SQLite) giveBack(ctx context.Context, tx *sql.Tx, orders []Order, now time.Time) error {
+	if len(orders) == 0 {
+		return nil
+	}
+	stock, outbox := tx.StmtContext(ctx, s.fixed.giveBackStock), tx.StmtContext(ctx, s.fixed.releaseOutbox)
 	for _, o := range orders {
-		if _, err := tx.ExecContext(ctx, `UPDATE stock SET "left" = "left" + ? WHERE activity = ?`, o.Qty, o.Activity); err != nil {
+		if _, err := stock.ExecContext(ctx, o.Qty, o.Activity); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO outbox (activity, reservation_id, kind, created_at) VALUES (?, ?, 'release', ?)`,
-			o.Activity, o.ReservationID, now.UnixMilli()); err != nil {
+		if _, err := outbox.ExecContext(ctx, o.Activity, o.ReservationID, now.UnixMilli()); err != nil {
 			return err
 		}
 	}
@@ -411,9 +423,7 @@ func sqliteGiveBack(ctx context.Context, tx *sql.Tx, orders []Order, now time.Ti
 
 // Outbox implements Repository.
 func (s *SQLite) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT b.id, b.kind, b.activity, b.reservation_id, o.id, o.user_id, b.created_at
-		FROM outbox b JOIN orders o ON o.activity = b.activity AND o.reservation_id = b.reservation_id
-		ORDER BY b.id LIMIT ?`, limit)
+	rows, err := s.fixed.outbox.QueryContext(ctx, limit)
 	if err != nil {
 		return nil, sqliteErr("sqlite: read outbox", err)
 	}
@@ -436,14 +446,14 @@ func (s *SQLite) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
 
 // DeleteOutbox implements Repository.
 func (s *SQLite) DeleteOutbox(ctx context.Context, id int64) error {
-	_, err := s.w.ExecContext(ctx, `DELETE FROM outbox WHERE id = ?`, id)
+	_, err := s.fixed.deleteOutbox.ExecContext(ctx, id)
 	return sqliteErr(fmt.Sprintf("sqlite: delete outbox row %d", id), err)
 }
 
 // Stock implements Repository.
 func (s *SQLite) Stock(ctx context.Context, activity string) (Stock, error) {
 	st := Stock{Activity: activity}
-	err := s.r.QueryRowContext(ctx, `SELECT total, "left" FROM stock WHERE activity = ?`, activity).Scan(&st.Total, &st.Left)
+	err := s.fixed.stock.QueryRowContext(ctx, activity).Scan(&st.Total, &st.Left)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Stock{}, fmt.Errorf("stock of %s: %w", activity, ErrNotFound)
 	}

@@ -259,11 +259,11 @@ func (s *SQLite) sharedTx(ctx context.Context, g []*createCall) error {
 		}
 		err := s.tx(ctx, func(tx *sql.Tx) error {
 			for _, t := range takes {
-				if err := sqliteTakeStock(ctx, tx, t.act, t.take); err != nil {
+				if err := s.takeStock(ctx, tx, t.act, t.take); err != nil {
 					return err
 				}
 			}
-			return sqliteInsertOrders(ctx, tx, all)
+			return s.insertOrders(ctx, tx, all)
 		})
 		if err == nil {
 			for _, c := range g {
@@ -292,13 +292,13 @@ func (s *SQLite) sharedTx(ctx context.Context, g []*createCall) error {
 			states := make(map[string]*groupState, len(acts))
 			for _, act := range acts {
 				st := &groupState{hasStock: true}
-				err := tx.QueryRowContext(ctx, `SELECT "left" FROM stock WHERE activity = ?`, act).Scan(&st.left)
+				err := tx.StmtContext(ctx, s.fixed.stockLeft).QueryRowContext(ctx, act).Scan(&st.left)
 				if errors.Is(err, sql.ErrNoRows) {
 					st.hasStock = false
 				} else if err != nil {
 					return err
 				}
-				if st.existing, err = sqliteExisting(ctx, tx, act, byAct[act]); err != nil {
+				if st.existing, err = s.existingOrders(ctx, tx, act, byAct[act]); err != nil {
 					return err
 				}
 				states[act] = st
@@ -317,12 +317,12 @@ func (s *SQLite) sharedTx(ctx context.Context, g []*createCall) error {
 			}
 			for _, act := range acts {
 				if st := states[act]; st.take > 0 {
-					if err := sqliteTakeStock(ctx, tx, act, st.take); err != nil {
+					if err := s.takeStock(ctx, tx, act, st.take); err != nil {
 						return err
 					}
 				}
 			}
-			return sqliteInsertOrders(ctx, tx, inserts)
+			return s.insertOrders(ctx, tx, inserts)
 		})
 		if err == nil {
 			for i, c := range g {
