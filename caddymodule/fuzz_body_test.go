@@ -231,6 +231,9 @@ func FuzzBuyBody(f *testing.F) {
 		"a b", "\tk3", "ключ", "k\x80"} {
 		f.Add([]byte(`{"qty":2}`), k, true)
 	}
+	// A good key with a bad body: the refusal must keep nothing under the key.
+	f.Add([]byte(`{"qty":0}`), "k4", true)
+	f.Add([]byte("{"), "k5", true)
 
 	var users int // so that each input has a user who holds nothing yet
 	f.Fuzz(func(t *testing.T, body []byte, key string, keyed bool) {
@@ -279,6 +282,18 @@ func FuzzBuyBody(f *testing.F) {
 			expect(t, what, r, http.StatusBadRequest, "bad_request")
 			if !reflect.DeepEqual(after, before) {
 				t.Fatalf("%s changed the activity: %+v, was %+v", what, after, before)
+			}
+			// Nothing of the user's either: no result record, and nothing kept under the key,
+			// so the same key with a good body is a first buy, not the replay of a refusal.
+			if _, err := app(t).Guard().GetResult(context.Background(), "fzb", user); !errors.Is(err, admission.ErrNotFound) {
+				t.Fatalf("%s left a result record for %s (err %v)", what, user, err)
+			}
+			if keyed && keyOK {
+				r2 := c.do(http.MethodPost, path, tok, strings.NewReader("{}"), "Idempotency-Key", key)
+				expect(t, what+", then {} with the same key", r2, http.StatusAccepted, "queued")
+				if released, err := app(t).Guard().Release(context.Background(), "fzb", r2.str("reservation_id")); err != nil || !released {
+					t.Fatalf("release %s: %v, %v", r2.str("reservation_id"), released, err)
+				}
 			}
 			return
 		}
