@@ -16,46 +16,15 @@ type ordersCounter struct {
 	value func(orderbackend.MetricsSnapshot) int64
 }
 
-func newOrdersCounter(name, help string, value func(orderbackend.MetricsSnapshot) int64) ordersCounter {
-	return ordersCounter{
-		desc:  prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "orders_"+name+"_total"), help, nil, nil),
-		value: value,
+// ordersCounters are the backend's counters, from orderbackend.Counters: the standalone backend
+// (cmd/orderbackend -metrics-listen) exports the same list under the same names.
+var ordersCounters = func() []ordersCounter {
+	var out []ordersCounter
+	for _, c := range orderbackend.Counters() {
+		out = append(out, ordersCounter{desc: prometheus.NewDesc(c.MetricName(), c.Help, nil, nil), value: c.Value})
 	}
-}
-
-// ordersCounters are the backend's counters. They have no labels: no user, IP or token, and not
-// even the activity (the backend counts per process).
-var ordersCounters = []ordersCounter{
-	newOrdersCounter("created", "Wins that became a new order.",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.OrdersCreated }),
-	newOrdersCounter("redelivered", "Wins delivered again whose order already existed (harmless).",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.Redelivered }),
-	newOrdersCounter("dead_lettered", "Wins moved to the dead-letter queue (see the logs).",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.DeadLettered }),
-	newOrdersCounter("refused", "Dead-lettered wins the database stock guard refused (store and database disagree).",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.Refused }),
-	newOrdersCounter("paid", "Orders paid.",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.Paid }),
-	newOrdersCounter("expired", "Orders cancelled because their payment window closed.",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.Expired }),
-	newOrdersCounter("cancelled", "Orders cancelled by their owner.",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.Cancelled }),
-	newOrdersCounter("released", "Reservations given back to the store's stock.",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.Released }),
-	newOrdersCounter("retries", "Operations retried after a transient database or store failure.",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.Retries }),
-	// Batching, to watch what a transaction carries (orderbackend/README.md, "Batches").
-	newOrdersCounter("batches", "Read batches of wins the consumers turned into orders (one CreateOrders call each).",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.Batches }),
-	newOrdersCounter("batch_wins", "Wins in those batches: batch_wins / batches is the mean batch.",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.BatchWins }),
-	newOrdersCounter("transactions", "Database transactions that created orders (with SQLite, batches waiting for the writer share one).",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.Txs }),
-	newOrdersCounter("transaction_batches", "Batches those transactions answered: transaction_batches / transactions is the sharing.",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.TxCalls }),
-	newOrdersCounter("transaction_wins", "Wins those transactions carried: transaction_wins / transactions is the mean per commit.",
-		func(m orderbackend.MetricsSnapshot) int64 { return m.TxWins }),
-}
+	return out
+}()
 
 // ordersCollector exports the counters of a pooled order backend. The backend outlives
 // configurations, so the counters keep counting across reloads; before the backend first starts

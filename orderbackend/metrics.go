@@ -2,8 +2,9 @@ package orderbackend
 
 import "sync/atomic"
 
-// Metrics counts what the backend did, for logs, the admin API and Prometheus collectors. One
-// Metrics is shared by a backend's consumers, sweeper and relay; the zero value is ready.
+// Metrics counts what the backend did, for logs, the admin API and Prometheus collectors (see
+// Counters). One Metrics is shared by a backend's consumers, sweeper and relay; the zero value is
+// ready.
 type Metrics struct {
 	OrdersCreated atomic.Int64 // wins that became a new order
 	Redelivered   atomic.Int64 // entries whose order already existed (a redelivery or a claim)
@@ -35,5 +36,55 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		OrdersCreated: m.OrdersCreated.Load(), Redelivered: m.Redelivered.Load(), DeadLettered: m.DeadLettered.Load(),
 		Refused: m.Refused.Load(), Paid: m.Paid.Load(), Expired: m.Expired.Load(), Cancelled: m.Cancelled.Load(),
 		Released: m.Released.Load(), Retries: m.Retries.Load(), Batches: m.Batches.Load(), BatchWins: m.BatchWins.Load(),
+	}
+}
+
+// Counter is one of the backend's counters as monitoring exports it. The embedded backend's
+// collector (caddymodule) and the standalone backend's metrics listener (cmd/orderbackend
+// -metrics-listen) both build their metrics from Counters, so the two deployments export the same
+// names and one dashboard serves both.
+type Counter struct {
+	Name  string                      // short name, e.g. "created"; see MetricName
+	Help  string                      // the metric's help text
+	Value func(MetricsSnapshot) int64 // reads the counter from a snapshot
+}
+
+// MetricName is the counter's Prometheus name, caddy_seckill_orders_<Name>_total. The standalone
+// backend keeps the caddy_seckill_ prefix of the embedded one on purpose: same dashboards.
+func (c Counter) MetricName() string { return "caddy_seckill_orders_" + c.Name + "_total" }
+
+// Counters returns the backend's counters, in a fresh slice the caller may keep. They have no
+// labels: no user, IP or token, and not even the activity (the backend counts per process).
+func Counters() []Counter {
+	return []Counter{
+		{"created", "Wins that became a new order.",
+			func(m MetricsSnapshot) int64 { return m.OrdersCreated }},
+		{"redelivered", "Wins delivered again whose order already existed (harmless).",
+			func(m MetricsSnapshot) int64 { return m.Redelivered }},
+		{"dead_lettered", "Wins moved to the dead-letter queue (see the logs).",
+			func(m MetricsSnapshot) int64 { return m.DeadLettered }},
+		{"refused", "Dead-lettered wins the database stock guard refused (store and database disagree).",
+			func(m MetricsSnapshot) int64 { return m.Refused }},
+		{"paid", "Orders paid.",
+			func(m MetricsSnapshot) int64 { return m.Paid }},
+		{"expired", "Orders cancelled because their payment window closed.",
+			func(m MetricsSnapshot) int64 { return m.Expired }},
+		{"cancelled", "Orders cancelled by their owner.",
+			func(m MetricsSnapshot) int64 { return m.Cancelled }},
+		{"released", "Reservations given back to the store's stock.",
+			func(m MetricsSnapshot) int64 { return m.Released }},
+		{"retries", "Operations retried after a transient database or store failure.",
+			func(m MetricsSnapshot) int64 { return m.Retries }},
+		// Batching, to watch what a transaction carries (README.md, "Batches").
+		{"batches", "Read batches of wins the consumers turned into orders (one CreateOrders call each).",
+			func(m MetricsSnapshot) int64 { return m.Batches }},
+		{"batch_wins", "Wins in those batches: batch_wins / batches is the mean batch.",
+			func(m MetricsSnapshot) int64 { return m.BatchWins }},
+		{"transactions", "Database transactions that created orders (with SQLite, batches waiting for the writer share one).",
+			func(m MetricsSnapshot) int64 { return m.Txs }},
+		{"transaction_batches", "Batches those transactions answered: transaction_batches / transactions is the sharing.",
+			func(m MetricsSnapshot) int64 { return m.TxCalls }},
+		{"transaction_wins", "Wins those transactions carried: transaction_wins / transactions is the mean per commit.",
+			func(m MetricsSnapshot) int64 { return m.TxWins }},
 	}
 }

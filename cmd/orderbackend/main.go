@@ -2,7 +2,7 @@
 // admission store into orders in PostgreSQL or SQLite, serves the order API, cancels unpaid
 // orders and gives their stock back. Its reconcile subcommand checks the sale's invariants.
 //
-//	orderbackend run -redis 10.0.0.5:6379 -db postgres://shop@db/orders -listen :8081
+//	orderbackend run -redis 10.0.0.5:6379 -db postgres://shop@db/orders -listen :8081 [-metrics-listen 127.0.0.1:9181]
 //	orderbackend reconcile -redis 10.0.0.5:6379 -db postgres://shop@db/orders [-activity phone-1001]
 //
 // Every flag can also come from the environment (SECKILL_REDIS_ADDR, SECKILL_REDIS_PASSWORD,

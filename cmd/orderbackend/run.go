@@ -36,6 +36,10 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		claimIdle = fs.Duration("claim-idle", 30*time.Second, "a win pending this long belongs to a dead consumer and is claimed")
 		linger    = fs.Duration("linger", 0, "how long a consumer of a busy queue waits for more wins before a transaction; 0 is the default (10ms), negative turns it off")
 	)
+	// A listener of its own: the order API faces clients, metrics and profiles must not.
+	metricsAddr := fs.String("metrics-listen", env("SECKILL_ORDERS_METRICS_LISTEN", ""),
+		"address serving /metrics (Prometheus) and /debug/pprof/ to operators; empty is off. Not the order API's listener: "+
+			"that one faces clients, and metrics and profiles must not, so keep this on a private interface [SECKILL_ORDERS_METRICS_LISTEN]")
 	c.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return exitError
@@ -47,6 +51,15 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
 
+	// The metrics listener is bound first, so that a bad address fails before anything connects.
+	var metricsLn net.Listener
+	if *metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+			_, _ = fmt.Fprintf(stderr, "orderbackend: -metrics-listen %q: %v\n", *metricsAddr, err)
+			return exitError
+		}
+		defer metricsLn.Close() //nolint:errcheck // closed by Shutdown on the way out; this covers the early returns
+	}
 	cfg := jwtauth.Config{
 		Algorithms: strings.Split(*algs, ","), HMACSecret: []byte(os.Getenv(*secretEnv)),
 		JWKSURL: *jwksURL, Issuer: *issuer, Audience: *audience, Leeway: *leeway,
@@ -81,13 +94,24 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
-		_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+		_, _ = fmt.Fprintf(stderr, "orderbackend: -listen %q: %v\n", *listen, err)
 		return exitError
 	}
 	srv := &http.Server{Handler: b.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("order backend running", zap.String("listen", ln.Addr().String()))
+	var metricsSrv *http.Server
+	if metricsLn != nil {
+		metricsSrv = metricsServer(b)
+		go func() {
+			// A failed metrics listener is logged, not fatal: the backend keeps making orders.
+			if err := metricsSrv.Serve(metricsLn); !errors.Is(err, http.ErrServerClosed) {
+				log.Error("metrics listener stopped", zap.Error(err))
+			}
+		}()
+		log.Info("metrics and profiles (/metrics, /debug/pprof/)", zap.String("metrics_listen", metricsLn.Addr().String()))
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -104,6 +128,15 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	defer stop()
 	if err := srv.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		log.Warn("order api shutdown", zap.Error(err))
+	}
+	if metricsSrv != nil {
+		// A scrape in flight gets a second; a CPU profile or a trace in flight is cut short by
+		// Close rather than holding the exit up for its seconds.
+		graceCtx, cancelGrace := context.WithTimeout(context.Background(), time.Second)
+		if err := metricsSrv.Shutdown(graceCtx); err != nil {
+			_ = metricsSrv.Close()
+		}
+		cancelGrace()
 	}
 	cancel()
 	<-done

@@ -90,7 +90,7 @@ func run(ctx context.Context, cfg config, stdout, stderr io.Writer) int {
 			_, _ = fmt.Fprintln(stderr, "seckill-bench:", err)
 			return exitError
 		}
-		b.prof = &profiler{admin: env.admin, dir: cfg.pprof, seconds: cfg.pprofD, trace: cfg.trace, out: stdout}
+		b.prof = &profiler{admin: env.admin, orders: env.ordersOps, dir: cfg.pprof, seconds: cfg.pprofD, trace: cfg.trace, out: stdout}
 	}
 
 	_, _ = fmt.Fprintf(stdout, "seckill-bench: %s, %d users, %d activities × %d items, limit %d, store %s, orders %s, gateway %s\n",

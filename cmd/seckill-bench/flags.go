@@ -128,7 +128,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.svgOut, "svg", "seckill-bench.svg", `latency-over-time chart ("" for none)`)
 	fs.DurationVar(&c.window, "window", 500*time.Millisecond, "chart resolution")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress line")
-	fs.StringVar(&c.pprof, "pprof", "", "save the gateway's profiles into this directory (from Caddy's admin /debug/pprof/): CPU over the first -pprof-seconds of the sale (or burst) and of the soak, heap at the end")
+	fs.StringVar(&c.pprof, "pprof", "", "save the gateway's profiles into this directory (from Caddy's admin /debug/pprof/): CPU over the first -pprof-seconds of the sale (or burst) and of the soak, heap at the end; "+
+		"with -orders standalone started by the bench, also the order backend's CPU profiles of the same seconds (orderbackend-<phase>-cpu.pprof, from its -metrics-listen)")
 	fs.Var(&c.gatewayEnv, "gateway-env", "NAME=VALUE added to the environment of the gateway the bench starts, e.g. GODEBUG=gctrace=1 (its output goes to gateway.log in the work directory: add -keep); repeatable")
 	fs.DurationVar(&c.pprofD, "pprof-seconds", 5*time.Second, "length of each CPU profile")
 	fs.BoolVar(&c.trace, "trace", false, "with -pprof: also save an execution trace of the same seconds (go tool trace; where requests waited)")

@@ -26,6 +26,7 @@ type environment struct {
 
 	base      string // the gateway's base URL
 	admin     string // its admin endpoint, "" when unknown
+	ordersOps string // the standalone order backend's metrics and pprof base URL, "" when not started here
 	redisAddr string
 	ordersDB  string // "sqlite:PATH" or postgres://, for an in-process reconcile
 	embedded  bool   // the order backend runs in the gateway: reconcile through its admin API
@@ -142,17 +143,25 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 		if err != nil {
 			return nil, err
 		}
+		// Its metrics and pprof listener, for -pprof: the order backend's CPU profiles.
+		opsAddr, err := freePort()
+		if err != nil {
+			return nil, err
+		}
 		db := filepath.Join(e.dir, "orders.db")
 		e.ordersDB = "sqlite:" + db
 		e.orders, err = startChild("orderbackend", e.dir, cfg.ordersBin, []string{
-			"run", "-redis", e.redisAddr, "-db", e.ordersDB, "-listen", ordersAddr, "-name", "seckill-bench",
+			"run", "-redis", e.redisAddr, "-db", e.ordersDB, "-listen", ordersAddr, "-metrics-listen", opsAddr, "-name", "seckill-bench",
 		}, []string{"SECKILL_JWT_SECRET=" + cfg.jwtSecret})
 		if err != nil {
 			return nil, err
 		}
-		if err := e.orders.waitTCP(ctx, ordersAddr, 30*time.Second); err != nil {
-			return nil, err
+		for _, addr := range []string{ordersAddr, opsAddr} {
+			if err := e.orders.waitTCP(ctx, addr, 30*time.Second); err != nil {
+				return nil, err
+			}
 		}
+		e.ordersOps = "http://" + opsAddr
 	}
 	return e, nil
 }

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"net/http"
+	"net/http/pprof" // its init also registers on http.DefaultServeMux, which this process never serves
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+)
+
+// ordersCollector exports the backend's counters under the names the embedded backend uses in
+// Caddy (caddy_seckill_orders_<name>_total), so that one dashboard serves both deployments.
+type ordersCollector struct {
+	metrics  func() orderbackend.MetricsSnapshot
+	counters []orderbackend.Counter
+	descs    []*prometheus.Desc
+}
+
+func newOrdersCollector(metrics func() orderbackend.MetricsSnapshot) *ordersCollector {
+	c := &ordersCollector{metrics: metrics, counters: orderbackend.Counters()}
+	for _, oc := range c.counters {
+		c.descs = append(c.descs, prometheus.NewDesc(oc.MetricName(), oc.Help, nil, nil))
+	}
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *ordersCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *ordersCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.metrics()
+	for i, oc := range c.counters {
+		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(oc.Value(m)))
+	}
+}
+
+// metricsServer serves /metrics (the order counters, the Go runtime and the process) and
+// /debug/pprof/ on the operators' listener. It has a mux of its own: the order API faces clients
+// and must serve neither.
+func metricsServer(b *orderbackend.Backend) *http.Server {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		newOrdersCollector(b.Metrics),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index) // also the named profiles: heap, goroutine, ...
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// No WriteTimeout: a CPU profile or a trace answers after the seconds it was asked for.
+	return &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+)
+
+// get fetches url and returns its status and body.
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprint("127.0.0.1:", port)
+}
+
+// TestMetricsListen runs the command with -metrics-listen: the operators' listener serves the
+// order counters under the embedded backend's names, the Go runtime's metrics and pprof; the order
+// API's listener serves neither; both close when the process stops.
+func TestMetricsListen(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := admission.NewRedisStore(client, admission.RedisOptions{KeyPrefix: "seckill"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := store.Define(ctx, admission.Activity{ID: "phone-1001", Stock: 5, Limit: 1,
+		Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}, false); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := store.Admit(ctx, admission.Request{Activity: "phone-1001", User: "alice", Qty: 1, RequestID: "r"}); err != nil || d.Outcome != admission.Won {
+		t.Fatalf("admit = %+v, %v", d, err)
+	}
+
+	t.Setenv("TEST_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	apiAddr, metricsAddr := freeAddr(t), freeAddr(t)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	exited := make(chan int, 1)
+	var runErr bytes.Buffer
+	go func() {
+		exited <- run(runCtx, []string{"run", "-listen", apiAddr, "-metrics-listen", metricsAddr,
+			"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test",
+			"-redis", srv.Addr, "-db", "sqlite:" + filepath.Join(t.TempDir(), "orders.db")}, &bytes.Buffer{}, &runErr)
+	}()
+
+	// Scrape until the win became an order: the counter the dashboards watch moves.
+	var metrics string
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get("http://" + metricsAddr + "/metrics"); err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if metrics = string(b); resp.StatusCode == 200 && strings.Contains(metrics, "\ncaddy_seckill_orders_created_total 1\n") {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("orders_created_total never reached 1; last scrape:\n%s\nrun: %s", metrics, runErr.String())
+		}
+	}
+	for _, c := range orderbackend.Counters() {
+		if !strings.Contains(metrics, "\n# TYPE "+c.MetricName()+" counter\n") {
+			t.Errorf("/metrics lacks the counter %s", c.MetricName())
+		}
+	}
+	for _, name := range []string{"go_goroutines", "process_start_time_seconds"} {
+		if !strings.Contains(metrics, "\n"+name+" ") {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if code, body := get(t, "http://"+metricsAddr+"/debug/pprof/"); code != 200 || !strings.Contains(body, "goroutine") {
+		t.Errorf("GET /debug/pprof/ = %d %q", code, body)
+	}
+	if code, body := get(t, "http://"+metricsAddr+"/debug/pprof/heap?debug=1"); code != 200 || !strings.Contains(body, "heap profile") {
+		t.Errorf("GET /debug/pprof/heap = %d %.100q", code, body)
+	}
+
+	// The order API faces clients: neither metrics nor profiles there.
+	for _, path := range []string{"/metrics", "/debug/pprof/", "/debug/pprof/heap"} {
+		if code, body := get(t, "http://"+apiAddr+path); code == 200 || strings.Contains(body, "go_goroutines") || strings.Contains(body, "goroutine") {
+			t.Errorf("order API GET %s = %d %.200q, want no metrics or profiles", path, code, body)
+		}
+	}
+
+	stop()
+	if code := <-exited; code != exitOK {
+		t.Fatalf("run exited %d: %s", code, runErr.String())
+	}
+	if c, err := net.DialTimeout("tcp", metricsAddr, time.Second); err == nil {
+		_ = c.Close()
+		t.Error("the metrics listener outlived the process's run")
+	}
+}
+
+// TestMetricsListenBad: an address the metrics listener cannot take fails start-up with a message
+// that names the flag.
+func TestMetricsListenBad(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	t.Setenv("TEST_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, addr := range []string{"no-port", "127.0.0.1:99999", busy.Addr().String()} {
+		// A start-up that does not fail would run until this context ends, and exit 0.
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		var errOut bytes.Buffer
+		code := run(ctx, []string{"run", "-listen", freeAddr(t), "-metrics-listen", addr, "-jwt-secret-env", "TEST_JWT_SECRET",
+			"-redis", srv.Addr, "-db", "sqlite:" + filepath.Join(t.TempDir(), "orders.db")}, &bytes.Buffer{}, &errOut)
+		cancel()
+		if code != exitError || !strings.Contains(errOut.String(), "-metrics-listen") {
+			t.Errorf("-metrics-listen %s: exit %d, stderr %q; want %d and a message naming the flag", addr, code, errOut.String(), exitError)
+		}
+	}
+}
