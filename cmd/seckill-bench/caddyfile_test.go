@@ -172,6 +172,7 @@ func TestRunFlagErrors(t *testing.T) {
 		{"-gateway-bin", "x", "-store", "redis", "-redis-admit-batch", "2000"},
 		{"-gateway-bin", "x", "-gateway-env", "GOGC"}, // not NAME=VALUE
 		{"-gateway-bin", "x", "-trace"},               // no -pprof directory to save it in
+		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-store", "redis", "-redis-addr", "127.0.0.1:1", "-orders", "standalone"}, // nothing to reconcile the orders against
 		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-gateway-env", "GOGC=50"},
 		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-store", "redis", "-redis-admit-batch", "1"},
 		{"extra-argument"},

@@ -190,6 +190,10 @@ func (c *config) validate() error {
 		if c.ordersBin == "" && !c.build && c.target == "" {
 			bad("-orders standalone needs -orderbackend-bin PATH or -build")
 		}
+		if c.target != "" && c.reconcileDB == "" {
+			// Without it the run could not reconcile, and would pass without having checked the orders.
+			bad("-orders standalone with -target needs -reconcile-db: the order database your order backend writes (postgres://... or sqlite:PATH)")
+		}
 	default:
 		bad("-orders %q: want none, embedded or standalone", c.orders)
 	}

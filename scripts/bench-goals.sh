@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Every goal of docs/BENCHMARKS.md in one command (make bench-goals): builds the gateway, the order
+# backend and the bench once, runs each variant the goals are measured on, and prints each run's
+# "seckill vs Caddy respond" table. Each run's full report, JSON and chart stay in the output
+# directory (default bench-goals/). The exit status is non-zero when any run broke an invariant or
+# could not be carried out. It takes about 15 minutes on a 2-core machine, most of it the
+# million-user burst and its soak.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-bench-goals}
+go=${GO:-go}
+mkdir -p "$out"
+"$go" build -o "$out/caddy" ./cmd/caddy &&
+	"$go" build -o "$out/orderbackend" ./cmd/orderbackend &&
+	"$go" build -o "$out/seckill-bench" ./cmd/seckill-bench || exit 3
+
+status=0
+run() {
+	local name=$1
+	shift
+	echo "== $name: seckill-bench $*"
+	"$out/seckill-bench" -gateway-bin "$out/caddy" -quiet -json "$out/$name.json" -svg "$out/$name.svg" "$@" >"$out/$name.txt" 2>&1
+	local rc=$?
+	sed -n '/^seckill vs Caddy respond/,/^$/p' "$out/$name.txt"
+	grep -E '^(RESULT|machine):' "$out/$name.txt"
+	if [ $rc -ne 0 ]; then
+		echo "   exit $rc: see $out/$name.txt"
+		status=1
+	fi
+}
+
+run closed-memory                                     # sold-out, buy path (memory) and p99 goals
+run closed-embedded -orders embedded                  # p99 with the embedded order backend
+run closed-redis -store redis -orders standalone -orderbackend-bin "$out/orderbackend" # Redis goals
+run classic -scenario burst -users 1000000 -soak 4m  # the classic test: memory after a million users, a 2-minute soak
+exit $status
