@@ -223,11 +223,19 @@ func (g *Guard) soldOut(activity string, f *guardFlag, before uint64) {
 // (see Guard). A sell-out is only flagged when the store says nothing is left: a buyer at its
 // limit, or asking for more than remains, says nothing about the others.
 func (g *Guard) Admit(ctx context.Context, r Request) (Decision, error) {
+	d, _, err := g.Decide(ctx, r)
+	return d, err
+}
+
+// Decide is Admit that also tells who decided: flagged is true when the answer is SoldOut from
+// this node's sold-out flag (or its holders set), without a store call. The edge counts such a
+// refusal at the flag's layer of the funnel rather than as the store's decision.
+func (g *Guard) Decide(ctx context.Context, r Request) (d Decision, flagged bool, err error) {
 	f := (*g.flags.Load())[r.Activity]
 	var before uint64
 	if f != nil {
 		if before = f.state.Load(); before&soldOutBit != 0 && (!r.MayReplay || f.excludes(before, r.User)) {
-			return Decision{Outcome: SoldOut}, nil
+			return Decision{Outcome: SoldOut}, true, nil
 		}
 	}
 	if g.admitTimeout > 0 {
@@ -235,15 +243,15 @@ func (g *Guard) Admit(ctx context.Context, r Request) (Decision, error) {
 		ctx, cancel = context.WithTimeout(ctx, g.admitTimeout)
 		defer cancel()
 	}
-	d, err := call(g.cb, "admit", r.Activity, func() (Decision, error) { return g.store.Admit(ctx, r) })
+	d, err = call(g.cb, "admit", r.Activity, func() (Decision, error) { return g.store.Admit(ctx, r) })
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, false, err
 	}
 	// A replay carries the remaining stock of its first answer, which may be stale.
 	if d.Remaining == 0 && !d.Replayed && (d.Outcome == SoldOut || d.Outcome == Won) {
 		g.soldOut(r.Activity, f, before)
 	}
-	return d, nil
+	return d, false, nil
 }
 
 // listen clears flags on the restock broadcasts of ch, subscribing again whenever the

@@ -366,6 +366,29 @@ func TestGuardKeyedNonHoldersSkipStore(t *testing.T) {
 	}
 }
 
+// Decide tells the flag's answers from the store's: the edge counts them at different layers.
+func TestGuardDecideTellsFlagFromStore(t *testing.T) {
+	store := wrap(newMemory(t, nil))
+	sellOut(t, store, "a", 3)
+	g := NewGuard(store, GuardOptions{})
+	ctx := context.Background()
+	d, flagged, err := g.Decide(ctx, Request{Activity: "a", User: "late", Qty: 1, RequestID: "r"})
+	if err != nil || d.Outcome != SoldOut || flagged {
+		t.Fatalf("the store's sell-out answer = %+v, flagged %v, %v; want sold_out, not flagged", d, flagged, err)
+	}
+	d, flagged, err = g.Decide(ctx, Request{Activity: "a", User: "later", Qty: 1, RequestID: "r"})
+	if err != nil || d.Outcome != SoldOut || !flagged {
+		t.Fatalf("the flag's answer = %+v, flagged %v, %v; want sold_out, flagged", d, flagged, err)
+	}
+	waitHolders(t, g, "a")
+	if d, flagged, err = g.Decide(ctx, keyed("a", "someone", "k")); err != nil || d.Outcome != SoldOut || !flagged {
+		t.Errorf("a non-holder's keyed request = %+v, flagged %v, %v; want sold_out, flagged", d, flagged, err)
+	}
+	if d, flagged, err = g.Decide(ctx, keyed("a", "seller-1", "r")); err != nil || d.Outcome != Won || flagged {
+		t.Errorf("a holder's retry = %+v, flagged %v, %v; want the store's replayed win", d, flagged, err)
+	}
+}
+
 // Until the holders are known, a keyed request may be a winner's retry: it goes to the store.
 func TestGuardKeyedBeforeHoldersLoad(t *testing.T) {
 	store := wrap(newMemory(t, nil))

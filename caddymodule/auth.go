@@ -22,7 +22,7 @@ func (q *request) authenticate() *Error {
 	if err != nil {
 		if !errors.Is(err, jwtauth.ErrUnauthorized) {
 			q.h.logger.Warn("verifying a token failed", zap.Error(err))
-			return errBusy(time.Second)
+			return errBusyAt(layerJWT, time.Second)
 		}
 		q.h.logger.Debug("token refused", zap.Error(err))
 		return errUnauthorized("the bearer token is not valid")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
@@ -70,7 +71,7 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	began := time.Now()
 	// A client-chosen key may be the retry of a win: the guard then asks the store even after
 	// the sell-out, so that the winner gets its first answer back.
-	d, err := q.h.app.backend.guard.Admit(q.r.Context(), admission.Request{
+	d, flagged, err := q.h.app.backend.guard.Decide(q.r.Context(), admission.Request{
 		Activity: a.ID, User: q.user, Qty: qty, RequestID: reqID, MayReplay: keyed,
 	})
 	if err != nil {
@@ -86,7 +87,10 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	switch d.Outcome {
 	case admission.Won:
 	case admission.SoldOut:
-		return q.fail(errSoldOut)
+		if flagged { // the Guard's node-local flag answered, not the store
+			return q.fail(errSoldOut)
+		}
+		return q.fail(errSoldOutStore)
 	case admission.LimitReached:
 		return q.fail(errLimitReached)
 	case admission.NotStarted:
@@ -95,7 +99,7 @@ func (q *request) buy(next caddyhttp.Handler) error {
 		return q.fail(errEnded)
 	default:
 		q.h.logger.Error("unknown admission outcome", zap.Stringer("outcome", d.Outcome))
-		return q.fail(errBusy(time.Second))
+		return q.fail(errBusyAt(layerStoreError, time.Second))
 	}
 
 	q.reservation = d.ReservationID // {http.seckill.reservation}
@@ -118,21 +122,25 @@ func (q *request) buy(next caddyhttp.Handler) error {
 // admitError maps a failed admission to its refusal. The breaker fails closed, so nothing is
 // admitted without the store; but a call that timed out may have been carried out by the store and
 // its answer lost, which is why the busy answer tells clients to retry with the same
-// Idempotency-Key (the retry returns the first answer).
+// Idempotency-Key (the retry returns the first answer). The funnel counts the breaker's refusals
+// (no store call made) apart from the store's failures.
 func (q *request) admitError(err error) *Error {
 	switch {
 	case errors.Is(err, admission.ErrUnknownActivity):
-		return apiError(http.StatusNotFound, codeNotFound, "no such activity")
+		return errNoActivity
 	case errors.Is(err, admission.ErrBadInput):
 		return errBadRequest("the request cannot be admitted as given")
 	case errors.Is(err, context.Canceled):
-		return errBusy(time.Second) // the client is gone; nobody reads this
+		return errBusyAt(layerCanceled, time.Second) // the client is gone; nobody reads this
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+		q.h.logger.Debug("admission refused: breaker open", zap.Error(err))
+		return errBusyAt(layerBreaker, time.Second)
 	case errors.Is(err, admission.ErrBusy):
 		q.h.logger.Debug("admission refused: store unavailable", zap.Error(err))
-		return errBusy(time.Second)
+		return errBusyAt(layerStoreError, time.Second)
 	}
 	q.h.logger.Warn("admission failed", zap.Error(err))
-	return errBusy(time.Second)
+	return errBusyAt(layerStoreError, time.Second)
 }
 
 // requestID returns the request's idempotency key, or a random one when it has none.

@@ -19,7 +19,7 @@ type captchaAnswer struct {
 	Image     string `json:"image"` // URL of the PNG
 }
 
-var errCaptchaOff = apiError(http.StatusNotFound, codeNotFound, "the captcha is off for this sale")
+var errCaptchaOff = refuseAt(layerRoute, http.StatusNotFound, codeNotFound, "the captcha is off for this sale")
 
 // captcha issues a captcha to the caller. It may be asked for before the sale starts, so that
 // buyers can solve it while they wait for the buy path.
@@ -45,7 +45,7 @@ func (q *request) captcha() error {
 	id, err := iss.New(q.r.Context(), q.user)
 	if err != nil {
 		q.h.logger.Warn("issuing a captcha failed", zap.Error(err))
-		return q.fail(errBusy(time.Second))
+		return q.fail(errBusyAt(layerCaptcha, time.Second))
 	}
 	return q.ok(http.StatusOK, codeOK, captchaAnswer{Code: codeOK, CaptchaID: id, Image: q.imageURL(id)})
 }
@@ -69,10 +69,10 @@ func (q *request) captchaImage() error {
 	png, err := iss.Image(q.r.Context(), q.call.arg)
 	switch {
 	case errors.Is(err, captcha.ErrNotFound), errors.Is(err, captcha.ErrTooManyFetches):
-		return q.fail(apiError(http.StatusNotFound, codeNotFound, "no such captcha, or it was fetched too often"))
+		return q.fail(refuseAt(layerCaptcha, http.StatusNotFound, codeNotFound, "no such captcha, or it was fetched too often"))
 	case err != nil:
 		q.h.logger.Warn("rendering a captcha failed", zap.Error(err))
-		return q.fail(errBusy(time.Second))
+		return q.fail(errBusyAt(layerCaptcha, time.Second))
 	}
 	q.code = codeOK
 	q.repl.Set(placeholderCode, codeOK)

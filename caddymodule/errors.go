@@ -25,6 +25,11 @@ type Error struct {
 	// RetryAfter, when positive, is sent as the Retry-After header (whole seconds, rounded up).
 	RetryAfter time.Duration `json:"-"`
 
+	// layer is the funnel layer that made the refusal, counted by request.fail. It rides on the
+	// value so that counting happens in one place, not at every call site; layerNone for the
+	// answers of the other handlers, which are not counted.
+	layer layer
+
 	// The refusals shared by every request (sharedError) are encoded once: body is the JSON
 	// answer, and code and message are Code and Message ready for the replacer.
 	body          *encodedBody
@@ -59,14 +64,67 @@ const (
 	codeForbidden        = "forbidden"
 )
 
+// layer is a layer of the funnel (§1 of the design) that can refuse a call of the public API, for
+// caddy_seckill_rejected_total{layer}. The constants are in funnel order, cheapest first; each
+// layer's counter is resolved once, when the metrics are registered (metrics.rejected).
+type layer uint8
+
+const (
+	layerNone         layer = iota // not counted: the answers of the other handlers
+	layerRoute                     // 404 not_found, 405: no such call, activity or captcha
+	layerIPLimit                   // 429: the client address's bucket
+	layerWindow                    // 403 not_started / ended: this node's clock or the store's
+	layerSoldOutFlag               // 410: the node-local sold-out flag (the Guard's too), no store call
+	layerJWT                       // 401, or 503 when the verifier cannot work (JWKS down)
+	layerUserLimit                 // 429: the user's bucket, local or distributed
+	layerHashedURL                 // 404 bad_path, no store call
+	layerCaptchaLimit              // 429: the user's captcha issuance bucket
+	layerCaptcha                   // 403 captcha_invalid, 404 image, 503 captcha store down
+	layerBadRequest                // 400 / 413 bad_request: the Idempotency-Key or the body
+	layerBreaker                   // 503 busy: the store's circuit breaker refused the call
+	layerStoreError                // 503 busy: the store call failed or timed out
+	layerCanceled                  // 503 busy: the client went away while the store decided
+	layerStoreSoldOut              // 410: the admission script's decision
+	layerLimitReached              // 409: the admission script's decision
+	nLayers
+)
+
+// layerNames are the values of the layer label: short and stable, as dashboards use them.
+var layerNames = [nLayers]string{
+	layerRoute:        "route",
+	layerIPLimit:      "ip_limit",
+	layerWindow:       "window",
+	layerSoldOutFlag:  "sold_out_flag",
+	layerJWT:          "jwt",
+	layerUserLimit:    "user_limit",
+	layerHashedURL:    "hashed_url",
+	layerCaptchaLimit: "captcha_limit",
+	layerCaptcha:      "captcha",
+	layerBadRequest:   "bad_request",
+	layerBreaker:      "breaker",
+	layerStoreError:   "store_error",
+	layerCanceled:     "canceled",
+	layerStoreSoldOut: "store_sold_out",
+	layerLimitReached: "limit_reached",
+}
+
+func (l layer) String() string { return layerNames[l] }
+
+// apiError builds a refusal that no funnel layer counts (the other handlers' answers); the public
+// API's refusals are built by refuseAt.
 func apiError(status int, code, msg string) *Error {
 	return &Error{Status: status, Code: code, Message: msg}
 }
 
-// sharedError is apiError for a refusal many requests share (and none modifies): its answer is
+// refuseAt builds a refusal of the public API made by layer l.
+func refuseAt(l layer, status int, code, msg string) *Error {
+	return &Error{Status: status, Code: code, Message: msg, layer: l}
+}
+
+// sharedError is refuseAt for a refusal many requests share (and none modifies): its answer is
 // encoded once. The sold-out answer is most of what a node sends after a sell-out.
-func sharedError(status int, code, msg string) *Error {
-	e := apiError(status, code, msg)
+func sharedError(l layer, status int, code, msg string) *Error {
+	e := refuseAt(l, status, code, msg)
 	b, err := json.Marshal(e)
 	if err != nil {
 		panic(fmt.Sprintf("encoding refusal %s: %v", code, err)) // a plain struct; cannot happen
@@ -81,30 +139,38 @@ func newEncodedBody(b []byte) *encodedBody {
 	return &encodedBody{b: b, len: strconv.Itoa(len(b))}
 }
 
-// Refusals shared by several calls.
+// Refusals shared by several calls. The sold-out answer has two values with the same body: one
+// for the node-local flag and one for the store's decision, which the funnel counts apart.
 var (
-	errNotFound     = sharedError(http.StatusNotFound, codeNotFound, "no such activity or call")
-	errBadPath      = sharedError(http.StatusNotFound, codeBadPath, "this buy path is not yours or not valid")
-	errSoldOut      = sharedError(http.StatusGone, codeSoldOut, "the activity is sold out")
-	errNotStarted   = sharedError(http.StatusForbidden, codeNotStarted, "the activity has not started")
-	errEnded        = sharedError(http.StatusForbidden, codeEnded, "the activity has ended")
-	errLimitReached = sharedError(http.StatusConflict, codeLimitReached, "you already hold as many items as allowed")
-	errCaptcha      = sharedError(http.StatusForbidden, codeCaptchaInvalid, "the captcha answer is wrong or expired")
-	errTooLarge     = sharedError(http.StatusRequestEntityTooLarge, codeBadRequest, "the request body is too large")
+	errNotFound     = sharedError(layerRoute, http.StatusNotFound, codeNotFound, "no such activity or call")
+	errNoActivity   = sharedError(layerRoute, http.StatusNotFound, codeNotFound, "no such activity")
+	errBadPath      = sharedError(layerHashedURL, http.StatusNotFound, codeBadPath, "this buy path is not yours or not valid")
+	errSoldOut      = sharedError(layerSoldOutFlag, http.StatusGone, codeSoldOut, "the activity is sold out")
+	errSoldOutStore = sharedError(layerStoreSoldOut, http.StatusGone, codeSoldOut, "the activity is sold out")
+	errNotStarted   = sharedError(layerWindow, http.StatusForbidden, codeNotStarted, "the activity has not started")
+	errNotRevealed  = sharedError(layerWindow, http.StatusForbidden, codeNotStarted, "the buy path is not revealed yet")
+	errEnded        = sharedError(layerWindow, http.StatusForbidden, codeEnded, "the activity has ended")
+	errLimitReached = sharedError(layerLimitReached, http.StatusConflict, codeLimitReached, "you already hold as many items as allowed")
+	errCaptcha      = sharedError(layerCaptcha, http.StatusForbidden, codeCaptchaInvalid, "the captcha answer is wrong or expired")
+	errTooLarge     = sharedError(layerBadRequest, http.StatusRequestEntityTooLarge, codeBadRequest, "the request body is too large")
 )
 
-func errBusy(retryAfter time.Duration) *Error {
-	e := apiError(http.StatusServiceUnavailable, codeBusy, "the sale is busy, try again shortly")
+// errBusy is the 503 busy answer of the handlers outside the public API; see errBusyAt.
+func errBusy(retryAfter time.Duration) *Error { return errBusyAt(layerNone, retryAfter) }
+
+// errBusyAt is the 503 busy answer of layer l.
+func errBusyAt(l layer, retryAfter time.Duration) *Error {
+	e := refuseAt(l, http.StatusServiceUnavailable, codeBusy, "the sale is busy, try again shortly")
 	e.RetryAfter = retryAfter
 	return e
 }
 
 func errBadRequest(msg string) *Error {
-	return apiError(http.StatusBadRequest, codeBadRequest, msg)
+	return refuseAt(layerBadRequest, http.StatusBadRequest, codeBadRequest, msg)
 }
 
 func errUnauthorized(msg string) *Error {
-	return apiError(http.StatusUnauthorized, codeUnauthorized, msg)
+	return refuseAt(layerJWT, http.StatusUnauthorized, codeUnauthorized, msg)
 }
 
 // Error modes of the handler (see Handler.Errors).

@@ -101,7 +101,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	q.call = c // and {http.seckill.activity} with it
 	if !c.kind.allows(r.Method) {
 		w.Header().Set("Allow", c.kind.methods())
-		return q.fail(apiError(http.StatusMethodNotAllowed, codeMethodNotAllowed,
+		return q.fail(refuseAt(layerRoute, http.StatusMethodNotAllowed, codeMethodNotAllowed,
 			r.Method+" is not allowed here; use "+c.kind.methods()))
 	}
 	if e := q.limitIP(); e != nil {
@@ -109,7 +109,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	act, ok := h.app.acts.get(r.Context(), c.activity)
 	if !ok {
-		return q.fail(apiError(http.StatusNotFound, codeNotFound, "no such activity"))
+		return q.fail(errNoActivity)
 	}
 	q.act = act
 
@@ -152,8 +152,11 @@ type request struct {
 	claimMap  map[string]any
 }
 
+// fail answers a refusal and counts it at the funnel layer the refusal carries (Error.layer):
+// the one place where the public API's refusals are counted.
 func (q *request) fail(e *Error) error {
 	q.code = e.Code
+	q.h.app.metrics.observeRejection(e.layer)
 	return q.h.fail(q.w, q.r, e)
 }
 

@@ -25,7 +25,7 @@ func (q *request) limitIP() *Error {
 		return nil
 	}
 	d := l.Allow(clientIPKey(q.r), q.now)
-	return q.rateLimited(l.Rate(), d)
+	return q.rateLimited(layerIPLimit, l.Rate(), d)
 }
 
 // clientIPKey returns the rate-limit key of the request's client address.
@@ -57,7 +57,7 @@ func (q *request) limitUser(bucket string) *Error {
 			d = gd
 		}
 	}
-	return q.rateLimited(rate, d)
+	return q.rateLimited(layerUserLimit, rate, d)
 }
 
 // limitCaptchaIssue takes one event from the user's captcha issuance bucket. It applies whether or
@@ -68,12 +68,12 @@ func (q *request) limitCaptchaIssue() *Error {
 	if l == nil {
 		return nil
 	}
-	return q.rateLimited(l.Rate(), l.Allow(q.user, q.now))
+	return q.rateLimited(layerCaptchaLimit, l.Rate(), l.Allow(q.user, q.now))
 }
 
-// rateLimited returns nil for an allowed event, and otherwise the 429 refusal with its headers:
-// Retry-After, and RateLimit-Policy / RateLimit as in draft-ietf-httpapi-ratelimit-headers.
-func (q *request) rateLimited(rate ratelimit.Rate, d ratelimit.Decision) *Error {
+// rateLimited returns nil for an allowed event, and otherwise layer l's 429 refusal with its
+// headers: Retry-After, and RateLimit-Policy / RateLimit as in draft-ietf-httpapi-ratelimit-headers.
+func (q *request) rateLimited(l layer, rate ratelimit.Rate, d ratelimit.Decision) *Error {
 	if d.Allowed {
 		return nil
 	}
@@ -81,7 +81,7 @@ func (q *request) rateLimited(rate ratelimit.Rate, d ratelimit.Decision) *Error 
 	h.Set("RateLimit-Policy", rate.Policy())
 	h.Set("RateLimit", "limit="+strconv.Itoa(rate.Burst)+", remaining="+strconv.Itoa(d.Remaining)+
 		", reset="+retryAfterSeconds(d.Reset))
-	e := apiError(http.StatusTooManyRequests, codeRateLimited, "too many requests, slow down")
+	e := refuseAt(l, http.StatusTooManyRequests, codeRateLimited, "too many requests, slow down")
 	e.RetryAfter = d.RetryAfter
 	return e
 }

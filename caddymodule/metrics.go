@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,11 @@ import (
 type metrics struct {
 	requests  *prometheus.CounterVec   // by activity, call and answer code
 	admission *prometheus.HistogramVec // store admission latency, by activity and outcome
+
+	// rejected counts the public API's refusals by the funnel layer that made them. Its children
+	// are resolved once, here: the layers are known, and every layer shows, at 0 until it refuses.
+	rejectedVec *prometheus.CounterVec
+	rejected    [nLayers]prometheus.Counter // nil at layerNone
 
 	// The vectors' children, resolved once per label set: WithLabelValues on every request
 	// hashes the labels and allocates.
@@ -97,6 +103,15 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 			Help:      "Time the admission store took to decide, by activity and outcome.",
 			Buckets:   []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"activity", "outcome"}),
+		rejectedVec: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Subsystem: metricsSubsystem,
+			Name:      "rejected_total",
+			Help:      rejectedHelp(),
+		}, []string{"layer"}),
+	}
+	for l := layerNone + 1; l < nLayers; l++ {
+		m.rejected[l] = m.rejectedVec.WithLabelValues(l.String())
 	}
 	breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: metricsNamespace,
@@ -104,7 +119,7 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 		Name:      "breaker_state",
 		Help:      "State of the admission store's circuit breaker: 0 closed, 1 half-open, 2 open.",
 	}, func() float64 { return breakerValue(guard.BreakerState()) })
-	for _, c := range []prometheus.Collector{m.requests, m.admission, breaker, &stockCollector{acts: acts}} {
+	for _, c := range []prometheus.Collector{m.requests, m.admission, m.rejectedVec, breaker, &stockCollector{acts: acts}} {
 		if err := reg.Register(c); err != nil {
 			var dup prometheus.AlreadyRegisteredError
 			if errors.As(err, &dup) {
@@ -114,6 +129,22 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 		}
 	}
 	return m, nil
+}
+
+// rejectedHelp is the help text of rejected_total. It lists the layers in funnel order, cheapest
+// first (the bench reads that order from it), and says where the admissions are counted: "admitted"
+// is no refusal, so it is no layer of this counter.
+func rejectedHelp() string {
+	var b strings.Builder
+	b.WriteString("Refusals of the public API by the funnel layer that made them; layers in funnel order: ")
+	for l := layerNone + 1; l < nLayers; l++ {
+		if l > layerNone+1 {
+			b.WriteString(", ")
+		}
+		b.WriteString(l.String())
+	}
+	b.WriteString(`. Admitted buys are caddy_seckill_requests_total{call="buy",code="queued"}.`)
+	return b.String()
 }
 
 func breakerValue(s gobreaker.State) float64 {
@@ -134,6 +165,15 @@ func (m *metrics) observeRequest(activity string, kind callKind, code string) {
 	m.counters.get(requestLabels{activity, kind, code}, func() prometheus.Counter {
 		return m.requests.WithLabelValues(activity, kind.String(), code)
 	}).Inc()
+}
+
+// observeRejection counts one refusal at the layer that made it: a pre-resolved counter, so no
+// lookup and no allocation. Refusals without a layer (layerNone) are not the public API's.
+func (m *metrics) observeRejection(l layer) {
+	if m == nil || l == layerNone {
+		return
+	}
+	m.rejected[l].Inc()
 }
 
 // observeAdmission records one store decision.

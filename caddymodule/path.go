@@ -30,7 +30,7 @@ type pathAnswer struct {
 func (q *request) path() error {
 	a := q.act
 	if q.now.Before(a.Start.Add(-a.reveal)) {
-		return q.fail(apiError(http.StatusForbidden, codeNotStarted, "the buy path is not revealed yet"))
+		return q.fail(errNotRevealed)
 	}
 	if e := q.open(false); e != nil {
 		return q.fail(e)
@@ -62,7 +62,7 @@ func (q *request) path() error {
 			return q.fail(errCaptcha)
 		case err != nil:
 			q.h.logger.Warn("verifying a captcha failed", zap.Error(err))
-			return q.fail(errBusy(time.Second))
+			return q.fail(errBusyAt(layerCaptcha, time.Second))
 		case !ok:
 			return q.fail(errCaptcha)
 		}

@@ -44,10 +44,10 @@ func (q *request) result() error {
 		writeBody(q.w, http.StatusOK, resultNone.b, resultNone.len)
 		return nil
 	case errors.Is(err, admission.ErrUnknownActivity):
-		return q.fail(apiError(http.StatusNotFound, codeNotFound, "no such activity"))
+		return q.fail(errNoActivity)
 	case err != nil:
 		q.h.logger.Debug("reading a result failed", zap.Error(err))
-		return q.fail(errBusy(time.Second))
+		return q.fail(errBusyAt(layerStoreError, time.Second))
 	}
 	buf.Write(b) // in place unless the record outgrew the buffer
 	buf.WriteByte('\n')

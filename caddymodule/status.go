@@ -36,9 +36,9 @@ func (q *request) status() error {
 	remaining, err := q.h.app.acts.remaining(q.r.Context(), a.ID)
 	switch {
 	case errors.Is(err, admission.ErrUnknownActivity):
-		return q.fail(apiError(http.StatusNotFound, codeNotFound, "no such activity"))
+		return q.fail(errNoActivity)
 	case err != nil:
-		return q.fail(errBusy(time.Second))
+		return q.fail(errBusyAt(layerStoreError, time.Second))
 	}
 	state := stateOpen
 	switch {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"sort"
 	"strconv"
@@ -21,6 +22,8 @@ type series struct {
 	Name   string            `json:"name"`
 	Labels map[string]string `json:"labels,omitempty"`
 	Value  float64           `json:"value"`
+	// Help is the metric's HELP text (for series named as the metric: not a histogram's _count).
+	Help string `json:"-"`
 }
 
 // scrapeMetrics reads the caddy_seckill_ series from the admin endpoint's /metrics. Histogram
@@ -46,13 +49,21 @@ func scrapeMetrics(ctx context.Context, admin string) ([]series, error) {
 	return parseMetrics(resp.Body, metricsPrefix)
 }
 
-// parseMetrics parses the Prometheus text format, keeping the series whose name has prefix.
+// parseMetrics parses the Prometheus text format, keeping the series whose name has prefix, each
+// with its metric's HELP text when the series is named as the metric.
 func parseMetrics(r io.Reader, prefix string) ([]series, error) {
 	var out []series
+	help := map[string]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
+		if h, ok := strings.CutPrefix(line, "# HELP "+prefix); ok {
+			if name, text, ok := strings.Cut(h, " "); ok {
+				help[prefix+name] = unescapeHelp(text)
+			}
+			continue
+		}
 		if line == "" || line[0] == '#' || !strings.HasPrefix(line, prefix) {
 			continue
 		}
@@ -63,12 +74,21 @@ func parseMetrics(r io.Reader, prefix string) ([]series, error) {
 		if strings.HasSuffix(s.Name, "_bucket") {
 			continue
 		}
+		s.Help = help[s.Name]
 		out = append(out, s)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read metrics: %w", err)
 	}
 	return out, nil
+}
+
+// unescapeHelp undoes the text format's escaping of a HELP text (\\ and \n).
+func unescapeHelp(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	return strings.NewReplacer(`\\`, `\`, `\n`, "\n").Replace(s)
 }
 
 // parseSeries parses `name{k="v",...} value [timestamp]`.
@@ -126,8 +146,8 @@ func parseSeries(line string) (series, error) {
 	return s, nil
 }
 
-// funnelLine is one metric summed over activities, as the run changed it.
-type funnelLine struct {
+// metricLine is one metric summed over activities, as the run changed it.
+type metricLine struct {
 	Series string  `json:"series"`
 	Value  float64 `json:"value"`
 }
@@ -137,9 +157,9 @@ func cumulative(name string) bool {
 	return strings.HasSuffix(name, "_total") || strings.HasSuffix(name, "_count") || strings.HasSuffix(name, "_sum")
 }
 
-// funnel sums the series over their activity label, and subtracts the values before the run from
-// counters, so every line is what this run did (gauges: their value at the end).
-func funnel(before, after []series) []funnelLine {
+// metricDeltas sums the series over their activity label, and subtracts the values before the run
+// from counters, so every line is what this run did (gauges: their value at the end).
+func metricDeltas(before, after []series) []metricLine {
 	key := func(s series) string {
 		var labels []string
 		for k, v := range s.Labels {
@@ -162,13 +182,99 @@ func funnel(before, after []series) []funnelLine {
 			sums[key(s)] -= s.Value
 		}
 	}
-	out := make([]funnelLine, 0, len(sums))
+	out := make([]metricLine, 0, len(sums))
 	for k, v := range sums {
 		if v == 0 && strings.Contains(k, "_total") {
 			continue
 		}
-		out = append(out, funnelLine{Series: k, Value: v})
+		out = append(out, metricLine{Series: k, Value: v})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Series < out[j].Series })
+	return out
+}
+
+// The gateway's funnel metrics: refusals by layer, and the answers that admitted a buyer.
+const (
+	rejectedSeries = metricsPrefix + "rejected_total"
+	requestsSeries = metricsPrefix + "requests_total"
+	// helpOrder starts the list of layers, in funnel order, in rejected_total's HELP text.
+	helpOrder = "funnel order: "
+	// admittedLayer names the funnel's last line: the buys answered queued. It is not a layer of
+	// rejected_total (an admission is no refusal): requests_total{call="buy",code="queued"}.
+	admittedLayer = "admitted"
+)
+
+// funnelLayer is one layer of the gateway's funnel with what it refused during the run; the last
+// line, admitted, is the buys the store admitted.
+type funnelLayer struct {
+	Layer string `json:"layer"`
+	Count int64  `json:"count"`
+}
+
+// funnelLayers reads the funnel from the gateway's metrics: rejected_total by layer, in the
+// funnel order its HELP text lists (layers it does not list follow, by name), zeros included,
+// then admitted. Counts are this run's (after - before). Nil when the gateway exports no
+// rejected_total.
+func funnelLayers(before, after []series) []funnelLayer {
+	counts := map[string]float64{}
+	var order []string
+	var admitted float64
+	add := func(ss []series, sign float64) {
+		for _, s := range ss {
+			switch {
+			case s.Name == rejectedSeries:
+				l := s.Labels["layer"]
+				if _, ok := counts[l]; !ok && sign < 0 {
+					continue // a layer the gateway no longer has
+				}
+				counts[l] += sign * s.Value
+				if order == nil && sign > 0 {
+					order = helpLayers(s.Help)
+				}
+			case s.Name == requestsSeries && s.Labels["call"] == "buy" && s.Labels["code"] == "queued":
+				admitted += sign * s.Value
+			}
+		}
+	}
+	add(after, 1)
+	if len(counts) == 0 {
+		return nil
+	}
+	add(before, -1)
+	out := make([]funnelLayer, 0, len(counts)+1)
+	listed := map[string]bool{}
+	for _, l := range order {
+		if v, ok := counts[l]; ok && !listed[l] {
+			listed[l] = true
+			out = append(out, funnelLayer{Layer: l, Count: int64(math.Round(v))})
+		}
+	}
+	var rest []string
+	for l := range counts {
+		if !listed[l] {
+			rest = append(rest, l)
+		}
+	}
+	sort.Strings(rest)
+	for _, l := range rest {
+		out = append(out, funnelLayer{Layer: l, Count: int64(math.Round(counts[l]))})
+	}
+	return append(out, funnelLayer{Layer: admittedLayer, Count: int64(math.Round(admitted))})
+}
+
+// helpLayers returns the layers rejected_total's HELP text lists after "funnel order: ", up to
+// the end of that sentence.
+func helpLayers(help string) []string {
+	_, list, ok := strings.Cut(help, helpOrder)
+	if !ok {
+		return nil
+	}
+	list, _, _ = strings.Cut(list, ".")
+	var out []string
+	for _, l := range strings.Split(list, ",") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
 	return out
 }

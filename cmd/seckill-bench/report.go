@@ -12,7 +12,9 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
-// Report is the JSON report of a run; the terminal table prints the same figures.
+// Report is the JSON report of a run; the terminal table prints the same figures. Funnel is the
+// gateway's refusals by layer during the run, in funnel order, then the admitted buys; Metrics is
+// every caddy_seckill_ series as the run changed it; FunnelErr says why neither could be read.
 type Report struct {
 	Title        string                `json:"title"`
 	Started      time.Time             `json:"started"`
@@ -21,7 +23,8 @@ type Report struct {
 	Phases       []phaseReport         `json:"phases"`
 	Ratios       []ratio               `json:"ratios"`
 	Selling      *sellingInfo          `json:"selling,omitempty"`
-	Funnel       []funnelLine          `json:"funnel,omitempty"`
+	Funnel       []funnelLayer         `json:"funnel,omitempty"`
+	Metrics      []metricLine          `json:"gateway_metrics,omitempty"`
 	FunnelErr    string                `json:"funnel_error,omitempty"`
 	Processes    []processInfo         `json:"processes,omitempty"`
 	Windows      []windowReport        `json:"windows,omitempty"`
@@ -253,7 +256,8 @@ func (b *bench) report(before, after []series, metricsErr error, checks []check,
 	if metricsErr != nil {
 		r.FunnelErr = metricsErr.Error()
 	} else {
-		r.Funnel = funnel(before, after)
+		r.Funnel = funnelLayers(before, after)
+		r.Metrics = metricDeltas(before, after)
 	}
 	procs := b.watch.helpers
 	if b.watch.gateway != 0 {
@@ -420,6 +424,8 @@ func (r *Report) print(w io.Writer) {
 		}
 	}
 
+	r.printFunnel(w)
+
 	if r.Selling != nil {
 		fmt.Fprintf(w, "\nsold %d items in %.2fs of gateway time from the opening (%.0f wins/s)\n", r.Selling.Wins, r.Selling.SellingS, r.Selling.WinsPerSecond)
 	}
@@ -441,9 +447,9 @@ func (r *Report) print(w io.Writer) {
 
 	if r.FunnelErr != "" {
 		fmt.Fprintf(w, "\ngateway metrics: not available (%s)\n", r.FunnelErr)
-	} else if len(r.Funnel) > 0 {
+	} else if len(r.Metrics) > 0 {
 		fmt.Fprintf(w, "\ngateway metrics (%s*, summed over activities; counters: this run only)\n", metricsPrefix)
-		for _, f := range r.Funnel {
+		for _, f := range r.Metrics {
 			fmt.Fprintf(w, "  %-90s %g\n", f.Series, f.Value)
 		}
 	}
@@ -470,6 +476,26 @@ func (r *Report) print(w io.Writer) {
 	}
 	for _, rr := range r.Reconcile {
 		fmt.Fprint(w, indent(rr.String(), "  "))
+	}
+}
+
+// printFunnel writes the funnel: what each layer refused during the run, cheapest first, and the
+// buys admitted. Nothing when the metrics could not be read (the metrics section says why).
+func (r *Report) printFunnel(w io.Writer) {
+	if r.FunnelErr != "" {
+		return
+	}
+	if len(r.Funnel) == 0 {
+		fmt.Fprintf(w, "\nfunnel: not available (the gateway exports no %s)\n", rejectedSeries)
+		return
+	}
+	fmt.Fprintf(w, "\nfunnel (refusals by layer, cheapest first, from %s; this run only)\n", rejectedSeries)
+	for _, f := range r.Funnel {
+		note := ""
+		if f.Layer == admittedLayer {
+			note = `  buys answered 202 queued: requests_total{call="buy",code="queued"}`
+		}
+		fmt.Fprintf(w, "  %-16s %10d%s\n", f.Layer, f.Count, note)
 	}
 }
 
