@@ -18,7 +18,8 @@ type StoreConfig struct {
 	Type string `json:"type,omitempty"`
 
 	// Addresses of the Redis server (one), of the cluster nodes (with Cluster) or of the
-	// sentinels (with SentinelMaster), as host:port.
+	// sentinels (with SentinelMaster), as host:port; a single server on the same host may be a
+	// Unix socket's path (it starts with "/"), which saves the loopback TCP stack's work.
 	Addresses []string `json:"addresses,omitempty"`
 
 	// Username and Password authenticate to Redis (ACL user, or password only). Placeholders

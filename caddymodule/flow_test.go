@@ -3,6 +3,7 @@ package caddymodule_test
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -226,6 +227,21 @@ func TestRushRedisAutoPipeline(t *testing.T) {
 	now := time.Now()
 	base := startCaddy(t, jwtBlock+"captcha off\nurl_secret test-url-secret\n"+
 		"store redis "+rd.Addr+" {\nauto_pipeline\n}\n"+
+		activityBlock("rush", 50, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	rush(t, []string{base}, "rush", 400, 3, 50)
+	if n := remaining(t, "rush"); n != 0 {
+		t.Errorf("remaining %d after the rush, want 0", n)
+	}
+}
+
+// TestRushRedisUnixSocket: the same through a Unix socket, for a Redis on the gateway's own host
+// (store redis /path/to/redis.sock: go-redis dials an address that starts with / as a socket).
+func TestRushRedisUnixSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	testsrv.StartRedis(t, testsrv.WithArgs("--unixsocket", sock, "--unixsocketperm", "700"))
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\nurl_secret test-url-secret\n"+
+		"store redis "+sock+"\n"+
 		activityBlock("rush", 50, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
 	rush(t, []string{base}, "rush", 400, 3, 50)
 	if n := remaining(t, "rush"); n != 0 {
