@@ -7,9 +7,9 @@
 # million-user burst and its soak.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-bench-goals}
 go=${GO:-go}
-mkdir -p "$out"
+mkdir -p "${1:-bench-goals}"
+out=$(cd "${1:-bench-goals}" && pwd) # absolute: the bench starts the binaries in its work directory
 "$go" build -o "$out/caddy" ./cmd/caddy &&
 	"$go" build -o "$out/orderbackend" ./cmd/orderbackend &&
 	"$go" build -o "$out/seckill-bench" ./cmd/seckill-bench || exit 3

@@ -138,6 +138,9 @@ func checkReport(t *testing.T, r *Report, text string) {
 			t.Errorf("no ratio %q in %v", want, r.Ratios)
 		}
 	}
+	if s := r.Soak; s == nil || s.Presses == 0 || s.Stock == 0 || s.TimesStock != float64(s.Presses)/float64(s.Stock) {
+		t.Errorf("soak figures %+v: want the presses after the sell-out against the stock", s)
+	}
 }
 
 func TestEndToEndMemoryClosed(t *testing.T) {

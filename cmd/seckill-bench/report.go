@@ -23,6 +23,7 @@ type Report struct {
 	Phases       []phaseReport         `json:"phases"`
 	Ratios       []ratio               `json:"ratios"`
 	Selling      *sellingInfo          `json:"selling,omitempty"`
+	Soak         *soakInfo             `json:"soak,omitempty"`
 	Funnel       []funnelLayer         `json:"funnel,omitempty"`
 	Metrics      []metricLine          `json:"gateway_metrics,omitempty"`
 	FunnelErr    string                `json:"funnel_error,omitempty"`
@@ -41,6 +42,13 @@ type machineInfo struct {
 	Go       string `json:"go"`
 	OS       string `json:"os"`
 }
+
+// The gateway memory goal: under memoryGoalMB of peak RSS once memoryGoalUsers distinct users
+// and addresses have passed the limiters.
+const (
+	memoryGoalUsers = 1_000_000
+	memoryGoalMB    = 300
+)
 
 type reportConfig struct {
 	Scenario    string  `json:"scenario"`
@@ -162,6 +170,15 @@ type sellingInfo struct {
 	WinsPerSecond float64 `json:"wins_per_second"`
 }
 
+// soakInfo is how much traffic the gateway took after the sell-out: the issue's soak is at least
+// ten times the stock, for minutes.
+type soakInfo struct {
+	Presses    int64   `json:"presses"` // buy presses sent to the gateway during the soak
+	Seconds    float64 `json:"seconds"` // the gateway's share of the soak
+	Stock      int64   `json:"stock"`   // items on sale in all
+	TimesStock float64 `json:"times_stock"`
+}
+
 type processInfo struct {
 	Name       string  `json:"name"`
 	PID        int     `json:"pid"`
@@ -251,6 +268,14 @@ func (b *bench) report(before, after []series, metricsErr error, checks []check,
 		r.Selling = &sellingInfo{Wins: w, SellingS: d.Seconds()}
 		if d > 0 {
 			r.Selling.WinsPerSecond = float64(w) / d.Seconds()
+		}
+	}
+	for _, p := range r.Phases {
+		for _, t := range p.Targets {
+			if p.Name == "soak" && t.Target == gateway.String() && t.Requests > 0 {
+				stock := int64(b.cfg.activities) * b.cfg.stock
+				r.Soak = &soakInfo{Presses: t.Requests, Seconds: t.Seconds, Stock: stock, TimesStock: float64(t.Requests) / float64(stock)}
+			}
 		}
 	}
 	if metricsErr != nil {
@@ -429,6 +454,10 @@ func (r *Report) print(w io.Writer) {
 	if r.Selling != nil {
 		fmt.Fprintf(w, "\nsold %d items in %.2fs of gateway time from the opening (%.0f wins/s)\n", r.Selling.Wins, r.Selling.SellingS, r.Selling.WinsPerSecond)
 	}
+	if r.Soak != nil {
+		fmt.Fprintf(w, "soak: %d presses on the gateway in %.1fs after the sell-out, %.1f × the stock of %d\n",
+			r.Soak.Presses, r.Soak.Seconds, r.Soak.TimesStock, r.Soak.Stock)
+	}
 
 	fmt.Fprintln(w, "\nseckill vs Caddy respond, same requests, same process")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -458,6 +487,14 @@ func (r *Report) print(w io.Writer) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "%s (pid %d): %.1f s CPU in all, RSS %.1f MB at the end, peak %.1f MB\n", p.Name, p.PID, p.CPUSeconds, p.RSSMB, p.PeakRSSMB)
+		// The memory goal is stated for a million distinct users and addresses through the limiters.
+		if p.Name == "gateway" && r.Config.Users >= memoryGoalUsers {
+			met := "met"
+			if p.PeakRSSMB >= memoryGoalMB {
+				met = "missed"
+			}
+			fmt.Fprintf(w, "gateway memory goal: peak RSS %.0f MB after %d users, goal < %d MB (%s)\n", p.PeakRSSMB, r.Config.Users, memoryGoalMB, met)
+		}
 	}
 
 	fmt.Fprintln(w, "\ninvariants")
