@@ -97,9 +97,12 @@ func testCrashAfterCommit(t *testing.T, e *env) {
 		if first[o.ReservationID] != o.ID {
 			t.Errorf("order %s for %s is not the one committed before the crash", o.ID, o.ReservationID)
 		}
-		if r := e.result(t, "sale", o.User); r.Code != resultPending || r.OrderID != o.ID {
-			t.Errorf("result of %s = %+v", o.User, r)
-		}
+		// The counters move when a batch's outcomes are known; the results are written after
+		// (and acknowledged last), so they are waited for.
+		eventually(t, "result of "+o.User, func() bool {
+			r := e.result(t, "sale", o.User)
+			return r.Code == resultPending && r.OrderID == o.ID
+		})
 	}
 	if m.OrdersCreated.Load() != 0 {
 		t.Errorf("%d orders created after the restart", m.OrdersCreated.Load())
