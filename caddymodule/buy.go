@@ -130,17 +130,25 @@ func (q *request) admitError(err error) *Error {
 		return errNoActivity
 	case errors.Is(err, admission.ErrBadInput):
 		return errBadRequest("the request cannot be admitted as given")
-	case errors.Is(err, context.Canceled):
-		return errBusyAt(layerCanceled, time.Second) // the client is gone; nobody reads this
-	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
-		q.h.logger.Debug("admission refused: breaker open", zap.Error(err))
-		return errBusyAt(layerBreaker, time.Second)
-	case errors.Is(err, admission.ErrBusy):
+	case errors.Is(err, admission.ErrBusy), errors.Is(err, context.Canceled):
 		q.h.logger.Debug("admission refused: store unavailable", zap.Error(err))
-		return errBusyAt(layerStoreError, time.Second)
+	default:
+		q.h.logger.Warn("admission failed", zap.Error(err))
 	}
-	q.h.logger.Warn("admission failed", zap.Error(err))
-	return errBusyAt(layerStoreError, time.Second)
+	return errBusyAt(storeFailureLayer(err), time.Second)
+}
+
+// storeFailureLayer is the funnel layer of a failed store call that answers 503 busy: the breaker
+// when it refused the call (no store call made), canceled when the client went away, and the
+// store itself otherwise. Admission, result and status reads all go through the breaker.
+func storeFailureLayer(err error) layer {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return layerCanceled // the client is gone; nobody reads the answer
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+		return layerBreaker
+	}
+	return layerStoreError
 }
 
 // requestID returns the request's idempotency key, or a random one when it has none.

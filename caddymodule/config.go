@@ -51,8 +51,9 @@ type StoreConfig struct {
 	// Redis shard admits per second; see docs/admission.md.
 	AdmitBatch int `json:"admit_batch,omitempty"`
 
-	// PoolSize is the most connections this node opens to each Redis server; default
-	// max(64, 10 per CPU). A buy holds a connection for its batch's round trip and a result poll
+	// PoolSize is the size of this node's main connection pool to each Redis server (go-redis
+	// keeps a small pipeline pool and pub/sub connections beside it); default
+	// max(64, 10 × GOMAXPROCS). A buy holds a connection for its batch's round trip and a result poll
 	// for its own, and every busy activity keeps up to two admission calls in flight, so the
 	// library's default (10 per CPU: 20 on a 2-CPU node) is used up by ten busy activities alone,
 	// after which a buy waits for a connection behind the polls.

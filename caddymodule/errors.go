@@ -65,7 +65,8 @@ const (
 )
 
 // layer is a layer of the funnel (§1 of the design) that can refuse a call of the public API, for
-// caddy_seckill_rejected_total{layer}. The constants are in funnel order, cheapest first; each
+// caddy_seckill_rejected_total{layer}. The constants are in the funnel order of the design's §1
+// (a call meets only some, not always in exactly this order; caddymodule/README.md); each
 // layer's counter is resolved once, when the metrics are registered (metrics.rejected).
 type layer uint8
 

@@ -53,5 +53,11 @@ func TestAdmitErrorLayers(t *testing.T) {
 		if got := q.admitError(tc.err).layer; got != tc.want {
 			t.Errorf("admitError(%v) at layer %s, want %s", tc.err, got, tc.want)
 		}
+		// Result and status reads go through the same breaker and map their 503s alike.
+		if tc.want == layerCanceled || tc.want == layerBreaker || tc.want == layerStoreError {
+			if got := storeFailureLayer(tc.err); got != tc.want {
+				t.Errorf("storeFailureLayer(%v) = %s, want %s", tc.err, got, tc.want)
+			}
+		}
 	}
 }

@@ -47,7 +47,7 @@ func (q *request) result() error {
 		return q.fail(errNoActivity)
 	case err != nil:
 		q.h.logger.Debug("reading a result failed", zap.Error(err))
-		return q.fail(errBusyAt(layerStoreError, time.Second))
+		return q.fail(errBusyAt(storeFailureLayer(err), time.Second))
 	}
 	buf.Write(b) // in place unless the record outgrew the buffer
 	buf.WriteByte('\n')

@@ -38,7 +38,7 @@ func (q *request) status() error {
 	case errors.Is(err, admission.ErrUnknownActivity):
 		return q.fail(errNoActivity)
 	case err != nil:
-		return q.fail(errBusyAt(layerStoreError, time.Second))
+		return q.fail(errBusyAt(storeFailureLayer(err), time.Second))
 	}
 	state := stateOpen
 	switch {

@@ -8,8 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 go=${GO:-go}
-mkdir -p "${1:-bench-goals}"
-out=$(cd "${1:-bench-goals}" && pwd) # absolute: the bench starts the binaries in its work directory
+mkdir -p "${1:-bench-goals}" || exit 3
+out=$(cd "${1:-bench-goals}" && pwd) || exit 3 # absolute: the bench starts the binaries in its work directory
 "$go" build -o "$out/caddy" ./cmd/caddy &&
 	"$go" build -o "$out/orderbackend" ./cmd/orderbackend &&
 	"$go" build -o "$out/seckill-bench" ./cmd/seckill-bench || exit 3

@@ -24,4 +24,5 @@ for attempt in 1 2 3; do
 	rm -f "$out"
 	echo "fuzz.sh: $target failed with the Go coordinator's deadline race and wrote no crasher (golang/go#75804); run $attempt of 3" >&2
 done
+echo "fuzz.sh: $target: giving up after 3 runs that each failed that way; run it alone to look" >&2
 exit 1

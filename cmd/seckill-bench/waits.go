@@ -140,12 +140,18 @@ func readWaits(r io.Reader) (*waitReport, error) {
 			g.readyAt, g.readyBy, g.blockedAt = now, "preempted or yielded", 0
 		case from == trace.GoNotExist && to == trace.GoRunnable:
 			g.readyAt, g.readyBy = now, "new goroutine"
+		case from == trace.GoSyscall && to == trace.GoRunnable:
+			// Back from a system call that outlasted its P: it queues like any other.
+			g.readyAt, g.readyBy, g.blockedAt = now, "after a system call (lost its P)", 0
 		case from == trace.GoRunnable && to == trace.GoRunning:
 			if g.readyAt != 0 {
 				histOf(rep.Queued, g.readyBy).Record(time.Duration(now - g.readyAt))
 			}
 			g.readyAt = 0
 		}
+	}
+	if procsAt != 0 {
+		rep.ProcsRunning[running] += time.Duration(last - procsAt)
 	}
 	rep.Span = time.Duration(last - first)
 	return rep, nil
@@ -207,8 +213,8 @@ func (rep *waitReport) print(w io.Writer) {
 		for _, n := range ns {
 			_, _ = fmt.Fprintf(w, " %d: %.0f%%", n, 100*float64(rep.ProcsRunning[n])/float64(total))
 		}
-		_, _ = fmt.Fprintln(w, "\n(a P that runs a goroutine whose thread the kernel has descheduled still counts as running:")
-		_, _ = fmt.Fprintln(w, " compare with the process's CPU time to see how much of it was spent waiting for a core)")
+		_, _ = fmt.Fprintln(w, "\n(a P counts as running while its goroutine runs or is in a system call, and while the kernel has")
+		_, _ = fmt.Fprintln(w, " descheduled its thread: compare with the process's CPU time to see how much was spent waiting for a core)")
 	}
 }
 
