@@ -209,19 +209,6 @@ func (c *sizedStmts) close() error {
 	return errors.Join(errs...)
 }
 
-// prepared counts the statements prepared (for tests).
-func (c *sizedStmts) prepared() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, st := range c.stmts {
-		if st != nil {
-			n++
-		}
-	}
-	return n
-}
-
 // sqliteInsertOrdersSQL is the insert of rows new orders (7 parameters a row).
 func sqliteInsertOrdersSQL(rows int) string {
 	const row = `(?, ?, ?, ?, ?, 'pending_payment', ?, ?)`

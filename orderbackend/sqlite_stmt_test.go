@@ -149,3 +149,16 @@ func TestSQLiteStmtClose(t *testing.T) {
 		t.Error("Outbox after close succeeded")
 	}
 }
+
+// prepared counts the statements prepared (for tests).
+func (c *sizedStmts) prepared() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, st := range c.stmts {
+		if st != nil {
+			n++
+		}
+	}
+	return n
+}

@@ -23,23 +23,7 @@ import (
 // processes makes reconcile exit 1.
 func TestRunAndReconcile(t *testing.T) {
 	ctx := context.Background()
-	srv := testsrv.StartRedis(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = client.Close() })
-	store, err := admission.NewRedisStore(client, admission.RedisOptions{KeyPrefix: "seckill"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if _, err := store.Define(ctx, admission.Activity{ID: "phone-1001", Stock: 5, Limit: 1,
-		Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range []string{"alice", "bob"} {
-		if d, err := store.Admit(ctx, admission.Request{Activity: "phone-1001", User: u, Qty: 1, RequestID: "r"}); err != nil || d.Outcome != admission.Won {
-			t.Fatalf("admit %s = %+v, %v", u, d, err)
-		}
-	}
+	srv, store := saleWithWins(t, "alice", "bob")
 
 	secret := "0123456789abcdef0123456789abcdef"
 	t.Setenv("TEST_JWT_SECRET", secret)
@@ -126,4 +110,29 @@ func TestUsage(t *testing.T) {
 			t.Errorf("run %q said nothing on stderr", args)
 		}
 	}
+}
+
+// saleWithWins starts a private redis-server holding the open activity phone-1001 (5 items, limit
+// 1) and one win for each of users, as the edge would have left them for the order backend.
+func saleWithWins(t *testing.T, users ...string) (*testsrv.Redis, *admission.RedisStore) {
+	t.Helper()
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	store, err := admission.NewRedisStore(client, admission.RedisOptions{KeyPrefix: "seckill"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := store.Define(ctx, admission.Activity{ID: "phone-1001", Stock: 5, Limit: 1,
+		Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		if d, err := store.Admit(ctx, admission.Request{Activity: "phone-1001", User: u, Qty: 1, RequestID: "r"}); err != nil || d.Outcome != admission.Won {
+			t.Fatalf("admit %s = %+v, %v", u, d, err)
+		}
+	}
+	return srv, store
 }

@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
@@ -48,21 +45,7 @@ func freeAddr(t *testing.T) string {
 // API's listener serves neither; both close when the process stops.
 func TestMetricsListen(t *testing.T) {
 	ctx := context.Background()
-	srv := testsrv.StartRedis(t)
-	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { _ = client.Close() })
-	store, err := admission.NewRedisStore(client, admission.RedisOptions{KeyPrefix: "seckill"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if _, err := store.Define(ctx, admission.Activity{ID: "phone-1001", Stock: 5, Limit: 1,
-		Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}, false); err != nil {
-		t.Fatal(err)
-	}
-	if d, err := store.Admit(ctx, admission.Request{Activity: "phone-1001", User: "alice", Qty: 1, RequestID: "r"}); err != nil || d.Outcome != admission.Won {
-		t.Fatalf("admit = %+v, %v", d, err)
-	}
+	srv, _ := saleWithWins(t, "alice")
 
 	t.Setenv("TEST_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	apiAddr, metricsAddr := freeAddr(t), freeAddr(t)

@@ -1,0 +1,42 @@
+package caddymodule
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// TestPoolSize: pool_size reaches the Redis client, its default is max(64, 10 × GOMAXPROCS), and
+// JSON configurations outside 1-4096 (or a pool size on the memory store) are refused.
+func TestPoolSize(t *testing.T) {
+	if got, want := (&StoreConfig{Type: storeRedis}).poolSize(), max(defaultPoolSize, 10*runtime.GOMAXPROCS(0)); got != want {
+		t.Errorf("default pool size %d, want %d", got, want)
+	}
+	rd := testsrv.StartRedis(t)
+	b, err := newBackend(&StoreConfig{Type: storeRedis, Addresses: []string{rd.Addr}, PoolSize: 7}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Destruct() }()
+	if c, ok := b.client.(*redis.Client); !ok || c.Options().PoolSize != 7 {
+		t.Errorf("client %T: pool size not 7", b.client)
+	}
+
+	for _, c := range []struct {
+		s    StoreConfig
+		want string
+	}{
+		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, PoolSize: -1}, "pool_size -1"},
+		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, PoolSize: maxPoolSize + 1}, "pool_size 4097"},
+		{StoreConfig{Type: storeMemory, PoolSize: 8}, "store memory takes no redis options"},
+	} {
+		if err := c.s.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("validate(%+v) = %v, want %q", c.s, err, c.want)
+		}
+	}
+}
