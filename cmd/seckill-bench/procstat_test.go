@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -13,6 +14,28 @@ func TestParsePressure(t *testing.T) {
 	for _, bad := range []string{"", "full avg10=0.00 total=5\n", "some avg10=1.00\n", "some total=x\n", "some total=-3\n"} {
 		if d, ok := parsePressure(bad); ok {
 			t.Errorf("parsePressure(%q) = %v, true; want false", bad, d)
+		}
+	}
+}
+
+// TestMemoryGoalLine: a run of a million users states the gateway memory goal, met or missed; a
+// smaller run does not claim it.
+func TestMemoryGoalLine(t *testing.T) {
+	for _, c := range []struct {
+		users int
+		peak  float64
+		want  string
+	}{
+		{1_000_000, 157, "goal < 300 MB (met)"},
+		{1_000_000, 301, "goal < 300 MB (missed)"},
+		{20_000, 157, ""},
+	} {
+		var b strings.Builder
+		r := &Report{Config: reportConfig{Users: c.users}, Processes: []processInfo{{Name: "gateway", PeakRSSMB: c.peak}}}
+		r.print(&b)
+		got := b.String()
+		if c.want == "" && strings.Contains(got, "memory goal") || c.want != "" && !strings.Contains(got, c.want) {
+			t.Errorf("%d users, peak %.0f MB: want %q in:\n%s", c.users, c.peak, c.want, got)
 		}
 	}
 }
