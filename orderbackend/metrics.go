@@ -1,6 +1,10 @@
 package orderbackend
 
-import "sync/atomic"
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics counts what the backend did, for logs, the admin API and Prometheus collectors (see
 // Counters). One Metrics is shared by a backend's consumers, sweeper and relay; the zero value is
@@ -86,5 +90,37 @@ func Counters() []Counter {
 			func(m MetricsSnapshot) int64 { return m.TxCalls }},
 		{"transaction_wins", "Wins those transactions carried: transaction_wins / transactions is the mean per commit.",
 			func(m MetricsSnapshot) int64 { return m.TxWins }},
+	}
+}
+
+// NewCollector exports the counters under their MetricName, read from snapshot on every scrape:
+// the embedded backend in Caddy and the standalone one (cmd/orderbackend -metrics-listen) both
+// use it, so that one dashboard serves both deployments.
+func NewCollector(snapshot func() MetricsSnapshot) prometheus.Collector {
+	c := &collector{snapshot: snapshot, counters: Counters()}
+	for _, oc := range c.counters {
+		c.descs = append(c.descs, prometheus.NewDesc(oc.MetricName(), oc.Help, nil, nil))
+	}
+	return c
+}
+
+type collector struct {
+	snapshot func() MetricsSnapshot
+	counters []Counter
+	descs    []*prometheus.Desc
+}
+
+// Describe implements prometheus.Collector.
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.snapshot()
+	for i, oc := range c.counters {
+		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(oc.Value(m)))
 	}
 }

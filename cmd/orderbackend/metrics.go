@@ -12,44 +12,13 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
-// ordersCollector exports the backend's counters under the names the embedded backend uses in
-// Caddy (caddy_seckill_orders_<name>_total), so that one dashboard serves both deployments.
-type ordersCollector struct {
-	metrics  func() orderbackend.MetricsSnapshot
-	counters []orderbackend.Counter
-	descs    []*prometheus.Desc
-}
-
-func newOrdersCollector(metrics func() orderbackend.MetricsSnapshot) *ordersCollector {
-	c := &ordersCollector{metrics: metrics, counters: orderbackend.Counters()}
-	for _, oc := range c.counters {
-		c.descs = append(c.descs, prometheus.NewDesc(oc.MetricName(), oc.Help, nil, nil))
-	}
-	return c
-}
-
-// Describe implements prometheus.Collector.
-func (c *ordersCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs {
-		ch <- d
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (c *ordersCollector) Collect(ch chan<- prometheus.Metric) {
-	m := c.metrics()
-	for i, oc := range c.counters {
-		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(oc.Value(m)))
-	}
-}
-
 // metricsServer serves /metrics (the order counters, the Go runtime and the process) and
 // /debug/pprof/ on the operators' listener. It has a mux of its own: the order API faces clients
 // and must serve neither.
 func metricsServer(b *orderbackend.Backend) *http.Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		newOrdersCollector(b.Metrics),
+		orderbackend.NewCollector(b.Metrics),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
