@@ -25,6 +25,15 @@ type Proxy struct {
 	conns map[net.Conn]struct{}
 
 	drops atomic.Int64
+
+	holding atomic.Bool
+	held    map[net.Conn]*heldBytes // per client connection: server bytes not passed on yet
+}
+
+// heldBytes is what Hold kept back on one connection; mu also orders its writes to the client.
+type heldBytes struct {
+	mu  sync.Mutex
+	buf []byte
 }
 
 // StartProxy listens on a free loopback port and forwards every connection to target. It is
@@ -35,7 +44,7 @@ func StartProxy(t testing.TB, target string) *Proxy {
 	if err != nil {
 		t.Fatalf("start proxy: %v", err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, held: map[net.Conn]*heldBytes{}}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -51,6 +60,30 @@ func (p *Proxy) DropNextReply() {
 // DropNextReplyContaining is DropNextReply for the next chunk of server bytes that contains sub.
 func (p *Proxy) DropNextReplyContaining(sub string) {
 	p.arm(func(b []byte) bool { return bytes.Contains(b, []byte(sub)) })
+}
+
+// Hold stops passing server bytes on: the proxy keeps them, as a slow or partitioned network
+// would, until Unhold. Bytes still held when the server's connection ends are lost, which is what
+// happens to a replication stream in flight when its master dies.
+func (p *Proxy) Hold() { p.holding.Store(true) }
+
+// Unhold passes on what Hold kept, in order, and forwards as usual from then on.
+func (p *Proxy) Unhold() {
+	p.holding.Store(false)
+	p.mu.Lock()
+	links := make(map[net.Conn]*heldBytes, len(p.held))
+	for c, h := range p.held {
+		links[c] = h
+	}
+	p.mu.Unlock()
+	for c, h := range links {
+		h.mu.Lock()
+		if len(h.buf) > 0 {
+			_, _ = c.Write(h.buf)
+			h.buf = nil
+		}
+		h.mu.Unlock()
+	}
 }
 
 // Drops reports how many replies the proxy has dropped.
@@ -133,6 +166,15 @@ func (p *Proxy) pumpUp(client, server net.Conn) {
 func (p *Proxy) pumpDown(server, client net.Conn) {
 	defer p.wg.Done()
 	defer p.closePair(client, server)
+	h := &heldBytes{}
+	p.mu.Lock()
+	p.held[client] = h
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.held, client)
+		p.mu.Unlock()
+	}()
 	buf := make([]byte, 64<<10)
 	for {
 		n, err := server.Read(buf)
@@ -140,7 +182,7 @@ func (p *Proxy) pumpDown(server, client net.Conn) {
 			if p.fire(buf[:n]) {
 				return
 			}
-			if _, werr := client.Write(buf[:n]); werr != nil {
+			if !p.forward(h, client, buf[:n]) {
 				return
 			}
 		}
@@ -148,6 +190,24 @@ func (p *Proxy) pumpDown(server, client net.Conn) {
 			return
 		}
 	}
+}
+
+// forward writes chunk to client after anything held before it, or keeps it while holding.
+func (p *Proxy) forward(h *heldBytes, client net.Conn, chunk []byte) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if p.holding.Load() {
+		h.buf = append(h.buf, chunk...)
+		return true
+	}
+	if len(h.buf) > 0 {
+		if _, err := client.Write(h.buf); err != nil {
+			return false
+		}
+		h.buf = nil
+	}
+	_, err := client.Write(chunk)
+	return err == nil
 }
 
 func (p *Proxy) closePair(a, b net.Conn) {

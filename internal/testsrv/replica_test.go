@@ -1,0 +1,69 @@
+package testsrv
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestReplicaFollowsAndPromotes(t *testing.T) {
+	master := StartRedis(t)
+	replica := StartReplica(t, master)
+	// WAIT 1 on the writing connection: the write has reached the replica.
+	if got, err := master.Pipeline([]string{"SET", "k", "v1"}, []string{"WAIT", "1", "5000"}); err != nil || got[1] != "1" {
+		t.Fatalf("SET; WAIT 1 5000 = %q, %v; want 1", got, err)
+	}
+	if v, err := replica.Do("GET", "k"); err != nil || v != "v1" {
+		t.Fatalf("replica GET k = %q, %v; want v1", v, err)
+	}
+	if _, err := replica.Do("SET", "k", "x"); err == nil || !strings.Contains(err.Error(), "READONLY") {
+		t.Fatalf("write to a replica: err %v, want READONLY", err)
+	}
+
+	// A paused replica does not acknowledge; the write waits in its socket buffer and is applied
+	// when it continues, even if the master has died meanwhile.
+	replica.Pause()
+	if got, err := master.Pipeline([]string{"SET", "k", "v2"}, []string{"WAIT", "1", "100"}); err != nil || got[1] != "0" {
+		t.Fatalf("SET; WAIT with the replica paused = %q, %v; want 0", got, err)
+	}
+	// WAIT counts the writes of its own connection only: on a connection that wrote nothing,
+	// every connected replica has "caught up".
+	if n, err := master.Do("WAIT", "1", "100"); err != nil || n != "1" {
+		t.Fatalf("WAIT on a fresh connection = %q, %v; want 1 (the caveat this package's users must know)", n, err)
+	}
+	master.Kill()
+	replica.Resume()
+	if err := replica.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := replica.Do("GET", "k"); err != nil || v != "v2" {
+		t.Fatalf("promoted replica GET k = %q, %v; want v2 (it was in the replica's socket buffer)", v, err)
+	}
+	if _, err := replica.Do("SET", "k", "v3"); err != nil {
+		t.Fatalf("write to the promoted replica: %v", err)
+	}
+	info, err := replica.Info("replication")
+	if err != nil || info["role"] != "master" {
+		t.Fatalf("promoted role = %q, %v", info["role"], err)
+	}
+}
+
+func TestReplicaHeldLinkLosesWrites(t *testing.T) {
+	master := StartRedis(t)
+	link := StartProxy(t, master.Addr)
+	replica := StartReplicaVia(t, master, link)
+	if got, err := master.Pipeline([]string{"SET", "k", "v1"}, []string{"WAIT", "1", "5000"}); err != nil || got[1] != "1" {
+		t.Fatalf("SET; WAIT 1 5000 = %q, %v; want 1", got, err)
+	}
+	link.Hold()
+	if got, err := master.Pipeline([]string{"SET", "k", "v2"}, []string{"WAIT", "1", "100"}); err != nil || got[1] != "0" {
+		t.Fatalf("SET; WAIT with the link held = %q, %v; want 0", got, err)
+	}
+	master.Kill() // the held stream dies with the master's connection
+	link.Unhold()
+	if err := replica.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := replica.Do("GET", "k"); err != nil || v != "v1" {
+		t.Fatalf("promoted replica GET k = %q, %v; want v1 (v2 never left the held link)", v, err)
+	}
+}
