@@ -27,7 +27,28 @@ var (
 	// ErrBusy is returned by Guard while its circuit breaker is open: the store is failing and no
 	// admission is taken without it (fail closed).
 	ErrBusy = errors.New("store unavailable")
+
+	// ErrNotReplicated is returned (as a *ReplicationError) for a call that wrote on the Redis
+	// master but was not confirmed by RedisOptions.ReplicasAck replicas in time. The write is
+	// on the master, not undone: the answer is unknown, not no (docs/admission.md).
+	ErrNotReplicated = errors.New("not confirmed by replicas")
 )
+
+// ReplicationError says how many replicas confirmed a call that needed more. It wraps
+// ErrNotReplicated.
+type ReplicationError struct {
+	Op, Activity  string
+	Wanted, Acked int64
+	ReservationID string // the win (or the released reservation) the master holds; may be empty
+}
+
+func (e *ReplicationError) Error() string {
+	return fmt.Sprintf("%s %s: %s: %d of %d replicas acknowledged (reservation %q)",
+		e.Op, e.Activity, ErrNotReplicated, e.Acked, e.Wanted, e.ReservationID)
+}
+
+// Unwrap returns ErrNotReplicated.
+func (e *ReplicationError) Unwrap() error { return ErrNotReplicated }
 
 func badInput(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadInput, fmt.Sprintf(format, args...))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,6 +37,19 @@ type RedisOptions struct {
 	// AdmitInFlight is how many grouped script calls per activity may be in flight at once;
 	// default 2. Ignored when AdmitBatch is 1.
 	AdmitInFlight int
+
+	// ReplicasAck, when positive, makes every admission script call (one per group) and every
+	// release wait until that many replicas have its writes (Redis WAIT, sent on the same
+	// connection right behind the script) before answering. A call they do not confirm within
+	// ReplicasAckTimeout answers ErrNotReplicated for its wins: they are on the master, but a
+	// failover now could lose them. 0 (the default) answers as soon as the master has decided.
+	// It needs a single-server, Sentinel or Cluster client (not a Ring), and turns the
+	// auto-pipeliner off for admissions and releases. See redis_ack.go.
+	ReplicasAck int
+
+	// ReplicasAckTimeout bounds the wait for ReplicasAck; default 100 ms. It must stay well
+	// below the client's read timeout, which also covers WAIT's reply.
+	ReplicasAckTimeout time.Duration
 }
 
 // RedisStore is the production Store: all state lives in Redis and every decision is one Lua
@@ -59,6 +73,8 @@ type RedisStore struct {
 	define, admit, release, del, ensureGroup, readPending, claim, deadLetter, setResult *redis.Script
 
 	groups *admitGroups // nil when AdmitBatch is 1
+
+	ack *replicasAck // nil unless RedisOptions.ReplicasAck
 
 	keyCache redisKeyCache // per-activity prebuilt arguments of the hot calls
 
@@ -89,6 +105,10 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) (*RedisStore
 	}
 	if opts.AdmitBatch < 0 || opts.AdmitInFlight < 0 {
 		return nil, fmt.Errorf("new redis store: %w: admit batch %d and in-flight %d must not be negative", ErrBadInput, opts.AdmitBatch, opts.AdmitInFlight)
+	}
+	ack, err := newReplicasAck(client, opts.ReplicasAck, opts.ReplicasAckTimeout)
+	if err != nil {
+		return nil, fmt.Errorf("new redis store: %w", err)
 	}
 	if opts.AdmitBatch == 0 {
 		opts.AdmitBatch = defaultAdmitBatch
@@ -124,6 +144,7 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) (*RedisStore
 		deadLetter:  redis.NewScript(luaDeadLetter),
 		setResult:   redis.NewScript(luaSetResult),
 		closed:      make(chan struct{}),
+		ack:         ack,
 	}
 	if opts.AdmitBatch > 1 {
 		s.groups = newAdmitGroups(opts.AdmitBatch, opts.AdmitInFlight, s.runAdmitBatch)

@@ -18,11 +18,15 @@ func (s *RedisStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	}
 	// A batch of one, run here: the same script, reply parsing and errors as a group.
 	c := &admitCall{req: r}
-	reply, err := s.runAdmit(ctx, r.Activity, []*admitCall{c})
+	reply, acked, err := s.runAdmit(ctx, r.Activity, []*admitCall{c})
 	if err != nil {
 		return Decision{}, err
 	}
-	return admitDecision(reply, 0, r.Activity, r.Qty)
+	d, err := admitDecision(reply, 0, r.Activity, r.Qty)
+	if err != nil {
+		return Decision{}, err
+	}
+	return s.checkAcked(r.Activity, d, acked)
 }
 
 // admitKeys returns admit.lua's KEYS for activity.
@@ -66,9 +70,33 @@ func (s *RedisStore) Release(ctx context.Context, activity, reservationID string
 		s.key(activity, "meta"), s.key(activity, "stock"), s.key(activity, "buyers"),
 		s.key(activity, "released"), s.key(activity, "resv"),
 	}
+	if s.ack != nil {
+		return s.releaseAcked(ctx, activity, reservationID, keys)
+	}
 	n, err := s.release.Run(ctx, s.hot, keys, reservationID, NewSalt(), s.channel, activity).Int64()
 	if err != nil {
 		return false, fmt.Errorf("release %s %s: %w", activity, reservationID, redisScriptErr(err))
+	}
+	return n == 1, nil
+}
+
+// releaseAcked is Release with RedisOptions.ReplicasAck: a release the replicas do not confirm
+// answers a *ReplicationError, so that the caller (the order backend's relay) tries again. A
+// repeated release answers false but writes its token again (release.lua), so its WAIT covers the
+// first release, and only a confirmed one ends the retries.
+func (s *RedisStore) releaseAcked(ctx context.Context, activity, reservationID string, keys []string) (bool, error) {
+	cmd, acked, waitErr := s.evalAcked(ctx, s.release, luaRelease, keys, reservationID, NewSalt(), s.channel, activity)
+	n, err := cmd.Int64()
+	if err == nil {
+		err = waitErr
+	}
+	if err != nil {
+		return false, fmt.Errorf("release %s %s: %w", activity, reservationID, redisScriptErr(err))
+	}
+	if acked < s.ack.n {
+		return false, &ReplicationError{
+			Op: "release", Activity: activity, Wanted: s.ack.n, Acked: acked, ReservationID: reservationID,
+		}
 	}
 	return n == 1, nil
 }

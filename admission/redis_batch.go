@@ -149,7 +149,7 @@ func (g *admitGroups) withdraw(activity string, c *admitCall) bool {
 // runAdmitBatch is the RedisStore's admitGroups.run: one admit.lua call for calls, whose
 // requests are all for activity and already validated.
 func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls []*admitCall) {
-	reply, err := s.runAdmit(ctx, activity, calls)
+	reply, acked, err := s.runAdmit(ctx, activity, calls)
 	if err != nil {
 		for _, c := range calls {
 			c.done <- admitAnswer{err: err}
@@ -158,11 +158,15 @@ func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls [
 	}
 	for i, c := range calls {
 		d, err := admitDecision(reply, i, activity, c.req.Qty)
+		if err == nil {
+			d, err = s.checkAcked(activity, d, acked)
+		}
 		c.done <- admitAnswer{d: d, err: err}
 	}
 }
 
-// runAdmit runs admit.lua once for calls and returns its reply, four elements per call.
+// runAdmit runs admit.lua once for calls and returns its reply, four elements per call, and with
+// RedisOptions.ReplicasAck how many replicas acknowledged the call (redis_ack.go).
 //
 // The command is built by hand rather than through redis.Script, to keep the client's share of a
 // call small: the keys come boxed from the activity's cache (hotKeys); each request's user and
@@ -172,7 +176,7 @@ func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls [
 // read as strings (StringSliceCmd: a one-digit integer costs nothing, where a []any reply boxes
 // every element). A call's arguments now cost their list and the command; they cost three boxes
 // per request and fifteen allocations for the keys on top.
-func (s *RedisStore) runAdmit(ctx context.Context, activity string, calls []*admitCall) ([]string, error) {
+func (s *RedisStore) runAdmit(ctx context.Context, activity string, calls []*admitCall) ([]string, int64, error) {
 	keys := s.hotKeys(activity)
 	args := make([]any, len(keys.admitSha), len(keys.admitSha)+3*len(calls))
 	copy(args, keys.admitSha)
@@ -181,7 +185,7 @@ func (s *RedisStore) runAdmit(ctx context.Context, activity string, calls []*adm
 	}
 	cmd := redis.NewStringSliceCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
-	_ = s.hotProc.Process(ctx, cmd)
+	acked, waitErr := s.processAdmit(ctx, keys, cmd)
 	reply, err := cmd.Result()
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		// The server lost its script cache (a restart, SCRIPT FLUSH): send the source, which
@@ -190,16 +194,31 @@ func (s *RedisStore) runAdmit(ctx context.Context, activity string, calls []*adm
 		copy(evalArgs, keys.admitEval)
 		cmd = redis.NewStringSliceCmd(ctx, evalArgs...)
 		cmd.SetFirstKeyPos(3)
-		_ = s.hotProc.Process(ctx, cmd)
+		acked, waitErr = s.processAdmit(ctx, keys, cmd)
 		reply, err = cmd.Result()
 	}
 	if err == nil && len(reply) != 4*len(calls) {
 		err = fmt.Errorf("malformed admit reply: %d elements for %d requests", len(reply), len(calls))
 	}
-	if err != nil {
-		return nil, fmt.Errorf("admit %s: %w", activity, redisScriptErr(err))
+	if err == nil {
+		// The script ran but its WAIT failed: whether its wins will survive a failover is
+		// unknown, as after a timeout.
+		err = waitErr
 	}
-	return reply, nil
+	if err != nil {
+		return nil, 0, fmt.Errorf("admit %s: %w", activity, redisScriptErr(err))
+	}
+	return reply, acked, nil
+}
+
+// processAdmit sends one admit.lua call: on the hot client, or with its WAIT on one connection
+// when the store waits for replicas.
+func (s *RedisStore) processAdmit(ctx context.Context, keys *redisHotKeys, cmd redis.Cmder) (int64, error) {
+	if s.ack == nil {
+		_ = s.hotProc.Process(ctx, cmd)
+		return 0, nil
+	}
+	return s.ack.send(ctx, keys.admitSha[3].(string), cmd)
 }
 
 // admitDecision reads request i's {outcome, remaining, reservation_id, replayed} from

@@ -7,7 +7,8 @@
 -- ARGV: user, qty, request_id, then the same three for each further request
 -- Reply: four elements per request, in order: {outcome, remaining, reservation_id, replayed};
 -- outcome as Go's Outcome (1 won, 2 sold_out, 3 limit_reached, 4 not_started, 5 ended), or 0 when
--- qty is above the per-user limit (bad input: nothing written).
+-- qty is above the per-user limit (bad input: nothing written). Refusals write nothing; a win
+-- writes it, and a replay writes its stored answer again.
 -- Errors (for the whole batch): UNKNOWN_ACTIVITY, BAD_INPUT (malformed ARGV).
 local m = redis.call('HMGET', KEYS[1], 'limit', 'start_ms', 'end_ms')
 if not m[1] then
@@ -41,6 +42,9 @@ for i = 1, #ARGV, 3 do
   local rk = user .. '\0' .. ARGV[i + 2]
   local first = redis.call('HGET', KEYS[4], rk)
   if first then
+    -- Written again, unchanged: a replay then writes, so a WAIT behind it (replicas_ack) covers
+    -- the first write too, which may not have reached the replicas when it was answered.
+    redis.call('HSET', KEYS[4], rk, first)
     local was, resv = string.match(first, '^(%-?%d+):(.*)$')
     answer(1, tonumber(was), resv, 1)
   elseif closed ~= 0 then

@@ -15,7 +15,11 @@ if not v then
   return redis.error_reply('NOT_FOUND no such reservation')
 end
 if redis.call('HSETNX', KEYS[4], ARGV[1], ARGV[2]) == 0 then
-  if redis.call('HGET', KEYS[4], ARGV[1]) == ARGV[2] then
+  -- Written again, unchanged: a repeated release then writes, so a WAIT behind it (replicas_ack)
+  -- covers the first release too.
+  local token = redis.call('HGET', KEYS[4], ARGV[1])
+  redis.call('HSET', KEYS[4], ARGV[1], token)
+  if token == ARGV[2] then
     return 1
   end
   return 0

@@ -1,0 +1,165 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Acknowledged writes (RedisOptions.ReplicasAck). Redis replicates asynchronously: a master
+// answers a script before any replica has its writes, so a master that dies right after a win
+// takes the win, and its stream entry, with it, and the promoted replica sells the item again.
+// WAIT n timeout blocks its connection until n replicas have acknowledged every write made on
+// that connection (and only on that one: on a connection that wrote nothing it returns at once).
+// So the script and its WAIT travel together, pipelined on one connection of the master that
+// owns the activity's slot: go-redis v9 runs a Client's (single or Sentinel) pipeline on one
+// pooled connection, while a ClusterClient's would send the keyless WAIT to any node, so there
+// the activity's master is picked first (MasterForKey).
+//
+// The WAIT rides in the same round trip as the script, so it is sent whatever the script
+// decides, and counts only for the answers that wrote: wins, replays and releases. A replay, or
+// a release of a reservation already released, writes its stored answer again (admit.lua,
+// release.lua) so that its WAIT covers the first write too: replication is in order, and the
+// retry's write comes after it on the master.
+
+const (
+	// defaultReplicasAckTimeout is ReplicasAckTimeout's default: a replica on the same network
+	// acknowledges within a millisecond or two (the master asks at once, REPLCONF GETACK), and
+	// 100 ms leaves room for a replica's fsync or fork stall while a buyer still gets an answer
+	// well inside the edge's one-second admission deadline.
+	defaultReplicasAckTimeout = 100 * time.Millisecond
+
+	// MaxReplicasAck bounds RedisOptions.ReplicasAck: more replicas than this per master is a
+	// typing error, not a topology.
+	MaxReplicasAck = 16
+
+	// MaxReplicasAckTimeout bounds RedisOptions.ReplicasAckTimeout: a buyer waiting longer for
+	// replicas is worse off than one told busy.
+	MaxReplicasAckTimeout = 10 * time.Second
+)
+
+// replicasAck sends writes with their WAIT.
+type replicasAck struct {
+	n, timeoutMs int64
+	single       *redis.Client        // a single server or Sentinel's failover client
+	cluster      *redis.ClusterClient // or a cluster
+
+	waits, shortfalls atomic.Uint64
+}
+
+// newReplicasAck returns nil when n is 0 (off).
+func newReplicasAck(client redis.UniversalClient, n int, timeout time.Duration) (*replicasAck, error) {
+	if n == 0 {
+		if timeout != 0 {
+			return nil, badInput("replicas ack timeout %v without replicas ack", timeout)
+		}
+		return nil, nil
+	}
+	if n < 0 || n > MaxReplicasAck {
+		return nil, badInput("replicas ack %d: want 1 to %d replicas", n, MaxReplicasAck)
+	}
+	if timeout == 0 {
+		timeout = defaultReplicasAckTimeout
+	}
+	if timeout < time.Millisecond || timeout > MaxReplicasAckTimeout {
+		return nil, badInput("replicas ack timeout %v: want 1ms to %v", timeout, MaxReplicasAckTimeout)
+	}
+	a := &replicasAck{n: int64(n), timeoutMs: timeout.Milliseconds()}
+	switch c := client.(type) {
+	case *redis.Client:
+		a.single = c
+	case *redis.ClusterClient:
+		a.cluster = c
+	default:
+		return nil, badInput("replicas ack needs a single-server, Sentinel or Cluster client, not %T", client)
+	}
+	return a, nil
+}
+
+// send runs cmd, which writes keys of the slot of key, and a WAIT behind it on one connection,
+// and returns how many replicas acknowledged. cmd's own error is left in cmd; the error returned
+// is WAIT's (or the pipeline's when cmd succeeded).
+func (a *replicasAck) send(ctx context.Context, key string, cmd redis.Cmder) (int64, error) {
+	var pipe redis.Pipeliner
+	if a.single != nil {
+		pipe = a.single.Pipeline()
+	} else {
+		node, err := a.cluster.MasterForKey(ctx, key)
+		if err != nil {
+			cmd.SetErr(err)
+			return 0, nil
+		}
+		pipe = node.Pipeline()
+	}
+	wait := redis.NewIntCmd(ctx, "wait", a.n, a.timeoutMs)
+	_ = pipe.Process(ctx, cmd)
+	_ = pipe.Process(ctx, wait)
+	_, _ = pipe.Exec(ctx)
+	if err := cmd.Err(); err != nil {
+		if a.cluster != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+			// The node client does not follow redirects; the cluster client learns the new
+			// owner for the next call.
+			a.cluster.ReloadState(ctx)
+		}
+		return 0, nil
+	}
+	acked, err := wait.Result()
+	if err != nil {
+		return 0, fmt.Errorf("wait for %d replicas: %w", a.n, err)
+	}
+	a.waits.Add(1)
+	if acked < a.n {
+		a.shortfalls.Add(1)
+	}
+	return acked, nil
+}
+
+// ReplicaAcks reports how many WAITs the store has sent for RedisOptions.ReplicasAck and how
+// many of them fewer replicas than asked acknowledged in time; both are 0 when it is off.
+func (s *RedisStore) ReplicaAcks() (waits, shortfalls uint64) {
+	if s.ack == nil {
+		return 0, 0
+	}
+	return s.ack.waits.Load(), s.ack.shortfalls.Load()
+}
+
+// ReplicasAckEnabled reports whether the store waits for replicas (RedisOptions.ReplicasAck).
+func (s *RedisStore) ReplicasAckEnabled() bool { return s.ack != nil }
+
+// checkAcked turns a decision that wrote into a *ReplicationError when its call's WAIT counted
+// fewer than ReplicasAck replicas; refusals wrote nothing and pass.
+func (s *RedisStore) checkAcked(activity string, d Decision, acked int64) (Decision, error) {
+	if s.ack == nil || d.Outcome != Won || acked >= s.ack.n {
+		return d, nil
+	}
+	return Decision{}, &ReplicationError{
+		Op: "admit", Activity: activity, Wanted: s.ack.n, Acked: acked, ReservationID: d.ReservationID,
+	}
+}
+
+// evalAcked runs script (source src) with keys and args followed by a WAIT, as Script.Run does
+// (EVALSHA, then EVAL on NOSCRIPT), and returns the script's reply and the replicas that
+// acknowledged.
+func (s *RedisStore) evalAcked(ctx context.Context, script *redis.Script, src string, keys []string, args ...any) (*redis.Cmd, int64, error) {
+	build := func(name string, body any) *redis.Cmd {
+		a := make([]any, 0, 3+len(keys)+len(args))
+		a = append(a, name, body, len(keys))
+		for _, k := range keys {
+			a = append(a, k)
+		}
+		a = append(a, args...)
+		c := redis.NewCmd(ctx, a...)
+		c.SetFirstKeyPos(3)
+		return c
+	}
+	cmd := build("evalsha", script.Hash())
+	acked, err := s.ack.send(ctx, keys[0], cmd)
+	if cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+		cmd = build("eval", src)
+		acked, err = s.ack.send(ctx, keys[0], cmd)
+	}
+	return cmd, acked, err
+}
