@@ -23,7 +23,12 @@ func TestRedisReplicasAckConformance(t *testing.T) {
 	master := testsrv.StartRedis(t)
 	testsrv.StartReplica(t, master)
 	var n atomic.Int64
-	for _, v := range []admission.RedisOptions{{ReplicasAck: 1}, {ReplicasAck: 1, AdmitBatch: 1}} {
+	// A timeout far above a replica's acknowledgement on a loaded machine: no test may fail for
+	// a slow one.
+	for _, v := range []admission.RedisOptions{
+		{ReplicasAck: 1, ReplicasAckTimeout: 5 * time.Second},
+		{ReplicasAck: 1, ReplicasAckTimeout: 5 * time.Second, AdmitBatch: 1},
+	} {
 		t.Run(fmt.Sprintf("batch%d", v.AdmitBatch), func(t *testing.T) {
 			admissiontest.Run(t, func(t *testing.T) admission.Store {
 				opts := v
@@ -49,8 +54,13 @@ func testRedisReplicasAck(t *testing.T, v admission.RedisOptions) {
 	ctx := context.Background()
 	master := testsrv.StartRedis(t)
 	replica := testsrv.StartReplica(t, master)
-	v.ReplicasAck, v.ReplicasAckTimeout = 1, 100*time.Millisecond
+	// Two stores on the master: patient with a 5 s timeout, so that a slow acknowledgement on a
+	// loaded machine cannot fail the test where the replica runs, and quick with 100 ms where it
+	// is stopped.
+	v.ReplicasAck, v.ReplicasAckTimeout = 1, 5*time.Second
 	s, raw := redisTestStore(t, master.Addr, v, nil)
+	v.ReplicasAckTimeout = 100 * time.Millisecond
+	quick, _ := redisTestStore(t, master.Addr, v, nil)
 	onReplica := redis.NewClient(&redis.Options{Addr: replica.Addr})
 	t.Cleanup(func() { _ = onReplica.Close() })
 	redisDefine(t, s, redisOpen("r1", 10, 1))
@@ -72,9 +82,9 @@ func testRedisReplicasAck(t *testing.T, v admission.RedisOptions) {
 	}
 
 	replica.Pause()
-	_, shortBefore := s.ReplicaAcks()
+	_, shortBefore := quick.ReplicaAcks()
 	began := time.Now()
-	_, err := s.Admit(ctx, admission.Request{Activity: "r1", User: "bob", Qty: 1, RequestID: "b1"})
+	_, err := quick.Admit(ctx, admission.Request{Activity: "r1", User: "bob", Qty: 1, RequestID: "b1"})
 	took := time.Since(began)
 	var re *admission.ReplicationError
 	if !errors.Is(err, admission.ErrNotReplicated) || !errors.As(err, &re) || re.Acked != 0 || re.Wanted != 1 || re.ReservationID == "" {
@@ -83,7 +93,7 @@ func testRedisReplicasAck(t *testing.T, v admission.RedisOptions) {
 	if took < 90*time.Millisecond || took > 3*time.Second {
 		t.Errorf("the refused admission took %v, want about the 100ms timeout", took)
 	}
-	if _, short := s.ReplicaAcks(); short != shortBefore+1 {
+	if _, short := quick.ReplicaAcks(); short != shortBefore+1 {
 		t.Errorf("shortfalls %d, want %d", short, shortBefore+1)
 	}
 	// The master holds the win: the answer was "unknown", not "no".
@@ -95,15 +105,15 @@ func testRedisReplicasAck(t *testing.T, v admission.RedisOptions) {
 	}
 	// A retry of the same request is a replay; it is not confirmed either while the replica is
 	// stopped, whichever pooled connection carries it.
-	if _, err := s.Admit(ctx, admission.Request{Activity: "r1", User: "bob", Qty: 1, RequestID: "b1"}); !errors.Is(err, admission.ErrNotReplicated) {
+	if _, err := quick.Admit(ctx, admission.Request{Activity: "r1", User: "bob", Qty: 1, RequestID: "b1"}); !errors.Is(err, admission.ErrNotReplicated) {
 		t.Fatalf("retry with the replica stopped: %v, want ErrNotReplicated", err)
 	}
 	// A refusal is still answered (after the WAIT's timeout).
-	if d := redisAdmit(t, s, "r1", "alice", "a3"); d.Outcome != admission.LimitReached {
+	if d := redisAdmit(t, quick, "r1", "alice", "a3"); d.Outcome != admission.LimitReached {
 		t.Fatalf("refusal with the replica stopped = %+v, want limit_reached", d)
 	}
 	// A release is not confirmed either.
-	if _, err := s.Release(ctx, "r1", won.ReservationID); !errors.Is(err, admission.ErrNotReplicated) {
+	if _, err := quick.Release(ctx, "r1", won.ReservationID); !errors.Is(err, admission.ErrNotReplicated) {
 		t.Fatalf("release with the replica stopped: %v, want ErrNotReplicated", err)
 	}
 
@@ -178,7 +188,7 @@ func TestRedisReplicasAckOneWaitPerCall(t *testing.T) {
 	ctx := context.Background()
 	master := testsrv.StartRedis(t)
 	testsrv.StartReplica(t, master)
-	s, raw := redisTestStore(t, master.Addr, admission.RedisOptions{ReplicasAck: 1}, func(o *redis.Options) { o.PoolSize = 8 })
+	s, raw := redisTestStore(t, master.Addr, admission.RedisOptions{ReplicasAck: 1, ReplicasAckTimeout: 5 * time.Second}, func(o *redis.Options) { o.PoolSize = 8 })
 	redisDefine(t, s, redisOpen("w1", 1000, 1))
 	redisAdmit(t, s, "w1", "warm-up", "r") // loads the script
 	evalsBefore, waitsBefore := redisEvalCalls(t, raw), redisCmdCalls(t, raw, "wait")

@@ -175,7 +175,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 		reveal[id] = time.Duration(act.Reveal)
 	}
 	a.acts = newActivities(b.guard, reveal)
-	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard); err != nil {
+	var acks replicaAcks
+	if rs, ok := b.store.(*admission.RedisStore); ok && rs.ReplicasAckEnabled() {
+		acks = rs.ReplicaAcks
+	}
+	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, acks); err != nil {
 		return err
 	}
 	if a.orders != nil {

@@ -147,6 +147,8 @@ func storeFailureLayer(err error) layer {
 		return layerCanceled // the client is gone; nobody reads the answer
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
 		return layerBreaker
+	case errors.Is(err, admission.ErrNotReplicated):
+		return layerReplicasAck // decided on the master: "unknown", not "no"
 	}
 	return layerStoreError
 }

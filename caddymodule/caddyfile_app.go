@@ -28,6 +28,7 @@ func init() {
 //			key_prefix <prefix>
 //			sentinel   <master name>
 //			cluster
+//			replicas_ack <n> [<timeout>]
 //		}
 //		jwt {
 //			algorithms      <alg>...
@@ -259,6 +260,10 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 				return nil, d.Errf("seckill: store redis pool_size %q: want 1 to %d connections", v, maxPoolSize)
 			}
 			s.PoolSize = n
+		case "replicas_ack":
+			if err := parseReplicasAck(d, s); err != nil {
+				return nil, err
+			}
 		default:
 			return nil, d.Errf("seckill: unrecognized store redis option %q", sub)
 		}
@@ -270,6 +275,35 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 		return nil, d.Errf("seckill: %v", err)
 	}
 	return s, nil
+}
+
+// parseReplicasAck parses the store redis option
+//
+//	replicas_ack <n> [<timeout>]
+//
+// n replicas (1 to 16) must confirm each admission call and release within timeout (default
+// 100ms, 1ms to 500ms), else its buyers are answered 503 busy.
+func parseReplicasAck(d *caddyfile.Dispenser, s *StoreConfig) error {
+	if s.ReplicasAck != 0 {
+		return d.Err("seckill: store redis replicas_ack is given twice")
+	}
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return d.ArgErr()
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil || n < 1 || n > admission.MaxReplicasAck {
+		return d.Errf("seckill: store redis replicas_ack %q: want 1 to %d replicas", args[0], admission.MaxReplicasAck)
+	}
+	s.ReplicasAck = n
+	if len(args) == 2 {
+		t, err := caddy.ParseDuration(args[1])
+		if err != nil || t < time.Millisecond || t > maxReplicasAckTimeout {
+			return d.Errf("seckill: store redis replicas_ack timeout %q: want 1ms to %v", args[1], maxReplicasAckTimeout)
+		}
+		s.ReplicasAckTimeout = caddy.Duration(t)
+	}
+	return nil
 }
 
 func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {

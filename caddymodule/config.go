@@ -58,7 +58,24 @@ type StoreConfig struct {
 	// library's default (10 per CPU: 20 on a 2-CPU node) is used up by ten busy activities alone,
 	// after which a buy waits for a connection behind the polls.
 	PoolSize int `json:"pool_size,omitempty"`
+
+	// ReplicasAck, when positive, makes every admission script call (one per group of buys) and
+	// every release wait until this many replicas have its writes (Redis WAIT) before answering,
+	// at most ReplicasAckTimeout; buys whose win the replicas did not confirm in time are
+	// answered 503 busy. Their win is on the master, so a retry with the same Idempotency-Key
+	// replays it. It closes the window in which a master's failover loses acknowledged wins;
+	// see docs/admission.md. 1 to 16; 0 (the default) does not wait.
+	ReplicasAck int `json:"replicas_ack,omitempty"`
+
+	// ReplicasAckTimeout bounds the wait for ReplicasAck; default 100ms, 1ms to 500ms, so that
+	// WAIT's answer comes well inside the Redis read timeout and the buy's one-second admission
+	// deadline.
+	ReplicasAckTimeout caddy.Duration `json:"replicas_ack_timeout,omitempty"`
 }
+
+// maxReplicasAckTimeout bounds ReplicasAckTimeout: half of the Redis read timeout and of the
+// admission deadline (both 1 s), which also carry the batch's queueing and its script.
+const maxReplicasAckTimeout = 500 * time.Millisecond
 
 // maxPoolSize bounds PoolSize: more connections than this from one node is a typing error, not a
 // need (Redis's default maxclients, 10,000, is for every node together).
@@ -98,7 +115,8 @@ func (s *StoreConfig) validate() error {
 	switch s.typ() {
 	case storeMemory:
 		if s != nil && (len(s.Addresses) > 0 || s.Password != "" || s.Username != "" || s.DB != 0 ||
-			s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline || s.AdmitBatch != 0 || s.PoolSize != 0) {
+			s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline || s.AdmitBatch != 0 || s.PoolSize != 0 ||
+			s.ReplicasAck != 0 || s.ReplicasAckTimeout != 0) {
 			return errors.New("store memory takes no redis options")
 		}
 		return nil
@@ -121,6 +139,12 @@ func (s *StoreConfig) validate() error {
 		return fmt.Errorf("store redis: admit_batch %d: want 1 (no grouping) to %d", s.AdmitBatch, maxAdmitBatch)
 	case s.PoolSize < 0 || s.PoolSize > maxPoolSize:
 		return fmt.Errorf("store redis: pool_size %d: want 1 to %d", s.PoolSize, maxPoolSize)
+	case s.ReplicasAck < 0 || s.ReplicasAck > admission.MaxReplicasAck:
+		return fmt.Errorf("store redis: replicas_ack %d: want 1 to %d replicas", s.ReplicasAck, admission.MaxReplicasAck)
+	case s.ReplicasAckTimeout != 0 && s.ReplicasAck == 0:
+		return errors.New("store redis: replicas_ack_timeout needs replicas_ack")
+	case s.ReplicasAckTimeout != 0 && (time.Duration(s.ReplicasAckTimeout) < time.Millisecond || time.Duration(s.ReplicasAckTimeout) > maxReplicasAckTimeout):
+		return fmt.Errorf("store redis: replicas_ack timeout %v: want 1ms to %v", time.Duration(s.ReplicasAckTimeout), maxReplicasAckTimeout)
 	}
 	return nil
 }

@@ -84,6 +84,7 @@ const (
 	layerBadRequest                // 400 / 413 bad_request: the Idempotency-Key or the body
 	layerBreaker                   // 503 busy: the store's circuit breaker refused the call
 	layerStoreError                // 503 busy: the store call failed or timed out
+	layerReplicasAck               // 503 busy: the store decided, too few replicas confirmed in time
 	layerCanceled                  // 503 busy: the client went away while the store decided
 	layerStoreSoldOut              // 410: the admission script's decision
 	layerLimitReached              // 409: the admission script's decision
@@ -104,6 +105,7 @@ var layerNames = [nLayers]string{
 	layerBadRequest:   "bad_request",
 	layerBreaker:      "breaker",
 	layerStoreError:   "store_error",
+	layerReplicasAck:  "replicas_ack",
 	layerCanceled:     "canceled",
 	layerStoreSoldOut: "store_sold_out",
 	layerLimitReached: "limit_reached",

@@ -47,6 +47,7 @@ func TestAdmitErrorLayers(t *testing.T) {
 		{fmt.Errorf("%w: %w", admission.ErrBusy, context.DeadlineExceeded), layerStoreError},
 		{fmt.Errorf("%w: %w", admission.ErrBusy, errors.New("connection refused")), layerStoreError},
 		{errors.New("something else"), layerStoreError},
+		{fmt.Errorf("%w: %w", admission.ErrBusy, &admission.ReplicationError{Op: "admit", Activity: "a", Wanted: 1}), layerReplicasAck},
 		{fmt.Errorf("x: %w", admission.ErrBadInput), layerBadRequest},
 		{fmt.Errorf("x: %w", admission.ErrUnknownActivity), layerRoute},
 	} {
@@ -54,7 +55,7 @@ func TestAdmitErrorLayers(t *testing.T) {
 			t.Errorf("admitError(%v) at layer %s, want %s", tc.err, got, tc.want)
 		}
 		// Result and status reads go through the same breaker and map their 503s alike.
-		if tc.want == layerCanceled || tc.want == layerBreaker || tc.want == layerStoreError {
+		if tc.want == layerCanceled || tc.want == layerBreaker || tc.want == layerStoreError || tc.want == layerReplicasAck {
 			if got := storeFailureLayer(tc.err); got != tc.want {
 				t.Errorf("storeFailureLayer(%v) = %s, want %s", tc.err, got, tc.want)
 			}

@@ -86,9 +86,13 @@ const (
 	metricsSubsystem = "seckill"
 )
 
+// replicaAcks reads a Redis store's WAIT counters (admission.RedisStore.ReplicaAcks).
+type replicaAcks func() (waits, shortfalls uint64)
+
 // newMetrics creates the metrics and registers them, with the collectors of the remaining stock
-// and of the breaker state, on reg.
-func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard) (*metrics, error) {
+// and of the breaker state, on reg; and with the store's WAIT counters when acks is not nil
+// (store redis { replicas_ack }).
+func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, acks replicaAcks) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
@@ -119,7 +123,24 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 		Name:      "breaker_state",
 		Help:      "State of the admission store's circuit breaker: 0 closed, 1 half-open, 2 open.",
 	}, func() float64 { return breakerValue(guard.BreakerState()) })
-	for _, c := range []prometheus.Collector{m.requests, m.admission, m.rejectedVec, breaker, &stockCollector{acts: acts}} {
+	collectors := []prometheus.Collector{m.requests, m.admission, m.rejectedVec, breaker, &stockCollector{acts: acts}}
+	if acks != nil {
+		collectors = append(collectors,
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: metricsNamespace,
+				Subsystem: metricsSubsystem,
+				Name:      "replicas_ack_waits_total",
+				Help:      "Redis WAITs sent for replicas_ack: one per admission script call and per release.",
+			}, func() float64 { w, _ := acks(); return float64(w) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: metricsNamespace,
+				Subsystem: metricsSubsystem,
+				Name:      "replicas_ack_shortfalls_total",
+				Help:      "Redis WAITs for replicas_ack that fewer replicas than asked acknowledged in time; their wins and releases were answered busy.",
+			}, func() float64 { _, s := acks(); return float64(s) }),
+		)
+	}
+	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
 			var dup prometheus.AlreadyRegisteredError
 			if errors.As(err, &dup) {

@@ -4,10 +4,14 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -38,5 +42,43 @@ func TestPoolSize(t *testing.T) {
 		if err := c.s.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("validate(%+v) = %v, want %q", c.s, err, c.want)
 		}
+	}
+}
+
+// TestReplicasAckConfig: replicas_ack reaches the Redis store, and JSON configurations outside its
+// bounds (or on the memory store) are refused with the option's name.
+func TestReplicasAckConfig(t *testing.T) {
+	master := testsrv.StartRedis(t)
+	testsrv.StartReplica(t, master)
+	b, err := newBackend(&StoreConfig{Type: storeRedis, Addresses: []string{master.Addr}, ReplicasAck: 1, ReplicasAckTimeout: caddy.Duration(time.Second / 2)}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = b.Destruct() }()
+	if rs, ok := b.store.(*admission.RedisStore); !ok || !rs.ReplicasAckEnabled() {
+		t.Fatalf("store %T does not wait for replicas", b.store)
+	}
+
+	redisAt := func(n int, timeout time.Duration) StoreConfig {
+		return StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, ReplicasAck: n, ReplicasAckTimeout: caddy.Duration(timeout)}
+	}
+	for _, c := range []struct {
+		s    StoreConfig
+		want string
+	}{
+		{redisAt(-1, 0), "replicas_ack -1: want 1 to 16 replicas"},
+		{redisAt(17, 0), "replicas_ack 17"},
+		{redisAt(0, time.Second/10), "replicas_ack_timeout needs replicas_ack"},
+		{redisAt(1, time.Second), "replicas_ack timeout 1s: want 1ms to 500ms"},
+		{redisAt(1, time.Microsecond), "replicas_ack timeout 1µs"},
+		{StoreConfig{Type: storeMemory, ReplicasAck: 1}, "store memory takes no redis options"},
+	} {
+		if err := c.s.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("validate(%+v) = %v, want %q", c.s, err, c.want)
+		}
+	}
+	bounds := redisAt(16, 500*time.Millisecond)
+	if err := bounds.validate(); err != nil {
+		t.Errorf("validate(16 replicas, 500ms) = %v", err)
 	}
 }
