@@ -31,10 +31,11 @@ func StartReplica(t testing.TB, master *Redis, opts ...RedisOption) *Redis {
 }
 
 // StartReplicaVia is StartReplica with the replication link going through link, a Proxy in
-// front of master (link = StartProxy(t, master.Addr)): link.Hold keeps the master's replication stream
-// from the replica, as a slow or partitioned network does, and what it holds is lost when the
-// master dies. (Pausing the replica with SIGSTOP does not lose anything: the stream waits in the
-// replica's socket buffer and is applied when it continues.)
+// front of master (link = StartProxy(t, master.Addr)): link.Hold keeps the master's replication
+// stream from the replica, as a slow or partitioned network does; kill the master and Close the
+// link, and what it held is lost, as the stream in flight is when a master dies. (Pausing the
+// replica with SIGSTOP loses nothing: the stream waits in the replica's socket buffer and is
+// applied when it continues.)
 func StartReplicaVia(t testing.TB, master *Redis, link *Proxy, opts ...RedisOption) *Redis {
 	t.Helper()
 	noSyncDelay(t, master)

@@ -1,0 +1,205 @@
+package admission_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// TestRedisFailoverLoss measures what a Redis failover loses of the wins the store answered, with
+// and without RedisOptions.ReplicasAck, and with the master's AOF off, everysec and always.
+//
+// A private master replicates to a private replica through a proxy. Half of the buyers buy while
+// the link flows; then the link is held (the replication stream stops reaching the replica, as
+// when the network between them lags or is partitioned, or the replica falls behind) and the
+// other half buy; then the master is SIGKILLed, the link is cut with what it held, and the
+// replica is promoted (REPLICAOF NO ONE), as Sentinel or an operator does. Every win that was
+// answered (a 202 at the edge) is then looked up on the new master.
+//
+// Expected, and asserted: without replicas_ack every win answered while the link was held is
+// lost (the item sells again), whatever the AOF setting; with replicas_ack 1 none is, because
+// those buyers were answered ErrNotReplicated (503 busy) instead. The old master's AOF does keep
+// the lost wins, but a failover does not read it: when the old master comes back and rejoins as
+// a replica of the new one, it resyncs from it and they are gone (checked too).
+//
+// SECKILL_CHAOS=full runs ten times the buyers.
+func TestRedisFailoverLoss(t *testing.T) {
+	buyers := 200
+	if os.Getenv("SECKILL_CHAOS") == "full" {
+		buyers = 2000
+	}
+	for _, aof := range []string{"off", "everysec", "always"} {
+		for _, ack := range []int{0, 1} {
+			t.Run(fmt.Sprintf("aof_%s/replicas_ack_%d", aof, ack), func(t *testing.T) {
+				r := redisFailover(t, aof, ack, buyers)
+				t.Logf("aof %s, replicas_ack %d: %d buyers; %d answered won (%d before the hold, %d during it), "+
+					"%d of them lost on the promoted replica; %d answered not replicated (%d of their wins on the replica); "+
+					"old master's AOF kept %d of the lost wins, %d after rejoining as a replica",
+					aof, ack, buyers, r.won[0]+r.won[1], r.won[0], r.won[1], r.lost, r.unconfirmed, r.unconfirmedKept, r.aofKept, r.rejoinedKept)
+				if ack == 0 {
+					if r.won[1] == 0 || r.lost < r.won[1] {
+						t.Errorf("without replicas_ack: %d wins answered during the hold, %d lost; want all of them lost", r.won[1], r.lost)
+					}
+				} else {
+					if r.lost != 0 {
+						t.Errorf("with replicas_ack: %d answered wins lost, want 0", r.lost)
+					}
+					if r.won[1] != 0 || r.unconfirmed != buyers-buyers/2 {
+						t.Errorf("with replicas_ack: %d wins answered during the hold and %d not replicated, want 0 and %d", r.won[1], r.unconfirmed, buyers-buyers/2)
+					}
+				}
+				if aof != "off" && (r.aofKept != r.lost || r.rejoinedKept != 0) {
+					t.Errorf("old master: its AOF kept %d of %d lost wins, %d after rejoining; want all, then 0", r.aofKept, r.lost, r.rejoinedKept)
+				}
+			})
+		}
+	}
+}
+
+type failoverResult struct {
+	won             [2]int // answered wins before and during the hold
+	lost            int    // answered wins missing on the promoted replica
+	unconfirmed     int    // ErrNotReplicated answers
+	unconfirmedKept int    // ... whose win the promoted replica has
+	aofKept         int    // lost wins the restarted old master has from its AOF
+	rejoinedKept    int    // ... after it rejoined as a replica of the new master
+}
+
+func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
+	ctx := context.Background()
+	var opts []testsrv.RedisOption
+	if aof != "off" {
+		opts = append(opts, testsrv.WithAOF(aof))
+	}
+	master := testsrv.StartRedis(t, opts...)
+	link := testsrv.StartProxy(t, master.Addr)
+	replica := testsrv.StartReplicaVia(t, master, link)
+	var o admission.RedisOptions
+	if ack > 0 {
+		// Far above a replica's acknowledgement on a loaded machine: while the link flows, no
+		// buyer may be refused for a slow one.
+		o.ReplicasAck, o.ReplicasAckTimeout = ack, time.Second
+	}
+	s, _ := redisTestStore(t, master.Addr, o, func(o *redis.Options) { o.PoolSize = 16 })
+	act := redisDefine(t, s, redisOpen("fo", int64(buyers), 1))
+	waitForKey(t, replica, "seckill:{"+act.ID+"}:meta")
+
+	var (
+		res   failoverResult
+		mu    sync.Mutex
+		resvs []string // reservation ids of answered wins
+		unack []string // reservation ids of ErrNotReplicated answers
+	)
+	buy := func(phase, from, to int) {
+		var wg sync.WaitGroup
+		for u := from; u < to; u++ {
+			wg.Go(func() {
+				d, err := s.Admit(ctx, admission.Request{Activity: act.ID, User: fmt.Sprintf("u%d", u), Qty: 1, RequestID: "r"})
+				mu.Lock()
+				defer mu.Unlock()
+				var re *admission.ReplicationError
+				switch {
+				case err == nil && d.Outcome == admission.Won:
+					res.won[phase]++
+					resvs = append(resvs, d.ReservationID)
+				case errors.As(err, &re):
+					res.unconfirmed++
+					unack = append(unack, re.ReservationID)
+				default:
+					t.Errorf("buyer u%d: %+v, %v", u, d, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+	buy(0, 0, buyers/2)
+	link.Hold()
+	buy(1, buyers/2, buyers)
+	master.Kill()
+	link.Close() // the stream it held dies with the master's connection
+	if err := replica.Promote(); err != nil {
+		t.Fatal(err)
+	}
+	has := func(r *testsrv.Redis, resv string) bool {
+		v, err := r.Do("HEXISTS", "seckill:{"+act.ID+"}:resv", resv)
+		if err != nil {
+			t.Fatalf("HEXISTS on %s: %v", r.Addr, err)
+		}
+		return v == "1"
+	}
+	var lost []string
+	for _, id := range resvs {
+		if !has(replica, id) {
+			lost = append(lost, id)
+		}
+	}
+	res.lost = len(lost)
+	for _, id := range unack {
+		if has(replica, id) {
+			res.unconfirmedKept++
+		}
+	}
+	// The promoted replica never sold more than the stock.
+	if v, err := replica.Do("XLEN", "seckill:{"+act.ID+"}:orders"); err != nil {
+		t.Fatal(err)
+	} else if n, _ := strconv.Atoi(v); n > buyers {
+		t.Errorf("promoted replica's wins queue holds %d, above the stock %d", n, buyers)
+	}
+	if aof == "off" {
+		return res
+	}
+
+	// The old master comes back from its AOF ...
+	master.Restart()
+	for _, id := range lost {
+		if has(master, id) {
+			res.aofKept++
+		}
+	}
+	// ... and rejoins as a replica of the new master, as Sentinel makes it: a full resync from
+	// the new master replaces its data.
+	host, port, _ := net.SplitHostPort(replica.Addr)
+	if _, err := replica.Do("CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := master.Do("REPLICAOF", host, port); err != nil {
+		t.Fatal(err)
+	}
+	if err := master.WaitLinkUp(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range lost {
+		if has(master, id) {
+			res.rejoinedKept++
+		}
+	}
+	// After the sync the old master rewrites its AOF, and refuses to stop (SIGTERM) until done.
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if p, err := master.Info("persistence"); err == nil && p["aof_rewrite_in_progress"] == "0" && p["aof_rewrite_scheduled"] == "0" {
+			break
+		}
+	}
+	return res
+}
+
+// waitForKey waits until key exists on r (a replica catching up).
+func waitForKey(t *testing.T, r *testsrv.Redis, key string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if v, err := r.Do("EXISTS", key); err == nil && v == "1" {
+			return
+		}
+	}
+	t.Fatalf("%s never reached the replica %s", key, r.Addr)
+}
