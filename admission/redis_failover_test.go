@@ -29,9 +29,10 @@ import (
 //
 // Expected, and asserted: without replicas_ack every win answered while the link was held is
 // lost (the item sells again), whatever the AOF setting; with replicas_ack 1 none is, because
-// those buyers were answered ErrNotReplicated (503 busy) instead. The old master's AOF does keep
-// the lost wins, but a failover does not read it: when the old master comes back and rejoins as
-// a replica of the new one, it resyncs from it and they are gone (checked too).
+// those buyers were answered ErrNotReplicated (503 busy) instead. The old master's AOF keeps the
+// lost wins (all of them with always, maybe only some with everysec), but a failover does not
+// read it: when the old master comes back and rejoins as a replica of the new one, it resyncs
+// from it and they are gone (checked too).
 //
 // SECKILL_CHAOS=full runs ten times the buyers.
 func TestRedisFailoverLoss(t *testing.T) {
@@ -59,8 +60,14 @@ func TestRedisFailoverLoss(t *testing.T) {
 						t.Errorf("with replicas_ack: %d wins answered during the hold and %d not replicated, want 0 and %d", r.won[1], r.unconfirmed, buyers-buyers/2)
 					}
 				}
-				if aof != "off" && (r.aofKept != r.lost || r.rejoinedKept != 0) {
-					t.Errorf("old master: its AOF kept %d of %d lost wins, %d after rejoining; want all, then 0", r.aofKept, r.lost, r.rejoinedKept)
+				// With everysec a SIGKILL may cost the AOF too: while a background fsync is slow,
+				// Redis postpones writing its AOF buffer (up to 2 s), and a killed process loses
+				// the buffer. With always, every answered write is in the file.
+				if aof == "always" && r.aofKept != r.lost {
+					t.Errorf("old master: its AOF (always) kept %d of %d lost wins, want all", r.aofKept, r.lost)
+				}
+				if r.rejoinedKept != 0 {
+					t.Errorf("old master: %d lost wins still there after rejoining as a replica, want 0", r.rejoinedKept)
 				}
 			})
 		}
