@@ -1,125 +1,162 @@
 // Package redisclient builds the go-redis clients of the gateway and of the order backend, so
-// that both survive a Redis Cluster failover within about a second of the promotion.
+// that both survive a Redis Cluster failover within about a second of the promotion, and take no
+// answer from a master after its replica took over.
 //
 // go-redis (v9.23.0) re-reads a Cluster's slot map only when a node answers MOVED or READONLY, or
 // when the map is older than ClusterStateReloadInterval (60 s by default). A master killed by
 // SIGKILL answers nothing, so every command for its slots keeps going to the dead address until
-// the periodic reload: 30 to 60 s of failures after the replica took over (docs/failover.md). New
-// adds a watch: once a command to a node fails at the connection (refused, reset, timed out), the
-// slot map is re-read every WatchInterval until the map no longer names that node as a master or
-// the node answers again.
+// the periodic reload: 30 to 60 s of failures after the replica took over (docs/failover.md). And
+// a master stopped (SIGSTOP, a frozen VM) longer than cluster-node-timeout runs the commands
+// waiting in its sockets when it continues, before it learns that it was replaced: an admission
+// it answers then is lost with its data, and a stream read it answers hands the order backend
+// wins the new master never made.
+//
+// New adds a monitor to a Cluster client. It re-reads the slot map every PollInterval, and every
+// WatchInterval while a node that failed at the connection (refused, reset, timed out) is still a
+// master in it; and when a master drops out of the map, it closes every connection to it, so that
+// no command still waiting there can take its answer.
 package redisclient
 
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Watch timing. A CLUSTER SLOTS every 250 ms per client during an outage costs Redis nothing
-// noticeable; a Cluster promotes a replica after cluster-node-timeout plus about a second.
+// Monitor timing. A CLUSTER SLOTS every 250 ms per client during an outage, and every second
+// otherwise, costs Redis nothing noticeable; a Cluster promotes a replica after
+// cluster-node-timeout plus about a second.
 const (
 	WatchInterval = 250 * time.Millisecond
-	// watchBudget ends the watch of a node that neither comes back nor loses its slots (the whole
-	// cluster is down); the next failed command starts a new one.
-	watchBudget = 5 * time.Minute
-	// pingTimeout bounds the check that a watched node answers again.
+	PollInterval  = time.Second
+	// pingTimeout bounds the check that a failed node answers again.
 	pingTimeout = 250 * time.Millisecond
+	// reloadTimeout bounds one re-read of the slot map. go-redis asks the nodes in a random
+	// order, and a stopped one holds the read until this expires; the next tick asks again.
+	reloadTimeout = 500 * time.Millisecond
 )
 
-// New returns redis.NewUniversalClient(o), with the failover watch when it is a Cluster client.
+// New returns redis.NewUniversalClient(o), monitored when it is a Cluster client. o.Dialer, if
+// set, is kept for the other kinds; a Cluster client dials through the monitor's.
 func New(o *redis.UniversalOptions) redis.UniversalClient {
-	c := redis.NewUniversalClient(o)
-	if cc, ok := c.(*redis.ClusterClient); ok {
-		Watch(cc)
+	if o.MasterName == "" && (o.IsClusterMode || len(o.Addrs) > 1) {
+		reg := &conns{byAddr: map[string][]net.Conn{}}
+		dial := o.Dialer
+		if dial == nil {
+			dial = redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig})
+		}
+		oo := *o
+		oo.Dialer = reg.dialer(dial)
+		c := redis.NewUniversalClient(&oo)
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			m := &monitor{cluster: cc, conns: reg, wake: make(chan struct{}, 1), failing: map[string]*redis.Client{}}
+			cc.OnNewNode(func(node *redis.Client) { node.AddHook(nodeHook{m: m, node: node}) })
+			go m.run()
+		}
+		return c
 	}
-	return c
+	return redis.NewUniversalClient(o)
 }
 
-// Watch adds the failover watch to a Cluster client. Call it before the client's first command:
-// only the node clients created afterwards report their failures.
-func Watch(cc *redis.ClusterClient) {
-	w := &watcher{cluster: cc, every: WatchInterval, watching: map[string]bool{}}
-	cc.OnNewNode(func(node *redis.Client) { node.AddHook(nodeHook{w: w, node: node}) })
-}
-
-// watcher runs at most one watch per node address.
-type watcher struct {
+// monitor follows one Cluster client's masters.
+type monitor struct {
 	cluster *redis.ClusterClient
-	every   time.Duration
+	conns   *conns
+	wake    chan struct{}
 
-	mu       sync.Mutex
-	watching map[string]bool
+	mu      sync.Mutex
+	failing map[string]*redis.Client // nodes that failed at the connection, by address
+	masters map[string]bool          // the masters of the last slot map read
 }
 
-// failed starts watching node unless a watch of its address is running.
-func (w *watcher) failed(node *redis.Client) {
+// failed records that node failed at the connection and wakes the monitor.
+func (m *monitor) failed(node *redis.Client) {
 	addr := node.Options().Addr
-	w.mu.Lock()
-	if w.watching[addr] {
-		w.mu.Unlock()
-		return
+	m.mu.Lock()
+	_, known := m.failing[addr]
+	m.failing[addr] = node
+	m.mu.Unlock()
+	if !known {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
 	}
-	w.watching[addr] = true
-	w.mu.Unlock()
-	go func() {
-		defer func() {
-			w.mu.Lock()
-			delete(w.watching, addr)
-			w.mu.Unlock()
-		}()
-		w.watch(node, addr)
-	}()
 }
 
-// watch re-reads the slot map every interval until addr is no longer a master in it (a replica
-// took over) or the node answers PING (it was only paused or restarted in time). It ends when the
-// client is closed.
-func (w *watcher) watch(node *redis.Client, addr string) {
-	for deadline := time.Now().Add(watchBudget); time.Now().Before(deadline); {
-		time.Sleep(w.every)
-		stillMaster, err := w.reload(addr)
+// run re-reads the slot map until the client is closed.
+func (m *monitor) run() {
+	for {
+		m.mu.Lock()
+		every := PollInterval
+		if len(m.failing) > 0 {
+			every = WatchInterval
+		}
+		m.mu.Unlock()
+		select {
+		case <-m.wake:
+		case <-time.After(every):
+		}
+		masters, err := m.reload()
 		if errors.Is(err, redis.ErrClosed) {
 			return
 		}
-		if err == nil && !stillMaster {
-			return
+		if err != nil {
+			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
-		err = node.Ping(ctx).Err()
-		cancel()
-		if err == nil || errors.Is(err, redis.ErrClosed) {
-			return
+		m.mu.Lock()
+		for addr := range m.masters {
+			if !masters[addr] {
+				m.conns.cut(addr) // replaced: nothing it answers from now on may be taken
+			}
+		}
+		m.masters = masters
+		var check []*redis.Client
+		for addr, node := range m.failing {
+			if !masters[addr] {
+				delete(m.failing, addr)
+			} else {
+				check = append(check, node)
+			}
+		}
+		m.mu.Unlock()
+		for _, node := range check { // still a master: watch it until it answers
+			ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+			err := node.Ping(ctx).Err()
+			cancel()
+			if err == nil || errors.Is(err, redis.ErrClosed) {
+				m.mu.Lock()
+				delete(m.failing, node.Options().Addr)
+				m.mu.Unlock()
+			}
 		}
 	}
 }
 
-// reload re-reads the slot map now (ForEachMaster reloads before it iterates) and reports whether
-// addr is still one of its masters.
-func (w *watcher) reload(addr string) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+// reload re-reads the slot map now (ForEachMaster reloads before it iterates) and returns its
+// masters' addresses.
+func (m *monitor) reload() (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
 	defer cancel()
-	var (
-		mu    sync.Mutex
-		found bool
-	)
-	err := w.cluster.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
-		if m.Options().Addr == addr {
-			mu.Lock()
-			found = true
-			mu.Unlock()
-		}
+	var mu sync.Mutex
+	masters := map[string]bool{}
+	err := m.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		masters[c.Options().Addr] = true
+		mu.Unlock()
 		return nil
 	})
-	return found, err
+	return masters, err
 }
 
-// nodeHook reports a node's connection failures to the watcher.
+// nodeHook reports a node's connection failures to the monitor.
 type nodeHook struct {
-	w    *watcher
+	m    *monitor
 	node *redis.Client
 }
 
@@ -129,7 +166,7 @@ func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
 		if connectionFailed(err) {
-			h.w.failed(h.node)
+			h.m.failed(h.node)
 		}
 		return err
 	}
@@ -139,7 +176,7 @@ func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
 		if connectionFailed(err) {
-			h.w.failed(h.node)
+			h.m.failed(h.node)
 		}
 		return err
 	}
@@ -154,4 +191,59 @@ func connectionFailed(err error) bool {
 	}
 	var reply redis.Error
 	return !errors.As(err, &reply)
+}
+
+// conns remembers the connections dialled to each address, so that they can be cut. The pool
+// closes them as usual; closed ones are forgotten at the next dial to the same address.
+type conns struct {
+	mu     sync.Mutex
+	byAddr map[string][]net.Conn
+}
+
+// dialer wraps dial; the connection itself is returned as it is (the pool's health check needs
+// the raw socket).
+func (r *conns) dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		open := r.byAddr[addr][:0]
+		for _, o := range r.byAddr[addr] {
+			if !closed(o) {
+				open = append(open, o)
+			}
+		}
+		r.byAddr[addr] = append(open, c)
+		r.mu.Unlock()
+		return c, nil
+	}
+}
+
+// cut closes every connection to addr: a command waiting on one fails at once.
+func (r *conns) cut(addr string) {
+	r.mu.Lock()
+	cs := r.byAddr[addr]
+	delete(r.byAddr, addr)
+	r.mu.Unlock()
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+// closed reports whether c was closed (by the pool): its descriptor is gone.
+func closed(c net.Conn) bool {
+	if n, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS
+		c = n.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	return rc.Control(func(uintptr) {}) != nil
 }

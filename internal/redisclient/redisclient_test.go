@@ -52,6 +52,11 @@ func (w *writer) firstAfter(t time.Time) time.Time {
 // go-redis client, which waits for a MOVED that a dead node cannot send or for its 60 s reload,
 // is still failing seconds after it. That difference is the cause of the stall the watch removes.
 func TestClusterFailoverWatch(t *testing.T) {
+	t.Run("kill", func(t *testing.T) { failoverWatch(t, false) })
+	t.Run("pause", func(t *testing.T) { failoverWatch(t, true) })
+}
+
+func failoverWatch(t *testing.T, pause bool) {
 	c := testsrv.StartCluster(t)
 	opts := func() *redis.UniversalOptions {
 		return &redis.UniversalOptions{Addrs: c.Addrs(), IsClusterMode: true, DialTimeout: time.Second,
@@ -75,7 +80,12 @@ func TestClusterFailoverWatch(t *testing.T) {
 		t.Fatal("the writers did not write before the kill")
 	}
 	old := c.MasterOf(key)
-	old.Kill()
+	if pause {
+		old.Pause()
+		defer old.Resume()
+	} else {
+		old.Kill()
+	}
 	killed := time.Now()
 	_, took := c.WaitFailover(old, key, time.Minute)
 	promoted := killed.Add(took)
