@@ -20,6 +20,7 @@ package redisclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"syscall"
@@ -45,7 +46,7 @@ const (
 // set, is kept for the other kinds; a Cluster client dials through the monitor's.
 func New(o *redis.UniversalOptions) redis.UniversalClient {
 	if o.MasterName == "" && (o.IsClusterMode || len(o.Addrs) > 1) {
-		reg := &conns{byAddr: map[string][]net.Conn{}}
+		reg := &conns{byAddr: map[string][]net.Conn{}, replaced: map[string]bool{}}
 		dial := o.Dialer
 		if dial == nil {
 			dial = redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig})
@@ -115,6 +116,7 @@ func (m *monitor) run() {
 				m.conns.cut(addr) // replaced: nothing it answers from now on may be taken
 			}
 		}
+		m.conns.reinstate(masters)
 		m.masters = masters
 		var check []*redis.Client
 		for addr, node := range m.failing {
@@ -194,16 +196,28 @@ func connectionFailed(err error) bool {
 }
 
 // conns remembers the connections dialled to each address, so that they can be cut. The pool
-// closes them as usual; closed ones are forgotten at the next dial to the same address.
+// closes them as usual; closed ones are forgotten at the next dial to the same address. An
+// address that was cut is not dialled again until it is a master again: go-redis retries a
+// failed command on the same node once, and that retry must not wait on the replaced master.
 type conns struct {
-	mu     sync.Mutex
-	byAddr map[string][]net.Conn
+	mu       sync.Mutex
+	byAddr   map[string][]net.Conn
+	replaced map[string]bool
 }
+
+// errReplaced is the dial error for an address that is no longer a master.
+var errReplaced = errors.New("redisclient: the node was replaced as master; not dialling it until it is one again")
 
 // dialer wraps dial; the connection itself is returned as it is (the pool's health check needs
 // the raw socket).
 func (r *conns) dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		r.mu.Lock()
+		replaced := r.replaced[addr]
+		r.mu.Unlock()
+		if replaced {
+			return nil, fmt.Errorf("dial %s: %w", addr, errReplaced)
+		}
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
@@ -226,9 +240,21 @@ func (r *conns) cut(addr string) {
 	r.mu.Lock()
 	cs := r.byAddr[addr]
 	delete(r.byAddr, addr)
+	r.replaced[addr] = true
 	r.mu.Unlock()
 	for _, c := range cs {
 		_ = c.Close()
+	}
+}
+
+// reinstate lets the addresses that are masters (again) be dialled.
+func (r *conns) reinstate(masters map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for addr := range r.replaced {
+		if masters[addr] {
+			delete(r.replaced, addr)
+		}
 	}
 }
 

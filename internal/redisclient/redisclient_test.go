@@ -2,8 +2,8 @@ package redisclient
 
 import (
 	"context"
+	"sort"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,45 +12,69 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// writer increments key through client every 10 ms and records when each INCR succeeded.
-type writer struct {
-	mu sync.Mutex
-	ok []time.Time
-	n  atomic.Int64 // last value read back
+// writers increment one key through one client, several at once, each every 10 ms, and record
+// every value an INCR was answered with and when.
+type writers struct {
+	mu   sync.Mutex
+	ok   []time.Time
+	vals []int64
 }
 
-func (w *writer) run(ctx context.Context, client redis.UniversalClient, key string, done *sync.WaitGroup) {
-	defer done.Done()
-	for ctx.Err() == nil {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		v, err := client.Incr(cctx, key).Result()
-		cancel()
-		if err == nil {
-			w.n.Store(v)
-			w.mu.Lock()
-			w.ok = append(w.ok, time.Now())
-			w.mu.Unlock()
-		}
-		time.Sleep(10 * time.Millisecond)
+func (w *writers) run(ctx context.Context, client redis.UniversalClient, key string, n int, done *sync.WaitGroup) {
+	for range n {
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			for ctx.Err() == nil {
+				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				v, err := client.Incr(cctx, key).Result()
+				cancel()
+				if err == nil {
+					w.mu.Lock()
+					w.ok = append(w.ok, time.Now())
+					w.vals = append(w.vals, v)
+					w.mu.Unlock()
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
 	}
 }
 
 // firstAfter is the first success after t, or the zero time.
-func (w *writer) firstAfter(t time.Time) time.Time {
+func (w *writers) firstAfter(t time.Time) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	var first time.Time
 	for _, s := range w.ok {
-		if s.After(t) {
-			return s
+		if s.After(t) && (first.IsZero() || s.Before(first)) {
+			first = s
 		}
 	}
-	return time.Time{}
+	return first
 }
 
-// TestClusterFailoverWatch kills the master of a key under two clients with the gateway's
-// timeouts: the one built by New writes again within about a second of the promotion; the plain
-// go-redis client, which waits for a MOVED that a dead node cannot send or for its 60 s reload,
-// is still failing seconds after it. That difference is the cause of the stall the watch removes.
+// duplicates counts the INCR answers given twice: each value is answered once by one history of
+// the key, so a duplicate is an answer from the replaced master's discarded history.
+func (w *writers) duplicates() (dup int, maxVal int64) {
+	w.mu.Lock()
+	vals := append([]int64(nil), w.vals...)
+	w.mu.Unlock()
+	sort.Slice(vals, func(i, j int) bool { return vals[i] < vals[j] })
+	for i, v := range vals {
+		if i > 0 && v == vals[i-1] {
+			dup++
+		}
+		maxVal = max(maxVal, v)
+	}
+	return dup, maxVal
+}
+
+// TestClusterFailoverWatch kills, or stops, the master of a key under two clients with the
+// gateway's timeouts. The one built by New writes again within about a second of the promotion,
+// and never takes an answer from the replaced master; the plain go-redis client, which waits for
+// a MOVED that a dead node cannot send or for its 60 s reload, is still failing seconds after the
+// promotion. That difference is the cause of the stall the monitor removes.
 func TestClusterFailoverWatch(t *testing.T) {
 	t.Run("kill", func(t *testing.T) { failoverWatch(t, false) })
 	t.Run("pause", func(t *testing.T) { failoverWatch(t, true) })
@@ -66,49 +90,75 @@ func failoverWatch(t *testing.T, pause bool) {
 	plain := redis.NewUniversalClient(opts())
 	t.Cleanup(func() { _ = watched.Close(); _ = plain.Close() })
 
-	const key = "{flash}:n"
+	// One key per client: the plain client's answers from the old master must not count against
+	// the watched one.
+	const wkey, pkey = "{flash}:watched", "{flash}:plain"
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	var ww, wp writer
-	wg.Add(2)
-	go ww.run(ctx, watched, key, &wg)
-	go wp.run(ctx, plain, key, &wg)
+	var ww, wp writers
+	ww.run(ctx, watched, wkey, 8, &wg)
+	wp.run(ctx, plain, pkey, 8, &wg)
 	defer func() { cancel(); wg.Wait() }()
 
 	time.Sleep(500 * time.Millisecond)
 	if ww.firstAfter(time.Time{}).IsZero() || wp.firstAfter(time.Time{}).IsZero() {
-		t.Fatal("the writers did not write before the kill")
+		t.Fatal("the writers did not write before the fault")
 	}
-	old := c.MasterOf(key)
+	old := c.MasterOf(wkey)
 	if pause {
 		old.Pause()
-		defer old.Resume()
 	} else {
 		old.Kill()
 	}
-	killed := time.Now()
-	_, took := c.WaitFailover(old, key, time.Minute)
-	promoted := killed.Add(took)
+	failed := time.Now()
+	promoted, took := c.WaitFailover(old, wkey, time.Minute)
+	promotion := failed.Add(took)
 
-	// Generous on a loaded machine: the watch re-reads the map every 250 ms.
+	// Generous on a loaded machine: the monitor re-reads the map every 250 ms.
 	var first time.Time
-	for deadline := promoted.Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if first = ww.firstAfter(killed); !first.IsZero() {
+	for deadline := promotion.Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if first = ww.firstAfter(failed); !first.IsZero() {
 			break
 		}
 	}
 	if first.IsZero() {
-		t.Fatalf("the watched client did not write within 10 s of the promotion (%s after the kill)", took)
+		t.Fatalf("the watched client did not write within 10 s of the promotion (%s after the fault)", took)
 	}
 	time.Sleep(3 * time.Second)
-	plainFirst := wp.firstAfter(killed)
-	t.Logf("kill → promotion %s; first write after the kill: watched client %s after the kill (%s after the promotion); plain go-redis client: %v",
-		took.Round(time.Millisecond), first.Sub(killed).Round(time.Millisecond), first.Sub(promoted).Round(time.Millisecond),
-		map[bool]string{true: "none yet", false: plainFirst.Sub(killed).Round(time.Millisecond).String()}[plainFirst.IsZero()])
-	if d := first.Sub(promoted); d > 3*time.Second {
-		t.Errorf("the watched client wrote again %s after the promotion, want about a second", d)
+	plainFirst := wp.firstAfter(failed)
+	if pause { // the old master continues with the writers' commands in its sockets
+		old.Resume()
+		c.WaitHealthy()
+		time.Sleep(time.Second)
+	}
+	cancel()
+	wg.Wait()
+	dupW, maxW := ww.duplicates()
+	dupP, _ := wp.duplicates()
+	pc := promoted.Client()
+	defer func() { _ = pc.Close() }()
+	onNew, err := pc.Get(context.Background(), wkey).Int64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainAt := "none yet"
+	if !plainFirst.IsZero() {
+		plainAt = plainFirst.Sub(failed).Round(time.Millisecond).String()
+	}
+	t.Logf("fault → promotion %s; first write after the fault: monitored client %s (%s after the promotion), plain go-redis client %s; "+
+		"answers from the replaced master taken: monitored %d, plain %d",
+		took.Round(time.Millisecond), first.Sub(failed).Round(time.Millisecond), first.Sub(promotion).Round(time.Millisecond),
+		plainAt, dupW, dupP)
+	if d := first.Sub(promotion); d > 3*time.Second {
+		t.Errorf("the monitored client wrote again %s after the promotion, want about a second", d)
 	}
 	if !plainFirst.IsZero() {
-		t.Errorf("the plain client wrote again %s after the kill: the stall this package removes was not reproduced", plainFirst.Sub(killed))
+		t.Errorf("the plain client wrote again %s after the fault: the stall this package removes was not reproduced", plainFirst.Sub(failed))
+	}
+	if dupW > 0 {
+		t.Errorf("the monitored client took %d answers from the replaced master (values answered twice)", dupW)
+	}
+	if maxW > onNew {
+		t.Errorf("the monitored client was answered %d, but the new master holds %d", maxW, onNew)
 	}
 }

@@ -271,7 +271,7 @@ func (c *Cluster) WaitFailover(old *Redis, key string, timeout time.Duration) (*
 // slotMaster asks this node which address serves key's slot (CLUSTER SHARDS would do as well;
 // CLUSTER SLOTS is what clients read).
 func (r *Redis) slotMaster(ctx context.Context, key string) (string, error) {
-	cl := r.client()
+	cl := r.Client()
 	defer func() { _ = cl.Close() }()
 	slot, err := cl.ClusterKeySlot(ctx, key).Result()
 	if err != nil {
@@ -302,15 +302,16 @@ func (r *Redis) busPort() string {
 // Running reports whether the server process is up (it may be paused).
 func (r *Redis) Running() bool { return r.cmd != nil }
 
-// client is a one-off go-redis client of this server that neither retries nor waits long.
-func (r *Redis) client() *redis.Client {
+// Client returns a go-redis client of this server alone that neither retries nor waits long; the
+// caller closes it.
+func (r *Redis) Client() *redis.Client {
 	return redis.NewClient(&redis.Options{Addr: r.Addr, DialTimeout: time.Second,
 		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1, PoolSize: 1})
 }
 
 // cmd1 runs one command on this server and returns its reply as a string.
 func (r *Redis) cmd1(ctx context.Context, args ...string) (string, error) {
-	cl := r.client()
+	cl := r.Client()
 	defer func() { _ = cl.Close() }()
 	a := make([]any, len(args))
 	for i, s := range args {
