@@ -16,6 +16,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
 	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
 )
 
 // pool keeps the state that must outlive a config reload: stores (a memory store is the sale
@@ -39,6 +40,10 @@ const (
 	// stalled Redis costs a buyer about a second before 503 busy (and then nothing, once the
 	// breaker is open), not the client's read timeout times its attempts.
 	admitTimeout = time.Second
+	// breakerOpenTimeout is how long the breaker stays open before one trial call: a failover
+	// ends within about a second of the promotion (docs/failover.md), and the library's 2 s
+	// would add up to 2 s of 503 to it. A trial every half second costs a dead Redis nothing.
+	breakerOpenTimeout = 500 * time.Millisecond
 )
 
 // backend is the shared admission state of one store configuration.
@@ -93,7 +98,9 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.store = admission.NewMemoryStore(admission.MemoryOptions{})
 		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
 	case storeRedis:
-		b.client = redis.NewUniversalClient(&redis.UniversalOptions{
+		// redisclient adds what a Cluster failover needs: go-redis alone keeps sending a dead
+		// master's slots to its address for up to a minute (docs/failover.md).
+		b.client = redisclient.New(&redis.UniversalOptions{
 			Addrs:         s.Addresses,
 			Username:      s.Username,
 			Password:      s.Password,
@@ -144,13 +151,14 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.captchas = captcha.NewRedisStore(b.client, prefix)
 		b.gcra = ratelimit.NewGCRA(b.client, prefix)
 	}
-	var timeout time.Duration
+	var timeout, open time.Duration
 	if b.client != nil { // the memory store answers in microseconds and cannot stall
-		timeout = admitTimeout
+		timeout, open = admitTimeout, breakerOpenTimeout
 	}
 	b.guard = admission.NewGuard(b.store, admission.GuardOptions{
 		Name:         "seckill",
 		AdmitTimeout: timeout,
+		OpenTimeout:  open,
 		OnStateChange: func(name string, from, to gobreaker.State) {
 			logger.Warn("admission circuit breaker", zap.String("breaker", name),
 				zap.Stringer("from", from), zap.Stringer("to", to))

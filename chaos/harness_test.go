@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
@@ -114,52 +115,121 @@ func newActivity(id string, stock, limit int64) activity {
 	return activity{id: id, stock: stock, limit: limit, start: now.Add(-time.Minute), end: now.Add(time.Hour)}
 }
 
-// env is one scenario's private deployment: redis-server, PostgreSQL, the gateways and order
-// backends it starts, and the test's own view of Redis and the database.
+// topology is the Redis deployment a scenario runs on.
+type topology int
+
+const (
+	single   topology = iota // one redis-server
+	cluster                  // three masters, three replicas (testsrv.StartCluster)
+	sentinel                 // master, replica, three sentinels (testsrv.StartSentinel)
+)
+
+func (tp topology) String() string { return [...]string{"single", "cluster", "sentinel"}[tp] }
+
+// env is one scenario's private deployment: Redis, PostgreSQL, the gateways and order backends it
+// starts, and the test's own view of Redis and the database.
 type env struct {
 	t    *testing.T
 	mode mode
 	act  activity
 	dir  string
 
-	redis *testsrv.Redis
-	pg    *testsrv.Postgres
-	dsn   string
+	topo     topology
+	redis    *testsrv.Redis    // single
+	cluster  *testsrv.Cluster  // cluster
+	sentinel *testsrv.Sentinel // sentinel
+	pg       *testsrv.Postgres
+	dsn      string
 
-	// storeOptions are extra lines for the gateways' `store redis` block.
-	storeOptions string
+	// storeOptions are extra lines for the gateways' `store redis` block; seckillOptions extra
+	// lines of their `seckill` block.
+	storeOptions, seckillOptions string
 
-	rdb   *redis.Client          // raw commands: INFO, XPENDING, XINFO
+	rdb   redis.UniversalClient  // raw commands: INFO, XPENDING, XINFO
 	store *admission.RedisStore  // what Reconcile reads
 	repo  *orderbackend.Postgres // opened on first use (the backends migrate the database)
 }
 
 // newEnv starts redis-server (AOF, appendfsync everysec) and PostgreSQL for act.
-func newEnv(t *testing.T, act activity) *env {
+func newEnv(t *testing.T, act activity) *env { return newEnvOn(t, act, single) }
+
+// newEnvOn starts Redis in the given topology (every server with AOF, appendfsync everysec) and
+// PostgreSQL for act.
+func newEnvOn(t *testing.T, act activity, topo topology) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("the chaos suite builds and runs real servers")
 	}
 	bins.build(t)
-	e := &env{t: t, mode: currentMode(), act: act, dir: t.TempDir()}
-	e.redis = testsrv.StartRedis(t, testsrv.WithAOF("everysec"))
-	e.onFailure("redis-server", filepath.Join(e.redis.Dir, "redis.log"))
+	e := &env{t: t, mode: currentMode(), act: act, dir: t.TempDir(), topo: topo}
+	aof := testsrv.WithAOF("everysec")
+	switch topo {
+	case single:
+		e.redis = testsrv.StartRedis(t, aof)
+		e.onFailure("redis-server", filepath.Join(e.redis.Dir, "redis.log"))
+	case cluster:
+		e.cluster = testsrv.StartCluster(t, testsrv.WithNodeOptions(aof))
+		for i, n := range e.cluster.Nodes {
+			e.onFailure(fmt.Sprintf("redis node %d (%s)", i, n.Addr), filepath.Join(n.Dir, "redis.log"))
+		}
+	case sentinel:
+		e.sentinel = testsrv.StartSentinel(t, testsrv.WithServerOptions(aof))
+		for i, n := range append(append([]*testsrv.Redis(nil), e.sentinel.Servers...), e.sentinel.Sentinels...) {
+			e.onFailure(fmt.Sprintf("redis %d (%s)", i, n.Addr), filepath.Join(n.Dir, "redis.log"))
+		}
+	}
 	e.pg = testsrv.StartPostgres(t)
 	e.onFailure("postgres", filepath.Join(e.pg.Dir, "postgres.log"))
 	e.dsn = e.pg.Database(t, "orders")
 
-	e.rdb = redis.NewClient(&redis.Options{Addr: e.redis.Addr, DialTimeout: time.Second,
-		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1})
+	// The test's own clients go through redisclient too: they must find a promoted master.
+	e.rdb = redisclient.New(e.clientOptions(&redis.UniversalOptions{DialTimeout: time.Second,
+		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1}))
 	t.Cleanup(func() { _ = e.rdb.Close() })
 	var err error
-	e.store, err = admission.NewRedisStore(redis.NewClient(&redis.Options{Addr: e.redis.Addr}),
+	e.store, err = admission.NewRedisStore(redisclient.New(e.clientOptions(&redis.UniversalOptions{})),
 		admission.RedisOptions{KeyPrefix: keyPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = e.store.Close() })
-	t.Logf("mode full=%v: redis %s, postgres port %d", e.mode.full, e.redis.Addr, e.pg.Port)
+	t.Logf("mode full=%v: redis %s %v, postgres port %d", e.mode.full, topo, e.redisAddrs(), e.pg.Port)
 	return e
+}
+
+// redisAddrs are the addresses a client is given: the server, the cluster's nodes or the
+// sentinels.
+func (e *env) redisAddrs() []string {
+	switch e.topo {
+	case cluster:
+		return e.cluster.Addrs()
+	case sentinel:
+		return e.sentinel.Addrs()
+	}
+	return []string{e.redis.Addr}
+}
+
+// clientOptions fills in o's addresses and mode for the topology.
+func (e *env) clientOptions(o *redis.UniversalOptions) *redis.UniversalOptions {
+	o.Addrs = e.redisAddrs()
+	switch e.topo {
+	case cluster:
+		o.IsClusterMode = true
+	case sentinel:
+		o.MasterName = testsrv.SentinelMaster
+	}
+	return o
+}
+
+// storeLines is the topology's part of the gateways' `store redis` block.
+func (e *env) storeLines() string {
+	switch e.topo {
+	case cluster:
+		return "cluster\n\t\t\t" + e.storeOptions
+	case sentinel:
+		return "sentinel " + testsrv.SentinelMaster + "\n\t\t\t" + e.storeOptions
+	}
+	return e.storeOptions
 }
 
 // onFailure prints the end of a log when the test has failed. Registered after the server that
@@ -325,6 +395,7 @@ func (e *env) caddyfile(port int) string {
 		store redis %s {
 			%s
 		}
+		%s
 		jwt {
 			algorithms HS256
 			hmac_secret %s
@@ -348,7 +419,7 @@ http://:%d {
 	}
 	metrics /metrics
 }
-`, e.redis.Addr, e.storeOptions, jwtSecret, urlSecret, a.id, a.stock, a.limit,
+`, strings.Join(e.redisAddrs(), " "), e.storeLines(), e.seckillOptions, jwtSecret, urlSecret, a.id, a.stock, a.limit,
 		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), port)
 }
 
@@ -434,8 +505,12 @@ func (e *env) startBackend(name string, claimIdle time.Duration) *backend {
 		e.t.Fatal(err)
 	}
 	b := &backend{consumer: name, listen: fmt.Sprintf("127.0.0.1:%d", port)}
-	b.proc = e.newProc(name, bins.orderbackend, []string{"run", "-redis", e.redis.Addr, "-db", e.dsn,
-		"-listen", b.listen, "-name", name, "-claim-idle", claimIdle.String()},
+	args := []string{"run", "-redis", strings.Join(e.redisAddrs(), ","), "-db", e.dsn,
+		"-listen", b.listen, "-name", name, "-claim-idle", claimIdle.String()}
+	if e.topo == sentinel {
+		args = append(args, "-redis-sentinel", testsrv.SentinelMaster)
+	}
+	b.proc = e.newProc(name, bins.orderbackend, args,
 		[]string{"SECKILL_JWT_SECRET=" + jwtSecret})
 	e.waitConsumer(b)
 	return b

@@ -8,10 +8,10 @@ import (
 )
 
 // Bounds of the gateway's Redis client and breaker (caddymodule/README.md, "Redis client"): one
-// command retry, and a breaker that lets a trial call through every two seconds while open.
+// command retry, and a breaker that lets a trial call through every half second while open.
 const (
 	gatewayCommandRetries = 1
-	breakerOpenTimeout    = 2 * time.Second
+	breakerOpenTimeout    = 500 * time.Millisecond
 )
 
 // TestRedisPaused is scenario 2: redis-server is stopped (SIGSTOP) for 5 s mid-sale, then

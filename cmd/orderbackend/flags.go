@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
@@ -19,6 +20,7 @@ type common struct {
 	redisAddrs    string
 	redisPassword string
 	redisDB       int
+	redisSentinel string
 	keyPrefix     string
 	autoPipeline  bool
 	db            string
@@ -46,7 +48,8 @@ func envBool(name string, def bool) bool {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.redisAddrs, "redis", env("SECKILL_REDIS_ADDR", ""), "Redis address(es), comma-separated for a cluster [SECKILL_REDIS_ADDR]")
+	fs.StringVar(&c.redisAddrs, "redis", env("SECKILL_REDIS_ADDR", ""), "Redis address(es), comma-separated for a cluster or the sentinels [SECKILL_REDIS_ADDR]")
+	fs.StringVar(&c.redisSentinel, "redis-sentinel", env("SECKILL_REDIS_SENTINEL", ""), "master name: -redis lists the sentinels that monitor it [SECKILL_REDIS_SENTINEL]")
 	fs.StringVar(&c.redisPassword, "redis-password", env("SECKILL_REDIS_PASSWORD", ""), "Redis password [SECKILL_REDIS_PASSWORD]")
 	fs.IntVar(&c.redisDB, "redis-db", envInt("SECKILL_REDIS_DB", 0), "Redis database number [SECKILL_REDIS_DB]")
 	fs.StringVar(&c.keyPrefix, "key-prefix", env("SECKILL_KEY_PREFIX", "seckill"), "store key prefix, as configured at the edge [SECKILL_KEY_PREFIX]")
@@ -64,8 +67,11 @@ func (c *common) open(ctx context.Context) (admission.Store, orderbackend.Reposi
 	if err != nil {
 		return nil, nil, err
 	}
-	client := redis.NewUniversalClient(&redis.UniversalOptions{
+	// redisclient: the consumer goes on reading a failed-over Cluster master's stream on its
+	// replica within about a second of the promotion (docs/failover.md).
+	client := redisclient.New(&redis.UniversalOptions{
 		Addrs: strings.Split(c.redisAddrs, ","), Password: c.redisPassword, DB: c.redisDB,
+		MasterName: c.redisSentinel,
 	})
 	// The auto-pipeliner groups the result reads of a batch's concurrent publishes: about a
 	// quarter less redis-server CPU per order (orderbackend/README.md, "Batches").

@@ -56,28 +56,38 @@ func RedisServerPath() (string, error) {
 // StartRedis starts a private redis-server and registers its shutdown with t.Cleanup.
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
-	bin, err := RedisServerPath()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &Redis{t: t, Dir: t.TempDir()}
 	var extra []string
 	for _, o := range opts {
 		o(&extra)
 	}
+	return startRedis(t, t.TempDir(), func(int) (first, last []string, err error) { return nil, extra, nil })
+}
+
+// startRedis starts a redis-server in dir on a free port. args returns, for the port chosen, the
+// arguments put before the common ones (a config file must come first) and after them.
+func startRedis(t testing.TB, dir string, args func(port int) (first, last []string, err error)) *Redis {
+	t.Helper()
+	bin, err := RedisServerPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &Redis{t: t, Dir: dir}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		port, err := FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
+		first, last, err := args(port)
+		if err != nil {
+			t.Fatal(err)
+		}
 		r.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		r.args = append([]string{
+		r.args = append(append([]string{bin}, first...),
 			"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", r.Dir,
 			"--save", "", "--appendonly", "no", "--daemonize", "no",
-			"--logfile", filepath.Join(r.Dir, "redis.log"), "--protected-mode", "no",
-		}, extra...)
-		r.args = append([]string{bin}, r.args...)
+			"--logfile", filepath.Join(r.Dir, "redis.log"), "--protected-mode", "no")
+		r.args = append(r.args, last...)
 		if lastErr = r.start(); lastErr == nil {
 			t.Cleanup(r.Stop)
 			return r

@@ -1,0 +1,275 @@
+// Package redisclient builds the go-redis clients of the gateway and of the order backend, so
+// that both survive a Redis Cluster failover within about a second of the promotion, and take no
+// answer from a master after its replica took over.
+//
+// go-redis (v9.23.0) re-reads a Cluster's slot map only when a node answers MOVED or READONLY, or
+// when the map is older than ClusterStateReloadInterval (60 s by default). A master killed by
+// SIGKILL answers nothing, so every command for its slots keeps going to the dead address until
+// the periodic reload: 30 to 60 s of failures after the replica took over (docs/failover.md). And
+// a master stopped (SIGSTOP, a frozen VM) longer than cluster-node-timeout runs the commands
+// waiting in its sockets when it continues, before it learns that it was replaced: an admission
+// it answers then is lost with its data, and a stream read it answers hands the order backend
+// wins the new master never made.
+//
+// New adds a monitor to a Cluster client. It re-reads the slot map every PollInterval, and every
+// WatchInterval while a node that failed at the connection (refused, reset, timed out) is still a
+// master in it; and when a master drops out of the map, it closes every connection to it, so that
+// no command still waiting there can take its answer.
+package redisclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Monitor timing. A CLUSTER SLOTS every 250 ms per client during an outage, and every second
+// otherwise, costs Redis nothing noticeable; a Cluster promotes a replica after
+// cluster-node-timeout plus about a second.
+const (
+	WatchInterval = 250 * time.Millisecond
+	PollInterval  = time.Second
+	// pingTimeout bounds the check that a failed node answers again.
+	pingTimeout = 250 * time.Millisecond
+	// reloadTimeout bounds one re-read of the slot map. go-redis asks the nodes in a random
+	// order, and a stopped one holds the read until this expires; the next tick asks again.
+	reloadTimeout = 500 * time.Millisecond
+)
+
+// New returns redis.NewUniversalClient(o), monitored when it is a Cluster client. o.Dialer, if
+// set, is kept for the other kinds; a Cluster client dials through the monitor's.
+func New(o *redis.UniversalOptions) redis.UniversalClient {
+	if o.MasterName == "" && (o.IsClusterMode || len(o.Addrs) > 1) {
+		reg := &conns{byAddr: map[string][]net.Conn{}, replaced: map[string]bool{}}
+		dial := o.Dialer
+		if dial == nil {
+			dial = redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig})
+		}
+		oo := *o
+		oo.Dialer = reg.dialer(dial)
+		c := redis.NewUniversalClient(&oo)
+		if cc, ok := c.(*redis.ClusterClient); ok {
+			m := &monitor{cluster: cc, conns: reg, wake: make(chan struct{}, 1), failing: map[string]*redis.Client{}}
+			cc.OnNewNode(func(node *redis.Client) { node.AddHook(nodeHook{m: m, node: node}) })
+			go m.run()
+		}
+		return c
+	}
+	return redis.NewUniversalClient(o)
+}
+
+// monitor follows one Cluster client's masters.
+type monitor struct {
+	cluster *redis.ClusterClient
+	conns   *conns
+	wake    chan struct{}
+
+	mu      sync.Mutex
+	failing map[string]*redis.Client // nodes that failed at the connection, by address
+	masters map[string]bool          // the masters of the last slot map read
+}
+
+// failed records that node failed at the connection and wakes the monitor.
+func (m *monitor) failed(node *redis.Client) {
+	addr := node.Options().Addr
+	m.mu.Lock()
+	_, known := m.failing[addr]
+	m.failing[addr] = node
+	m.mu.Unlock()
+	if !known {
+		select {
+		case m.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run re-reads the slot map until the client is closed.
+func (m *monitor) run() {
+	for {
+		m.mu.Lock()
+		every := PollInterval
+		if len(m.failing) > 0 {
+			every = WatchInterval
+		}
+		m.mu.Unlock()
+		select {
+		case <-m.wake:
+		case <-time.After(every):
+		}
+		masters, err := m.reload()
+		if errors.Is(err, redis.ErrClosed) {
+			return
+		}
+		if err != nil {
+			continue
+		}
+		m.mu.Lock()
+		for addr := range m.masters {
+			if !masters[addr] {
+				m.conns.cut(addr) // replaced: nothing it answers from now on may be taken
+			}
+		}
+		m.conns.reinstate(masters)
+		m.masters = masters
+		var check []*redis.Client
+		for addr, node := range m.failing {
+			if !masters[addr] {
+				delete(m.failing, addr)
+			} else {
+				check = append(check, node)
+			}
+		}
+		m.mu.Unlock()
+		for _, node := range check { // still a master: watch it until it answers
+			ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+			err := node.Ping(ctx).Err()
+			cancel()
+			if err == nil || errors.Is(err, redis.ErrClosed) {
+				m.mu.Lock()
+				delete(m.failing, node.Options().Addr)
+				m.mu.Unlock()
+			}
+		}
+	}
+}
+
+// reload re-reads the slot map now (ForEachMaster reloads before it iterates) and returns its
+// masters' addresses.
+func (m *monitor) reload() (map[string]bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	masters := map[string]bool{}
+	err := m.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		mu.Lock()
+		masters[c.Options().Addr] = true
+		mu.Unlock()
+		return nil
+	})
+	return masters, err
+}
+
+// nodeHook reports a node's connection failures to the monitor.
+type nodeHook struct {
+	m    *monitor
+	node *redis.Client
+}
+
+func (h nodeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if connectionFailed(err) {
+			h.m.failed(h.node)
+		}
+		return err
+	}
+}
+
+func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		if connectionFailed(err) {
+			h.m.failed(h.node)
+		}
+		return err
+	}
+}
+
+// connectionFailed reports an error that says nothing about the command and may mean the node is
+// gone: not a reply of the server (a script error, MOVED, redis.Nil), not the client closing, not
+// the caller giving up.
+func connectionFailed(err error) bool {
+	if err == nil || errors.Is(err, redis.ErrClosed) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var reply redis.Error
+	return !errors.As(err, &reply)
+}
+
+// conns remembers the connections dialled to each address, so that they can be cut. The pool
+// closes them as usual; closed ones are forgotten at the next dial to the same address. An
+// address that was cut is not dialled again until it is a master again: go-redis retries a
+// failed command on the same node once, and that retry must not wait on the replaced master.
+type conns struct {
+	mu       sync.Mutex
+	byAddr   map[string][]net.Conn
+	replaced map[string]bool
+}
+
+// errReplaced is the dial error for an address that is no longer a master.
+var errReplaced = errors.New("redisclient: the node was replaced as master; not dialling it until it is one again")
+
+// dialer wraps dial; the connection itself is returned as it is (the pool's health check needs
+// the raw socket).
+func (r *conns) dialer(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(context.Context, string, string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		r.mu.Lock()
+		replaced := r.replaced[addr]
+		r.mu.Unlock()
+		if replaced {
+			return nil, fmt.Errorf("dial %s: %w", addr, errReplaced)
+		}
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		open := r.byAddr[addr][:0]
+		for _, o := range r.byAddr[addr] {
+			if !closed(o) {
+				open = append(open, o)
+			}
+		}
+		r.byAddr[addr] = append(open, c)
+		r.mu.Unlock()
+		return c, nil
+	}
+}
+
+// cut closes every connection to addr: a command waiting on one fails at once.
+func (r *conns) cut(addr string) {
+	r.mu.Lock()
+	cs := r.byAddr[addr]
+	delete(r.byAddr, addr)
+	r.replaced[addr] = true
+	r.mu.Unlock()
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+// reinstate lets the addresses that are masters (again) be dialled.
+func (r *conns) reinstate(masters map[string]bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for addr := range r.replaced {
+		if masters[addr] {
+			delete(r.replaced, addr)
+		}
+	}
+}
+
+// closed reports whether c was closed (by the pool): its descriptor is gone.
+func closed(c net.Conn) bool {
+	if n, ok := c.(interface{ NetConn() net.Conn }); ok { // TLS
+		c = n.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true
+	}
+	return rc.Control(func(uintptr) {}) != nil
+}
