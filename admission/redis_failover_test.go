@@ -45,9 +45,9 @@ func TestRedisFailoverLoss(t *testing.T) {
 			t.Run(fmt.Sprintf("aof_%s/replicas_ack_%d", aof, ack), func(t *testing.T) {
 				r := redisFailover(t, aof, ack, buyers)
 				t.Logf("aof %s, replicas_ack %d: %d buyers; %d answered won (%d before the hold, %d during it), "+
-					"%d of them lost on the promoted replica; %d answered not replicated (%d of their wins on the replica); "+
+					"%d of them lost on the promoted replica; %d answered not replicated (%d before the hold; %d of their wins on the replica); "+
 					"old master's AOF kept %d of the lost wins, %d after rejoining as a replica",
-					aof, ack, buyers, r.won[0]+r.won[1], r.won[0], r.won[1], r.lost, r.unconfirmed, r.unconfirmedKept, r.aofKept, r.rejoinedKept)
+					aof, ack, buyers, r.won[0]+r.won[1], r.won[0], r.won[1], r.lost, r.unconfirmed[0]+r.unconfirmed[1], r.unconfirmed[0], r.unconfirmedKept, r.aofKept, r.rejoinedKept)
 				if ack == 0 {
 					if r.won[1] == 0 || r.lost < r.won[1] {
 						t.Errorf("without replicas_ack: %d wins answered during the hold, %d lost; want all of them lost", r.won[1], r.lost)
@@ -56,8 +56,10 @@ func TestRedisFailoverLoss(t *testing.T) {
 					if r.lost != 0 {
 						t.Errorf("with replicas_ack: %d answered wins lost, want 0", r.lost)
 					}
-					if r.won[1] != 0 || r.unconfirmed != buyers-buyers/2 {
-						t.Errorf("with replicas_ack: %d wins answered during the hold and %d not replicated, want 0 and %d", r.won[1], r.unconfirmed, buyers-buyers/2)
+					// Before the hold a slow acknowledgement on a loaded machine may refuse a
+					// few; during it every buyer must be refused.
+					if r.won[1] != 0 || r.unconfirmed[1] != buyers-buyers/2 {
+						t.Errorf("with replicas_ack: %d wins answered during the hold and %d not replicated, want 0 and %d", r.won[1], r.unconfirmed[1], buyers-buyers/2)
 					}
 				}
 				// With everysec a SIGKILL may cost the AOF too: while a background fsync is slow,
@@ -77,7 +79,7 @@ func TestRedisFailoverLoss(t *testing.T) {
 type failoverResult struct {
 	won             [2]int // answered wins before and during the hold
 	lost            int    // answered wins missing on the promoted replica
-	unconfirmed     int    // ErrNotReplicated answers
+	unconfirmed     [2]int // ErrNotReplicated answers before and during the hold
 	unconfirmedKept int    // ... whose win the promoted replica has
 	aofKept         int    // lost wins the restarted old master has from its AOF
 	rejoinedKept    int    // ... after it rejoined as a replica of the new master
@@ -121,7 +123,7 @@ func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
 					res.won[phase]++
 					resvs = append(resvs, d.ReservationID)
 				case errors.As(err, &re):
-					res.unconfirmed++
+					res.unconfirmed[phase]++
 					unack = append(unack, re.ReservationID)
 				default:
 					t.Errorf("buyer u%d: %+v, %v", u, d, err)
