@@ -21,6 +21,7 @@ type common struct {
 	redisPassword string
 	redisDB       int
 	redisSentinel string
+	replicasAck   int
 	keyPrefix     string
 	autoPipeline  bool
 	db            string
@@ -55,6 +56,8 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.keyPrefix, "key-prefix", env("SECKILL_KEY_PREFIX", "seckill"), "store key prefix, as configured at the edge [SECKILL_KEY_PREFIX]")
 	fs.BoolVar(&c.autoPipeline, "redis-autopipeline", envBool("SECKILL_REDIS_AUTOPIPELINE", true),
 		"send concurrent store calls together (the consumer writes a batch's result records at once) [SECKILL_REDIS_AUTOPIPELINE]")
+	fs.IntVar(&c.replicasAck, "redis-replicas-ack", envInt("SECKILL_REDIS_REPLICAS_ACK", 0),
+		"releases wait (Redis WAIT, 100ms) until this many replicas have them, else are retried, as the gateway's store redis { replicas_ack } [SECKILL_REDIS_REPLICAS_ACK]")
 	fs.StringVar(&c.db, "db", env("SECKILL_ORDERS_DB", ""), "order database: postgres://... or sqlite:PATH [SECKILL_ORDERS_DB]")
 }
 
@@ -75,7 +78,9 @@ func (c *common) open(ctx context.Context) (admission.Store, orderbackend.Reposi
 	})
 	// The auto-pipeliner groups the result reads of a batch's concurrent publishes: about a
 	// quarter less redis-server CPU per order (orderbackend/README.md, "Batches").
-	store, err := admission.NewRedisStore(client, admission.RedisOptions{KeyPrefix: c.keyPrefix, AutoPipeline: c.autoPipeline})
+	store, err := admission.NewRedisStore(client, admission.RedisOptions{
+		KeyPrefix: c.keyPrefix, AutoPipeline: c.autoPipeline, ReplicasAck: c.replicasAck,
+	})
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, err
