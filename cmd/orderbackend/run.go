@@ -63,6 +63,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg := jwtauth.Config{
 		Algorithms: strings.Split(*algs, ","), HMACSecret: []byte(os.Getenv(*secretEnv)),
 		JWKSURL: *jwksURL, Issuer: *issuer, Audience: *audience, Leeway: *leeway,
+		Logger: log.Named("jwt"),
 	}
 	if *pemFile != "" {
 		pem, err := os.ReadFile(*pemFile)
