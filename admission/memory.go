@@ -57,6 +57,7 @@ type memActivity struct {
 	answers  map[reqKey]Decision // first answer per request id (:req)
 	released map[string]struct{} // released reservation ids (:released)
 	results  map[string]Result   // user → latest result (:results)
+	resvs    map[string][]Result // user → result per reservation, once two (:results <user>\0...)
 
 	// The wins queue (:orders stream). A reservation id is its win's entry id, as in Redis.
 	entries []memEntry
@@ -149,6 +150,7 @@ func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activ
 			answers:  make(map[reqKey]Decision),
 			released: make(map[string]struct{}),
 			results:  make(map[string]Result),
+			resvs:    make(map[string][]Result),
 			byID:     make(map[string]int),
 			groups:   make(map[string]*memGroup),
 		})
@@ -286,7 +288,7 @@ func (s *MemoryStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	id := a.append(now, r)
 	d := Decision{Outcome: Won, ReservationID: id, Remaining: a.stock}
 	a.answers[key] = d
-	a.results[r.User] = Result{Code: "queued", ReservationID: id}
+	a.setResult(r.User, Result{Code: "queued", ReservationID: id}, true)
 	return d, nil
 }
 
@@ -385,19 +387,29 @@ func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Re
 	if err := memCheckActivity(activity); err != nil {
 		return fmt.Errorf("set result: %w", err)
 	}
-	if err := memCheckName("user id", user, MaxUserIDLen); err != nil {
+	if err := checkResultUser(user); err != nil {
 		return fmt.Errorf("set result %s: %w", activity, err)
 	}
-	if !validResultCode(r.Code) {
-		return fmt.Errorf("set result %s: %w", activity, badInput("result code %q", r.Code))
+	if err := checkResultRecord(r); err != nil {
+		return fmt.Errorf("set result %s: %w", activity, err)
 	}
 	a, err := s.lock(activity)
 	if err != nil {
 		return fmt.Errorf("set result: %w", err)
 	}
 	defer a.mu.Unlock()
-	a.results[user] = r
+	a.setResult(user, r, false)
 	return nil
+}
+
+// setResult folds a record into user's records (foldResult); the caller holds a.mu.
+func (a *memActivity) setResult(user string, r Result, win bool) {
+	top, hasTop := a.results[user]
+	top, list := foldResult(top, hasTop, a.resvs[user], r, win)
+	a.results[user] = top
+	if list != nil {
+		a.resvs[user] = list
+	}
 }
 
 // GetResult implements Store.
@@ -408,7 +420,7 @@ func (s *MemoryStore) GetResult(ctx context.Context, activity, user string) (Res
 	if err := memCheckActivity(activity); err != nil {
 		return Result{}, fmt.Errorf("get result: %w", err)
 	}
-	if err := memCheckName("user id", user, MaxUserIDLen); err != nil {
+	if err := checkResultUser(user); err != nil {
 		return Result{}, fmt.Errorf("get result %s: %w", activity, err)
 	}
 	a, err := s.lock(activity)
@@ -420,6 +432,7 @@ func (s *MemoryStore) GetResult(ctx context.Context, activity, user string) (Res
 	if !ok {
 		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, ErrNotFound)
 	}
+	r.Reservations = slices.Clone(a.resvs[user])
 	return r, nil
 }
 

@@ -60,8 +60,8 @@ type RedisOptions struct {
 // pay_ms, salt), P:{A}:stock (int), P:{A}:buyers (hash user → qty held), P:{A}:req (hash
 // "user\x00request id" → first winning answer), P:{A}:orders (stream: the wins queue),
 // P:{A}:dead (dead-letter stream), P:{A}:released (hash reservation id → token of the releasing
-// call), P:{A}:resv (hash reservation id → "qty:user"), P:{A}:results (hash user → result JSON),
-// and P:activities (set of activity ids, in its own slot). A reservation id is the id of the win's
+// call), P:{A}:resv (hash reservation id → "qty:user"), P:{A}:results (hash user → result JSON,
+// and the per-reservation records of docs/admission.md), and P:activities (set of activity ids, in its own slot). A reservation id is the id of the win's
 // entry in P:{A}:orders.
 type RedisStore struct {
 	client  redis.UniversalClient

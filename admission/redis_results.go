@@ -4,33 +4,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// SetResult stores a user's latest result record as JSON in the activity's results hash.
+// SetResult stores a result record as JSON in the activity's results hash (lua/set_result.lua
+// folds it into the user's records).
 func (s *RedisStore) SetResult(ctx context.Context, activity, user string, r Result) error {
 	if err := redisCheckResult(activity, user); err != nil {
 		return fmt.Errorf("set result: %w", err)
 	}
-	if !validResultCode(r.Code) {
-		return fmt.Errorf("set result %s: %w", activity, badInput("result code %q", r.Code))
+	if err := checkResultRecord(r); err != nil {
+		return fmt.Errorf("set result %s: %w", activity, err)
 	}
 	// encoding/json's encoding, written without reflection: the text polls hand on (AppendResult).
-	b := appendResultJSON(nil, r)
-	err := s.setResult.Run(ctx, s.client, []string{s.key(activity, "meta"), s.key(activity, "results")}, user, b).Err()
+	b := appendResultJSON(nil, withoutReservations(r))
+	err := s.setResult.Run(ctx, s.client, []string{s.key(activity, "meta"), s.key(activity, "results")},
+		user, b, r.ReservationID, MaxResultReservations).Err()
 	if err != nil {
 		return fmt.Errorf("set result %s: %w", activity, redisScriptErr(err))
 	}
 	return nil
 }
 
-// GetResult reads a user's latest result record; ErrNotFound when the user has none.
+// GetResult reads a user's latest result record, with the record of each reservation once there
+// are two; ErrNotFound when the user has none.
 func (s *RedisStore) GetResult(ctx context.Context, activity, user string) (Result, error) {
 	if err := redisCheckResult(activity, user); err != nil {
 		return Result{}, fmt.Errorf("get result: %w", err)
 	}
-	v, err := s.hot.HGet(ctx, s.key(activity, "results"), user).Result()
+	vals, err := s.hot.HMGet(ctx, s.key(activity, "results"), user, user+"\x00").Result()
+	if err == nil && len(vals) != 2 {
+		err = fmt.Errorf("malformed hmget reply: %d elements", len(vals))
+	}
+	if err == nil && vals[0] == nil {
+		err = redis.Nil
+	}
 	if errors.Is(err, redis.Nil) {
 		// Only a miss pays for the second round trip that tells "no result" from "no activity".
 		if err := s.mustExist(ctx, "get result", activity); err != nil {
@@ -41,9 +51,41 @@ func (s *RedisStore) GetResult(ctx context.Context, activity, user string) (Resu
 	if err != nil {
 		return Result{}, fmt.Errorf("get result %s: %w", activity, err)
 	}
-	r, err := decodeResult(v)
+	top, _ := vals[0].(string)
+	list, _ := vals[1].(string)
+	r, err := s.withReservations(ctx, activity, user, top, list)
 	if err != nil {
 		return Result{}, fmt.Errorf("get result %s: %w", activity, err)
+	}
+	return r, nil
+}
+
+// withReservations decodes the latest record top and, when list (the user's reservation ids) is
+// not empty, reads the record of each into Reservations. An id whose record is missing is
+// skipped.
+func (s *RedisStore) withReservations(ctx context.Context, activity, user, top, list string) (Result, error) {
+	r, err := decodeResult(top)
+	if err != nil || list == "" {
+		return r, err
+	}
+	ids := strings.Fields(list)
+	fields := make([]string, len(ids))
+	for i, id := range ids {
+		fields[i] = user + "\x00" + id
+	}
+	vals, err := s.hot.HMGet(ctx, s.key(activity, "results"), fields...).Result()
+	if err != nil {
+		return Result{}, err
+	}
+	r.Reservations = make([]Result, 0, len(vals))
+	for _, v := range vals {
+		if v, ok := v.(string); ok {
+			e, err := decodeResult(v)
+			if err != nil {
+				return Result{}, err
+			}
+			r.Reservations = append(r.Reservations, e)
+		}
 	}
 	return r, nil
 }
@@ -53,19 +95,20 @@ func (s *RedisStore) GetResult(ctx context.Context, activity, user string) (Resu
 // admit.lua and SetResult write it. A miss is ErrNotFound without the second round trip
 // GetResult pays to tell an unknown activity apart.
 //
-// The command is HMGET of the one field, not HGET: a missing field is then a nil element rather
-// than a redis.Nil error, which go-redis runs through its retry classification (a dozen
-// errors.As calls, about twenty allocations) before returning it. That costs a hit one slice of
-// one string.
+// The command is HMGET, not HGET: a missing field is then a nil element rather than a redis.Nil
+// error, which go-redis runs through its retry classification (a dozen errors.As calls, about
+// twenty allocations) before returning it. It reads two fields, the latest record and the user's
+// list of reservation ids: a user with several reservations costs a second round trip, for their
+// records, and an answer encoded again.
 func (s *RedisStore) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
 	if err := redisCheckResult(activity, user); err != nil {
 		return dst, "", fmt.Errorf("get result: %w", err)
 	}
-	cmd := redis.NewStringSliceCmd(ctx, "hmget", s.hotKeys(activity).results, user)
+	cmd := redis.NewStringSliceCmd(ctx, "hmget", s.hotKeys(activity).results, user, user+"\x00")
 	cmd.SetFirstKeyPos(1)
 	_ = s.hotProc.Process(ctx, cmd)
 	vals, err := cmd.Result()
-	if err == nil && len(vals) != 1 {
+	if err == nil && len(vals) != 2 {
 		err = fmt.Errorf("malformed hmget reply: %d elements", len(vals))
 	}
 	if err != nil {
@@ -73,6 +116,13 @@ func (s *RedisStore) AppendResult(ctx context.Context, dst []byte, activity, use
 	}
 	if vals[0] == "" { // a nil element: no record (a stored record is never empty)
 		return dst, "", fmt.Errorf("get result %s: %w", activity, ErrNotFound)
+	}
+	if vals[1] != "" { // several reservations
+		r, err := s.withReservations(ctx, activity, user, vals[0], vals[1])
+		if err != nil {
+			return dst, "", fmt.Errorf("get result %s: %w", activity, err)
+		}
+		return appendResultJSON(dst, r), r.Code, nil
 	}
 	out, code, err := appendStoredResult(dst, vals[0])
 	if err != nil {
@@ -124,5 +174,5 @@ func redisCheckResult(activity, user string) error {
 	if !ValidActivityID(activity) {
 		return badInput("activity id %q", activity)
 	}
-	return redisCheckName("user id", user, MaxUserIDLen)
+	return checkResultUser(user)
 }

@@ -31,6 +31,16 @@ func appendResultJSON(dst []byte, r Result) []byte {
 		dst = append(dst, `,"pay_before_ms":`...)
 		dst = strconv.AppendInt(dst, r.PayBeforeMS, 10)
 	}
+	if len(r.Reservations) > 0 {
+		dst = append(dst, `,"reservations":[`...)
+		for i, e := range r.Reservations {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = appendResultJSON(dst, e)
+		}
+		dst = append(dst, ']')
+	}
 	return append(dst, '}')
 }
 

@@ -61,8 +61,13 @@ type Store interface {
 	// bounded by the activity's stock. An unknown activity is ErrUnknownActivity.
 	Holders(ctx context.Context, activity string) ([]string, error)
 
-	// SetResult stores a user's latest result record, which buyers poll; GetResult reads it and
-	// returns ErrNotFound when the user has none.
+	// SetResult stores a result record of one of a user's reservations (r.ReservationID), which
+	// buyers poll. It becomes the user's latest record unless that is another reservation still in
+	// flight (queued or pending_payment): a newer win keeps showing until its order exists. Once
+	// the user has had two reservations in the activity, the store also keeps the record of each
+	// (Result.Reservations; Admit starts the list). A reservation id must not contain a space or
+	// a NUL byte. GetResult reads the latest record, with Reservations, and returns ErrNotFound
+	// when the user has none.
 	SetResult(ctx context.Context, activity, user string, r Result) error
 	GetResult(ctx context.Context, activity, user string) (Result, error)
 
@@ -203,4 +208,27 @@ type Result struct {
 	ReservationID string `json:"reservation_id,omitempty"`
 	OrderID       string `json:"order_id,omitempty"`
 	PayBeforeMS   int64  `json:"pay_before_ms,omitempty"`
+
+	// Reservations holds the record of each of the user's reservations, oldest first (the
+	// latest MaxResultReservations), once the user has had more than one in the activity (a limit
+	// above 1, or a purchase after a cancelled one); nil before. Its records have no Reservations.
+	Reservations []Result `json:"reservations,omitempty"`
+}
+
+// MaxResultReservations bounds Result.Reservations: beyond it the oldest record is dropped, so a
+// buyer who buys and cancels again and again cannot grow what every poll reads.
+const MaxResultReservations = 32
+
+// Equal reports whether r and o are the same record, Reservations included.
+func (r Result) Equal(o Result) bool {
+	if r.Code != o.Code || r.ReservationID != o.ReservationID || r.OrderID != o.OrderID ||
+		r.PayBeforeMS != o.PayBeforeMS || len(r.Reservations) != len(o.Reservations) {
+		return false
+	}
+	for i := range r.Reservations {
+		if !r.Reservations[i].Equal(o.Reservations[i]) {
+			return false
+		}
+	}
+	return true
 }

@@ -3,6 +3,7 @@ package admission
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"time"
 )
 
@@ -78,6 +79,8 @@ func (r Request) validate() error {
 		return badInput("activity id %q", r.Activity)
 	case r.User == "" || len(r.User) > MaxUserIDLen:
 		return badInput("user id must be 1-%d bytes", MaxUserIDLen)
+	case strings.IndexByte(r.User, 0) >= 0:
+		return badInput("user id must not contain a NUL byte")
 	case r.RequestID == "" || len(r.RequestID) > MaxRequestIDLen:
 		return badInput("request id must be 1-%d bytes", MaxRequestIDLen)
 	case r.Qty <= 0:

@@ -116,8 +116,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 
 	if a.JWT != nil {
 		var vc jwtauth.Config
-		if a.verifier, vc, err = newVerifier(a.JWT, repl); err != nil {
-			return fmt.Errorf("jwt: %w", err)
+		if a.verifier, vc, err = newVerifier(a.JWT, repl, a.logger.Named("jwt")); err != nil {
+			return err
 		}
 		a.mint = mintTemplate(vc)
 	}
@@ -273,16 +273,17 @@ func (a *App) provisionCaptchaLimit() (captcha.Options, error) {
 }
 
 // newVerifier builds the JWT verifier, reading the public key files, and returns it with its
-// configuration (placeholders replaced).
-func newVerifier(c *JWTConfig, repl *caddy.Replacer) (*jwtauth.Verifier, jwtauth.Config, error) {
+// configuration (placeholders replaced). Every error starts "jwt: ", as jwtauth.New's do.
+func newVerifier(c *JWTConfig, repl *caddy.Replacer, logger *zap.Logger) (*jwtauth.Verifier, jwtauth.Config, error) {
 	cfg, err := c.verifierConfig(repl)
 	if err != nil {
-		return nil, cfg, err
+		return nil, cfg, fmt.Errorf("jwt: %w", err)
 	}
+	cfg.Logger = logger
 	for _, f := range c.PublicKeyFiles {
 		pem, err := os.ReadFile(repl.ReplaceKnown(f, ""))
 		if err != nil {
-			return nil, cfg, fmt.Errorf("public_key_file: %w", err)
+			return nil, cfg, fmt.Errorf("jwt: public_key_file: %w", err)
 		}
 		cfg.PublicKeyPEM = append(cfg.PublicKeyPEM, pem)
 	}
@@ -301,6 +302,8 @@ func (c *JWTConfig) verifierConfig(repl *caddy.Replacer) (jwtauth.Config, error)
 		Audience:   repl.ReplaceKnown(c.Audience, ""),
 		Leeway:     time.Duration(c.Leeway),
 		UserClaim:  c.UserClaim,
+
+		JWKSMinRefresh: time.Duration(c.JWKSMinRefresh),
 	}
 	if c.HMACSecret != "" {
 		secret := repl.ReplaceKnown(c.HMACSecret, "")

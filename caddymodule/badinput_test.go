@@ -1,10 +1,14 @@
 package caddymodule_test
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +61,9 @@ func TestBadInput(t *testing.T) {
 			{"exp as string", signToken(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": "9999999999"})},
 			{"missing subject", signToken(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"exp": exp})},
 			{"empty subject", signToken(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "", "exp": exp})},
+			{"iat ten years ahead", signToken(t, jwt.SigningMethodHS256, jwtSecret, jwt.MapClaims{"sub": "alice", "exp": exp, "iat": time.Now().AddDate(10, 0, 0).Unix()})},
+			{"a critical extension", critToken(t, `{"alg":"HS256","crit":["exp-v2"],"exp-v2":1}`, exp)},
+			{"an unencoded payload", critToken(t, `{"alg":"HS256","b64":false,"crit":["b64"]}`, exp)},
 			{"a.b.c", "a.b.c"},
 			{"thousands of dots", strings.Repeat(".", 5000)},
 			{"garbage", "not a token at all"},
@@ -137,6 +144,14 @@ func TestBadInput(t *testing.T) {
 		} {
 			expect(t, tc.name, c.post(alicePath, alice, tc.body), http.StatusBadRequest, "bad_request")
 		}
+		// The path call checks its body too, with the captcha off (it then needs none).
+		expect(t, "4 MiB path body", c.post("/seckill/bad/path", alice, big), http.StatusRequestEntityTooLarge, "bad_request")
+		for _, body := range []string{"{", "[1]", `{"captcha_id":1}`, `{} {}`, "not json"} {
+			expect(t, "path body "+body, c.post("/seckill/bad/path", alice, body), http.StatusBadRequest, "bad_request")
+		}
+		for _, body := range []string{"", "{}", ` {"captcha_id":"x"} `} {
+			expect(t, "path body "+body, c.post("/seckill/bad/path", alice, body), http.StatusOK, "ok")
+		}
 		expect(t, "long idempotency key", c.post(alicePath, alice, "", "Idempotency-Key", strings.Repeat("k", 129)),
 			http.StatusBadRequest, "bad_request")
 		expect(t, "two idempotency keys", c.post(alicePath, alice, "", "Idempotency-Key", "a", "Idempotency-Key", "b"),
@@ -171,4 +186,15 @@ func TestBadInput(t *testing.T) {
 	if n := remaining(t, "bad"); n != 8 {
 		t.Errorf("remaining %d after a buy of 2, want 8", n)
 	}
+}
+
+// critToken signs alice's claims under header, a JSON text, with the test secret (HS256): the
+// token is valid but for what its header asks.
+func critToken(t *testing.T, header string, exp int64) string {
+	t.Helper()
+	enc := base64.RawURLEncoding.EncodeToString
+	text := enc([]byte(header)) + "." + enc([]byte(`{"sub":"alice","exp":`+strconv.FormatInt(exp, 10)+`}`))
+	m := hmac.New(sha256.New, jwtSecret)
+	m.Write([]byte(text))
+	return text + "." + enc(m.Sum(nil))
 }

@@ -35,6 +35,7 @@ func init() {
 //			hmac_secret     <secret>
 //			public_key_file <pem file>
 //			jwks_url        <url>
+//			jwks_min_refresh <duration>
 //			issuer          <iss>
 //			audience        <aud>
 //			leeway          <duration>
@@ -87,14 +88,8 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
-	once := func(name string) error {
-		if seen[name] {
-			return d.Errf("seckill: %s is given twice", name)
-		}
-		seen[name] = true
-		return nil
-	}
+	seen := optionSet{}
+	once := func(name string) error { return seen.once(d, name) }
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		opt := d.Val()
 		switch opt {
@@ -197,8 +192,15 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 		return nil, d.Errf("seckill: unknown store %q: want memory or redis", s.Type)
 	}
 	s.Addresses = append(s.Addresses, d.RemainingArgs()...)
+	seen := optionSet{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch sub := d.Val(); sub {
+		sub := d.Val()
+		if sub != "address" { // repeatable: the addresses add up
+			if err := seen.once(d, "store redis "+sub); err != nil {
+				return nil, err
+			}
+		}
+		switch sub {
 		case "address":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
@@ -311,8 +313,15 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 		return nil, d.ArgErr()
 	}
 	j := new(JWTConfig)
+	seen := optionSet{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch sub := d.Val(); sub {
+		sub := d.Val()
+		if sub != "public_key_file" { // repeatable: the keys add up
+			if err := seen.once(d, "jwt "+sub); err != nil {
+				return nil, err
+			}
+		}
+		switch sub {
 		case "algorithms":
 			args := d.RemainingArgs()
 			if len(args) == 0 {
@@ -348,12 +357,24 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 				return nil, err
 			}
 			j.Leeway = caddy.Duration(dur)
+		case "jwks_min_refresh":
+			dur, err := durationArg(d, "jwt jwks_min_refresh")
+			if err != nil {
+				return nil, err
+			}
+			if dur == 0 {
+				return nil, d.Err("seckill: jwt jwks_min_refresh must be positive")
+			}
+			j.JWKSMinRefresh = caddy.Duration(dur)
 		default:
 			return nil, d.Errf("seckill: unrecognized jwt option %q", sub)
 		}
 	}
 	if len(j.Algorithms) == 0 {
 		return nil, d.Err("seckill: jwt needs algorithms (e.g. algorithms HS256)")
+	}
+	if j.JWKSMinRefresh != 0 && j.JWKSURL == "" {
+		return nil, d.Err("seckill: jwt jwks_min_refresh needs a jwks_url")
 	}
 	return j, nil
 }
@@ -424,8 +445,13 @@ func parseRateArgs(d *caddyfile.Dispenser, what string, args []string) (*RateLim
 func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 	c := new(ActivityConfig)
 	var haveStock bool
+	seen := optionSet{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch sub := d.Val(); sub {
+		sub := d.Val()
+		if err := seen.once(d, "activity "+id+": "+sub); err != nil {
+			return nil, err
+		}
+		switch sub {
 		case "stock", "limit":
 			var v string
 			if !d.AllArgs(&v) {
@@ -512,13 +538,12 @@ func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
 		return nil, d.Errf("seckill: orders %s: unexpected %q (quote a DSN that has spaces)", typ, d.Val())
 	}
 	o := &OrdersConfig{Type: typ, DSN: dsn}
-	seen := map[string]bool{}
+	seen := optionSet{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
-		if seen[sub] {
-			return nil, d.Errf("seckill: orders %s is given twice", sub)
+		if err := seen.once(d, "orders "+sub); err != nil {
+			return nil, err
 		}
-		seen[sub] = true
 		switch sub {
 		case "sweep_every", "claim_idle":
 			dur, err := durationArg(d, "orders "+sub)

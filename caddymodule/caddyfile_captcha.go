@@ -36,13 +36,12 @@ func parseCaptcha(d *caddyfile.Dispenser, a *App) error {
 		return d.Errf("seckill: captcha %q: want on or off", v)
 	}
 	c := new(CaptchaConfig)
-	seen := map[string]bool{}
+	seen := optionSet{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
-		if seen[sub] {
-			return d.Errf("seckill: captcha %s is given twice", sub)
+		if err := seen.once(d, "captcha "+sub); err != nil {
+			return err
 		}
-		seen[sub] = true
 		switch sub {
 		case "length", "max_fetches":
 			var arg string

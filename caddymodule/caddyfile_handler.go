@@ -31,13 +31,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.ArgErr()
 	}
-	seen := map[string]bool{}
+	seen := optionSet{}
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
-		if seen[sub] {
-			return d.Errf("seckill: %s is given twice", sub)
+		if err := seen.once(d, sub); err != nil {
+			return err
 		}
-		seen[sub] = true
 		if ok, err := parseMountSubdirective(d, "seckill", &h.Prefix, &h.Errors); ok {
 			if err != nil {
 				return err

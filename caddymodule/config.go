@@ -165,6 +165,10 @@ type JWTConfig struct {
 	// JWKSURL is fetched (and refreshed) for the verification keys.
 	JWKSURL string `json:"jwks_url,omitempty"`
 
+	// JWKSMinRefresh is the least time between two fetches of the JWKS (a token with an unknown
+	// kid asks for one); default 30s.
+	JWKSMinRefresh caddy.Duration `json:"jwks_min_refresh,omitempty"`
+
 	// Issuer and Audience, when set, must be in the token's iss and aud claims.
 	Issuer   string `json:"issuer,omitempty"`
 	Audience string `json:"audience,omitempty"`

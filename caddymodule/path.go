@@ -41,17 +41,22 @@ func (q *request) path() error {
 	if e := q.limitUser(userBucketBuy); e != nil {
 		return q.fail(e)
 	}
-	if iss := q.h.app.issuer; iss != nil {
-		body, e := q.readBody()
-		if e != nil {
-			return q.fail(e)
-		}
-		var req pathRequest
-		if len(bytes.TrimSpace(body)) == 0 {
-			return q.fail(errBadRequest(`the body must be {"captcha_id": "...", "answer": "..."}`))
-		}
+	// The body is read and checked whatever the captcha setting: the documented limits (1 MiB,
+	// valid JSON) hold for every call that takes one.
+	body, e := q.readBody()
+	if e != nil {
+		return q.fail(e)
+	}
+	empty := len(bytes.TrimSpace(body)) == 0
+	var req pathRequest
+	if !empty {
 		if err := decodeJSON(body, &req); err != nil {
 			return q.fail(errBadRequest("the body is not valid JSON: " + err.Error()))
+		}
+	}
+	if iss := q.h.app.issuer; iss != nil {
+		if empty {
+			return q.fail(errBadRequest(`the body must be {"captcha_id": "...", "answer": "..."}`))
 		}
 		if req.CaptchaID == "" || req.Answer == "" || len(req.CaptchaID) > maxPathArg || len(req.Answer) > maxPathArg {
 			return q.fail(errBadRequest("captcha_id and answer are required"))

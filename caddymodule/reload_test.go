@@ -88,8 +88,10 @@ func TestProvisionErrors(t *testing.T) {
 		{"redis without url_secret", jwtBlock + "store redis 127.0.0.1:1\n", route, "url_secret is required with store redis"},
 		{"distributed with memory", jwtBlock + "rate_limit user 2/s distributed\n", route, "distributed needs store redis"},
 		{"empty env secret", jwtBlock + "url_secret {env.SECKILL_TEST_UNSET_VARIABLE}\n", route, "url_secret \"{env.SECKILL_TEST_UNSET_VARIABLE}\" is empty"},
-		{"short hmac secret", "jwt {\n\talgorithms HS256\n\thmac_secret short\n}\n", route, "jwt:"},
-		{"missing key file", "jwt {\n\talgorithms RS256\n\tpublic_key_file /nonexistent/key.pem\n}\n", route, "public_key_file"},
+		{"short hmac secret", "jwt {\n\talgorithms HS256\n\thmac_secret short\n}\n", route, "jwt: HS256 needs an hmac secret of at least 32 bytes"},
+		{"missing key file", "jwt {\n\talgorithms RS256\n\tpublic_key_file /nonexistent/key.pem\n}\n", route, "jwt: public_key_file: open /nonexistent/key.pem"},
+		{"jwks unreachable", "jwt {\n\talgorithms RS256\n\tjwks_url http://127.0.0.1:1/jwks\n}\n", route, "jwt: jwks http://127.0.0.1:1/jwks: Get"},
+		{"hmac secret unset", "jwt {\n\talgorithms HS256\n\thmac_secret {env.SECKILL_TEST_UNSET_VARIABLE}\n}\n", route, `jwt: hmac_secret "{env.SECKILL_TEST_UNSET_VARIABLE}" is empty`},
 		{"redis unreachable", jwtBlock + "url_secret u\nstore redis 127.0.0.1:1\n", route, "connect to redis"},
 		{"orders handler without orders", jwtBlock + act, "route /orders/* {\n\tseckill_orders\n}\n", "seckill_orders serves the embedded order backend, and the seckill app has none"},
 		{"orders handler without jwt", "orders sqlite " + filepath.Join(t.TempDir(), "o.db") + "\n", "route /orders/* {\n\tseckill_orders\n}\n", "the seckill app has no jwt configuration"},
@@ -111,6 +113,9 @@ func TestProvisionErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "jwt: jwt:") {
+				t.Errorf("error %q says jwt twice", err)
 			}
 		})
 	}

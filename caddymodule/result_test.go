@@ -28,7 +28,7 @@ func TestResultAnswer(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			now := time.Now()
 			base := startCaddy(t, jwtBlock+"captcha off\nurl_secret test-url-secret\n"+store(t)+
-				activityBlock("res", 5, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+				activityBlock("res", 5, 2, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
 			c := newClient(t, base)
 			alice := token(t, "alice")
 			check := func(what string, want admission.Result) {
@@ -48,19 +48,27 @@ func TestResultAnswer(t *testing.T) {
 			}
 
 			check("before buying", admission.Result{Code: "none"})
-			b := c.post(buyPath(t, c, "res", alice), alice, "")
+			path := buyPath(t, c, "res", alice)
+			b := c.post(path, alice, "")
 			expect(t, "buy", b, http.StatusAccepted, "queued")
 			check("after the win", admission.Result{Code: "queued", ReservationID: b.str("reservation_id")})
 			ctx := context.Background()
+			paid := admission.Result{Code: "paid", ReservationID: b.str("reservation_id"), OrderID: `o<"&\>é`}
 			for _, rec := range []admission.Result{
 				{Code: "pending_payment", ReservationID: b.str("reservation_id"), OrderID: "o-1", PayBeforeMS: now.Add(15 * time.Minute).UnixMilli()},
-				{Code: "paid", ReservationID: b.str("reservation_id"), OrderID: `o<"&\>é`},
+				paid,
 			} {
 				if err := app(t).Guard().SetResult(ctx, "res", "alice", rec); err != nil {
 					t.Fatal(err)
 				}
 				check("after "+rec.Code, rec)
 			}
+			// A second reservation (limit 2): the latest record, and the record of each.
+			b2 := c.post(path, alice, "")
+			expect(t, "second buy", b2, http.StatusAccepted, "queued")
+			queued := admission.Result{Code: "queued", ReservationID: b2.str("reservation_id")}
+			check("after a second win", admission.Result{Code: "queued", ReservationID: queued.ReservationID,
+				Reservations: []admission.Result{paid, queued}})
 		})
 	}
 }

@@ -35,7 +35,7 @@ func referenceVerify(cfg Config, token string) (string, error) {
 
 func referenceVerifyKeys(cfg Config, v *Verifier, token string) (string, error) {
 	opts := []jwt.ParserOption{
-		jwt.WithValidMethods(cfg.Algorithms), jwt.WithExpirationRequired(), jwt.WithLeeway(cfg.Leeway),
+		jwt.WithValidMethods(cfg.Algorithms), jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithLeeway(cfg.Leeway),
 		jwt.WithStrictDecoding(),
 	}
 	if cfg.Issuer != "" {
@@ -296,6 +296,7 @@ func TestParseMatchesLibrary(t *testing.T) {
 	payloads := []string{
 		fmt.Sprintf(`{"sub":"alice","exp":%d}`, later),
 		fmt.Sprintf(`{"sub":"alice","exp":%d,"nbf":%d}`, later, later),
+		fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":%d}`, later, later),
 		`null`, `{"sub":"alice"}`,
 	}
 	headers := []string{

@@ -3,6 +3,7 @@ package jwtauth
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -44,6 +45,11 @@ func FuzzVerify(f *testing.F) {
 	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiJhbGljZSIsImV4cCI6OTk5OTk5OTk5OX0.")
 	f.Add(sign(f, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": "alice", "exp": "soon"}, ""))
 	f.Add(sign(f, jwt.SigningMethodHS256, secret, jwt.MapClaims{"sub": 1, "exp": exp}, ""))
+	// Signed, but with a critical extension, an unencoded payload, or issued in the future.
+	claimsText := fmt.Sprintf(`{"sub":"alice","exp":%d}`, exp)
+	f.Add(hmacToken(`{"alg":"HS256","crit":["exp-v2"],"exp-v2":1}`, claimsText))
+	f.Add(hmacToken(`{"alg":"HS256","b64":false,"crit":["b64"]}`, claimsText))
+	f.Add(hmacToken(`{"alg":"HS256"}`, fmt.Sprintf(`{"sub":"alice","exp":%d,"iat":%d}`, exp, exp-1)))
 	f.Fuzz(func(t *testing.T, tok string) {
 		c, err := v.Verify(context.Background(), tok)
 		if err != nil {

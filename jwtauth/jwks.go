@@ -18,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.uber.org/zap"
 )
 
 // Bounds on what a JWKS endpoint may send.
@@ -47,6 +49,7 @@ type jwksCache struct {
 	client     *http.Client
 	minRefresh time.Duration
 	maxAge     time.Duration
+	logger     *zap.Logger
 
 	set atomic.Pointer[keySet] // read without locking on every verification
 
@@ -98,6 +101,10 @@ func (c *jwksCache) refresh(ctx context.Context, wait bool) bool {
 	set, err := c.fetch(context.WithoutCancel(ctx))
 	c.lastErr = err
 	if err != nil {
+		old := c.set.Load()
+		c.logger.Warn("refreshing the JWKS failed; keeping the last good key set",
+			zap.String("url", c.url), zap.Duration("set_age", time.Since(old.fetched)),
+			zap.Duration("next_try_after", c.minRefresh), zap.Error(err))
 		return false
 	}
 	c.set.Store(set)

@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 )
 
 // jwksServer serves a mutable key set and counts the requests.
@@ -212,5 +215,59 @@ func TestJWKSStartFails(t *testing.T) {
 	srv.fail(false)
 	if _, err := New(Config{Algorithms: []string{"RS256"}, JWKSURL: srv.URL}); err == nil || !strings.Contains(err.Error(), "no usable signature key") {
 		t.Errorf("New with an empty JWKS: %v", err)
+	}
+}
+
+// TestJWKSMinRefreshDefault: without JWKSMinRefresh, tokens with unknown kids cause no fetch in
+// the 30 s after the last one; with it, one per period.
+func TestJWKSMinRefreshDefault(t *testing.T) {
+	k := keys()
+	srv := newJWKSServer(t, toJWK("k1", &k.rsa.PublicKey))
+	v := mustNew(t, Config{Algorithms: []string{"RS256"}, JWKSURL: srv.URL})
+	if v.jwks.minRefresh != DefaultJWKSMinRefresh || DefaultJWKSMinRefresh != 30*time.Second {
+		t.Fatalf("min refresh %v, default %v; the documentation says 30s", v.jwks.minRefresh, DefaultJWKSMinRefresh)
+	}
+	srv.set(toJWK("k1", &k.rsa.PublicKey), toJWK("k2", &k.rsa2.PublicKey))
+	for range 20 {
+		if _, err := v.Verify(context.Background(), sign(t, jwt.SigningMethodRS256, k.rsa2, claims(nil), "k2")); !errors.Is(err, ErrUnauthorized) {
+			t.Fatalf("k2 before the refresh floor passed: %v", err)
+		}
+	}
+	if n := srv.hits.Load(); n != 1 {
+		t.Errorf("%d fetches, want 1: the start's fetch covers the next 30 s", n)
+	}
+	if _, err := New(Config{Algorithms: []string{"RS256"}, JWKSURL: srv.URL, JWKSMinRefresh: -time.Second}); err == nil {
+		t.Error("a negative JWKSMinRefresh is accepted")
+	}
+}
+
+// TestJWKSRefreshFailureLogged: a failed refresh is a warning naming the endpoint and the error.
+func TestJWKSRefreshFailureLogged(t *testing.T) {
+	k := keys()
+	srv := newJWKSServer(t, toJWK("k1", &k.rsa.PublicKey))
+	core, logs := observer.New(zap.WarnLevel)
+	v := mustNew(t, Config{Algorithms: []string{"RS256"}, JWKSURL: srv.URL, JWKSMinRefresh: time.Millisecond, Logger: zap.New(core)})
+	srv.fail(true)
+	time.Sleep(5 * time.Millisecond)
+	if _, err := v.Verify(context.Background(), sign(t, jwt.SigningMethodRS256, k.rsa2, claims(nil), "k9")); !errors.Is(err, ErrUnauthorized) {
+		t.Fatal(err)
+	}
+	entries := logs.FilterMessageSnippet("refreshing the JWKS failed").All()
+	if len(entries) != 1 {
+		t.Fatalf("%d warnings, want 1: %v", len(entries), logs.All())
+	}
+	f := entries[0].ContextMap()
+	if f["url"] != srv.URL || !strings.Contains(fmt.Sprint(f["error"]), "503") {
+		t.Errorf("warning fields %v, want the url and the 503", f)
+	}
+	// A refresh that works again logs nothing more.
+	srv.fail(false)
+	srv.set(toJWK("k1", &k.rsa.PublicKey), toJWK("k9", &k.rsa2.PublicKey))
+	time.Sleep(5 * time.Millisecond)
+	if _, err := v.Verify(context.Background(), sign(t, jwt.SigningMethodRS256, k.rsa2, claims(nil), "k9")); err != nil {
+		t.Fatal(err)
+	}
+	if n := logs.Len(); n != 1 {
+		t.Errorf("%d log entries, want still 1", n)
 	}
 }

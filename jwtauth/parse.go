@@ -44,6 +44,12 @@ type tokenHeader struct {
 	alg    string
 	hasAlg bool // alg is present and a string
 	kid    string
+
+	// crit lists critical extensions; this package understands none, so any is a refusal
+	// (RFC 7515 §4.1.11). unencoded is a b64 other than true (RFC 7797): the payload is then not
+	// base64url claims, whatever it looks like.
+	crit      bool
+	unencoded bool
 }
 
 func malformed(what string, err error) error {
@@ -76,6 +82,14 @@ func (v *Verifier) parse(ctx context.Context, token string, tc *tokenClaims) err
 	hdr, err := readHeader(headerJSON)
 	if err != nil {
 		return malformed("could not JSON decode header", err)
+	}
+	// Before the claims are read: a token that asks for an extension this package does not
+	// implement must not be read at all, let alone accepted.
+	switch {
+	case hdr.crit:
+		return fmt.Errorf("%w: the header lists critical extensions (crit), and none is supported", jwt.ErrTokenUnverifiable)
+	case hdr.unencoded:
+		return fmt.Errorf("%w: an unencoded payload (b64 false) is not supported", jwt.ErrTokenUnverifiable)
 	}
 	claimsJSON, err := s.decode(payload)
 	if err != nil {
@@ -175,7 +189,8 @@ var errHeaderSyntax = errors.New("header is not a JSON object")
 
 // readHeader reads alg and kid from a header as the library reads them from the map it decodes
 // the header into: the header must be JSON, an object or null (then nothing is in it); alg counts
-// only as a string, kid is "" unless a string; a repeated member counts by its last value.
+// only as a string, kid is "" unless a string; a repeated member counts by its last value. A crit
+// member of any value, and a b64 member other than true, are noted wherever they appear.
 func readHeader(data []byte) (tokenHeader, error) {
 	var h tokenHeader
 	if !json.Valid(data) {
@@ -194,6 +209,12 @@ func readHeader(data []byte) (tokenHeader, error) {
 			s, err := stringValue(val)
 			h.kid = s.v
 			return err
+		case "crit":
+			h.crit = true
+		case "b64":
+			if string(val) != "true" {
+				h.unencoded = true
+			}
 		}
 		return nil
 	})

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"go.uber.org/zap"
 )
 
 // Config configures a Verifier.
@@ -30,15 +31,17 @@ type Config struct {
 
 	// JWKSURL is a JSON Web Key Set fetched by New (which fails if it cannot be fetched), then
 	// again when a token names a kid the set lacks, or when the set is older than JWKSMaxAge; never
-	// more often than once per JWKSMinRefresh. A failed refresh keeps the last good set.
+	// more often than once per JWKSMinRefresh, so that tokens with made-up kids cannot make the
+	// verifier hammer the endpoint. A failed refresh is logged and keeps the last good set.
 	JWKSURL        string
-	JWKSMinRefresh time.Duration // default 30s
+	JWKSMinRefresh time.Duration // default DefaultJWKSMinRefresh
 	JWKSMaxAge     time.Duration // default 15m
 
 	// Issuer and Audience, when set, must appear in the token's iss and aud claims.
 	Issuer, Audience string
 
-	// Leeway tolerates this much clock skew on exp, nbf and iat.
+	// Leeway tolerates this much clock skew on exp, nbf and iat: a token whose iat is later than
+	// now + Leeway is refused, as is one whose nbf is.
 	Leeway time.Duration
 
 	// UserClaim names the claim holding the user id; default "sub". Its value must be a non-empty
@@ -47,7 +50,14 @@ type Config struct {
 
 	// HTTPClient fetches the JWKS; default a client with a 10s timeout.
 	HTTPClient *http.Client
+
+	// Logger receives a warning for every failed JWKS refresh; default none.
+	Logger *zap.Logger
 }
+
+// DefaultJWKSMinRefresh is the least time between two fetches of a JWKS when Config.JWKSMinRefresh
+// is not set.
+const DefaultJWKSMinRefresh = 30 * time.Second
 
 // Verifier verifies tokens. It is safe for concurrent use.
 type Verifier struct {
@@ -112,7 +122,7 @@ func New(cfg Config) (*Verifier, error) {
 	if cfg.Leeway < 0 {
 		return nil, fmt.Errorf("jwt: leeway %v is negative", cfg.Leeway)
 	}
-	opts := []jwt.ParserOption{jwt.WithExpirationRequired(), jwt.WithLeeway(cfg.Leeway)}
+	opts := []jwt.ParserOption{jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithLeeway(cfg.Leeway)}
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
 	}
@@ -135,14 +145,21 @@ func (v *Verifier) startJWKS(cfg Config) error {
 		client:     cfg.HTTPClient,
 		minRefresh: cfg.JWKSMinRefresh,
 		maxAge:     cfg.JWKSMaxAge,
+		logger:     cfg.Logger,
+	}
+	if c.logger == nil {
+		c.logger = zap.NewNop()
 	}
 	if c.client == nil {
 		c.client = &http.Client{Timeout: 10 * time.Second}
 	}
-	if c.minRefresh <= 0 {
-		c.minRefresh = 30 * time.Second
+	if cfg.JWKSMinRefresh < 0 || cfg.JWKSMaxAge < 0 {
+		return fmt.Errorf("jwt: jwks min refresh %v and max age %v must not be negative", cfg.JWKSMinRefresh, cfg.JWKSMaxAge)
 	}
-	if c.maxAge <= 0 {
+	if c.minRefresh == 0 {
+		c.minRefresh = DefaultJWKSMinRefresh
+	}
+	if c.maxAge == 0 {
 		c.maxAge = 15 * time.Minute
 	}
 	c.lastAttempt = time.Now()

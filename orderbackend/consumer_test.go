@@ -21,6 +21,45 @@ var consumerScenarios = []scenario{
 	{"ExpiryRace", testExpiryRace},
 	{"CancelRestocks", testCancelRestocks},
 	{"ReconcileFindsLostWin", testReconcileFindsLostWin},
+	{"SeveralReservations", testSeveralReservations},
+}
+
+// A buyer with two reservations (limit 2) finds both orders in the result's Reservations, each
+// followed to its end, while the latest record stays the one still in flight.
+func testSeveralReservations(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.openActivity(t, "sale", 5, 2, time.Minute)
+	m := new(Metrics)
+	e.startConsumer(t, "sale", e.consumerOpts("c1", m))
+	var ds []admission.Decision
+	for _, req := range []string{"first", "second"} {
+		d, err := e.store.Admit(ctx, admission.Request{Activity: "sale", User: "u1", Qty: 1, RequestID: req})
+		if err != nil || d.Outcome != admission.Won {
+			t.Fatalf("admit %s: %+v, %v", req, d, err)
+		}
+		ds = append(ds, d)
+	}
+	d1, d2 := ds[0], ds[1]
+	pending := func() bool {
+		r := e.result(t, "sale", "u1")
+		return len(r.Reservations) == 2 && r.Reservations[0].Code == resultPending && r.Reservations[1].Code == resultPending
+	}
+	eventually(t, "two pending orders in u1's result", pending)
+	r := e.result(t, "sale", "u1")
+	if r.Reservations[0].ReservationID != d1.ReservationID || r.Reservations[1].ReservationID != d2.ReservationID ||
+		r.Reservations[0].OrderID == "" || r.Reservations[0].OrderID == r.Reservations[1].OrderID {
+		t.Fatalf("result %+v, want the orders of %s then %s", r, d1.ReservationID, d2.ReservationID)
+	}
+	if _, err := e.repo.Cancel(ctx, r.Reservations[0].OrderID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.relayAll(t, m)
+	r = e.result(t, "sale", "u1")
+	if r.Reservations[0].Code != string(StatusCancelled) || r.Reservations[1].Code != resultPending ||
+		r.ReservationID != d2.ReservationID || r.Code != resultPending {
+		t.Errorf("after cancelling the first: %+v, want it cancelled in the list and the second still the latest", r)
+	}
+	e.requireReconciled(t, "sale")
 }
 
 func testConsumeAll(t *testing.T, e *env) {

@@ -23,30 +23,41 @@ func resultOf(o Order) admission.Result {
 	return r
 }
 
-// publish writes a buyer's result record, unless the record already says something this update
-// must not overwrite. A user holds one record per activity but may hold several reservations (a
-// limit above one, or a rebuy after a cancellation): a newer win still in flight keeps its record,
-// and a final state (paid, cancelled, failed) of the same reservation is never taken back to
-// pending by a late redelivery. The read-then-write is not atomic; the window only matters for
-// concurrent updates of one user's two reservations.
+// publish writes a buyer's result record of one reservation, unless the reservation's record
+// already says something this update must not overwrite: a final state (paid, cancelled, failed)
+// is never taken back to pending by a late redelivery, and an unchanged record is not written
+// again. A user may hold several reservations (a limit above one, or a rebuy after a
+// cancellation): the store keeps a record per reservation, and keeps a newer win still in flight
+// as the latest (Store.SetResult). The read-then-write is not atomic; the window only matters
+// for concurrent updates of one reservation.
 func publish(ctx context.Context, store admission.Store, activity, user string, r admission.Result) error {
 	cur, err := store.GetResult(ctx, activity, user)
 	switch {
 	case errors.Is(err, admission.ErrNotFound):
 	case err != nil:
 		return err
-	case cur.ReservationID != "" && cur.ReservationID != r.ReservationID:
-		if cur.Code == resultQueued || cur.Code == resultPending {
-			return nil
+	default:
+		if prev, ok := reservationRecord(cur, r.ReservationID); ok {
+			if prev.Equal(r) || (final(prev.Code) && !final(r.Code)) {
+				return nil
+			}
 		}
-	case cur.Code == r.Code:
-		if cur == r {
-			return nil
-		}
-	case final(cur.Code) && !final(r.Code):
-		return nil
 	}
 	return store.SetResult(ctx, activity, user, r)
+}
+
+// reservationRecord returns the record of reservation id among a user's records.
+func reservationRecord(cur admission.Result, id string) (admission.Result, bool) {
+	if cur.ReservationID == id {
+		cur.Reservations = nil
+		return cur, true
+	}
+	for _, e := range cur.Reservations {
+		if e.ReservationID == id {
+			return e, true
+		}
+	}
+	return admission.Result{}, false
 }
 
 func final(code string) bool {

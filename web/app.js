@@ -34,7 +34,7 @@ export class Sale {
       label: $("countdown-label"), countdown: $("countdown"), when: $("when"), clockNote: $("clock-note"),
       signin: $("signin"), signinUser: $("signin-user"), signinButton: $("signin-button"),
       signinToken: $("signin-token"), signinTokenUse: $("signin-token-use"),
-      buyForm: $("buy-form"), buy: $("buy"), buyHint: $("buy-hint"),
+      buyForm: $("buy-form"), buy: $("buy"), buyHint: $("buy-hint"), captchaHint: $("captcha-hint"),
       captcha: $("captcha"), captchaImage: $("captcha-image"), captchaNew: $("captcha-new"),
       captchaAnswer: $("captcha-answer"),
       message: $("message"), announce: $("announce"),
@@ -45,8 +45,9 @@ export class Sale {
     this.tokens = new TokenStore();
     this.api = new Api({ ...cfg, token: () => this.tokens.get() });
     this.clock = new ServerClock();
+    // With the year: a sale may end years from now (the demo ends in 2036).
     this.dateFormat = new Intl.DateTimeFormat(undefined, {
-      weekday: "short", day: "numeric", month: "short", hour: "2-digit", minute: "2-digit", second: "2-digit",
+      weekday: "short", day: "numeric", month: "short", year: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
     });
 
     this.sale = null; // {start, end, reveal, remaining} from the status call
@@ -292,6 +293,8 @@ export class Sale {
         this.setText(e.when, `Ended ${fmt.format(new Date(end))} (your time zone)`);
     }
     e.countdown.hidden = phase === "sold_out" || phase === "ended";
+    // A countdown with days ("3683d 09:12:33") gets a smaller size, so that it stays on one line.
+    e.countdown.classList.toggle("long", e.countdown.textContent.length > 8);
 
     const skew = this.clock.skew();
     e.clockNote.hidden = Math.abs(skew) < SKEW_NOTE_MS;
@@ -340,9 +343,10 @@ export class Sale {
     e.buy.disabled = !(signedIn && phase === "open" && !this.buying && !held);
     this.setText(e.buy, this.buying ? "Buying…" : "Buy now");
     e.buy.setAttribute("aria-busy", String(this.buying));
-    let hint;
+    // Signed out, the sign-in form says what to do: the hint says nothing more.
+    let hint = "";
     if (!signedIn) {
-      hint = "Sign in to buy.";
+      hint = "";
     } else if (phase === "upcoming") {
       hint = "The button opens when the sale starts.";
     } else if (phase === "open") {
@@ -353,6 +357,10 @@ export class Sale {
       hint = "The sale has ended.";
     }
     this.setText(e.buyHint, hint);
+    e.buyHint.hidden = hint === "";
+    this.setText(e.captchaHint, phase === "upcoming"
+      ? "Type them now: they are checked when the sale opens."
+      : "Type them, then press Buy now.");
   }
 
   announceMilestones(phase, toStart) {

@@ -28,7 +28,7 @@ const MESSAGES = {
   failed: ["bad", "Sorry, your order could not be completed. The item was released."],
   // The sale itself.
   open: ["good", "The sale is open!"],
-  signed_out: ["info", "Sign in to take part in the sale."],
+  signed_out: ["info", "You are signed out."],
   forbidden: ["warn", "The demo sign-in answers only on the machine that runs the gateway."],
   demo_signin_off: [
     "warn",

@@ -35,8 +35,6 @@ export const signInMethods = {
     this.el.signin.hidden = !!t;
     if (t) {
       this.setText(this.el.accountName, `Signed in as ${t.claims.sub ?? "a buyer"}`);
-    } else if (!this.el.message.textContent) {
-      this.say("signed_out");
     }
     this.render();
   },

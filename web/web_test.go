@@ -337,8 +337,8 @@ func TestKeyboardOnlySignIn(t *testing.T) {
 	tb := newTab(t, "carol", phone)
 	tb.do(chromedp.Navigate(g.pageURL(t, "keys", "")))
 	tb.waitFor("the sign-in form", `!document.getElementById("signin").hidden`, 10*time.Second)
-	if code := tb.messageCode(); code != "signed_out" {
-		t.Errorf("message code = %q, want signed_out", code)
+	if code := tb.messageCode(); code != "" {
+		t.Errorf("message code = %q, want none: the sign-in form says what to do", code)
 	}
 
 	tb.pressTabUntil("signin-user", 5)
@@ -644,4 +644,50 @@ func TestEarlyBuyIsRetriedOnTime(t *testing.T) {
 	if got := g.remaining(t, "early"); got != 4 {
 		t.Errorf("remaining = %d, want 4", got)
 	}
+}
+
+// The page's texts on a phone, for a sale that ends years from now (as the demo of
+// Caddyfile.example does): signed out, "sign in" is said once; the end date carries its year; the
+// long countdown stays on one line; the captcha hint follows the phase.
+func TestPageTexts(t *testing.T) {
+	t.Parallel()
+	start := saleStart(6 * time.Second)
+	end := time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC)
+	g := startGateway(t, gatewayConf{captcha: true, sales: []saleConf{{id: "texts", stock: 5, limit: 1, start: start, end: end, reveal: 2 * time.Second}}})
+	tb := newTab(t, "texts", phone)
+	tb.do(chromedp.Navigate(g.pageURL(t, "texts", "")))
+	tb.waitFor("the sign-in form", `!document.getElementById("signin").hidden`, 10*time.Second)
+	tb.waitFor("the countdown", fmt.Sprintf(phaseIs, "upcoming"), 10*time.Second)
+	panel := `document.querySelector(".panel").innerText`
+	if n := eval[int](tb, `(`+panel+`.match(/sign in/gi) || []).length`); n != 1 {
+		t.Errorf("signed out, the panel says \"sign in\" %d times, want once:\n%s", n, eval[string](tb, panel))
+	}
+	if hint := eval[bool](tb, `document.getElementById("buy-hint").hidden`); !hint {
+		t.Errorf("signed out, the buy hint shows %q", tb.text("#buy-hint"))
+	}
+	tb.shot("signed-out")
+
+	// Only the fragment differs: the navigation stays in the document, so the page is reloaded.
+	tb.do(chromedp.Navigate(g.pageURL(t, "texts", "erin")), chromedp.Reload())
+	tb.waitFor("the captcha", `!document.getElementById("captcha").hidden`, 10*time.Second)
+	if got := tb.text("#captcha-hint"); got != "Type them now: they are checked when the sale opens." {
+		t.Errorf("captcha hint before the start = %q", got)
+	}
+	tb.waitFor("the sale to open", fmt.Sprintf(phaseIs, "open"), 20*time.Second)
+	if got := tb.text("#captcha-hint"); got != "Type them, then press Buy now." {
+		t.Errorf("captcha hint once open = %q", got)
+	}
+	if got := tb.text("#when"); !strings.Contains(got, "2036") && !strings.Contains(got, "2035") {
+		t.Errorf("end date %q has no year", got) // 2035 in a time zone west of UTC
+	}
+	countdown := tb.text("#countdown")
+	if !strings.Contains(countdown, "d ") {
+		t.Errorf("countdown %q, want days", countdown)
+	}
+	lines := `(() => { const r = document.createRange(); r.selectNodeContents(document.getElementById("countdown"));
+		return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size; })()`
+	if n := eval[int](tb, lines); n != 1 {
+		t.Errorf("countdown %q takes %d lines on a phone, want 1", countdown, n)
+	}
+	tb.shot("open-long-countdown")
 }

@@ -47,6 +47,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Holders", testHolders},
 		{"Results", testResults},
 		{"ResultJSON", testResultJSON},
+		{"ResultReservations", testResultReservations},
 		{"Queue", testQueue},
 		{"Delete", testDelete},
 	}
@@ -607,7 +608,7 @@ func testResults(t *testing.T, s admission.Store) {
 	if err := s.SetResult(ctx, "a1", "u1", want); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := s.GetResult(ctx, "a1", "u1"); r != want {
+	if r, _ := s.GetResult(ctx, "a1", "u1"); !r.Equal(want) {
 		t.Errorf("result = %+v, want %+v", r, want)
 	}
 	if err := s.SetResult(ctx, "missing", "u1", want); !errors.Is(err, admission.ErrUnknownActivity) {
@@ -638,7 +639,7 @@ func testResultJSON(t *testing.T, s admission.Store) {
 		if string(got) != "prefix:"+string(enc) || code != want.Code {
 			t.Errorf("%s: appended %q with code %q, want %q with code %q", what, got, code, "prefix:"+string(enc), want.Code)
 		}
-		if r, err := s.GetResult(ctx, "a1", user); err != nil || r != want {
+		if r, err := s.GetResult(ctx, "a1", user); err != nil || !r.Equal(want) {
 			t.Errorf("%s: GetResult = %+v, %v; want %+v", what, r, err, want)
 		}
 	}
@@ -669,6 +670,91 @@ func testResultJSON(t *testing.T, s admission.Store) {
 		}
 		check(fmt.Sprintf("after SetResult #%d", i), "u1", r)
 	}
+}
+
+// testResultReservations: a user with several reservations finds the record of each in the
+// latest record's Reservations, oldest first, while the latest stays the newest win in flight; a
+// user with one reservation gets the record as before, without the list.
+func testResultReservations(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	define(t, s, open("a1", 50, 40))
+	check := func(what, user string, want admission.Result) {
+		t.Helper()
+		r, err := s.GetResult(ctx, "a1", user)
+		if err != nil || !r.Equal(want) {
+			t.Fatalf("%s: GetResult = %+v, %v\nwant %+v", what, r, err, want)
+		}
+		got, code, err := s.AppendResult(ctx, nil, "a1", user)
+		enc, _ := json.Marshal(want)
+		if err != nil || string(got) != string(enc) || code != want.Code {
+			t.Fatalf("%s: AppendResult = %s, %q, %v\nwant %s", what, got, code, err, enc)
+		}
+	}
+	set := func(user string, r admission.Result) {
+		t.Helper()
+		if err := s.SetResult(ctx, "a1", user, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type R = admission.Result
+
+	d1 := admit(t, s, "a1", "u1", 1, "r1")
+	q1 := R{Code: "queued", ReservationID: d1.ReservationID}
+	check("one reservation", "u1", q1)
+	set("u1", R{Code: "pending_payment", ReservationID: d1.ReservationID, OrderID: "o-1", PayBeforeMS: 1764441234567})
+	p1 := R{Code: "pending_payment", ReservationID: d1.ReservationID, OrderID: "o-1", PayBeforeMS: 1764441234567}
+	check("one reservation, its order", "u1", p1)
+
+	d2 := admit(t, s, "a1", "u1", 2, "r2")
+	q2 := R{Code: "queued", ReservationID: d2.ReservationID}
+	check("a second win", "u1", R{Code: "queued", ReservationID: d2.ReservationID, Reservations: []R{p1, q2}})
+	paid1 := R{Code: "paid", ReservationID: d1.ReservationID, OrderID: "o-1"}
+	set("u1", paid1)
+	check("the first paid, the second in flight", "u1", R{Code: "queued", ReservationID: d2.ReservationID, Reservations: []R{paid1, q2}})
+	p2 := R{Code: "pending_payment", ReservationID: d2.ReservationID, OrderID: "o-2", PayBeforeMS: 1764441299999}
+	set("u1", p2)
+	check("the second's order", "u1", R{Code: p2.Code, ReservationID: p2.ReservationID, OrderID: p2.OrderID, PayBeforeMS: p2.PayBeforeMS, Reservations: []R{paid1, p2}})
+	d3 := admit(t, s, "a1", "u1", 1, "r3")
+	q3 := R{Code: "queued", ReservationID: d3.ReservationID}
+	c2 := R{Code: "cancelled", ReservationID: d2.ReservationID, OrderID: "o-2"}
+	set("u1", c2)
+	check("a third win, the second cancelled", "u1", R{Code: "queued", ReservationID: d3.ReservationID, Reservations: []R{paid1, c2, q3}})
+	// A replayed admission adds nothing.
+	if d := admit(t, s, "a1", "u1", 2, "r2"); !d.Replayed || d.ReservationID != d2.ReservationID {
+		t.Fatalf("replay = %+v", d)
+	}
+	check("after a replay", "u1", R{Code: "queued", ReservationID: d3.ReservationID, Reservations: []R{paid1, c2, q3}})
+
+	// Records written before any admission (or by an older version of the store) start the
+	// list as well.
+	set("u4", R{Code: "paid", ReservationID: "x1", OrderID: "o-x1"})
+	set("u4", R{Code: "pending_payment", ReservationID: "x2", OrderID: "o-x2", PayBeforeMS: 5})
+	check("records of two reservations", "u4", R{Code: "pending_payment", ReservationID: "x2", OrderID: "o-x2", PayBeforeMS: 5,
+		Reservations: []R{{Code: "paid", ReservationID: "x1", OrderID: "o-x1"}, {Code: "pending_payment", ReservationID: "x2", OrderID: "o-x2", PayBeforeMS: 5}}})
+
+	// The list keeps the newest MaxResultReservations.
+	var ids []string
+	for i := range admission.MaxResultReservations + 3 {
+		ids = append(ids, admit(t, s, "a1", "u3", 1, fmt.Sprintf("c%d", i)).ReservationID)
+	}
+	r, err := s.GetResult(ctx, "a1", "u3")
+	if err != nil || len(r.Reservations) != admission.MaxResultReservations || r.ReservationID != ids[len(ids)-1] ||
+		r.Reservations[0].ReservationID != ids[3] || r.Reservations[len(r.Reservations)-1].ReservationID != ids[len(ids)-1] {
+		t.Fatalf("after %d wins: %d records, latest %q, first %+v, %v", len(ids), len(r.Reservations), r.ReservationID, r.Reservations[:1], err)
+	}
+
+	for _, bad := range []R{{Code: "paid", ReservationID: "a b"}, {Code: "paid", ReservationID: "a\x00b"}} {
+		if err := s.SetResult(ctx, "a1", "u1", bad); !errors.Is(err, admission.ErrBadInput) {
+			t.Errorf("SetResult of reservation %q: %v, want ErrBadInput", bad.ReservationID, err)
+		}
+	}
+	if _, err := s.GetResult(ctx, "a1", "u1\x00"); !errors.Is(err, admission.ErrBadInput) {
+		t.Errorf("GetResult of a user with a NUL byte: %v, want ErrBadInput", err)
+	}
+	if _, err := s.Admit(ctx, admission.Request{Activity: "a1", User: "u1\x00", Qty: 1, RequestID: "n"}); !errors.Is(err, admission.ErrBadInput) {
+		t.Errorf("Admit of a user with a NUL byte: %v, want ErrBadInput", err)
+	}
+	check("after the refusals", "u1", R{Code: "queued", ReservationID: d3.ReservationID, Reservations: []R{paid1, c2, q3}})
 }
 
 func readAll(t *testing.T, s admission.Store, act string) []admission.Win {

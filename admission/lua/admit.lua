@@ -3,6 +3,8 @@
 -- no rollback), and a later request sees what an earlier one wrote. A batch of one is the plain
 -- case; larger batches let the server pay the round trip, the script call, the activity's
 -- definition, the clock and the stock read once for many buyers (see RedisStore's group admission).
+-- A win is the user's latest result record; from the user's second reservation on, it is also
+-- kept per reservation, as set_result.lua describes.
 -- KEYS: meta, stock, buyers, req, orders, resv, results
 -- ARGV: user, qty, request_id, then the same three for each further request
 -- Reply: four elements per request, in order: {outcome, remaining, reservation_id, replayed};
@@ -18,6 +20,7 @@ if #ARGV == 0 or #ARGV % 3 ~= 0 then
   return redis.error_reply('BAD_INPUT want user, qty, request id triples')
 end
 local limit = tonumber(m[1])
+local max_reservations = 32 -- admission.MaxResultReservations
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -29,6 +32,33 @@ elseif now >= tonumber(m[3]) then
   closed = 5
 end
 local left = tonumber(redis.call('GET', KEYS[2]))
+
+-- record_win stores the queued record of user's new reservation id.
+local function record_win(user, id)
+  local rec = '{"code":"queued","reservation_id":"' .. id .. '"}'
+  local lk = user .. '\0'
+  local v = redis.call('HMGET', KEYS[7], lk, user)
+  local list = v[1]
+  if not list and v[2] then
+    local ok, t = pcall(cjson.decode, v[2])
+    if ok and type(t) == 'table' and type(t.reservation_id) == 'string' and t.reservation_id ~= '' then
+      redis.call('HSET', KEYS[7], lk .. t.reservation_id, v[2])
+      list = t.reservation_id
+    end
+  end
+  if list then
+    list = list .. ' ' .. id
+    local c = 0
+    for _ in string.gmatch(list, '%S+') do c = c + 1 end
+    while c > max_reservations do
+      local first, rest = string.match(list, '^(%S+) (.*)$')
+      redis.call('HDEL', KEYS[7], lk .. first)
+      list, c = rest, c - 1
+    end
+    redis.call('HSET', KEYS[7], lk, list, lk .. id, rec)
+  end
+  redis.call('HSET', KEYS[7], user, rec)
+end
 
 local out, n = {}, 0
 local function answer(outcome, remaining, resv, replayed)
@@ -64,7 +94,7 @@ for i = 1, #ARGV, 3 do
       redis.call('HSET', KEYS[6], id, ARGV[i + 1] .. ':' .. user)
       -- %d: plain concatenation would print a large stock as 1.1258999068426e+15.
       redis.call('HSET', KEYS[4], rk, string.format('%d', left) .. ':' .. id)
-      redis.call('HSET', KEYS[7], user, '{"code":"queued","reservation_id":"' .. id .. '"}')
+      record_win(user, id)
       answer(1, left, id, 0)
     end
   end
