@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -46,13 +47,14 @@ CREATE INDEX dead_activity ON dead (activity);
 
 // localDSN is the data source of the store's one connection. synchronous=NORMAL in WAL mode
 // writes each commit to the OS (a process crash loses nothing committed); FULL also syncs it to
-// the device. _txlock=immediate takes the write lock at BEGIN.
+// the device. _txlock=immediate takes the write lock at BEGIN. WAL mode is not set here: it is
+// kept in the file since its creation, and setting it would write to a file not yet checked.
 func localDSN(path string, fsyncAlways bool) string {
 	sync := "NORMAL"
 	if fsyncAlways {
 		sync = "FULL"
 	}
-	return path + "?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
+	return path + "?_pragma=busy_timeout(5000)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
 }
 
 // openLocalDB opens dir's database, creating it when the folder has none, and checks it.
@@ -68,6 +70,10 @@ func openLocalDB(dir string, fsyncAlways bool) (*sql.DB, error) {
 		}
 	case err != nil:
 		return nil, fmt.Errorf("open local store %s: %w", dir, err)
+	default:
+		if err := checkLocalHeader(path); err != nil {
+			return nil, fmt.Errorf("open local store %s: %s is damaged or not a seckill store (it is left as it is): %w", dir, path, err)
+		}
 	}
 	db, err := sql.Open("sqlite", localDSN(path, fsyncAlways))
 	if err != nil {
@@ -82,6 +88,27 @@ func openLocalDB(dir string, fsyncAlways bool) (*sql.DB, error) {
 		return nil, fmt.Errorf("open local store %s: %s is damaged or not a seckill store (it is left as it is): %w", dir, path, err)
 	}
 	return db, nil
+}
+
+// sqliteMagic opens every SQLite database file.
+const sqliteMagic = "SQLite format 3\x00"
+
+// checkLocalHeader reads the file's header before SQLite opens it: SQLite takes an empty file for
+// a new database, and a store whose file was emptied must not start again from nothing.
+func checkLocalHeader(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var head [100]byte
+	if _, err := io.ReadFull(f, head[:]); err != nil {
+		return fmt.Errorf("header: %w", err)
+	}
+	if string(head[:len(sqliteMagic)]) != sqliteMagic {
+		return errors.New("header: not an SQLite database")
+	}
+	return nil
 }
 
 // checkLocalDB runs SQLite's quick_check and reads the schema version.
@@ -143,7 +170,7 @@ func createLocalDB(dir, path string) error {
 		return fmt.Errorf("open local store %s: create: %w", dir, err)
 	}
 	db.SetMaxOpenConns(1)
-	_, err = db.Exec(localSchema + `INSERT INTO meta (key, value) VALUES ('schema_version', '` + localSchemaVersion + `');`)
+	_, err = db.Exec(`PRAGMA journal_mode = WAL;` + localSchema + `INSERT INTO meta (key, value) VALUES ('schema_version', '` + localSchemaVersion + `');`)
 	if err == nil {
 		// Fold the WAL into the file, so the rename moves everything.
 		_, err = db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
