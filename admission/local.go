@@ -42,6 +42,7 @@ type LocalStore struct {
 	mem    *MemoryStore
 	dir    string
 	w      *localWriter
+	ckpt   *localCheckpointer
 	lock   *os.File // holds the folder's flock
 	closed atomic.Bool
 }
@@ -79,8 +80,14 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 		_ = lock.Close()
 		return nil, err
 	}
+	ckpt, err := newLocalCheckpointer(dir, opts.FsyncAlways, w)
+	if err != nil {
+		_ = w.close()
+		_ = lock.Close()
+		return nil, err
+	}
 	mem.jnl = w
-	return &LocalStore{mem: mem, dir: dir, w: w, lock: lock}, nil
+	return &LocalStore{mem: mem, dir: dir, w: w, ckpt: ckpt, lock: lock}, nil
 }
 
 // before refuses a call on a closed or failed store.
@@ -321,7 +328,8 @@ func (s *LocalStore) Close() error {
 		return nil
 	}
 	_ = s.mem.Close() // ends blocking reads and subscriptions; later calls fail
-	err := s.w.close()
+	_ = s.ckpt.close()
+	err := s.w.close() // a final checkpoint folds the whole WAL in
 	if cerr := s.lock.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close local store %s: unlock: %w", s.dir, cerr)
 	}

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -25,6 +26,7 @@ type localWriter struct {
 	enq     atomic.Uint64
 	dur     atomic.Uint64 // every change up to this sequence number is committed
 	failed  atomic.Bool
+	commits atomic.Uint64 // transactions committed, for benchmarks
 
 	wake chan struct{} // capacity 1: changes are pending
 	stop chan struct{} // closed by close
@@ -151,6 +153,7 @@ func (w *localWriter) run() {
 			stopping = true
 		}
 		for {
+			runtime.Gosched() // let the callers just woken by the last commit join this batch
 			w.mu.Lock()
 			batch, last := w.pending, w.enq.Load()
 			w.pending, w.spare = w.spare[:0], nil
@@ -171,6 +174,7 @@ func (w *localWriter) run() {
 				return
 			}
 			w.dur.Store(last)
+			w.commits.Add(1)
 			w.changed.Broadcast()
 			w.mu.Unlock()
 			if !stopping {
@@ -265,7 +269,11 @@ func (w *localWriter) close() error {
 	err := w.err
 	w.mu.Unlock()
 	w.closeStmts()
-	dbErr := w.db.Close()
+	var dbErr error
+	if !errors.Is(err, ErrLocalFailed) {
+		_, dbErr = w.db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+	}
+	dbErr = errors.Join(dbErr, w.db.Close())
 	if errors.Is(err, ErrLocalFailed) {
 		return errors.Join(err, dbErr)
 	}
