@@ -100,11 +100,11 @@ func (s *LocalStore) before() error {
 
 // after waits until every change made before it was called is committed, so that an answer never
 // depends on a change a crash could still undo. It returns the store's failure, if any.
-func (s *LocalStore) after() error {
+func (s *LocalStore) after(ctx context.Context) error {
 	if s.closed.Load() {
 		return errLocalClosed
 	}
-	return s.w.wait()
+	return s.w.wait(ctx)
 }
 
 // Define implements Store.
@@ -113,7 +113,7 @@ func (s *LocalStore) Define(ctx context.Context, a Activity, force bool) (Activi
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
 	}
 	got, err := s.mem.Define(ctx, a, force)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, werr)
 	}
 	return got, err
@@ -125,7 +125,7 @@ func (s *LocalStore) Activity(ctx context.Context, id string) (Snapshot, error) 
 		return Snapshot{}, fmt.Errorf("activity %s: %w", id, err)
 	}
 	snap, err := s.mem.Activity(ctx, id)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return Snapshot{}, fmt.Errorf("activity %s: %w", id, werr)
 	}
 	return snap, err
@@ -137,7 +137,7 @@ func (s *LocalStore) Activities(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("activities: %w", err)
 	}
 	ids, err := s.mem.Activities(ctx)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("activities: %w", werr)
 	}
 	return ids, err
@@ -149,7 +149,7 @@ func (s *LocalStore) Delete(ctx context.Context, id string, force bool) error {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	err := s.mem.Delete(ctx, id, force)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("delete %s: %w", id, werr)
 	}
 	return err
@@ -162,7 +162,7 @@ func (s *LocalStore) Admit(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
 	}
 	d, err := s.mem.Admit(ctx, r)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, werr)
 	}
 	return d, err
@@ -174,7 +174,7 @@ func (s *LocalStore) Release(ctx context.Context, activity, reservationID string
 		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, err)
 	}
 	ok, err := s.mem.Release(ctx, activity, reservationID)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, werr)
 	}
 	return ok, err
@@ -186,7 +186,7 @@ func (s *LocalStore) Remaining(ctx context.Context, activity string) (int64, err
 		return 0, fmt.Errorf("remaining %s: %w", activity, err)
 	}
 	n, err := s.mem.Remaining(ctx, activity)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return 0, fmt.Errorf("remaining %s: %w", activity, werr)
 	}
 	return n, err
@@ -198,7 +198,7 @@ func (s *LocalStore) Holders(ctx context.Context, activity string) ([]string, er
 		return nil, fmt.Errorf("holders %s: %w", activity, err)
 	}
 	users, err := s.mem.Holders(ctx, activity)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("holders %s: %w", activity, werr)
 	}
 	return users, err
@@ -210,7 +210,7 @@ func (s *LocalStore) SetResult(ctx context.Context, activity, user string, r Res
 		return fmt.Errorf("set result %s/%s: %w", activity, user, err)
 	}
 	err := s.mem.SetResult(ctx, activity, user, r)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("set result %s/%s: %w", activity, user, werr)
 	}
 	return err
@@ -222,7 +222,7 @@ func (s *LocalStore) GetResult(ctx context.Context, activity, user string) (Resu
 		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, err)
 	}
 	r, err := s.mem.GetResult(ctx, activity, user)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, werr)
 	}
 	return r, err
@@ -234,7 +234,7 @@ func (s *LocalStore) AppendResult(ctx context.Context, dst []byte, activity, use
 		return dst, "", fmt.Errorf("get result %s/%s: %w", activity, user, err)
 	}
 	out, code, err := s.mem.AppendResult(ctx, dst, activity, user)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return dst, "", fmt.Errorf("get result %s/%s: %w", activity, user, werr)
 	}
 	return out, code, err
@@ -254,7 +254,7 @@ func (s *LocalStore) EnsureGroup(ctx context.Context, activity, group string) er
 		return fmt.Errorf("ensure group %s/%s: %w", activity, group, err)
 	}
 	err := s.mem.EnsureGroup(ctx, activity, group)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("ensure group %s/%s: %w", activity, group, werr)
 	}
 	return err
@@ -267,7 +267,7 @@ func (s *LocalStore) ReadGroup(ctx context.Context, activity, group, consumer st
 		return nil, fmt.Errorf("read group %s/%s: %w", activity, group, err)
 	}
 	wins, err := s.mem.ReadGroup(ctx, activity, group, consumer, count, block, pending)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("read group %s/%s: %w", activity, group, werr)
 	}
 	return wins, err
@@ -279,7 +279,7 @@ func (s *LocalStore) Ack(ctx context.Context, activity, group string, ids ...str
 		return fmt.Errorf("ack %s/%s: %w", activity, group, err)
 	}
 	err := s.mem.Ack(ctx, activity, group, ids...)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("ack %s/%s: %w", activity, group, werr)
 	}
 	return err
@@ -291,7 +291,7 @@ func (s *LocalStore) Claim(ctx context.Context, activity, group, consumer string
 		return nil, fmt.Errorf("claim %s/%s: %w", activity, group, err)
 	}
 	wins, err := s.mem.Claim(ctx, activity, group, consumer, minIdle, count)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("claim %s/%s: %w", activity, group, werr)
 	}
 	return wins, err
@@ -303,7 +303,7 @@ func (s *LocalStore) DeadLetter(ctx context.Context, activity, group string, w W
 		return fmt.Errorf("dead letter %s/%s: %w", activity, group, err)
 	}
 	err := s.mem.DeadLetter(ctx, activity, group, w, reason)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("dead letter %s/%s: %w", activity, group, werr)
 	}
 	return err
@@ -315,7 +315,7 @@ func (s *LocalStore) DeadLetters(ctx context.Context, activity string, count int
 		return nil, fmt.Errorf("dead letters %s: %w", activity, err)
 	}
 	wins, err := s.mem.DeadLetters(ctx, activity, count)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("dead letters %s: %w", activity, werr)
 	}
 	return wins, err

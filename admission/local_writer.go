@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -18,15 +19,17 @@ type localWriter struct {
 	dir   string
 	stmts [localStmtCount]*sql.Stmt
 
-	mu      sync.Mutex
-	changed sync.Cond   // broadcast after each commit and on failure
-	pending []memChange // recorded, not yet taken by the writer
-	spare   []memChange // the previous batch, reused
-	err     error       // set once: a failed commit, or the writer stopped
-	enq     atomic.Uint64
-	dur     atomic.Uint64 // every change up to this sequence number is committed
-	failed  atomic.Bool
-	commits atomic.Uint64 // transactions committed, for benchmarks
+	mu       sync.Mutex
+	pending  []memChange   // recorded, not yet taken by the writer
+	spare    []memChange   // the previous batch, reused
+	gather   chan struct{} // closed when the pending changes are committed (or never will be)
+	flushing chan struct{} // closed when the batch being committed is
+	taken    uint64        // the last sequence number in the batch being committed
+	err      error         // set once: a failed commit, or the writer stopped
+	enq      atomic.Uint64 // sequence number of the last change recorded
+	dur      atomic.Uint64 // every change up to this sequence number is committed
+	failed   atomic.Bool
+	commits  atomic.Uint64 // transactions committed, for benchmarks
 
 	wake chan struct{} // capacity 1: changes are pending
 	stop chan struct{} // closed by close
@@ -82,9 +85,10 @@ var localStmtText = [localStmtCount]string{
 func newLocalWriter(db *sql.DB, dir string) (*localWriter, error) {
 	w := &localWriter{
 		db: db, dir: dir,
+		gather: make(chan struct{}), flushing: make(chan struct{}),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	w.changed.L = &w.mu
+	close(w.flushing) // nothing is being committed yet
 	for i, text := range localStmtText {
 		st, err := db.Prepare(text)
 		if err != nil {
@@ -125,21 +129,39 @@ func (w *localWriter) failure() error {
 }
 
 // wait returns once every change recorded before it was called is committed, or with the
-// writer's error if one of them never will be.
-func (w *localWriter) wait() error {
+// writer's error if one of them never will be, or with ctx's error: the changes may then still be
+// committed, as a Redis call whose answer was lost may have run.
+func (w *localWriter) wait(ctx context.Context) error {
 	seq := w.enq.Load()
 	if w.dur.Load() >= seq {
 		return nil
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	for w.dur.Load() < seq && w.err == nil {
-		w.changed.Wait()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		if w.dur.Load() >= seq {
+			return nil
+		}
+		return err
+	}
+	ch := w.gather
+	if seq <= w.taken {
+		ch = w.flushing
+	}
+	w.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		if w.dur.Load() >= seq {
+			return nil
+		}
+		return fmt.Errorf("waiting for the commit: %w", ctx.Err())
 	}
 	if w.dur.Load() >= seq {
 		return nil
 	}
-	return w.err
+	return w.failure()
 }
 
 // run is the writer goroutine: one transaction per batch, in the order the changes were recorded.
@@ -155,27 +177,26 @@ func (w *localWriter) run() {
 		for {
 			runtime.Gosched() // let the callers just woken by the last commit join this batch
 			w.mu.Lock()
-			batch, last := w.pending, w.enq.Load()
-			w.pending, w.spare = w.spare[:0], nil
-			w.mu.Unlock()
+			batch, last, done := w.pending, w.enq.Load(), w.gather
 			if len(batch) == 0 {
+				w.mu.Unlock()
 				break
 			}
+			w.pending, w.spare = w.spare[:0], nil
+			w.flushing, w.taken, w.gather = done, last, make(chan struct{})
+			w.mu.Unlock()
 			err := w.commit(batch)
 			clear(batch) // let the strings go
 			w.mu.Lock()
 			w.spare = batch[:0]
 			if err != nil {
-				w.err = fmt.Errorf("local store %s: %w: commit %d changes: %v", w.dir, ErrLocalFailed, len(batch), err)
-				w.failed.Store(true)
-				w.pending = nil
-				w.changed.Broadcast()
+				w.fail(fmt.Errorf("local store %s: %w: commit %d changes: %v", w.dir, ErrLocalFailed, len(batch), err))
 				w.mu.Unlock()
 				return
 			}
 			w.dur.Store(last)
 			w.commits.Add(1)
-			w.changed.Broadcast()
+			close(done)
 			w.mu.Unlock()
 			if !stopping {
 				break
@@ -183,13 +204,25 @@ func (w *localWriter) run() {
 		}
 		if stopping {
 			w.mu.Lock()
-			w.err = fmt.Errorf("local store %s: %w", w.dir, errLocalClosed)
-			w.failed.Store(true)
-			w.changed.Broadcast()
+			w.fail(fmt.Errorf("local store %s: %w", w.dir, errLocalClosed))
 			w.mu.Unlock()
 			return
 		}
 	}
+}
+
+// fail sets the writer's error and wakes every waiter; later changes are dropped. The caller holds
+// w.mu.
+func (w *localWriter) fail(err error) {
+	w.err = err
+	w.failed.Store(true)
+	w.pending = nil
+	select {
+	case <-w.flushing:
+	default:
+		close(w.flushing)
+	}
+	close(w.gather)
 }
 
 // commit writes one batch in one transaction.
