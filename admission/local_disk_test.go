@@ -296,3 +296,38 @@ func TestLocalDiskFullTmpfs(t *testing.T) {
 		}
 	})
 }
+
+// TestLocalStalledCommit holds the database's only connection, so that commits stall as on a hung
+// disk: no answer may leave before its commit, a caller's context ends its wait, and the win it
+// was not told about is committed and replayed afterwards.
+func TestLocalStalledCommit(t *testing.T) {
+	s := openLocal(t, t.TempDir(), nil)
+	defer s.Close()
+	mustDefine(t, s, openAt(time.Now(), "a", 10, 1))
+	bg := context.Background()
+	conn, err := s.w.db.Conn(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel()
+	if d, err := s.Admit(ctx, Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("admit while the commit stalls = %+v, %v; want the deadline", d, err)
+	}
+	// A read computed from the uncommitted win is not answered either.
+	ctx2, cancel2 := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel2()
+	if n, err := s.Remaining(ctx2, "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("remaining while the commit stalls = %d, %v; want the deadline", n, err)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Admit(bg, Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r"})
+	if err != nil || d.Outcome != Won || !d.Replayed {
+		t.Errorf("retry after the stall = %+v, %v; want the replayed win", d, err)
+	}
+	if n := mustRemaining(t, s, "a"); n != 9 {
+		t.Errorf("remaining = %d, want 9", n)
+	}
+}
