@@ -190,7 +190,7 @@ func (w *localWriter) run() {
 			w.mu.Lock()
 			w.spare = batch[:0]
 			if err != nil {
-				w.fail(fmt.Errorf("local store %s: %w: commit %d changes: %v", w.dir, ErrLocalFailed, len(batch), err))
+				w.fail(fmt.Errorf("local store %s: %w: commit %d changes: %w", w.dir, ErrLocalFailed, len(batch), err))
 				w.mu.Unlock()
 				return
 			}
