@@ -128,21 +128,20 @@ func (w *localWriter) failure() error {
 	return w.err
 }
 
-// wait returns once every change recorded before it was called is committed, or with the
-// writer's error if one of them never will be, or with ctx's error: the changes may then still be
-// committed, as a Redis call whose answer was lost may have run.
+// wait returns once every change recorded before it was called is committed, or with ctx's error
+// (the changes may then still be committed, as a Redis call whose answer was lost may have run).
+// Once the writer has failed it returns the failure, even for a caller whose own changes were
+// committed: a change recorded after the failure was dropped without a sequence number, so no
+// caller can tell that its answer does not depend on one.
 func (w *localWriter) wait(ctx context.Context) error {
 	seq := w.enq.Load()
 	if w.dur.Load() >= seq {
-		return nil
+		return w.failure()
 	}
 	w.mu.Lock()
 	if w.err != nil {
 		err := w.err
 		w.mu.Unlock()
-		if w.dur.Load() >= seq {
-			return nil
-		}
 		return err
 	}
 	ch := w.gather
@@ -153,15 +152,18 @@ func (w *localWriter) wait(ctx context.Context) error {
 	select {
 	case <-ch:
 	case <-ctx.Done():
-		if w.dur.Load() >= seq {
-			return nil
+		if err := w.failure(); err != nil || w.dur.Load() >= seq {
+			return err
 		}
 		return fmt.Errorf("waiting for the commit: %w", ctx.Err())
 	}
-	if w.dur.Load() >= seq {
-		return nil
+	if err := w.failure(); err != nil {
+		return err
 	}
-	return w.failure()
+	if w.dur.Load() < seq {
+		return fmt.Errorf("local store %s: %w: change %d woke before its commit", w.dir, ErrLocalFailed, seq)
+	}
+	return nil
 }
 
 // run is the writer goroutine: one transaction per batch, in the order the changes were recorded.
