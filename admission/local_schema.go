@@ -101,7 +101,7 @@ func checkLocalHeader(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: nothing to lose
 	var head [100]byte
 	if _, err := io.ReadFull(f, head[:]); err != nil {
 		return fmt.Errorf("header: %w", err)

@@ -240,10 +240,10 @@ func scenario(s Store, clock *fakeClock) error {
 		ids = append(ids, id)
 	}
 	if d, err := s.Admit(ctx, Request{Activity: "a", User: "u2", Qty: 2, RequestID: "r2"}); err != nil || d.Outcome != LimitReached {
-		return fmt.Errorf("limit: %+v %v", d, err)
+		return fmt.Errorf("limit: %+v: %w", d, err)
 	}
 	if ok, err := s.Release(ctx, "a", ids[2]); err != nil || !ok {
-		return fmt.Errorf("release: %v %v", ok, err)
+		return fmt.Errorf("release: %v: %w", ok, err)
 	}
 	if err := def("a", -time.Minute, 12, 2, true); err != nil {
 		return err
@@ -257,22 +257,22 @@ func scenario(s Store, clock *fakeClock) error {
 		}
 	}
 	if ws, err := s.ReadGroup(ctx, "a", "orders", "c1", 2, 0, false); err != nil || len(ws) != 2 {
-		return fmt.Errorf("read: %v %v", ws, err)
+		return fmt.Errorf("read: %v: %w", ws, err)
 	}
 	if err := s.Ack(ctx, "a", "orders", ids[0]); err != nil {
 		return err
 	}
 	clock.Add(time.Second)
 	if ws, err := s.ReadGroup(ctx, "a", "orders", "c1", 10, 0, true); err != nil || len(ws) != 1 {
-		return fmt.Errorf("read pending: %v %v", ws, err)
+		return fmt.Errorf("read pending: %v: %w", ws, err)
 	}
 	clock.Add(time.Minute)
 	if ws, err := s.Claim(ctx, "a", "orders", "c2", 30*time.Second, 10); err != nil || len(ws) != 1 {
-		return fmt.Errorf("claim: %v %v", ws, err)
+		return fmt.Errorf("claim: %v: %w", ws, err)
 	}
 	ws, err := s.ReadGroup(ctx, "a", "orders", "c2", 1, 0, false)
 	if err != nil || len(ws) != 1 {
-		return fmt.Errorf("read c2: %v %v", ws, err)
+		return fmt.Errorf("read c2: %v: %w", ws, err)
 	}
 	if err := s.DeadLetter(ctx, "a", "orders", ws[0], "poison"); err != nil {
 		return err
