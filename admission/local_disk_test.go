@@ -331,3 +331,51 @@ func TestLocalStalledCommit(t *testing.T) {
 		t.Errorf("remaining = %d, want 9", n)
 	}
 }
+
+// TestLocalClose: Close ends blocking reads and subscriptions, commits what was answered, lets the
+// folder go, and every later call fails.
+func TestLocalClose(t *testing.T) {
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	ctx := context.Background()
+	mustDefine(t, s, openAt(time.Now(), "a", 5, 1))
+	ch, err := s.Restocks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureGroup(ctx, "a", "g"); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := s.ReadGroup(ctx, "a", "g", "c", 1, time.Minute, false)
+		read <- err
+	}()
+	mustAdmit(t, s, "a", "u1", 1, "r")
+	// The win may or may not reach the blocked reader before Close; either way it is not lost.
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-read:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a blocking read")
+	}
+	for range ch {
+	}
+	if _, err := s.Admit(ctx, Request{Activity: "a", User: "u2", Qty: 1, RequestID: "r"}); err == nil {
+		t.Error("admit after Close succeeded")
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	s = openLocal(t, dir, nil)
+	defer s.Close()
+	if d := mustAdmit(t, s, "a", "u1", 1, "r"); !d.Replayed {
+		t.Errorf("u1's retry after Close and reopen = %+v, want the replay", d)
+	}
+	if n := mustRemaining(t, s, "a"); n != 4 {
+		t.Errorf("remaining = %d, want 4", n)
+	}
+}
