@@ -280,6 +280,16 @@ func scenario(s Store, clock *fakeClock) error {
 	if _, err := win("a", "u6", 1, "r1"); err != nil {
 		return err
 	}
+	// A result stored before the user's win is replaced by the win's; one without a win stays.
+	if err := s.SetResult(ctx, "a", "u7", Result{Code: "failed"}); err != nil {
+		return err
+	}
+	if err := s.SetResult(ctx, "a", "u8", Result{Code: "cancelled", ReservationID: ids[1]}); err != nil {
+		return err
+	}
+	if _, err := win("a", "u7", 1, "r1"); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -310,8 +320,8 @@ func checkAfterReopen(t *testing.T, s *LocalStore, clock *fakeClock) {
 	if err != nil || !d.Replayed || d.ReservationID != first.ReservationID || d.Remaining != first.Remaining {
 		t.Errorf("replay after reopen = %+v, %v; first %+v", d, err, first)
 	}
-	if d := mustAdmit(t, s, "a", "u2", 1, "r2"); d.Outcome != Won || d.Remaining != 12-7 {
-		t.Errorf("u2's second item = %+v, want won with 5 left", d)
+	if d := mustAdmit(t, s, "a", "u2", 1, "r2"); d.Outcome != Won || d.Remaining != 12-8 {
+		t.Errorf("u2's second item = %+v, want won with 4 left", d)
 	} else {
 		ms, _ := parseID(t, d.ReservationID)
 		if ms < clock.Now().UnixMilli() {
@@ -330,6 +340,12 @@ func checkAfterReopen(t *testing.T, s *LocalStore, clock *fakeClock) {
 	}
 	if r, err := s.GetResult(ctx, "a", "u1"); err != nil || r.OrderID != "o-1" {
 		t.Errorf("u1's result = %+v, %v", r, err)
+	}
+	if r, err := s.GetResult(ctx, "a", "u7"); err != nil || r.Code != "queued" {
+		t.Errorf("u7's result = %+v, %v; want queued (the win came after the stored result)", r, err)
+	}
+	if r, err := s.GetResult(ctx, "a", "u8"); err != nil || r.Code != "cancelled" {
+		t.Errorf("u8's result = %+v, %v; want cancelled", r, err)
 	}
 	if dl, err := s.DeadLetters(ctx, "a", 10); err != nil || len(dl) != 1 || dl[0].Reason != "poison" {
 		t.Errorf("dead letters = %+v, %v", dl, err)

@@ -63,9 +63,9 @@ var localStmtText = [localStmtCount]string{
 		end_ms = excluded.end_ms, pay_ms = excluded.pay_ms, salt = excluded.salt`,
 	stmtWin:     `INSERT INTO wins (activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 	stmtRelease: `INSERT INTO released (activity, id) VALUES (?, ?)`,
-	stmtResult: `INSERT INTO results (activity, user, code, reservation_id, order_id, pay_before_ms) VALUES (?, ?, ?, ?, ?, ?)
+	stmtResult: `INSERT INTO results (activity, user, code, reservation_id, order_id, pay_before_ms, after_wins) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (activity, user) DO UPDATE SET code = excluded.code, reservation_id = excluded.reservation_id,
-		order_id = excluded.order_id, pay_before_ms = excluded.pay_before_ms`,
+		order_id = excluded.order_id, pay_before_ms = excluded.pay_before_ms, after_wins = excluded.after_wins`,
 	stmtGroup: `INSERT INTO groups (activity, name, next) VALUES (?, ?, 0)`,
 	stmtPending: `INSERT INTO pending (activity, grp, idx, consumer, deliveries, at_ns) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (activity, grp, idx) DO UPDATE SET consumer = excluded.consumer,
@@ -269,15 +269,12 @@ func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 		return nil
 	case changeWin:
 		e := &c.entry
-		if err := exec(stmtWin, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining); err != nil {
-			return err
-		}
-		return exec(stmtResult, c.act, e.user, "queued", e.id, "", 0)
+		return exec(stmtWin, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining)
 	case changeRelease:
 		return exec(stmtRelease, c.act, c.entry.id)
 	case changeResult:
 		r := &c.result
-		return exec(stmtResult, c.act, c.user, r.Code, r.ReservationID, r.OrderID, r.PayBeforeMS)
+		return exec(stmtResult, c.act, c.user, r.Code, r.ReservationID, r.OrderID, r.PayBeforeMS, c.idx)
 	case changeGroup:
 		return exec(stmtGroup, c.act, c.group)
 	case changePending:

@@ -411,7 +411,7 @@ func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Re
 	}
 	defer a.mu.Unlock()
 	a.results[user] = r
-	s.journal(memChange{kind: changeResult, act: activity, user: user, result: r})
+	s.journal(memChange{kind: changeResult, act: activity, user: user, result: r, idx: len(a.entries)})
 	return nil
 }
 
