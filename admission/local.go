@@ -90,6 +90,17 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 	return &LocalStore{mem: mem, dir: dir, w: w, ckpt: ckpt, lock: lock}, nil
 }
 
+// Failure returns nil while the store works, and the error wrapping ErrLocalFailed once a commit
+// has failed: from then on every call fails until the store is closed and the folder opened again
+// (after room was made on the disk), which loads what was committed. Whoever shares one store
+// between configurations (Caddy's usage pool) can use it to replace a failed one at a reload.
+func (s *LocalStore) Failure() error {
+	if err := s.w.failure(); errors.Is(err, ErrLocalFailed) {
+		return err
+	}
+	return nil
+}
+
 // before refuses a call on a closed or failed store.
 func (s *LocalStore) before() error {
 	if s.closed.Load() {

@@ -222,6 +222,9 @@ func rushUntilFull(t *testing.T, s *LocalStore) map[string]string {
 func checkFullThenReopen(t *testing.T, s *LocalStore, dir string, wins map[string]string, free func()) {
 	t.Helper()
 	ctx := context.Background()
+	if err := s.Failure(); !errors.Is(err, ErrLocalFailed) {
+		t.Errorf("Failure() = %v, want ErrLocalFailed", err)
+	}
 	if _, err := s.Admit(ctx, Request{Activity: "a", User: "late", Qty: 1, RequestID: "r"}); !errors.Is(err, ErrLocalFailed) {
 		t.Errorf("admit after the failure = %v, want ErrLocalFailed", err)
 	}
@@ -234,6 +237,9 @@ func checkFullThenReopen(t *testing.T, s *LocalStore, dir string, wins map[strin
 	free()
 	s = openLocal(t, dir, nil)
 	defer s.Close()
+	if err := s.Failure(); err != nil {
+		t.Errorf("Failure() after reopen = %v", err)
+	}
 	for user, id := range wins {
 		d, err := s.Admit(ctx, Request{Activity: "a", User: user, Qty: 1, RequestID: "r"})
 		if err != nil || !d.Replayed || d.ReservationID != id {
