@@ -14,27 +14,31 @@ const localCheckpointEvery = time.Second
 
 // localCheckpointer folds the WAL into the database file in the background, on its own connection.
 type localCheckpointer struct {
-	db   *sql.DB
-	w    *localWriter
-	stop chan struct{}
-	done chan struct{}
+	db    *sql.DB
+	w     *localWriter
+	every time.Duration
+	stop  chan struct{}
+	done  chan struct{}
 }
 
-func newLocalCheckpointer(dir string, fsyncAlways bool, w *localWriter) (*localCheckpointer, error) {
+func newLocalCheckpointer(dir string, fsyncAlways bool, every time.Duration, w *localWriter) (*localCheckpointer, error) {
+	if every <= 0 {
+		every = localCheckpointEvery
+	}
 	db, err := sql.Open("sqlite", localDSN(filepath.Join(dir, localDBName), fsyncAlways))
 	if err != nil {
 		return nil, fmt.Errorf("open local store %s: checkpointer: %w", dir, err)
 	}
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
-	c := &localCheckpointer{db: db, w: w, stop: make(chan struct{}), done: make(chan struct{})}
+	c := &localCheckpointer{db: db, w: w, every: every, stop: make(chan struct{}), done: make(chan struct{})}
 	go c.run()
 	return c, nil
 }
 
 func (c *localCheckpointer) run() {
 	defer close(c.done)
-	t := time.NewTicker(localCheckpointEvery)
+	t := time.NewTicker(c.every)
 	defer t.Stop()
 	var seen uint64
 	for {

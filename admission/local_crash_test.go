@@ -35,7 +35,8 @@ func rushDefinition() Activity {
 // every answer after it was returned: W user key reservation remaining (a win), N user key outcome (a
 // refusal), R reservation (released by this call), A id (acknowledged), D id (dead-lettered).
 func helperRush(dir string, fsyncAlways bool) error {
-	s, err := OpenLocalStore(dir, LocalOptions{FsyncAlways: fsyncAlways})
+	// Checkpoints every few milliseconds, so that kills land in them too.
+	s, err := OpenLocalStore(dir, LocalOptions{FsyncAlways: fsyncAlways, checkpointEvery: time.Duration(5+rand.IntN(30)) * time.Millisecond})
 	if err != nil {
 		return err
 	}
