@@ -21,17 +21,19 @@ type MemoryOptions struct {
 	Now func() time.Time
 }
 
-// MemoryStore is the in-process Store: the embedded default for a single node and for `go run`.
-// Its semantics are those of RedisStore, checked by the same conformance suite.
+// MemoryStore is the in-process Store, for tests, demos and `go run`. Its semantics are those of
+// RedisStore, checked by the same conformance suite.
 //
 // It is NOT durable: stock, buyers, idempotency answers, results and the wins queue live in this
-// process only and are lost when it exits, and a second process sees none of them. Use RedisStore
-// as soon as a sale runs on more than one node or must survive a restart.
+// process only and are lost when it exits, and a second process sees none of them. Use LocalStore
+// for one node that must survive a restart, RedisStore as soon as a sale runs on more than one
+// node. (LocalStore is a MemoryStore whose changes are committed to disk before it answers.)
 //
 // Every activity has its own mutex, so activities never contend with each other, and the activity
 // table is copied on write so that Admit finds its activity without taking any shared lock.
 type MemoryStore struct {
 	now func() time.Time
+	jnl memJournal // nil unless a LocalStore persists this store's changes
 
 	defMu sync.Mutex                              // serialises Define and Delete
 	acts  atomic.Pointer[map[string]*memActivity] // copied on write, read without a lock
@@ -123,6 +125,22 @@ func (s *MemoryStore) setActivity(id string, a *memActivity) {
 	s.acts.Store(&next)
 }
 
+// newMemActivity returns activity a with its whole stock and nothing else.
+func newMemActivity(a Activity) *memActivity {
+	return &memActivity{
+		gone:     make(chan struct{}),
+		def:      a,
+		stock:    a.Stock,
+		buyers:   make(map[string]int64),
+		answers:  make(map[reqKey]Decision),
+		released: make(map[string]struct{}),
+		results:  make(map[string]Result),
+		resvs:    make(map[string][]Result),
+		byID:     make(map[string]int),
+		groups:   make(map[string]*memGroup),
+	}
+}
+
 // Define implements Store.
 func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activity, error) {
 	if err := ctx.Err(); err != nil {
@@ -142,18 +160,8 @@ func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activ
 		if a.Salt == "" {
 			a.Salt = NewSalt()
 		}
-		s.setActivity(a.ID, &memActivity{
-			gone:     make(chan struct{}),
-			def:      a,
-			stock:    a.Stock,
-			buyers:   make(map[string]int64),
-			answers:  make(map[reqKey]Decision),
-			released: make(map[string]struct{}),
-			results:  make(map[string]Result),
-			resvs:    make(map[string][]Result),
-			byID:     make(map[string]int),
-			groups:   make(map[string]*memGroup),
-		})
+		s.setActivity(a.ID, newMemActivity(a))
+		s.journal(memChange{kind: changeDefine, act: a.ID, def: a})
 		return a, nil
 	}
 
@@ -174,6 +182,7 @@ func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activ
 	raised := a.Stock > old.def.Stock
 	old.stock += a.Stock - old.def.Stock
 	old.def = a
+	s.journal(memChange{kind: changeDefine, act: a.ID, def: a})
 	if raised {
 		// Nodes that flagged the activity sold out look again at once, as after a release.
 		s.publish(a.ID)
@@ -242,6 +251,7 @@ func (s *MemoryStore) Delete(ctx context.Context, id string, force bool) error {
 	// Unpublish before unlocking: a caller that finds the activity deleted looks it up again and
 	// must not find it a second time.
 	s.setActivity(id, nil)
+	s.journal(memChange{kind: changeDelete, act: id})
 	a.deleted = true
 	close(a.gone)
 	return nil
@@ -289,6 +299,9 @@ func (s *MemoryStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	d := Decision{Outcome: Won, ReservationID: id, Remaining: a.stock}
 	a.answers[key] = d
 	a.setResult(r.User, Result{Code: "queued", ReservationID: id}, true)
+	if s.jnl != nil {
+		s.jnl.record(memChange{kind: changeWin, act: r.Activity, idx: len(a.entries) - 1, entry: a.entries[len(a.entries)-1], remaining: a.stock})
+	}
 	return d, nil
 }
 
@@ -332,6 +345,7 @@ func (s *MemoryStore) Release(ctx context.Context, activity, reservationID strin
 	}
 	e := a.entries[i]
 	a.released[reservationID] = struct{}{}
+	s.journal(memChange{kind: changeRelease, act: activity, entry: e})
 	a.stock += e.qty
 	if left := a.buyers[e.user] - e.qty; left > 0 {
 		a.buyers[e.user] = left
@@ -399,6 +413,13 @@ func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Re
 	}
 	defer a.mu.Unlock()
 	a.setResult(user, r, false)
+	if s.jnl != nil {
+		// The folded record, with the user's Reservations, so a load needs no fold of its own
+		// except for the wins that came after it (see loadLocal).
+		top := a.results[user]
+		top.Reservations = slices.Clone(a.resvs[user])
+		s.jnl.record(memChange{kind: changeResult, act: activity, user: user, result: top, idx: len(a.entries)})
+	}
 	return nil
 }
 

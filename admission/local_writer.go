@@ -1,0 +1,340 @@
+package admission
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// localWriter persists a MemoryStore's changes: callers record them (under their activity's lock,
+// so in order), and one goroutine commits everything recorded so far in one transaction (group
+// commit). A caller waits for the commit that holds the changes its answer depends on; while one
+// commit runs, the next batch gathers, with no timer, as in RedisStore's group admission.
+type localWriter struct {
+	db    *sql.DB
+	dir   string
+	stmts [localStmtCount]*sql.Stmt
+
+	mu       sync.Mutex
+	pending  []memChange   // recorded, not yet taken by the writer
+	spare    []memChange   // the previous batch, reused
+	gather   chan struct{} // closed when the pending changes are committed (or never will be)
+	flushing chan struct{} // closed when the batch being committed is
+	taken    uint64        // the last sequence number in the batch being committed
+	err      error         // set once: a failed commit, or the writer stopped
+	enq      atomic.Uint64 // sequence number of the last change recorded
+	dur      atomic.Uint64 // every change up to this sequence number is committed
+	failed   atomic.Bool
+	commits  atomic.Uint64 // transactions committed, for benchmarks
+	// restartWAL asks for a checkpoint between two batches (localWALRestartFrames).
+	restartWAL atomic.Bool
+
+	wake chan struct{} // capacity 1: changes are pending
+	stop chan struct{} // closed by close
+	done chan struct{} // closed when the goroutine has ended
+}
+
+// The writer's prepared statements.
+const (
+	stmtDefine = iota
+	stmtWin
+	stmtRelease
+	stmtResult
+	stmtGroup
+	stmtPending
+	stmtNext
+	stmtAck
+	stmtDead
+	stmtDelActivity
+	stmtDelWins
+	stmtDelReleased
+	stmtDelResults
+	stmtDelGroups
+	stmtDelPending
+	stmtDelDead
+	localStmtCount
+)
+
+var localStmtText = [localStmtCount]string{
+	stmtDefine: `INSERT INTO activities (id, stock, lim, start_ms, end_ms, pay_ms, salt) VALUES (?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET stock = excluded.stock, lim = excluded.lim, start_ms = excluded.start_ms,
+		end_ms = excluded.end_ms, pay_ms = excluded.pay_ms, salt = excluded.salt`,
+	stmtWin:     `INSERT INTO wins (activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+	stmtRelease: `INSERT INTO released (activity, id) VALUES (?, ?)`,
+	stmtResult: `INSERT INTO results (activity, user, code, reservation_id, order_id, pay_before_ms, after_wins, reservations) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (activity, user) DO UPDATE SET code = excluded.code, reservation_id = excluded.reservation_id,
+		order_id = excluded.order_id, pay_before_ms = excluded.pay_before_ms, after_wins = excluded.after_wins,
+		reservations = excluded.reservations`,
+	stmtGroup: `INSERT INTO groups (activity, name, next) VALUES (?, ?, 0)`,
+	stmtPending: `INSERT INTO pending (activity, grp, idx, consumer, deliveries, at_ns) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (activity, grp, idx) DO UPDATE SET consumer = excluded.consumer,
+		deliveries = excluded.deliveries, at_ns = excluded.at_ns`,
+	stmtNext:        `UPDATE groups SET next = ? WHERE activity = ? AND name = ?`,
+	stmtAck:         `DELETE FROM pending WHERE activity = ? AND grp = ? AND idx = ?`,
+	stmtDead:        `INSERT INTO dead (activity, idx, deliveries, reason) VALUES (?, ?, ?, ?)`,
+	stmtDelActivity: `DELETE FROM activities WHERE id = ?`,
+	stmtDelWins:     `DELETE FROM wins WHERE activity = ?`,
+	stmtDelReleased: `DELETE FROM released WHERE activity = ?`,
+	stmtDelResults:  `DELETE FROM results WHERE activity = ?`,
+	stmtDelGroups:   `DELETE FROM groups WHERE activity = ?`,
+	stmtDelPending:  `DELETE FROM pending WHERE activity = ?`,
+	stmtDelDead:     `DELETE FROM dead WHERE activity = ?`,
+}
+
+func newLocalWriter(db *sql.DB, dir string) (*localWriter, error) {
+	w := &localWriter{
+		db: db, dir: dir,
+		gather: make(chan struct{}), flushing: make(chan struct{}),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	close(w.flushing) // nothing is being committed yet
+	for i, text := range localStmtText {
+		st, err := db.Prepare(text)
+		if err != nil {
+			w.closeStmts()
+			return nil, fmt.Errorf("open local store %s: prepare: %w", dir, err)
+		}
+		w.stmts[i] = st
+	}
+	go w.run()
+	return w, nil
+}
+
+// record implements memJournal. Changes recorded after a failure or after the writer stopped are
+// dropped: their callers get the writer's error from wait.
+func (w *localWriter) record(c memChange) {
+	w.mu.Lock()
+	if w.err != nil {
+		w.mu.Unlock()
+		return
+	}
+	w.pending = append(w.pending, c)
+	w.enq.Add(1)
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// failure returns the writer's error once a commit failed or it stopped.
+func (w *localWriter) failure() error {
+	if !w.failed.Load() {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+// wait returns once every change recorded before it was called is committed, or with ctx's error
+// (the changes may then still be committed, as a Redis call whose answer was lost may have run).
+// Once the writer has failed it returns the failure, even for a caller whose own changes were
+// committed: a change recorded after the failure was dropped without a sequence number, so no
+// caller can tell that its answer does not depend on one.
+func (w *localWriter) wait(ctx context.Context) error {
+	seq := w.enq.Load()
+	if w.dur.Load() >= seq {
+		return w.failure()
+	}
+	w.mu.Lock()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
+	}
+	ch := w.gather
+	if seq <= w.taken {
+		ch = w.flushing
+	}
+	w.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		if err := w.failure(); err != nil || w.dur.Load() >= seq {
+			return err
+		}
+		return fmt.Errorf("waiting for the commit: %w", ctx.Err())
+	}
+	if err := w.failure(); err != nil {
+		return err
+	}
+	if w.dur.Load() < seq {
+		return fmt.Errorf("local store %s: %w: change %d woke before its commit", w.dir, ErrLocalFailed, seq)
+	}
+	return nil
+}
+
+// run is the writer goroutine: one transaction per batch, in the order the changes were recorded.
+func (w *localWriter) run() {
+	defer close(w.done)
+	for {
+		stopping := false
+		select {
+		case <-w.wake:
+		case <-w.stop:
+			stopping = true
+		}
+		for {
+			runtime.Gosched() // let the callers just woken by the last commit join this batch
+			w.mu.Lock()
+			batch, last, done := w.pending, w.enq.Load(), w.gather
+			if len(batch) == 0 {
+				w.mu.Unlock()
+				break
+			}
+			w.pending, w.spare = w.spare[:0], nil
+			w.flushing, w.taken, w.gather = done, last, make(chan struct{})
+			w.mu.Unlock()
+			err := w.commit(batch)
+			clear(batch) // let the strings go
+			w.mu.Lock()
+			w.spare = batch[:0]
+			if err != nil {
+				w.fail(fmt.Errorf("local store %s: %w: commit %d changes: %w", w.dir, ErrLocalFailed, len(batch), err))
+				w.mu.Unlock()
+				return
+			}
+			w.dur.Store(last)
+			w.commits.Add(1)
+			close(done)
+			w.mu.Unlock()
+			if w.restartWAL.Swap(false) {
+				// Best effort, like every checkpoint: the WAL keeps what it cannot fold in.
+				_, _ = w.db.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
+			}
+			if !stopping {
+				break
+			}
+		}
+		if stopping {
+			w.mu.Lock()
+			w.fail(fmt.Errorf("local store %s: %w", w.dir, errLocalClosed))
+			w.mu.Unlock()
+			return
+		}
+	}
+}
+
+// fail sets the writer's error and wakes every waiter; later changes are dropped. The caller holds
+// w.mu.
+func (w *localWriter) fail(err error) {
+	w.err = err
+	w.failed.Store(true)
+	w.pending = nil
+	select {
+	case <-w.flushing:
+	default:
+		close(w.flushing)
+	}
+	close(w.gather)
+}
+
+// commit writes one batch in one transaction.
+func (w *localWriter) commit(batch []memChange) (err error) {
+	tx, err := w.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	var st [localStmtCount]*sql.Stmt
+	exec := func(i int, args ...any) error {
+		if st[i] == nil {
+			st[i] = tx.Stmt(w.stmts[i])
+		}
+		_, err := st[i].Exec(args...)
+		return err
+	}
+	for i := range batch {
+		if err := w.apply(exec, &batch[i]); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// apply writes one change.
+func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
+	switch c.kind {
+	case changeDefine:
+		d := c.def
+		return exec(stmtDefine, d.ID, d.Stock, d.Limit, d.Start.UnixMilli(), d.End.UnixMilli(), d.PayWithin.Milliseconds(), d.Salt)
+	case changeDelete:
+		for i := stmtDelActivity; i <= stmtDelDead; i++ {
+			if err := exec(i, c.act); err != nil {
+				return err
+			}
+		}
+		return nil
+	case changeWin:
+		e := &c.entry
+		return exec(stmtWin, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining)
+	case changeRelease:
+		return exec(stmtRelease, c.act, c.entry.id)
+	case changeResult:
+		r := &c.result
+		resvs := ""
+		if r.Reservations != nil {
+			b, err := json.Marshal(r.Reservations)
+			if err != nil {
+				return fmt.Errorf("result %s/%s: %w", c.act, c.user, err)
+			}
+			resvs = string(b)
+		}
+		return exec(stmtResult, c.act, c.user, r.Code, r.ReservationID, r.OrderID, r.PayBeforeMS, c.idx, resvs)
+	case changeGroup:
+		return exec(stmtGroup, c.act, c.group)
+	case changePending:
+		p := &c.pend
+		return exec(stmtPending, c.act, c.group, c.idx, p.consumer, p.deliveries, p.at.UnixNano())
+	case changeNext:
+		return exec(stmtNext, c.idx, c.act, c.group)
+	case changeAck:
+		return exec(stmtAck, c.act, c.group, c.idx)
+	case changeDead:
+		if err := exec(stmtAck, c.act, c.group, c.idx); err != nil {
+			return err
+		}
+		return exec(stmtDead, c.act, c.idx, c.pend.deliveries, c.reason)
+	}
+	return fmt.Errorf("unknown change kind %d", c.kind)
+}
+
+// close commits what is pending, stops the goroutine and closes the database.
+func (w *localWriter) close() error {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	err := w.err
+	w.mu.Unlock()
+	w.closeStmts()
+	var dbErr error
+	if !errors.Is(err, ErrLocalFailed) {
+		_, dbErr = w.db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+	}
+	dbErr = errors.Join(dbErr, w.db.Close())
+	if errors.Is(err, ErrLocalFailed) {
+		return errors.Join(err, dbErr)
+	}
+	if dbErr != nil {
+		return fmt.Errorf("close local store %s: %w", w.dir, dbErr)
+	}
+	return nil
+}
+
+func (w *localWriter) closeStmts() {
+	for _, st := range w.stmts {
+		if st != nil {
+			_ = st.Close()
+		}
+	}
+}
