@@ -286,9 +286,6 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 // n replicas (1 to 16) must confirm each admission call and release within timeout (default
 // 100ms, 1ms to 500ms), else its buyers are answered 503 busy.
 func parseReplicasAck(d *caddyfile.Dispenser, s *StoreConfig) error {
-	if s.ReplicasAck != 0 {
-		return d.Err("seckill: store redis replicas_ack is given twice")
-	}
 	args := d.RemainingArgs()
 	if len(args) < 1 || len(args) > 2 {
 		return d.ArgErr()
