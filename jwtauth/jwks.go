@@ -48,7 +48,8 @@ type jwksCache struct {
 	minRefresh time.Duration
 	maxAge     time.Duration
 
-	set atomic.Pointer[keySet] // read without locking on every verification
+	set      atomic.Pointer[keySet] // read without locking on every verification
+	failures atomic.Int64           // refreshes that failed (the last good set stayed)
 
 	mu          sync.Mutex // serializes refreshes
 	lastAttempt time.Time
@@ -98,6 +99,7 @@ func (c *jwksCache) refresh(ctx context.Context, wait bool) bool {
 	set, err := c.fetch(context.WithoutCancel(ctx))
 	c.lastErr = err
 	if err != nil {
+		c.failures.Add(1)
 		return false
 	}
 	c.set.Store(set)
