@@ -175,7 +175,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		reveal[id] = time.Duration(act.Reveal)
 	}
 	a.acts = newActivities(b.guard, reveal)
-	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard); err != nil {
+	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier); err != nil {
 		return err
 	}
 	if a.orders != nil {
