@@ -129,7 +129,9 @@ func parseWatch(lines []string, activity string) (watchScreen, bool) {
 // prints one plain frame.
 func TestWatch(t *testing.T) {
 	bin := buildCaddy(t)
-	s := startSale(t, jwtBlock+"captcha off\n"+saleBlock("watch", 20)+ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db")))
+	// A long payment window: no order expires while the test compares the figures.
+	block := strings.Replace(saleBlock("watch", 20), "pay_within "+payWindow.String(), "pay_within 10m", 1)
+	s := startSale(t, jwtBlock+"captcha off\n"+block+ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db")))
 	term := startTerminal(t, 100, 30, bin, "seckill", "watch", "--address", s.adminAddr, "--interval", "250ms")
 	eventually(t, "a first frame", func() (bool, string) {
 		lines, n := term.screen()
@@ -180,7 +182,7 @@ func TestWatch(t *testing.T) {
 		_, metrics := s.adminCall(t, http.MethodGet, "/metrics", "")
 		last = strings.Join(lines, "\n") + "\nadmin: " + string(body)
 		if sc.left != a.Remaining || sc.stock != a.Stock || sc.sold != a.Sold || sc.wins != a.Queued ||
-			sc.dead != a.Dead || sc.soldOut != a.SoldOut || sc.backlog != "0" || a.Queued != 20 {
+			sc.dead != a.Dead || sc.soldOut != a.SoldOut || sc.backlog != "0" || a.Queued != 20 || a.Remaining != 0 {
 			return false, last
 		}
 		if !strings.Contains(sc.header, "breaker closed") || !strings.Contains(sc.header, "store memory") {
