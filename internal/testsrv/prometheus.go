@@ -84,7 +84,7 @@ func (p *Prometheus) start(bin, cfgPath, addr string) error {
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
+	defer func() { _ = logf.Close() }() // the child holds its own descriptor
 	cmd := exec.Command(bin, "--config.file="+cfgPath, "--web.listen-address="+addr,
 		"--storage.tsdb.path="+filepath.Join(p.Dir, "data"), "--log.level=warn")
 	cmd.Dir = p.Dir
