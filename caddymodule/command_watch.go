@@ -131,8 +131,9 @@ func watchNext(addr string, prev, cur watchReading) watchFrame {
 	return f
 }
 
-// watchWide is the narrowest terminal that gets the table; narrower ones get a line per figure.
-const watchWide = 72
+// watchRow is the width of the table's row without its activity column: a terminal narrower than
+// the row gets two lines per activity instead.
+const watchRow = 63
 
 // render lays the frame out for a terminal width columns wide; no line is longer than width.
 func (f watchFrame) render(width int) []string {
@@ -142,9 +143,21 @@ func (f watchFrame) render(width int) []string {
 	var lines []string
 	add := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
 	c := f.cur
-	add("caddy-seckill watch  %s  store %s  breaker %s  %s", f.addr, c.store, c.breaker, c.at.Format("15:04:05"))
+	if c.at.IsZero() {
+		add("caddy-seckill watch  %s  waiting for the admin API", f.addr)
+	} else {
+		add("caddy-seckill watch  %s  store %s  breaker %s  %s", f.addr, c.store, c.breaker, c.at.Format("15:04:05"))
+	}
 	if f.err != nil {
-		add("! %v", f.err)
+		// Wrapped, not cut: the end of an error ("connection refused") is what tells.
+		for msg := "! " + f.err.Error(); msg != ""; {
+			n := min(len(msg), width)
+			add("%s", msg[:n])
+			msg = msg[n:]
+		}
+	}
+	if c.at.IsZero() {
+		return fit(lines, width)
 	}
 	rate := func(m map[string]float64, k string) string {
 		if m == nil {
@@ -167,14 +180,14 @@ func (f watchFrame) render(width int) []string {
 		}
 		return ""
 	}
-	if len(c.activities) == 0 {
-		add("no activities")
+	idw := 8
+	for _, a := range c.activities {
+		idw = max(idw, min(len(a.ID), 24))
 	}
-	if width >= watchWide {
-		idw := 8
-		for _, a := range c.activities {
-			idw = max(idw, min(len(a.ID), 24))
-		}
+	if len(c.activities) == 0 {
+		add("")
+		add("no activities")
+	} else if width >= idw+watchRow {
 		add("")
 		add("%-*s %13s %6s %9s %6s %8s %5s  %s", idw, "ACTIVITY", "LEFT/STOCK", "SOLD", "ADMITS/S", "WINS", "BACKLOG", "DEAD", "FLAG")
 		for _, a := range c.activities {
@@ -207,6 +220,11 @@ func (f watchFrame) render(width int) []string {
 		}
 		add("%s", strings.TrimRight(b.String(), " "))
 	}
+	return fit(lines, width)
+}
+
+// fit cuts every line to width and drops trailing blanks.
+func fit(lines []string, width int) []string {
 	for i, l := range lines {
 		lines[i] = strings.TrimRight(clip(l, width), " ")
 	}
