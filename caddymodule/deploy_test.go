@@ -225,3 +225,70 @@ func TestDashboardQueries(t *testing.T) {
 		t.Errorf("sold out after (the window opened a minute before the test): %v %v", res, err)
 	}
 }
+
+// TestDashboardLayout checks what Grafana needs of the dashboard without a Grafana: the four rows
+// of the issue in order, unique panel ids and titles, every panel on the 24-column grid and on the
+// datasource variable, and the activity variable (multi-select, with All).
+func TestDashboardLayout(t *testing.T) {
+	b, err := os.ReadFile(dashboardJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			ID         int    `json:"id"`
+			Type       string `json:"type"`
+			Title      string `json:"title"`
+			Datasource *struct {
+				UID string `json:"uid"`
+			} `json:"datasource"`
+			GridPos struct{ H, W, X, Y int } `json:"gridPos"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name       string `json:"name"`
+				Type       string `json:"type"`
+				Multi      bool   `json:"multi"`
+				IncludeAll bool   `json:"includeAll"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.UID == "" {
+		t.Error("no uid: an import would make a new dashboard each time")
+	}
+	var rows []string
+	ids, titles := map[int]bool{}, map[string]bool{}
+	for _, p := range d.Panels {
+		if ids[p.ID] || titles[p.Title] {
+			t.Errorf("panel %d %q: id or title repeated", p.ID, p.Title)
+		}
+		ids[p.ID], titles[p.Title] = true, true
+		if g := p.GridPos; g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q: off the grid: %+v", p.Title, g)
+		}
+		if p.Type == "row" {
+			rows = append(rows, p.Title)
+			continue
+		}
+		if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+			t.Errorf("panel %q: not on the datasource variable", p.Title)
+		}
+	}
+	if got := strings.Join(rows, ","); got != "Sale,Funnel,Health,Orders" {
+		t.Errorf("rows %s, want Sale,Funnel,Health,Orders", got)
+	}
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+		if v.Name == "activity" && (v.Type != "query" || !v.Multi || !v.IncludeAll) {
+			t.Errorf("activity variable: %+v", v)
+		}
+	}
+	if !vars["activity"] || !vars["datasource"] {
+		t.Errorf("variables %v, want activity and datasource", vars)
+	}
+}
