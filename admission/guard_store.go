@@ -154,3 +154,8 @@ func (g *Guard) DeadLetter(ctx context.Context, activity, group string, w Win, r
 func (g *Guard) DeadLetters(ctx context.Context, activity string, count int) ([]Win, error) {
 	return call(g.qcb, "dead letters", activity, func() ([]Win, error) { return g.store.DeadLetters(ctx, activity, count) })
 }
+
+// Backlog implements Queue.
+func (g *Guard) Backlog(ctx context.Context, activity, group string) (int64, error) {
+	return call(g.qcb, "backlog", activity, func() (int64, error) { return g.store.Backlog(ctx, activity, group) })
+}

@@ -820,3 +820,10 @@ func TestGuardCloseStopsBackground(t *testing.T) {
 		t.Errorf("remaining = %d", n)
 	}
 }
+
+func (s *wrappedStore) Backlog(ctx context.Context, activity, group string) (int64, error) {
+	if err := s.enter(); err != nil {
+		return 0, err
+	}
+	return s.MemoryStore.Backlog(ctx, activity, group)
+}

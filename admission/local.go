@@ -334,6 +334,18 @@ func (s *LocalStore) DeadLetters(ctx context.Context, activity string, count int
 	return wins, err
 }
 
+// Backlog implements Queue.
+func (s *LocalStore) Backlog(ctx context.Context, activity, group string) (int64, error) {
+	if err := s.before(); err != nil {
+		return 0, fmt.Errorf("backlog %s: %w", activity, err)
+	}
+	n, err := s.mem.Backlog(ctx, activity, group)
+	if werr := s.after(ctx); werr != nil {
+		return 0, fmt.Errorf("backlog %s: %w", activity, werr)
+	}
+	return n, err
+}
+
 // Close implements Store: it commits what is pending, closes the database and lets the folder go.
 // Calls after Close fail.
 func (s *LocalStore) Close() error {

@@ -309,3 +309,16 @@ func (s *MemoryStore) DeadLetters(ctx context.Context, activity string, count in
 	defer a.mu.Unlock()
 	return slices.Clone(a.dead[:min(count, len(a.dead))]), nil
 }
+
+// Backlog implements Queue: the entries after the group's position plus its PEL.
+func (s *MemoryStore) Backlog(ctx context.Context, activity, group string) (int64, error) {
+	if err := memCheckQueue(activity, group, "-"); err != nil {
+		return 0, fmt.Errorf("backlog: %w", err)
+	}
+	a, g, err := s.group(ctx, "backlog", activity, group)
+	if err != nil {
+		return 0, err
+	}
+	defer a.mu.Unlock()
+	return int64(len(a.entries)-g.next) + int64(len(g.pending)), nil
+}

@@ -282,3 +282,34 @@ func redisParseWin(activity, id string, deliveries int64, field func(string) str
 		Deliveries:    deliveries,
 	}, nil
 }
+
+// Backlog implements Queue with XINFO GROUPS: the group's lag (entries never delivered) plus its
+// pending count. Entries are never deleted from the wins stream, so Redis always knows the lag.
+func (s *RedisStore) Backlog(ctx context.Context, activity, group string) (int64, error) {
+	if err := redisCheckQueue(activity, group, "-"); err != nil {
+		return 0, fmt.Errorf("backlog: %w", err)
+	}
+	groups, err := s.client.XInfoGroups(ctx, s.key(activity, "orders")).Result()
+	if err != nil {
+		if strings.Contains(err.Error(), "no such key") {
+			if err := s.mustExist(ctx, "backlog", activity); err != nil {
+				return 0, err
+			}
+			return 0, fmt.Errorf("backlog %s: consumer group %q %w", activity, group, ErrNotFound)
+		}
+		return 0, fmt.Errorf("backlog %s: %w", activity, err)
+	}
+	for _, g := range groups {
+		if g.Name != group {
+			continue
+		}
+		if g.Lag < 0 {
+			return 0, fmt.Errorf("backlog %s/%s: redis does not know the group's lag", activity, group)
+		}
+		return g.Lag + g.Pending, nil
+	}
+	if err := s.mustExist(ctx, "backlog", activity); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("backlog %s: consumer group %q %w", activity, group, ErrNotFound)
+}

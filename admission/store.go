@@ -116,6 +116,10 @@ type Queue interface {
 
 	// DeadLetters lists the dead-letter queue, oldest first, up to count entries.
 	DeadLetters(ctx context.Context, activity string, count int) ([]Win, error)
+
+	// Backlog counts the entries group has not acknowledged yet: never delivered, plus delivered
+	// and pending. It is the order backlog monitoring watches. An unknown group is ErrNotFound.
+	Backlog(ctx context.Context, activity, group string) (int64, error)
 }
 
 // Activity is the definition of one sale.

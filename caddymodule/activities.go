@@ -45,6 +45,9 @@ type stockReading struct {
 	remaining int64
 	at        time.Time
 	reading   bool // a caller is reading a fresh value from the store
+
+	soldOutAt  time.Time // when a reading first showed no stock left; zero while some is left
+	wins, dead int64     // the store's queue counters at the last full read (refresh, admin API)
 }
 
 func newActivities(store admission.Store, reveal map[string]time.Duration) *activities {
@@ -117,6 +120,7 @@ func (c *activities) refresh(ctx context.Context) error {
 		}
 		next[id] = s.Activity
 		c.setStock(id, s.Remaining, now)
+		c.setQueues(id, s.Queued, s.Dead)
 	}
 	c.mu.Lock()
 	c.byID = next
@@ -154,7 +158,15 @@ func (c *activities) refreshLoop(ctx context.Context, logger *zap.Logger) {
 func (c *activities) setStock(id string, remaining int64, at time.Time) {
 	c.stockMu.Lock()
 	if old, ok := c.stock[id]; !ok || !old.at.After(at) {
-		c.stock[id] = stockReading{remaining: remaining, at: at}
+		r := stockReading{remaining: remaining, at: at, wins: old.wins, dead: old.dead}
+		switch {
+		case remaining > 0:
+		case ok && !old.soldOutAt.IsZero():
+			r.soldOutAt = old.soldOutAt
+		default:
+			r.soldOutAt = at
+		}
+		c.stock[id] = r
 	} else if old.reading {
 		old.reading = false
 		c.stock[id] = old
@@ -197,13 +209,44 @@ func (c *activities) remaining(ctx context.Context, id string) (int64, error) {
 	return n, nil
 }
 
-// stockSnapshot returns the last known remaining stock of every known activity.
-func (c *activities) stockSnapshot() map[string]int64 {
+// setQueues records the store's wins and dead-letter counts of a known activity.
+func (c *activities) setQueues(id string, wins, dead int64) {
+	c.stockMu.Lock()
+	if r, ok := c.stock[id]; ok {
+		r.wins, r.dead = wins, dead
+		c.stock[id] = r
+	}
+	c.stockMu.Unlock()
+}
+
+// activityView is what the node knows of one activity, for the metrics.
+type activityView struct {
+	id             string
+	stock          int64
+	start          time.Time
+	remaining      int64
+	soldOutAt      time.Time
+	wins, deadWins int64
+}
+
+// views returns the node's view of every activity with a stock reading.
+func (c *activities) views() []activityView {
+	c.mu.RLock()
+	defs := make(map[string]admission.Activity, len(c.byID))
+	for id, a := range c.byID {
+		defs[id] = a
+	}
+	c.mu.RUnlock()
 	c.stockMu.Lock()
 	defer c.stockMu.Unlock()
-	out := make(map[string]int64, len(c.stock))
+	out := make([]activityView, 0, len(c.stock))
 	for id, r := range c.stock {
-		out[id] = r.remaining
+		d, ok := defs[id]
+		if !ok {
+			continue
+		}
+		out = append(out, activityView{id: id, stock: d.Stock, start: d.Start, remaining: r.remaining,
+			soldOutAt: r.soldOutAt, wins: r.wins, deadWins: r.dead})
 	}
 	return out
 }

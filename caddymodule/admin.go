@@ -228,6 +228,7 @@ func (adminAPI) reconcile(w http.ResponseWriter, r *http.Request, app *App) erro
 		return apiErr(http.StatusBadRequest, fmt.Errorf("activity id %q is not valid", id))
 	}
 	ans, err := reconcile(r.Context(), app.backend.guard, st.repo, id)
+	app.metrics.observeReconcile(ans, err)
 	if err != nil {
 		return storeErr(err)
 	}
@@ -257,6 +258,7 @@ func snapshots(ctx context.Context, app *App) ([]adminActivity, error) {
 
 func showActivity(app *App, s admission.Snapshot) adminActivity {
 	app.acts.setStock(s.ID, s.Remaining, time.Now())
+	app.acts.setQueues(s.ID, s.Queued, s.Dead)
 	return adminActivity{
 		ID: s.ID, Stock: s.Stock, Limit: s.Limit, Start: s.Start, End: s.End,
 		PayWithin: s.PayWithin.String(), Remaining: s.Remaining, Sold: s.Sold, Buyers: s.Buyers,

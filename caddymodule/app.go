@@ -179,7 +179,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if rs, ok := b.store.(*admission.RedisStore); ok && rs.ReplicasAckEnabled() {
 		acks = rs.ReplicaAcks
 	}
-	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, acks); err != nil {
+	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, acks); err != nil {
 		return err
 	}
 	if a.orders != nil {

@@ -18,8 +18,8 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "seckill",
-		Usage: "token|status|reconcile ...",
-		Short: "Flash-sale tools: mint test tokens, show activities, check the invariants",
+		Usage: "token|status|reconcile|watch ...",
+		Short: "Flash-sale tools: mint test tokens, show activities, check the invariants, watch the sale",
 		Long: `
 Tools for caddy-seckill.
 
@@ -41,7 +41,13 @@ Tools for caddy-seckill.
       every activity or one. With --config and store redis it connects to both itself; with
       store memory it asks the running Caddy through its admin API. Exit status 1 when an
       invariant does not hold, 2 when it could not check. Run it once the sale is over and the
-      queue has drained: wins still in flight show as violations.`,
+      queue has drained: wins still in flight show as violations.
+
+  caddy seckill watch [--address <admin>] [--config <file> [--adapter <name>]] [--interval 1s] [--once]
+      a live view of every activity (remaining, admits/s, wins, order backlog, dead letters), the
+      breaker and the refusals by funnel layer, redrawn every interval from the running Caddy's
+      admin API (/seckill/stats and /metrics); q or Ctrl-C quits. Not on a terminal it prints a
+      frame per interval; --once prints one frame (two readings an interval apart) and exits.`,
 		CobraFunc: func(cmd *cobra.Command) {
 			token := &cobra.Command{
 				Use:   "token --user <id> [--secret <s> | --config <file> [--adapter <name>]] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]",
@@ -80,7 +86,19 @@ Tools for caddy-seckill.
 			rec.Flags().String("activity", "", "Check only this activity (default: every activity in the store)")
 			rec.Flags().Bool("json", false, "Print the reports as JSON")
 
-			cmd.AddCommand(token, status, rec)
+			watch := &cobra.Command{
+				Use:   "watch [--address <admin>] [--config <file> [--adapter <name>]] [--interval 1s] [--once]",
+				Short: "A live terminal view of the sale from the admin API",
+				Args:  cobra.NoArgs,
+				RunE:  caddycmd.WrapCommandFuncForCobra(cmdWatch),
+			}
+			watch.Flags().String("address", "", "Address of the administration API listener (if --config is not used)")
+			watch.Flags().StringP("config", "c", "", "Configuration file (if --address is not used)")
+			watch.Flags().StringP("adapter", "a", "", "Name of config adapter to apply (if --config is used)")
+			watch.Flags().Duration("interval", time.Second, "How often the view is refreshed")
+			watch.Flags().Bool("once", false, "Print one frame and exit")
+
+			cmd.AddCommand(token, status, rec, watch)
 		},
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
 
 // metrics are the app's Prometheus metrics, registered on the configuration's registry (so they
@@ -25,6 +26,8 @@ type metrics struct {
 	// are resolved once, here: the layers are known, and every layer shows, at 0 until it refuses.
 	rejectedVec *prometheus.CounterVec
 	rejected    [nLayers]prometheus.Counter // nil at layerNone
+
+	reconcileVec *prometheus.CounterVec // reconcile runs through the admin API, by result
 
 	// The vectors' children, resolved once per label set: WithLabelValues on every request
 	// hashes the labels and allocates.
@@ -89,10 +92,10 @@ const (
 // replicaAcks reads a Redis store's WAIT counters (admission.RedisStore.ReplicaAcks).
 type replicaAcks func() (waits, shortfalls uint64)
 
-// newMetrics creates the metrics and registers them, with the collectors of the remaining stock
-// and of the breaker state, on reg; and with the store's WAIT counters when acks is not nil
-// (store redis { replicas_ack }).
-func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, acks replicaAcks) (*metrics, error) {
+// newMetrics creates the metrics and registers them, with the collectors of the activities, the
+// breaker state and the JWKS refresh failures (verifier may be nil), on reg; and with the store's
+// WAIT counters when acks is not nil (store redis { replicas_ack }).
+func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, verifier *jwtauth.Verifier, acks replicaAcks) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
@@ -117,13 +120,29 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 	for l := layerNone + 1; l < nLayers; l++ {
 		m.rejected[l] = m.rejectedVec.WithLabelValues(l.String())
 	}
+	m.reconcileVec = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "reconcile_runs_total",
+		Help: "Reconcile runs through this node's admin API (the reconcile command with store memory), by result: " +
+			"ok, violated (an invariant does not hold) or error (could not check).",
+	}, []string{"result"})
+	for _, r := range []string{reconcileOK, reconcileViolated, reconcileError} {
+		m.reconcileVec.WithLabelValues(r) // every result shows, at 0 until it happens
+	}
+	jwks := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Namespace: metricsNamespace,
+		Subsystem: metricsSubsystem,
+		Name:      "jwks_refresh_failures_total",
+		Help:      "JWKS refreshes that failed (the last good key set stayed in use); 0 without a jwks url.",
+	}, func() float64 { return float64(verifier.JWKSRefreshFailures()) })
 	breaker := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: metricsNamespace,
 		Subsystem: metricsSubsystem,
 		Name:      "breaker_state",
 		Help:      "State of the admission store's circuit breaker: 0 closed, 1 half-open, 2 open.",
 	}, func() float64 { return breakerValue(guard.BreakerState()) })
-	collectors := []prometheus.Collector{m.requests, m.admission, m.rejectedVec, breaker, &stockCollector{acts: acts}}
+	collectors := []prometheus.Collector{m.requests, m.admission, m.rejectedVec, breaker, jwks, m.reconcileVec, &activityCollector{acts: acts}}
 	if acks != nil {
 		collectors = append(collectors,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -188,6 +207,28 @@ func (m *metrics) observeRequest(activity string, kind callKind, code string) {
 	}).Inc()
 }
 
+// The results of reconcile_runs_total.
+const (
+	reconcileOK       = "ok"
+	reconcileViolated = "violated"
+	reconcileError    = "error"
+)
+
+// observeReconcile counts one reconcile run through the admin API.
+func (m *metrics) observeReconcile(ans reconcileAnswer, err error) {
+	if m == nil {
+		return
+	}
+	r := reconcileOK
+	switch {
+	case err != nil:
+		r = reconcileError
+	case !ans.OK:
+		r = reconcileViolated
+	}
+	m.reconcileVec.WithLabelValues(r).Inc()
+}
+
 // observeRejection counts one refusal at the layer that made it: a pre-resolved counter, so no
 // lookup and no allocation. Refusals without a layer (layerNone) are not the public API's.
 func (m *metrics) observeRejection(l layer) {
@@ -207,22 +248,49 @@ func (m *metrics) observeAdmission(activity, outcome string, took time.Duration)
 	}).Observe(took.Seconds())
 }
 
-// stockCollector exports the last known remaining stock of each known activity. It reads the
-// node's view, never the store, so a scrape costs nothing.
-type stockCollector struct{ acts *activities }
+// activityCollector exports the node's view of each known activity: the remaining stock (last
+// reading), the definition, the sold-out moment, and the store's queue counters as the periodic
+// refresh (every 5 s) last read them. It reads the node's view, never the store, so a scrape
+// costs nothing.
+type activityCollector struct{ acts *activities }
 
-var stockDesc = prometheus.NewDesc(
-	prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "remaining"),
-	"Remaining stock of each activity, as last seen by this node.",
-	[]string{"activity"}, nil,
+func activityDesc(name, help string) *prometheus.Desc {
+	return prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, name), help, []string{"activity"}, nil)
+}
+
+var (
+	remainingDesc = activityDesc("remaining", "Remaining stock of each activity, as last seen by this node.")
+	stockDesc     = activityDesc("stock", "Total stock of each activity, as defined.")
+	startDesc     = activityDesc("start_timestamp_seconds", "Start of each activity's window, Unix seconds.")
+	soldOutDesc   = activityDesc("sold_out_timestamp_seconds",
+		"When this node first saw the activity's stock at zero, Unix seconds; 0 while stock is left (a release resets it).")
+	winsDesc = activityDesc("wins",
+		"Wins ever appended to the activity's queue (the store's count, as this node last read it, every 5 s).")
+	deadDesc = activityDesc("dead_letters",
+		"Entries in the activity's dead-letter queue (the store's count, as this node last read it, every 5 s).")
 )
 
 // Describe implements prometheus.Collector.
-func (c *stockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- stockDesc }
+func (c *activityCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{remainingDesc, stockDesc, startDesc, soldOutDesc, winsDesc, deadDesc} {
+		ch <- d
+	}
+}
 
 // Collect implements prometheus.Collector.
-func (c *stockCollector) Collect(ch chan<- prometheus.Metric) {
-	for id, n := range c.acts.stockSnapshot() {
-		ch <- prometheus.MustNewConstMetric(stockDesc, prometheus.GaugeValue, float64(n), id)
+func (c *activityCollector) Collect(ch chan<- prometheus.Metric) {
+	unix := func(t time.Time) float64 {
+		if t.IsZero() {
+			return 0
+		}
+		return float64(t.UnixMilli()) / 1000
+	}
+	for _, v := range c.acts.views() {
+		ch <- prometheus.MustNewConstMetric(remainingDesc, prometheus.GaugeValue, float64(v.remaining), v.id)
+		ch <- prometheus.MustNewConstMetric(stockDesc, prometheus.GaugeValue, float64(v.stock), v.id)
+		ch <- prometheus.MustNewConstMetric(startDesc, prometheus.GaugeValue, unix(v.start), v.id)
+		ch <- prometheus.MustNewConstMetric(soldOutDesc, prometheus.GaugeValue, unix(v.soldOutAt), v.id)
+		ch <- prometheus.MustNewConstMetric(winsDesc, prometheus.GaugeValue, float64(v.wins), v.id)
+		ch <- prometheus.MustNewConstMetric(deadDesc, prometheus.GaugeValue, float64(v.deadWins), v.id)
 	}
 }

@@ -1,7 +1,9 @@
 package caddymodule_test
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,10 +34,23 @@ func TestMetrics(t *testing.T) {
 		`caddy_seckill_admission_duration_seconds_count{activity="m",outcome="queued"} 1`,
 		`caddy_seckill_remaining{activity="m"} 0`,
 		`caddy_seckill_breaker_state 0`,
+		`caddy_seckill_stock{activity="m"} 1`,
+		`caddy_seckill_dead_letters{activity="m"} 0`,
+		`caddy_seckill_wins{activity="m"} `, // the store's count at the last refresh: 0 or 1 here
+		`caddy_seckill_reconcile_runs_total{result="ok"} 0`,
+		`caddy_seckill_reconcile_runs_total{result="violated"} 0`,
+		`caddy_seckill_reconcile_runs_total{result="error"} 0`,
+		`caddy_seckill_jwks_refresh_failures_total 0`,
+		fmt.Sprintf(`caddy_seckill_start_timestamp_seconds{activity="m"} %v`, float64(now.Add(-time.Minute).Unix())),
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+	// The sale sold out during this test: the moment is between the start of the test and now.
+	soldOut := metricValue(t, out, `caddy_seckill_sold_out_timestamp_seconds{activity="m"}`)
+	if soldOut < float64(now.Unix()) || soldOut > float64(time.Now().Unix()+1) {
+		t.Errorf("sold_out_timestamp_seconds = %v, want between %d and now", soldOut, now.Unix())
 	}
 	for _, leak := range []string{"alice", "bob", "127.0.0.1", "nosuch"} {
 		for _, line := range strings.Split(out, "\n") {
@@ -44,4 +59,20 @@ func TestMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// metricValue returns the value of the sample line that starts with series in a text exposition.
+func metricValue(t *testing.T, exposition, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(exposition, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", line, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("no sample %s", series)
+	return 0
 }

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -19,12 +20,20 @@ func registerOrdersMetrics(reg prometheus.Registerer, runner *ordersRunner) erro
 		}
 		return orderbackend.MetricsSnapshot{}
 	}
-	if err := reg.Register(orderbackend.NewCollector(snapshot)); err != nil {
-		var dup prometheus.AlreadyRegisteredError
-		if errors.As(err, &dup) {
-			return nil
+	backlog := func(ctx context.Context) map[string]int64 {
+		if st := runner.state(); st != nil {
+			return st.backend.Backlog(ctx)
 		}
-		return fmt.Errorf("register order metrics: %w", err)
+		return nil
+	}
+	for _, c := range []prometheus.Collector{orderbackend.NewCollector(snapshot), orderbackend.NewBacklogCollector(backlog)} {
+		if err := reg.Register(c); err != nil {
+			var dup prometheus.AlreadyRegisteredError
+			if errors.As(err, &dup) {
+				continue
+			}
+			return fmt.Errorf("register order metrics: %w", err)
+		}
 	}
 	return nil
 }

@@ -51,7 +51,8 @@ type jwksCache struct {
 	maxAge     time.Duration
 	logger     *zap.Logger
 
-	set atomic.Pointer[keySet] // read without locking on every verification
+	set      atomic.Pointer[keySet] // read without locking on every verification
+	failures atomic.Int64           // refreshes that failed (the last good set stayed)
 
 	mu          sync.Mutex // serializes refreshes
 	lastAttempt time.Time
@@ -101,6 +102,7 @@ func (c *jwksCache) refresh(ctx context.Context, wait bool) bool {
 	set, err := c.fetch(context.WithoutCancel(ctx))
 	c.lastErr = err
 	if err != nil {
+		c.failures.Add(1)
 		old := c.set.Load()
 		c.logger.Warn("refreshing the JWKS failed; keeping the last good key set",
 			zap.String("url", c.url), zap.Duration("set_age", time.Since(old.fetched)),

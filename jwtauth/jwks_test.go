@@ -171,6 +171,9 @@ func TestJWKSKeepsLastGoodSet(t *testing.T) {
 	if n := srv.hits.Load(); n != 2 {
 		t.Fatalf("%d fetches, want 2 (the start and one refresh)", n)
 	}
+	if n := v.JWKSRefreshFailures(); n != 1 {
+		t.Errorf("JWKSRefreshFailures = %d after one failed refresh, want 1", n)
+	}
 	if _, err := v.Verify(ctx, tok1); err != nil {
 		t.Errorf("known kid after a failed refresh: %v", err)
 	}
@@ -190,6 +193,21 @@ func TestJWKSKeepsLastGoodSet(t *testing.T) {
 	}
 	if _, err := v.Verify(ctx, tok1); err != nil {
 		t.Errorf("known kid after a useless document: %v", err)
+	}
+	if n := v.JWKSRefreshFailures(); n != 2 {
+		t.Errorf("JWKSRefreshFailures = %d after two failed refreshes, want 2", n)
+	}
+	// A good refresh does not reset the count: it is a counter.
+	srv.set(toJWK("k9", &k.rsa2.PublicKey))
+	time.Sleep(2 * time.Millisecond)
+	if _, err := v.Verify(ctx, unknown); err != nil {
+		t.Fatalf("rotated key after the server recovered: %v", err)
+	}
+	if n := v.JWKSRefreshFailures(); n != 2 {
+		t.Errorf("JWKSRefreshFailures = %d after a good refresh, want still 2", n)
+	}
+	if n := mustNew(t, Config{Algorithms: []string{"HS256"}, HMACSecret: []byte("0123456789abcdef0123456789abcdef")}).JWKSRefreshFailures(); n != 0 {
+		t.Errorf("JWKSRefreshFailures without a JWKS URL = %d", n)
 	}
 }
 

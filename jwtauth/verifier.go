@@ -172,6 +172,15 @@ func (v *Verifier) startJWKS(cfg Config) error {
 	return nil
 }
 
+// JWKSRefreshFailures counts the JWKS refreshes that failed since the verifier was made (each
+// kept the last good key set); 0 without a JWKS URL. Monitoring exports it.
+func (v *Verifier) JWKSRefreshFailures() int64 {
+	if v == nil || v.jwks == nil {
+		return 0
+	}
+	return v.jwks.failures.Load()
+}
+
 // Verify checks token and returns its claims. Every failure wraps ErrUnauthorized.
 func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	switch {

@@ -7,6 +7,8 @@ set -euo pipefail
 missing=()
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing+=(redis-server)
 command -v redis-benchmark >/dev/null 2>&1 || [ -x /usr/bin/redis-benchmark ] || missing+=(redis-tools)
+# prometheus and promtool: the tests of deploy/ (alert rules, dashboard queries against a real scrape).
+command -v promtool >/dev/null 2>&1 || [ -x /usr/bin/promtool ] || missing+=(prometheus)
 if ! command -v initdb >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 	missing+=(postgresql)
 fi

@@ -787,6 +787,13 @@ func testQueue(t *testing.T, s admission.Store) {
 		t.Fatalf("EnsureGroup twice: %v", err)
 	}
 	admit(t, s, "q", "u2", 1, "r")
+	wantBacklog(t, s, "q", 2, "two wins, none read")
+	if _, err := s.Backlog(ctx, "q", "nosuch"); !errors.Is(err, admission.ErrNotFound) {
+		t.Errorf("backlog of an unknown group: %v, want ErrNotFound", err)
+	}
+	if _, err := s.Backlog(ctx, "nosuch", "orders"); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("backlog of an unknown activity: %v, want ErrUnknownActivity", err)
+	}
 
 	// Wins appended before the group existed are delivered too, in order.
 	ws, err := s.ReadGroup(ctx, "q", "orders", "c1", 10, 0, false)
@@ -804,6 +811,7 @@ func testQueue(t *testing.T, s admission.Store) {
 	if more, _ := s.ReadGroup(ctx, "q", "orders", "c1", 10, 0, false); len(more) != 0 {
 		t.Errorf("new entries delivered twice: %+v", more)
 	}
+	wantBacklog(t, s, "q", 2, "two wins read, not acknowledged")
 
 	// After a restart the consumer re-reads its own pending entries first.
 	if err := s.Ack(ctx, "q", "orders", ws[1].ID); err != nil {
@@ -812,6 +820,7 @@ func testQueue(t *testing.T, s admission.Store) {
 	if err := s.Ack(ctx, "q", "orders", ws[1].ID); err != nil {
 		t.Fatalf("ack twice: %v", err)
 	}
+	wantBacklog(t, s, "q", 1, "one of two acknowledged")
 	pend, err := s.ReadGroup(ctx, "q", "orders", "c1", 10, 0, true)
 	if err != nil {
 		t.Fatal(err)
@@ -846,6 +855,7 @@ func testQueue(t *testing.T, s admission.Store) {
 	if p, _ := s.ReadGroup(ctx, "q", "orders", "c2", 10, 0, true); len(p) != 0 {
 		t.Errorf("dead-lettered entry still pending: %+v", p)
 	}
+	wantBacklog(t, s, "q", 0, "one acknowledged, one dead-lettered")
 	dead, err := s.DeadLetters(ctx, "q", 10)
 	if err != nil {
 		t.Fatal(err)
@@ -893,6 +903,15 @@ func testQueue(t *testing.T, s admission.Store) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a canceled blocking read did not return")
+	}
+}
+
+// wantBacklog checks the backlog of act's "orders" group.
+func wantBacklog(t *testing.T, s admission.Store, act string, want int64, when string) {
+	t.Helper()
+	n, err := s.Backlog(context.Background(), act, "orders")
+	if err != nil || n != want {
+		t.Errorf("backlog with %s = %d, %v; want %d", when, n, err, want)
 	}
 }
 

@@ -19,6 +19,7 @@ func metricsServer(b *orderbackend.Backend) *http.Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		orderbackend.NewCollector(b.Metrics),
+		orderbackend.NewBacklogCollector(b.Backlog),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

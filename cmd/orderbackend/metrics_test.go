@@ -59,18 +59,21 @@ func TestMetricsListen(t *testing.T) {
 			"-redis", srv.Addr, "-db", "sqlite:" + filepath.Join(t.TempDir(), "orders.db")}, &bytes.Buffer{}, &runErr)
 	}()
 
-	// Scrape until the win became an order: the counter the dashboards watch moves.
+	// Scrape until the win became an order: the counter the dashboards watch moves, and the
+	// activity's backlog (a wins queue entry not yet acknowledged) is back to 0.
 	var metrics string
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if resp, err := http.Get("http://" + metricsAddr + "/metrics"); err == nil {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if metrics = string(b); resp.StatusCode == 200 && strings.Contains(metrics, "\ncaddy_seckill_orders_created_total 1\n") {
+			metrics = string(b)
+			if resp.StatusCode == 200 && strings.Contains(metrics, "\ncaddy_seckill_orders_created_total 1\n") &&
+				strings.Contains(metrics, "\ncaddy_seckill_orders_backlog{activity=\"phone-1001\"} 0\n") {
 				break
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("orders_created_total never reached 1; last scrape:\n%s\nrun: %s", metrics, runErr.String())
+			t.Fatalf("orders_created_total never reached 1 with the backlog at 0; last scrape:\n%s\nrun: %s", metrics, runErr.String())
 		}
 	}
 	for _, c := range orderbackend.Counters() {

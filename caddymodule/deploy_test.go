@@ -1,0 +1,294 @@
+package caddymodule_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// The monitoring files of deploy/ (docs/OPERATIONS.md), relative to this package.
+const (
+	alertRules    = "../deploy/prometheus/alerts.yml"
+	alertTests    = "../deploy/prometheus/alerts_test.yml"
+	dashboardJSON = "../deploy/grafana/caddy-seckill.json"
+)
+
+// TestAlertRules checks the alert rules with promtool and runs their unit tests.
+func TestAlertRules(t *testing.T) {
+	promtool := testsrv.PrometheusTool(t, "promtool")
+	if out, err := exec.Command(promtool, "check", "rules", alertRules).CombinedOutput(); err != nil {
+		t.Fatalf("promtool check rules: %v\n%s", err, out)
+	}
+	cmd := exec.Command(promtool, "test", "rules", filepath.Base(alertTests))
+	cmd.Dir = filepath.Dir(alertTests)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("promtool test rules: %v\n%s", err, out)
+	}
+}
+
+// dashboard is the part of a Grafana dashboard the test reads.
+type dashboard struct {
+	Panels     []dashboardPanel `json:"panels"`
+	Templating struct {
+		List []struct {
+			Name       string `json:"name"`
+			Definition string `json:"definition"`
+		} `json:"list"`
+	} `json:"templating"`
+}
+
+type dashboardPanel struct {
+	Type    string           `json:"type"`
+	Title   string           `json:"title"`
+	Panels  []dashboardPanel `json:"panels"` // a collapsed row's panels
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+// readDashboard returns the dashboard's panels (a collapsed row's included) and variables.
+func readDashboard(t *testing.T) ([]dashboardPanel, map[string]string) {
+	t.Helper()
+	b, err := os.ReadFile(dashboardJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardJSON, err)
+	}
+	var panels []dashboardPanel
+	var walk func([]dashboardPanel)
+	walk = func(ps []dashboardPanel) {
+		for _, p := range ps {
+			if p.Type == "row" {
+				walk(p.Panels)
+				continue
+			}
+			panels = append(panels, p)
+		}
+	}
+	walk(d.Panels)
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.Definition
+	}
+	return panels, vars
+}
+
+// TestDashboardQueries runs a short sale with the embedded order backend while a private
+// Prometheus scrapes the gateway every second, then evaluates every panel's query of the Grafana
+// dashboard (and its activity variable) against it: each must return series, so a renamed metric
+// fails here and not on a dashboard during a sale.
+func TestDashboardQueries(t *testing.T) {
+	panels, vars := readDashboard(t)
+	if len(panels) < 12 {
+		t.Fatalf("%d panels in %s", len(panels), dashboardJSON)
+	}
+	s := startSale(t, jwtBlock+"captcha off\n"+saleBlock("dash", 6)+ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db")))
+	u, err := url.Parse(s.c.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := testsrv.StartPrometheus(t, time.Second, "/metrics", u.Host)
+
+	// The sale: 9 buyers for 6 items, two winners pay, one cancels, a forged buy path and a
+	// missing token are refused at their layers.
+	c := s.c
+	var winners, toks, paths []string
+	for i := range 9 {
+		tok := token(t, fmt.Sprintf("buyer%d", i))
+		toks, paths = append(toks, tok), append(paths, buyPath(t, c, "dash", tok))
+	}
+	expect(t, "forged path", c.post("/seckill/dash/buy/0123456789abcdef", toks[0], ""), http.StatusNotFound, "bad_path")
+	expect(t, "no token", c.post("/seckill/dash/path", "", ""), http.StatusUnauthorized, "unauthorized")
+	for i, tok := range toks {
+		r := c.post(paths[i], tok, "")
+		switch r.status {
+		case http.StatusAccepted:
+			winners = append(winners, tok)
+		case http.StatusGone:
+		default:
+			t.Fatalf("buy %d: %s", i, r)
+		}
+	}
+	if len(winners) != 6 {
+		t.Fatalf("%d winners of 6 items", len(winners))
+	}
+	for i, tok := range winners[:3] {
+		order := waitResult(t, c, "dash", tok, "pending_payment").str("order_id")
+		action, want := "pay", "paid"
+		if i == 2 {
+			action, want = "cancel", "cancelled"
+		}
+		expect(t, action, c.post("/orders/"+order+"/"+action, tok, ""), http.StatusOK, want)
+	}
+	for _, tok := range winners[3:] {
+		waitResult(t, c, "dash", tok, "pending_payment")
+	}
+	// The cancelled item went back and is sold again: the sale ends sold out.
+	last := token(t, "late-buyer")
+	eventually(t, "the released item sold again", func() (bool, string) {
+		r := c.post("/seckill/dash/path", last, "")
+		if r.status != http.StatusOK {
+			return false, r.String()
+		}
+		r = c.post(r.str("path"), last, "")
+		return r.status == http.StatusAccepted, r.String()
+	})
+	waitResult(t, c, "dash", last, "pending_payment")
+	if ok, body := s.reconcileOK(t); !ok {
+		t.Fatalf("reconcile: %s", body)
+	}
+	// An admin read brings the node's view of the store's counters (wins, dead letters) up to
+	// date now rather than at the next refresh.
+	if status, body := s.adminCall(t, http.MethodGet, "/seckill/activities/dash", ""); status != http.StatusOK {
+		t.Fatalf("admin API: %d %s", status, body)
+	}
+
+	// Prometheus has the sale once it has scraped the paid orders, the reconcile run, and the
+	// node's refresh of the store's counters (every 5 s).
+	eventually(t, "prometheus scraped the sale", func() (bool, string) {
+		for _, q := range []string{
+			`caddy_seckill_orders_paid_total >= 2`,
+			`caddy_seckill_reconcile_runs_total{result="ok"} >= 1`,
+			`caddy_seckill_wins{activity="dash"} >= 7`,
+			`caddy_seckill_orders_backlog{activity="dash"} == 0`,
+		} {
+			if res, err := prom.Query(q); err != nil || len(res) == 0 {
+				return false, fmt.Sprintf("%s: %v %v", q, res, err)
+			}
+		}
+		return true, ""
+	})
+	time.Sleep(3 * time.Second) // a few more scrapes, so that rates see two samples after the sale
+
+	subst := strings.NewReplacer(`$activity`, "dash", `$__rate_interval`, "30s", `$__range`, "5m")
+	for _, p := range panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			expr := subst.Replace(tg.Expr)
+			if strings.Contains(expr, "$") {
+				t.Errorf("panel %q: a template variable the test does not know: %s", p.Title, tg.Expr)
+				continue
+			}
+			res, err := prom.Query(expr)
+			if err != nil {
+				t.Errorf("panel %q: %v", p.Title, err)
+				continue
+			}
+			if len(res) == 0 {
+				t.Errorf("panel %q: no series for %s", p.Title, expr)
+			}
+		}
+	}
+
+	// The activity variable lists the activity.
+	def := vars["activity"]
+	metric, ok := strings.CutPrefix(def, "label_values(")
+	metric, _, _ = strings.Cut(metric, ",")
+	if !ok || metric == "" {
+		t.Fatalf("activity variable: %q", def)
+	}
+	if res, err := prom.Query(fmt.Sprintf(`count by (activity) (%s{activity="dash"})`, metric)); err != nil || len(res) != 1 {
+		t.Errorf("activity variable %s: %v %v", def, res, err)
+	}
+
+	// A few panels against what the sale did.
+	for q, want := range map[string]float64{
+		`min by (activity) (caddy_seckill_remaining{activity="dash"})`:    0,
+		`max by (activity) (caddy_seckill_dead_letters{activity="dash"})`: 0,
+		`max by (activity) (caddy_seckill_wins{activity="dash"})`:         7,
+		`sum(caddy_seckill_orders_paid_total)`:                            2,
+		`sum(caddy_seckill_orders_cancelled_total)`:                       1,
+		`sum(caddy_seckill_rejected_total{layer="hashed_url"})`:           1,
+		`sum(caddy_seckill_rejected_total{layer="jwt"})`:                  1,
+	} {
+		res, err := prom.Query(q)
+		if err != nil || len(res) != 1 || res[0].Float() != want {
+			t.Errorf("%s = %v (%v), want %v", q, res, err, want)
+		}
+	}
+	res, err := prom.Query(`min by (activity) (caddy_seckill_sold_out_timestamp_seconds{activity="dash"} > 0) - max by (activity) (caddy_seckill_start_timestamp_seconds{activity="dash"})`)
+	if err != nil || len(res) != 1 || res[0].Float() < 50 || res[0].Float() > 600 {
+		t.Errorf("sold out after (the window opened a minute before the test): %v %v", res, err)
+	}
+}
+
+// TestDashboardLayout checks what Grafana needs of the dashboard without a Grafana: the four rows
+// of the issue in order, unique panel ids and titles, every panel on the 24-column grid and on the
+// datasource variable, and the activity variable (multi-select, with All).
+func TestDashboardLayout(t *testing.T) {
+	b, err := os.ReadFile(dashboardJSON)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		UID    string `json:"uid"`
+		Panels []struct {
+			ID         int    `json:"id"`
+			Type       string `json:"type"`
+			Title      string `json:"title"`
+			Datasource *struct {
+				UID string `json:"uid"`
+			} `json:"datasource"`
+			GridPos struct{ H, W, X, Y int } `json:"gridPos"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Name       string `json:"name"`
+				Type       string `json:"type"`
+				Multi      bool   `json:"multi"`
+				IncludeAll bool   `json:"includeAll"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.UID == "" {
+		t.Error("no uid: an import would make a new dashboard each time")
+	}
+	var rows []string
+	ids, titles := map[int]bool{}, map[string]bool{}
+	for _, p := range d.Panels {
+		if ids[p.ID] || titles[p.Title] {
+			t.Errorf("panel %d %q: id or title repeated", p.ID, p.Title)
+		}
+		ids[p.ID], titles[p.Title] = true, true
+		if g := p.GridPos; g.W <= 0 || g.H <= 0 || g.X < 0 || g.X+g.W > 24 {
+			t.Errorf("panel %q: off the grid: %+v", p.Title, g)
+		}
+		if p.Type == "row" {
+			rows = append(rows, p.Title)
+			continue
+		}
+		if p.Datasource == nil || p.Datasource.UID != "${datasource}" {
+			t.Errorf("panel %q: not on the datasource variable", p.Title)
+		}
+	}
+	if got := strings.Join(rows, ","); got != "Sale,Funnel,Health,Orders" {
+		t.Errorf("rows %s, want Sale,Funnel,Health,Orders", got)
+	}
+	vars := map[string]bool{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = true
+		if v.Name == "activity" && (v.Type != "query" || !v.Multi || !v.IncludeAll) {
+			t.Errorf("activity variable: %+v", v)
+		}
+	}
+	if !vars["activity"] || !vars["datasource"] {
+		t.Errorf("variables %v, want activity and datasource", vars)
+	}
+}
