@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
 func init() {
@@ -138,6 +141,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if len(a.urlSecret) == 0 && store.typ() == storeRedis {
 		return errors.New("url_secret is required with store redis: every node must sign buy paths alike")
 	}
+	if len(a.urlSecret) == 0 && store.typ() == storeLocal {
+		return errors.New("url_secret is required with store local: the buy paths handed out must stay valid " +
+			"after a restart, which continues the sale")
+	}
 	if err := a.provisionLimits(store); err != nil {
 		return err
 	}
@@ -148,7 +155,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 
 	b, key, err := loadBackend(store, a.logger)
 	if err != nil {
-		return fmt.Errorf("store %s: %w", store.typ(), err)
+		return fmt.Errorf("%s: %w", store.directive(), err)
 	}
 	a.poolKeys = append(a.poolKeys, key)
 	a.backend = b
@@ -201,8 +208,26 @@ func (a *App) resolveStore(repl *caddy.Replacer) (*StoreConfig, error) {
 	}
 	s.Username = repl.ReplaceKnown(s.Username, "")
 	s.Password = repl.ReplaceKnown(s.Password, "")
+	if s.Dir != "" {
+		s.Dir = repl.ReplaceKnown(s.Dir, "")
+		if strings.TrimSpace(s.Dir) == "" {
+			return nil, fmt.Errorf("store local %q is empty once placeholders are replaced: set the variable", a.Store.Dir)
+		}
+	}
 	if err := s.validate(); err != nil {
 		return nil, err
+	}
+	if s.typ() == storeLocal {
+		// One key per folder however it is written, so that a reload that spells it differently
+		// still finds the store open (a second open would find the folder locked).
+		abs, err := filepath.Abs(s.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("store local %s: %w", s.Dir, err)
+		}
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+		s.Dir = abs
 	}
 	return s, nil
 }
@@ -319,10 +344,14 @@ func (a *App) Start() error {
 		return err
 	}
 	if a.orders != nil {
-		if err := a.orders.start(ctx); err != nil {
+		var check func(context.Context, orderbackend.Repository) error
+		if a.Store.typ() == storeMemory {
+			check = refuseForgottenSales(a.backend.guard, defs)
+		}
+		if err := a.orders.start(ctx, check); err != nil {
 			return err
 		}
-		if err := a.orders.syncStock(ctx, defs, a.Store.typ() == storeMemory); err != nil {
+		if err := a.orders.syncStock(ctx, defs); err != nil {
 			return err
 		}
 	}

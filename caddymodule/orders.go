@@ -70,7 +70,8 @@ func loadOrders(storeKey string, b *backend, c *OrdersConfig, logger *zap.Logger
 }
 
 // start opens the order database and starts the workers, unless they already run (a reload).
-func (o *ordersRunner) start(ctx context.Context) error {
+// check, when set, looks at the database before any worker starts; its error fails the start.
+func (o *ordersRunner) start(ctx context.Context, check func(context.Context, orderbackend.Repository) error) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.running.Load() != nil {
@@ -83,6 +84,12 @@ func (o *ordersRunner) start(ctx context.Context) error {
 			where += " " + o.cfg.DSN // a file name; a PostgreSQL DSN may hold a password
 		}
 		return fmt.Errorf("orders %s: open the order database: %w", where, err)
+	}
+	if check != nil {
+		if err := check(ctx, repo); err != nil {
+			_ = repo.Close()
+			return err
+		}
 	}
 	b, err := orderbackend.New(orderbackend.Config{
 		Store: o.store,
@@ -139,17 +146,13 @@ func (o *ordersRunner) Destruct() error {
 
 // syncStock creates or updates the database stock row of each activity from its definition in
 // the store. The consumers do it too when they start, but a row that exists at once lets
-// reconcile and the first orders not wait for them. With the memory store, it warns about orders
-// left in the database by an earlier run: the store forgot that sale, the database did not.
-func (o *ordersRunner) syncStock(ctx context.Context, defs []admission.Activity, memoryStore bool) error {
+// reconcile and the first orders not wait for them.
+func (o *ordersRunner) syncStock(ctx context.Context, defs []admission.Activity) error {
 	st := o.state()
 	if st == nil {
 		return nil
 	}
 	for _, def := range defs {
-		if memoryStore {
-			o.warnStale(ctx, st.repo, def.ID)
-		}
 		if err := st.repo.EnsureStock(ctx, def.ID, def.Stock); err != nil {
 			return fmt.Errorf("orders: stock of activity %s: %w", def.ID, err)
 		}
@@ -157,20 +160,48 @@ func (o *ordersRunner) syncStock(ctx context.Context, defs []admission.Activity,
 	return nil
 }
 
-// warnStale logs when the database holds sold items of an activity the memory store has not sold.
-func (o *ordersRunner) warnStale(ctx context.Context, repo orderbackend.Repository, id string) {
-	db, err := repo.Stock(ctx, id)
-	if err != nil || db.Left >= db.Total {
-		return
+// errForgottenSale refuses a memory store over an order database that holds orders of a sale the
+// store has never seen: an earlier run's, forgotten by the restart. Going on would sell the items
+// again (the store starts from the full stock) and break reconcile.
+var errForgottenSale = errors.New("the order database holds orders of an earlier run of this activity, " +
+	"which the fresh memory store does not know (store memory is not durable: a restart forgets the sale, " +
+	"and selling on would sell those items again)")
+
+// refuseForgottenSales is the start check of the embedded backend on a memory store: no configured
+// activity may have orders in the database while the store has no win of it.
+func refuseForgottenSales(store admission.Store, defs []admission.Activity) func(context.Context, orderbackend.Repository) error {
+	return func(ctx context.Context, repo orderbackend.Repository) error {
+		for _, def := range defs {
+			snap, err := store.Activity(ctx, def.ID)
+			if err != nil {
+				return fmt.Errorf("orders: activity %s: %w", def.ID, err)
+			}
+			if snap.Queued > 0 || snap.Sold > 0 {
+				continue // this store made wins: a reload, not a restart
+			}
+			db, err := repo.Stock(ctx, def.ID)
+			switch {
+			case errors.Is(err, orderbackend.ErrNotFound):
+				continue // never sold through this database
+			case err != nil:
+				return fmt.Errorf("orders: stock of activity %s: %w", def.ID, err)
+			}
+			held := db.Total - db.Left
+			if held == 0 {
+				orders, err := repo.Orders(ctx, def.ID)
+				if err != nil {
+					return fmt.Errorf("orders: activity %s: %w", def.ID, err)
+				}
+				if len(orders) == 0 {
+					continue
+				}
+			}
+			return fmt.Errorf("store memory with orders: activity %s: %w; %d items are sold in the database: "+
+				"use store local <folder> (durable: a restart continues the sale), or delete the order "+
+				"database to start a new sale", def.ID, errForgottenSale, held)
+		}
+		return nil
 	}
-	snap, err := o.store.Activity(ctx, id)
-	if err != nil || snap.Queued > 0 {
-		return
-	}
-	o.logger.Warn("the order database holds orders of an earlier run of this activity, which the memory "+
-		"store has forgotten: the sale will disagree with the database (reconcile fails, late wins are "+
-		"refused); delete the database file before restarting a memory-store sale, or use store redis",
-		zap.String("activity", id), zap.Int64("db_total", db.Total), zap.Int64("db_left", db.Left))
 }
 
 // verifierKey carries the token verifier of the configuration serving a request to the order

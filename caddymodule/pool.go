@@ -43,7 +43,8 @@ const (
 
 // backend is the shared admission state of one store configuration.
 type backend struct {
-	client   redis.UniversalClient // nil for the memory store
+	cfg      StoreConfig           // placeholders replaced; a local store's Dir is absolute
+	client   redis.UniversalClient // nil for the memory and local stores
 	store    admission.Store
 	guard    *admission.Guard
 	captchas captcha.Store
@@ -54,10 +55,15 @@ type backend struct {
 	secret []byte
 }
 
-// backendKey identifies a store configuration in the pool. Placeholders are already replaced.
+// backendKey identifies a store configuration in the pool. Placeholders are already replaced. A
+// local store is keyed by its folder alone: one process may open a folder once (the store locks
+// it), so every configuration naming that folder must share the one open store.
 func backendKey(s *StoreConfig) (string, error) {
 	if s == nil {
 		s = &StoreConfig{}
+	}
+	if s.typ() == storeLocal {
+		return "seckill.backend:local:" + s.Dir, nil
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -77,20 +83,38 @@ func loadBackend(s *StoreConfig, logger *zap.Logger) (*backend, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
+	b := v.(*backend)
 	if !loaded {
-		logger.Info("admission store ready", zap.String("store", s.typ()))
+		logger.Info("admission store ready", zap.String("store", s.typ()), zap.String("dir", s.Dir))
+	} else if s.typ() == storeLocal && s.fsyncAlways() != b.cfg.fsyncAlways() {
+		_, _ = pool.Delete(key)
+		return nil, "", fmt.Errorf("the running store has fsync %s: a reload cannot change it (the folder is "+
+			"open once per process); restart Caddy to change it", b.cfg.fsyncWord())
 	}
-	return v.(*backend), key, nil
+	return b, key, nil
 }
 
 func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
-	b := &backend{secret: make([]byte, 32)}
+	b := &backend{cfg: *s, secret: make([]byte, 32)}
 	if _, err := rand.Read(b.secret); err != nil {
 		return nil, fmt.Errorf("generate url secret: %w", err)
 	}
 	switch s.typ() {
 	case storeMemory:
 		b.store = admission.NewMemoryStore(admission.MemoryOptions{})
+		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
+	case storeLocal:
+		st, err := admission.OpenLocalStore(s.Dir, admission.LocalOptions{FsyncAlways: s.fsyncAlways()})
+		if errors.Is(err, admission.ErrLocalLocked) {
+			return nil, fmt.Errorf("the folder is in use by another process (another Caddy, or `caddy validate` "+
+				"while one runs): one process at a time may open a store folder: %w", err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		b.store = st
+		// Captchas stay in memory: one lives two minutes, and a buyer whose captcha a restart
+		// forgot asks for a new one.
 		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
 	case storeRedis:
 		b.client = redis.NewUniversalClient(&redis.UniversalOptions{
@@ -144,7 +168,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.gcra = ratelimit.NewGCRA(b.client, prefix)
 	}
 	var timeout time.Duration
-	if b.client != nil { // the memory store answers in microseconds and cannot stall
+	if s.typ() != storeMemory { // the memory store answers in microseconds and cannot stall; a disk can
 		timeout = admitTimeout
 	}
 	b.guard = admission.NewGuard(b.store, admission.GuardOptions{

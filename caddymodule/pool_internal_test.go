@@ -40,3 +40,31 @@ func TestPoolSize(t *testing.T) {
 		}
 	}
 }
+
+// TestStoreLocalValidate: JSON configurations of store local that the Caddyfile parser cannot
+// produce are refused at provisioning with the directive's name.
+func TestStoreLocalValidate(t *testing.T) {
+	for _, c := range []struct {
+		s    StoreConfig
+		want string
+	}{
+		{StoreConfig{Type: storeLocal}, "store local: the folder is required"},
+		{StoreConfig{Type: storeLocal, Dir: "  "}, "store local: the folder is required"},
+		{StoreConfig{Type: storeLocal, Dir: "d", Fsync: "everysec"}, `store local: fsync "everysec": want always or no`},
+		{StoreConfig{Type: storeLocal, Dir: "d", Addresses: []string{"a:1"}}, "store local takes no redis options"},
+		{StoreConfig{Type: storeMemory, Dir: "d"}, "store memory takes no folder"},
+		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, Fsync: fsyncAlways}, "store redis takes no folder and no fsync"},
+		{StoreConfig{Type: "disk"}, `unknown store type "disk": want memory, local or redis`},
+	} {
+		if err := c.s.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("validate(%+v) = %v, want %q", c.s, err, c.want)
+		}
+	}
+	for _, ok := range []StoreConfig{
+		{Type: storeLocal, Dir: "d"}, {Type: storeLocal, Dir: "d", Fsync: fsyncNo}, {Type: storeLocal, Dir: "d", Fsync: fsyncAlways},
+	} {
+		if err := ok.validate(); err != nil {
+			t.Errorf("validate(%+v) = %v", ok, err)
+		}
+	}
+}
