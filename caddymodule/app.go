@@ -345,8 +345,8 @@ func (a *App) Start() error {
 	}
 	if a.orders != nil {
 		var check func(context.Context, orderbackend.Repository) error
-		if a.Store.typ() == storeMemory {
-			check = refuseForgottenSales(a.backend.guard, defs)
+		if typ := a.Store.typ(); typ == storeMemory || typ == storeLocal {
+			check = refuseForgottenSales(typ, a.backend.guard, defs)
 		}
 		if err := a.orders.start(ctx, check); err != nil {
 			return err

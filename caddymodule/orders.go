@@ -160,16 +160,22 @@ func (o *ordersRunner) syncStock(ctx context.Context, defs []admission.Activity)
 	return nil
 }
 
-// errForgottenSale refuses a memory store over an order database that holds orders of a sale the
-// store has never seen: an earlier run's, forgotten by the restart. Going on would sell the items
-// again (the store starts from the full stock) and break reconcile.
-var errForgottenSale = errors.New("the order database holds orders of an earlier run of this activity, " +
-	"which the fresh memory store does not know (store memory is not durable: a restart forgets the sale, " +
-	"and selling on would sell those items again)")
+// errForgottenSale refuses an embedded store over an order database that holds orders of a sale
+// the store has never seen: a memory store's earlier run, forgotten by the restart, or a local
+// store whose folder was deleted or replaced. Going on would sell those items again (the store
+// starts from the full stock) and break reconcile.
+var errForgottenSale = errors.New("the order database holds orders of a sale this store does not know")
 
-// refuseForgottenSales is the start check of the embedded backend on a memory store: no configured
-// activity may have orders in the database while the store has no win of it.
-func refuseForgottenSales(store admission.Store, defs []admission.Activity) func(context.Context, orderbackend.Repository) error {
+// refuseForgottenSales is the start check of the embedded backend on a store of this process
+// (memory or local): no configured activity may have orders in the database while the store has
+// no win of it. storeType picks the advice.
+func refuseForgottenSales(storeType string, store admission.Store, defs []admission.Activity) func(context.Context, orderbackend.Repository) error {
+	advice := "store memory is not durable: a restart forgets the sale. Use store local <folder> " +
+		"(durable: a restart continues the sale), or delete the order database to start a new sale"
+	if storeType == storeLocal {
+		advice = "the store folder was deleted or replaced since those orders were made. Restore it, " +
+			"or delete the order database too to start a new sale"
+	}
 	return func(ctx context.Context, repo orderbackend.Repository) error {
 		for _, def := range defs {
 			snap, err := store.Activity(ctx, def.ID)
@@ -177,7 +183,7 @@ func refuseForgottenSales(store admission.Store, defs []admission.Activity) func
 				return fmt.Errorf("orders: activity %s: %w", def.ID, err)
 			}
 			if snap.Queued > 0 || snap.Sold > 0 {
-				continue // this store made wins: a reload, not a restart
+				continue // this store made wins of it: the same sale
 			}
 			db, err := repo.Stock(ctx, def.ID)
 			switch {
@@ -196,9 +202,8 @@ func refuseForgottenSales(store admission.Store, defs []admission.Activity) func
 					continue
 				}
 			}
-			return fmt.Errorf("store memory with orders: activity %s: %w; %d items are sold in the database: "+
-				"use store local <folder> (durable: a restart continues the sale), or delete the order "+
-				"database to start a new sale", def.ID, errForgottenSale, held)
+			return fmt.Errorf("store %s with orders: activity %s: %w (%d items sold there; selling on would "+
+				"sell them again): %s", storeType, def.ID, errForgottenSale, held, advice)
 		}
 		return nil
 	}
