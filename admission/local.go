@@ -1,13 +1,25 @@
 package admission
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
 	"time"
 )
 
 // ErrLocalLocked is returned by OpenLocalStore when another process (or another LocalStore in this
 // one) holds the folder: two writers would each believe they own the stock.
 var ErrLocalLocked = errors.New("local store folder is locked by another process")
+
+// ErrLocalFailed is returned by every LocalStore call after a commit failed (a full disk, an I/O
+// error): the state in memory is then ahead of the disk, so the store answers nothing from it
+// until it is reopened, which loads what was committed.
+var ErrLocalFailed = errors.New("local store failed; reopen it")
+
+// errLocalClosed is returned by every LocalStore call after Close.
+var errLocalClosed = errors.New("local store is closed")
 
 // LocalOptions configures a LocalStore.
 type LocalOptions struct {
@@ -16,13 +28,302 @@ type LocalOptions struct {
 	// each commit is handed to the OS before any answer (process-crash safe)
 }
 
-// LocalStore is the durable single-node Store: MemoryStore's state machine decides, and every
-// change it makes is committed to an SQLite database in a folder before the answer leaves.
+// LocalStore is the durable single-node Store. A MemoryStore decides, with its semantics and its
+// per-activity locks, and every change it makes is committed to an SQLite database in the store's
+// folder before any answer that depends on it is returned. Concurrent callers share one
+// transaction (group commit). Opening the folder again, after Close or a crash, loads what was
+// committed: activities, stock, buyers, request ids, releases, results and the wins queue with its
+// consumer groups and dead letters. docs/admission.md ("Durable local store") has the design.
+//
+// One process holds the folder at a time (ErrLocalLocked). After a failed commit every call
+// returns ErrLocalFailed until the store is reopened. Restocks reach this process's subscribers
+// only.
 type LocalStore struct {
-	*MemoryStore
+	mem    *MemoryStore
+	dir    string
+	w      *localWriter
+	lock   *os.File // holds the folder's flock
+	closed atomic.Bool
 }
 
-// OpenLocalStore opens (or creates) the durable store in dir.
+var _ Store = (*LocalStore)(nil)
+
+// OpenLocalStore opens the durable store in dir, creating the folder and its database when they do
+// not exist. A folder another process holds is ErrLocalLocked; a database that is damaged, or not a
+// store of this version, is an error: it is never replaced by an empty one.
 func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
-	return nil, errors.New("open local store " + dir + ": not implemented yet")
+	if dir == "" {
+		return nil, fmt.Errorf("open local store: %w", badInput("empty folder"))
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, fmt.Errorf("open local store: create folder %s: %w", dir, err)
+	}
+	lock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	db, err := openLocalDB(dir, opts.FsyncAlways)
+	if err != nil {
+		_ = lock.Close()
+		return nil, err
+	}
+	mem := NewMemoryStore(MemoryOptions{Now: opts.Now})
+	if err := loadLocal(db, mem); err != nil {
+		_ = db.Close()
+		_ = lock.Close()
+		return nil, fmt.Errorf("open local store %s: load: %w", dir, err)
+	}
+	w, err := newLocalWriter(db, dir)
+	if err != nil {
+		_ = db.Close()
+		_ = lock.Close()
+		return nil, err
+	}
+	mem.jnl = w
+	return &LocalStore{mem: mem, dir: dir, w: w, lock: lock}, nil
+}
+
+// before refuses a call on a closed or failed store.
+func (s *LocalStore) before() error {
+	if s.closed.Load() {
+		return errLocalClosed
+	}
+	return s.w.failure()
+}
+
+// after waits until every change made before it was called is committed, so that an answer never
+// depends on a change a crash could still undo. It returns the store's failure, if any.
+func (s *LocalStore) after() error {
+	if s.closed.Load() {
+		return errLocalClosed
+	}
+	return s.w.wait()
+}
+
+// Define implements Store.
+func (s *LocalStore) Define(ctx context.Context, a Activity, force bool) (Activity, error) {
+	if err := s.before(); err != nil {
+		return Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
+	}
+	got, err := s.mem.Define(ctx, a, force)
+	if werr := s.after(); werr != nil {
+		return Activity{}, fmt.Errorf("define %s: %w", a.ID, werr)
+	}
+	return got, err
+}
+
+// Activity implements Store.
+func (s *LocalStore) Activity(ctx context.Context, id string) (Snapshot, error) {
+	if err := s.before(); err != nil {
+		return Snapshot{}, fmt.Errorf("activity %s: %w", id, err)
+	}
+	snap, err := s.mem.Activity(ctx, id)
+	if werr := s.after(); werr != nil {
+		return Snapshot{}, fmt.Errorf("activity %s: %w", id, werr)
+	}
+	return snap, err
+}
+
+// Activities implements Store.
+func (s *LocalStore) Activities(ctx context.Context) ([]string, error) {
+	if err := s.before(); err != nil {
+		return nil, fmt.Errorf("activities: %w", err)
+	}
+	ids, err := s.mem.Activities(ctx)
+	if werr := s.after(); werr != nil {
+		return nil, fmt.Errorf("activities: %w", werr)
+	}
+	return ids, err
+}
+
+// Delete implements Store.
+func (s *LocalStore) Delete(ctx context.Context, id string, force bool) error {
+	if err := s.before(); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	err := s.mem.Delete(ctx, id, force)
+	if werr := s.after(); werr != nil {
+		return fmt.Errorf("delete %s: %w", id, werr)
+	}
+	return err
+}
+
+// Admit implements Store. A win is answered once it is committed, and so is a refusal, once the
+// wins it was computed from are.
+func (s *LocalStore) Admit(ctx context.Context, r Request) (Decision, error) {
+	if err := s.before(); err != nil {
+		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+	}
+	d, err := s.mem.Admit(ctx, r)
+	if werr := s.after(); werr != nil {
+		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, werr)
+	}
+	return d, err
+}
+
+// Release implements Store.
+func (s *LocalStore) Release(ctx context.Context, activity, reservationID string) (bool, error) {
+	if err := s.before(); err != nil {
+		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, err)
+	}
+	ok, err := s.mem.Release(ctx, activity, reservationID)
+	if werr := s.after(); werr != nil {
+		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, werr)
+	}
+	return ok, err
+}
+
+// Remaining implements Store.
+func (s *LocalStore) Remaining(ctx context.Context, activity string) (int64, error) {
+	if err := s.before(); err != nil {
+		return 0, fmt.Errorf("remaining %s: %w", activity, err)
+	}
+	n, err := s.mem.Remaining(ctx, activity)
+	if werr := s.after(); werr != nil {
+		return 0, fmt.Errorf("remaining %s: %w", activity, werr)
+	}
+	return n, err
+}
+
+// Holders implements Store.
+func (s *LocalStore) Holders(ctx context.Context, activity string) ([]string, error) {
+	if err := s.before(); err != nil {
+		return nil, fmt.Errorf("holders %s: %w", activity, err)
+	}
+	users, err := s.mem.Holders(ctx, activity)
+	if werr := s.after(); werr != nil {
+		return nil, fmt.Errorf("holders %s: %w", activity, werr)
+	}
+	return users, err
+}
+
+// SetResult implements Store.
+func (s *LocalStore) SetResult(ctx context.Context, activity, user string, r Result) error {
+	if err := s.before(); err != nil {
+		return fmt.Errorf("set result %s/%s: %w", activity, user, err)
+	}
+	err := s.mem.SetResult(ctx, activity, user, r)
+	if werr := s.after(); werr != nil {
+		return fmt.Errorf("set result %s/%s: %w", activity, user, werr)
+	}
+	return err
+}
+
+// GetResult implements Store.
+func (s *LocalStore) GetResult(ctx context.Context, activity, user string) (Result, error) {
+	if err := s.before(); err != nil {
+		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, err)
+	}
+	r, err := s.mem.GetResult(ctx, activity, user)
+	if werr := s.after(); werr != nil {
+		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, werr)
+	}
+	return r, err
+}
+
+// AppendResult implements Store.
+func (s *LocalStore) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
+	if err := s.before(); err != nil {
+		return dst, "", fmt.Errorf("get result %s/%s: %w", activity, user, err)
+	}
+	out, code, err := s.mem.AppendResult(ctx, dst, activity, user)
+	if werr := s.after(); werr != nil {
+		return dst, "", fmt.Errorf("get result %s/%s: %w", activity, user, werr)
+	}
+	return out, code, err
+}
+
+// Restocks implements Store: restocks of this process (the folder has one process).
+func (s *LocalStore) Restocks(ctx context.Context) (<-chan string, error) {
+	if err := s.before(); err != nil {
+		return nil, fmt.Errorf("restocks: %w", err)
+	}
+	return s.mem.Restocks(ctx)
+}
+
+// EnsureGroup implements Queue.
+func (s *LocalStore) EnsureGroup(ctx context.Context, activity, group string) error {
+	if err := s.before(); err != nil {
+		return fmt.Errorf("ensure group %s/%s: %w", activity, group, err)
+	}
+	err := s.mem.EnsureGroup(ctx, activity, group)
+	if werr := s.after(); werr != nil {
+		return fmt.Errorf("ensure group %s/%s: %w", activity, group, werr)
+	}
+	return err
+}
+
+// ReadGroup implements Queue. Entries are delivered once their delivery is committed, so a
+// consumer never holds an entry the store would forget it delivered.
+func (s *LocalStore) ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
+	if err := s.before(); err != nil {
+		return nil, fmt.Errorf("read group %s/%s: %w", activity, group, err)
+	}
+	wins, err := s.mem.ReadGroup(ctx, activity, group, consumer, count, block, pending)
+	if werr := s.after(); werr != nil {
+		return nil, fmt.Errorf("read group %s/%s: %w", activity, group, werr)
+	}
+	return wins, err
+}
+
+// Ack implements Queue.
+func (s *LocalStore) Ack(ctx context.Context, activity, group string, ids ...string) error {
+	if err := s.before(); err != nil {
+		return fmt.Errorf("ack %s/%s: %w", activity, group, err)
+	}
+	err := s.mem.Ack(ctx, activity, group, ids...)
+	if werr := s.after(); werr != nil {
+		return fmt.Errorf("ack %s/%s: %w", activity, group, werr)
+	}
+	return err
+}
+
+// Claim implements Queue.
+func (s *LocalStore) Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]Win, error) {
+	if err := s.before(); err != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", activity, group, err)
+	}
+	wins, err := s.mem.Claim(ctx, activity, group, consumer, minIdle, count)
+	if werr := s.after(); werr != nil {
+		return nil, fmt.Errorf("claim %s/%s: %w", activity, group, werr)
+	}
+	return wins, err
+}
+
+// DeadLetter implements Queue.
+func (s *LocalStore) DeadLetter(ctx context.Context, activity, group string, w Win, reason string) error {
+	if err := s.before(); err != nil {
+		return fmt.Errorf("dead letter %s/%s: %w", activity, group, err)
+	}
+	err := s.mem.DeadLetter(ctx, activity, group, w, reason)
+	if werr := s.after(); werr != nil {
+		return fmt.Errorf("dead letter %s/%s: %w", activity, group, werr)
+	}
+	return err
+}
+
+// DeadLetters implements Queue.
+func (s *LocalStore) DeadLetters(ctx context.Context, activity string, count int) ([]Win, error) {
+	if err := s.before(); err != nil {
+		return nil, fmt.Errorf("dead letters %s: %w", activity, err)
+	}
+	wins, err := s.mem.DeadLetters(ctx, activity, count)
+	if werr := s.after(); werr != nil {
+		return nil, fmt.Errorf("dead letters %s: %w", activity, werr)
+	}
+	return wins, err
+}
+
+// Close implements Store: it commits what is pending, closes the database and lets the folder go.
+// Calls after Close fail.
+func (s *LocalStore) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	_ = s.mem.Close() // ends blocking reads and subscriptions; later calls fail
+	err := s.w.close()
+	if cerr := s.lock.Close(); cerr != nil && err == nil {
+		err = fmt.Errorf("close local store %s: unlock: %w", s.dir, cerr)
+	}
+	return err
 }

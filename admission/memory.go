@@ -32,6 +32,7 @@ type MemoryOptions struct {
 // table is copied on write so that Admit finds its activity without taking any shared lock.
 type MemoryStore struct {
 	now func() time.Time
+	jnl memJournal // nil unless a LocalStore persists this store's changes
 
 	defMu sync.Mutex                              // serialises Define and Delete
 	acts  atomic.Pointer[map[string]*memActivity] // copied on write, read without a lock
@@ -122,6 +123,21 @@ func (s *MemoryStore) setActivity(id string, a *memActivity) {
 	s.acts.Store(&next)
 }
 
+// newMemActivity returns activity a with its whole stock and nothing else.
+func newMemActivity(a Activity) *memActivity {
+	return &memActivity{
+		gone:     make(chan struct{}),
+		def:      a,
+		stock:    a.Stock,
+		buyers:   make(map[string]int64),
+		answers:  make(map[reqKey]Decision),
+		released: make(map[string]struct{}),
+		results:  make(map[string]Result),
+		byID:     make(map[string]int),
+		groups:   make(map[string]*memGroup),
+	}
+}
+
 // Define implements Store.
 func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activity, error) {
 	if err := ctx.Err(); err != nil {
@@ -141,17 +157,8 @@ func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activ
 		if a.Salt == "" {
 			a.Salt = NewSalt()
 		}
-		s.setActivity(a.ID, &memActivity{
-			gone:     make(chan struct{}),
-			def:      a,
-			stock:    a.Stock,
-			buyers:   make(map[string]int64),
-			answers:  make(map[reqKey]Decision),
-			released: make(map[string]struct{}),
-			results:  make(map[string]Result),
-			byID:     make(map[string]int),
-			groups:   make(map[string]*memGroup),
-		})
+		s.setActivity(a.ID, newMemActivity(a))
+		s.journal(memChange{kind: changeDefine, act: a.ID, def: a})
 		return a, nil
 	}
 
@@ -172,6 +179,7 @@ func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activ
 	raised := a.Stock > old.def.Stock
 	old.stock += a.Stock - old.def.Stock
 	old.def = a
+	s.journal(memChange{kind: changeDefine, act: a.ID, def: a})
 	if raised {
 		// Nodes that flagged the activity sold out look again at once, as after a release.
 		s.publish(a.ID)
@@ -240,6 +248,7 @@ func (s *MemoryStore) Delete(ctx context.Context, id string, force bool) error {
 	// Unpublish before unlocking: a caller that finds the activity deleted looks it up again and
 	// must not find it a second time.
 	s.setActivity(id, nil)
+	s.journal(memChange{kind: changeDelete, act: id})
 	a.deleted = true
 	close(a.gone)
 	return nil
@@ -287,6 +296,9 @@ func (s *MemoryStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	d := Decision{Outcome: Won, ReservationID: id, Remaining: a.stock}
 	a.answers[key] = d
 	a.results[r.User] = Result{Code: "queued", ReservationID: id}
+	if s.jnl != nil {
+		s.jnl.record(memChange{kind: changeWin, act: r.Activity, idx: len(a.entries) - 1, entry: a.entries[len(a.entries)-1], remaining: a.stock})
+	}
 	return d, nil
 }
 
@@ -330,6 +342,7 @@ func (s *MemoryStore) Release(ctx context.Context, activity, reservationID strin
 	}
 	e := a.entries[i]
 	a.released[reservationID] = struct{}{}
+	s.journal(memChange{kind: changeRelease, act: activity, entry: e})
 	a.stock += e.qty
 	if left := a.buyers[e.user] - e.qty; left > 0 {
 		a.buyers[e.user] = left
@@ -397,6 +410,7 @@ func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Re
 	}
 	defer a.mu.Unlock()
 	a.results[user] = r
+	s.journal(memChange{kind: changeResult, act: activity, user: user, result: r})
 	return nil
 }
 

@@ -100,6 +100,7 @@ func (s *MemoryStore) EnsureGroup(ctx context.Context, activity, group string) e
 	defer a.mu.Unlock()
 	if a.groups[group] == nil {
 		a.groups[group] = &memGroup{pending: make(map[int]*memPending)}
+		s.journal(memChange{kind: changeGroup, act: activity, group: group})
 	}
 	return nil
 }
@@ -128,6 +129,7 @@ func (s *MemoryStore) ReadGroup(ctx context.Context, activity, group, consumer s
 				}
 				p.deliveries++
 				p.at = now
+				s.journalPending(activity, group, i, p)
 				wins = append(wins, a.win(i, p.deliveries))
 				if len(wins) == count {
 					break
@@ -141,9 +143,11 @@ func (s *MemoryStore) ReadGroup(ctx context.Context, activity, group, consumer s
 			wins := make([]Win, 0, end-g.next)
 			for i := g.next; i < end; i++ {
 				g.pending[i] = &memPending{consumer: consumer, deliveries: 1, at: now}
+				s.journalPending(activity, group, i, g.pending[i])
 				wins = append(wins, a.win(i, 1))
 			}
 			g.next = end
+			s.journal(memChange{kind: changeNext, act: activity, group: group, idx: end})
 			a.mu.Unlock()
 			return wins, nil
 		}
@@ -213,7 +217,10 @@ func (s *MemoryStore) Ack(ctx context.Context, activity, group string, ids ...st
 	}
 	for _, id := range ids {
 		if i, ok := a.byID[id]; ok {
-			delete(g.pending, i)
+			if _, ok := g.pending[i]; ok {
+				delete(g.pending, i)
+				s.journal(memChange{kind: changeAck, act: activity, group: group, idx: i})
+			}
 		}
 	}
 	return nil
@@ -240,6 +247,7 @@ func (s *MemoryStore) Claim(ctx context.Context, activity, group, consumer strin
 		p.consumer = consumer
 		p.deliveries++
 		p.at = now
+		s.journalPending(activity, group, i, p)
 		wins = append(wins, a.win(i, p.deliveries))
 		if len(wins) == count {
 			break
@@ -279,6 +287,7 @@ func (s *MemoryStore) DeadLetter(ctx context.Context, activity, group string, w 
 	dead := a.win(i, p.deliveries)
 	dead.Reason = reason
 	a.dead = append(a.dead, dead)
+	s.journal(memChange{kind: changeDead, act: activity, group: group, idx: i, pend: memPending{deliveries: p.deliveries}, reason: reason})
 	return nil
 }
 

@@ -1,0 +1,298 @@
+package admission
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fillLocal defines "a" (stock n, limit 1) and lets n users win it.
+func fillLocal(t *testing.T, s *LocalStore, n int) {
+	t.Helper()
+	mustDefine(t, s, openAt(time.Now(), "a", int64(n), 1))
+	for i := range n {
+		mustAdmit(t, s, "a", fmt.Sprintf("user-%d", i), 1, "r")
+	}
+}
+
+func TestLocalMissingFolderIsCreated(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "new", "store")
+	s := openLocal(t, dir, nil)
+	fillLocal(t, s, 3)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openLocal(t, dir, nil)
+	defer s.Close()
+	if n := mustRemaining(t, s, "a"); n != 0 {
+		t.Errorf("remaining after reopen = %d, want 0", n)
+	}
+}
+
+func TestLocalUnusableFolder(t *testing.T) {
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A folder under a regular file cannot be created, whoever runs the test (root included).
+	under := filepath.Join(file, "store")
+	if _, err := OpenLocalStore(under, LocalOptions{}); err == nil || !strings.Contains(err.Error(), under) {
+		t.Errorf("open under a file = %v, want an error naming %s", err, under)
+	}
+	// The folder is a file.
+	if _, err := OpenLocalStore(file, LocalOptions{}); err == nil || !strings.Contains(err.Error(), file) {
+		t.Errorf("open a file as the folder = %v, want an error naming %s", err, file)
+	}
+	// The database is a folder.
+	dir := filepath.Join(base, "db-is-dir")
+	if err := os.MkdirAll(filepath.Join(dir, localDBName), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenLocalStore(dir, LocalOptions{}); err == nil {
+		t.Error("open with a folder where the database belongs succeeded")
+	}
+	if _, err := OpenLocalStore("", LocalOptions{}); !errors.Is(err, ErrBadInput) {
+		t.Errorf("open \"\" = %v, want bad input", err)
+	}
+}
+
+func TestLocalSecondOpener(t *testing.T) {
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	if _, err := OpenLocalStore(dir, LocalOptions{}); !errors.Is(err, ErrLocalLocked) || !strings.Contains(err.Error(), dir) {
+		t.Errorf("second open in this process = %v, want ErrLocalLocked naming %s", err, dir)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another process holds it until it is killed; the kernel then lets the lock go.
+	cmd, lines := startHelper(t, "scenario", dir)
+	waitLine(t, lines, "DUMP ", nil)
+	if _, err := OpenLocalStore(dir, LocalOptions{}); !errors.Is(err, ErrLocalLocked) {
+		t.Errorf("open while another process holds the folder = %v, want ErrLocalLocked", err)
+	}
+	kill(t, cmd)
+	s = openLocal(t, dir, nil)
+	_ = s.Close()
+}
+
+// damaged opens a store in a new folder, fills it and closes it, then lets hurt damage the files;
+// the next open must fail with an error naming the database and leave the file as it was.
+func damaged(t *testing.T, hurt func(db string)) {
+	t.Helper()
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	fillLocal(t, s, 300)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db := filepath.Join(dir, localDBName)
+	hurt(db)
+	before, _ := os.ReadFile(db)
+	_, err := OpenLocalStore(dir, LocalOptions{})
+	if err == nil {
+		t.Fatal("a damaged store opened")
+	}
+	t.Logf("open: %v", err)
+	if !strings.Contains(err.Error(), dir) {
+		t.Errorf("error %q does not name the folder", err)
+	}
+	if after, _ := os.ReadFile(db); !bytes.Equal(before, after) {
+		t.Error("the damaged database was changed by the failed open")
+	}
+}
+
+func TestLocalDamagedDatabase(t *testing.T) {
+	t.Run("Truncated", func(t *testing.T) {
+		damaged(t, func(db string) {
+			fi, err := os.Stat(db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Truncate(db, fi.Size()/2); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("Empty", func(t *testing.T) {
+		damaged(t, func(db string) {
+			if err := os.Truncate(db, 0); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("GarbageHeader", func(t *testing.T) {
+		damaged(t, func(db string) {
+			f, err := os.OpenFile(db, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = f.WriteAt(bytes.Repeat([]byte{0xA5}, 100), 0)
+			if err := errors.Join(err, f.Close()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("CorruptPage", func(t *testing.T) {
+		damaged(t, func(db string) {
+			f, err := os.OpenFile(db, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, _ := f.Stat()
+			// Scribble over the middle of the last pages, where the wins are.
+			_, err = f.WriteAt(bytes.Repeat([]byte{0x5A}, 3000), fi.Size()-6000)
+			if err := errors.Join(err, f.Close()); err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("OtherVersion", func(t *testing.T) {
+		damaged(t, func(db string) {
+			other, err := sql.Open("sqlite", db)
+			if err == nil {
+				_, err = other.Exec(`UPDATE meta SET value = '99' WHERE key = 'schema_version'`)
+				err = errors.Join(err, other.Close())
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	})
+	t.Run("WALWithoutDatabase", func(t *testing.T) {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, localDBName+"-wal"), []byte("frames"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := OpenLocalStore(dir, LocalOptions{}); err == nil || !strings.Contains(err.Error(), "without") {
+			t.Errorf("open with a WAL and no database = %v, want a refusal", err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, localDBName)); !os.IsNotExist(err) {
+			t.Errorf("a database was created beside the WAL: %v", err)
+		}
+	})
+}
+
+// rushUntilFull admits from many goroutines until every one of them got an error, and returns the
+// wins that were answered.
+func rushUntilFull(t *testing.T, s *LocalStore) map[string]string {
+	t.Helper()
+	var mu sync.Mutex
+	wins := map[string]string{}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := 0; i < 100000; i++ {
+				user := fmt.Sprintf("g%d-u%d-with-a-long-user-id-to-fill-pages-faster-%0100d", g, i, i)
+				d, err := s.Admit(context.Background(), Request{Activity: "a", User: user, Qty: 1, RequestID: "r"})
+				if err != nil {
+					if !errors.Is(err, ErrLocalFailed) {
+						t.Errorf("admit on a full disk: %v, want ErrLocalFailed", err)
+					}
+					return
+				}
+				if d.Outcome != Won {
+					t.Errorf("admit = %+v", d)
+					return
+				}
+				mu.Lock()
+				wins[user] = d.ReservationID
+				mu.Unlock()
+			}
+			t.Error("the disk never filled")
+		})
+	}
+	wg.Wait()
+	return wins
+}
+
+// checkFullThenReopen checks that a failed store refuses everything, then reopens dir (after free
+// makes room) and finds every answered win.
+func checkFullThenReopen(t *testing.T, s *LocalStore, dir string, wins map[string]string, free func()) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Admit(ctx, Request{Activity: "a", User: "late", Qty: 1, RequestID: "r"}); !errors.Is(err, ErrLocalFailed) {
+		t.Errorf("admit after the failure = %v, want ErrLocalFailed", err)
+	}
+	if _, err := s.Remaining(ctx, "a"); !errors.Is(err, ErrLocalFailed) {
+		t.Errorf("remaining after the failure = %v, want ErrLocalFailed", err)
+	}
+	if err := s.Close(); !errors.Is(err, ErrLocalFailed) {
+		t.Errorf("close = %v, want the failure", err)
+	}
+	free()
+	s = openLocal(t, dir, nil)
+	defer s.Close()
+	for user, id := range wins {
+		d, err := s.Admit(ctx, Request{Activity: "a", User: user, Qty: 1, RequestID: "r"})
+		if err != nil || !d.Replayed || d.ReservationID != id {
+			t.Fatalf("answered win of %s after reopen = %+v, %v; want %s", user[:10], d, err, id)
+		}
+	}
+	snap, err := s.Activity(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Sold < int64(len(wins)) || snap.Sold != snap.Queued {
+		t.Errorf("after reopen: %+v, %d wins answered", snap, len(wins))
+	}
+	t.Logf("%d wins answered before the disk was full; %d on disk", len(wins), snap.Sold)
+}
+
+// TestLocalDiskFull fills the database's page budget (SQLite's max_page_count, the limit a full
+// disk sets) while many goroutines admit.
+func TestLocalDiskFull(t *testing.T) {
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1))
+	var pages int
+	if err := s.w.db.QueryRow(`PRAGMA page_count`).Scan(&pages); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.w.db.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+40)); err != nil {
+		t.Fatal(err)
+	}
+	wins := rushUntilFull(t, s)
+	checkFullThenReopen(t, s, dir, wins, func() {})
+}
+
+// TestLocalDiskFullTmpfs is a real full file system: a small tmpfs, where the test may mount one.
+func TestLocalDiskFullTmpfs(t *testing.T) {
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", mnt, err, out)
+		}
+	})
+	dir := filepath.Join(mnt, "store")
+	s := openLocal(t, dir, nil)
+	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1))
+	// Leave a little room, so the sale fills it.
+	filler := filepath.Join(mnt, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.Write(make([]byte, 1<<20+512<<10))
+	_ = f.Close()
+	wins := rushUntilFull(t, s)
+	checkFullThenReopen(t, s, dir, wins, func() {
+		if err := os.Remove(filler); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

@@ -1,0 +1,215 @@
+package admission
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// loadLocal rebuilds mem's state from the database: what a restart replays.
+func loadLocal(db *sql.DB, mem *MemoryStore) error {
+	acts := map[string]*memActivity{}
+	err := eachRow(db, `SELECT id, stock, lim, start_ms, end_ms, pay_ms, salt FROM activities`, func(rows *sql.Rows) error {
+		var d Activity
+		var start, end, pay int64
+		if err := rows.Scan(&d.ID, &d.Stock, &d.Limit, &start, &end, &pay, &d.Salt); err != nil {
+			return err
+		}
+		d.Start, d.End, d.PayWithin = time.UnixMilli(start), time.UnixMilli(end), time.Duration(pay)*time.Millisecond
+		acts[d.ID] = newMemActivity(d)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("activities: %w", err)
+	}
+	find := func(table, id string) (*memActivity, error) {
+		if a := acts[id]; a != nil {
+			return a, nil
+		}
+		return nil, fmt.Errorf("%s: a row of activity %q, which is not defined", table, id)
+	}
+
+	err = eachRow(db, `SELECT activity, idx, id, user, qty, request_id, at_ms, remaining FROM wins ORDER BY activity, idx`, func(rows *sql.Rows) error {
+		var act string
+		var idx int
+		var e memEntry
+		var remaining int64
+		if err := rows.Scan(&act, &idx, &e.id, &e.user, &e.qty, &e.requestID, &e.atMS, &remaining); err != nil {
+			return err
+		}
+		a, err := find("wins", act)
+		if err != nil {
+			return err
+		}
+		if idx != len(a.entries) {
+			return fmt.Errorf("wins of %s: entry %d follows %d", act, idx, len(a.entries)-1)
+		}
+		ms, seq, ok := parseEntryID(e.id)
+		if !ok || ms < a.lastMS || (ms == a.lastMS && idx > 0 && seq <= a.seq) {
+			return fmt.Errorf("wins of %s: entry id %q out of order", act, e.id)
+		}
+		a.lastMS, a.seq = ms, seq
+		a.byID[e.id] = idx
+		a.entries = append(a.entries, e)
+		a.answers[reqKey{e.user, e.requestID}] = Decision{Outcome: Won, ReservationID: e.id, Remaining: remaining}
+		a.buyers[e.user] += e.qty
+		a.stock -= e.qty
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("wins: %w", err)
+	}
+
+	err = eachRow(db, `SELECT activity, id FROM released`, func(rows *sql.Rows) error {
+		var act, id string
+		if err := rows.Scan(&act, &id); err != nil {
+			return err
+		}
+		a, err := find("released", act)
+		if err != nil {
+			return err
+		}
+		i, ok := a.byID[id]
+		if !ok {
+			return fmt.Errorf("released %s/%s: no such win", act, id)
+		}
+		e := a.entries[i]
+		a.released[id] = struct{}{}
+		a.stock += e.qty
+		if left := a.buyers[e.user] - e.qty; left > 0 {
+			a.buyers[e.user] = left
+		} else {
+			delete(a.buyers, e.user)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("released: %w", err)
+	}
+
+	err = eachRow(db, `SELECT activity, user, code, reservation_id, order_id, pay_before_ms FROM results`, func(rows *sql.Rows) error {
+		var act, user string
+		var r Result
+		if err := rows.Scan(&act, &user, &r.Code, &r.ReservationID, &r.OrderID, &r.PayBeforeMS); err != nil {
+			return err
+		}
+		a, err := find("results", act)
+		if err != nil {
+			return err
+		}
+		a.results[user] = r
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("results: %w", err)
+	}
+
+	err = eachRow(db, `SELECT activity, name, next FROM groups`, func(rows *sql.Rows) error {
+		var act, name string
+		var next int
+		if err := rows.Scan(&act, &name, &next); err != nil {
+			return err
+		}
+		a, err := find("groups", act)
+		if err != nil {
+			return err
+		}
+		if next < 0 || next > len(a.entries) {
+			return fmt.Errorf("group %s/%s: next entry %d of %d", act, name, next, len(a.entries))
+		}
+		a.groups[name] = &memGroup{next: next, pending: make(map[int]*memPending)}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("groups: %w", err)
+	}
+
+	err = eachRow(db, `SELECT activity, grp, idx, consumer, deliveries, at_ns FROM pending`, func(rows *sql.Rows) error {
+		var act, grp string
+		var idx int
+		var p memPending
+		var at int64
+		if err := rows.Scan(&act, &grp, &idx, &p.consumer, &p.deliveries, &at); err != nil {
+			return err
+		}
+		a, err := find("pending", act)
+		if err != nil {
+			return err
+		}
+		g := a.groups[grp]
+		if g == nil || idx < 0 || idx >= g.next {
+			return fmt.Errorf("pending %s/%s: entry %d was never delivered", act, grp, idx)
+		}
+		p.at = time.Unix(0, at)
+		g.pending[idx] = &p
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pending: %w", err)
+	}
+
+	err = eachRow(db, `SELECT activity, idx, deliveries, reason FROM dead ORDER BY rowid`, func(rows *sql.Rows) error {
+		var act, reason string
+		var idx int
+		var deliveries int64
+		if err := rows.Scan(&act, &idx, &deliveries, &reason); err != nil {
+			return err
+		}
+		a, err := find("dead", act)
+		if err != nil {
+			return err
+		}
+		if idx < 0 || idx >= len(a.entries) {
+			return fmt.Errorf("dead %s: no entry %d", act, idx)
+		}
+		w := a.win(idx, deliveries)
+		w.Reason = reason
+		a.dead = append(a.dead, w)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("dead letters: %w", err)
+	}
+
+	for id, a := range acts {
+		if a.stock < 0 || a.stock > a.def.Stock {
+			return fmt.Errorf("activity %s: %d left of %d after the wins and releases", id, a.stock, a.def.Stock)
+		}
+		for u, n := range a.buyers {
+			if n > a.def.Limit {
+				return fmt.Errorf("activity %s: user %q holds %d, above the limit %d", id, u, n, a.def.Limit)
+			}
+		}
+	}
+	mem.acts.Store(&acts)
+	return nil
+}
+
+// eachRow runs query and calls fn for every row.
+func eachRow(db *sql.DB, query string, fn func(*sql.Rows) error) error {
+	rows, err := db.Query(query)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		if err := fn(rows); err != nil {
+			_ = rows.Close()
+			return err
+		}
+	}
+	return errors.Join(rows.Err(), rows.Close())
+}
+
+// parseEntryID splits an entry id "<ms>-<seq>" (see memActivity.nextID).
+func parseEntryID(id string) (ms int64, seq uint64, ok bool) {
+	m, s, found := strings.Cut(id, "-")
+	if !found {
+		return 0, 0, false
+	}
+	ms, err1 := strconv.ParseInt(m, 10, 64)
+	seq, err2 := strconv.ParseUint(s, 10, 64)
+	return ms, seq, err1 == nil && err2 == nil
+}

@@ -1,0 +1,53 @@
+package admission
+
+// memJournal receives every change a MemoryStore makes to its state, in the order it makes them
+// and while it holds the activity's lock, so that the changes of one activity arrive in the order
+// they happened. LocalStore persists them; a plain MemoryStore has none.
+type memJournal interface {
+	record(c memChange)
+}
+
+// changeKind says which part of an activity's state a memChange sets.
+type changeKind uint8
+
+const (
+	changeDefine  changeKind = iota + 1 // def: the activity was created or redefined
+	changeDelete                        // the activity and everything it owns are gone
+	changeWin                           // entry (at idx) won, remaining left; the user's result is queued
+	changeRelease                       // entry.id was released
+	changeResult                        // user's result is now result
+	changeGroup                         // consumer group was created
+	changePending                       // group's PEL record for entry idx is now pend
+	changeNext                          // group's next undelivered entry index is now idx
+	changeAck                           // group's PEL record for entry idx is gone
+	changeDead                          // group's PEL record for entry idx moved to the dead letters
+)
+
+// memChange is one state change; only the fields its kind names are set.
+type memChange struct {
+	kind      changeKind
+	act       string
+	def       Activity
+	user      string
+	group     string
+	idx       int
+	entry     memEntry
+	remaining int64
+	result    Result
+	pend      memPending // consumer, deliveries, at; for changeDead: deliveries
+	reason    string
+}
+
+// journal hands c to the store's journal, if it has one. The caller holds the activity's lock.
+func (s *MemoryStore) journal(c memChange) {
+	if s.jnl != nil {
+		s.jnl.record(c)
+	}
+}
+
+// journalPending records group's PEL record for entry i.
+func (s *MemoryStore) journalPending(act, group string, i int, p *memPending) {
+	if s.jnl != nil {
+		s.jnl.record(memChange{kind: changePending, act: act, group: group, idx: i, pend: *p})
+	}
+}
