@@ -100,9 +100,16 @@ http://:%d {
 		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), port)
 }
 
+// counters are an activity's live counters, as the admin API shows them.
+type counters struct {
+	Remaining int64 `json:"remaining"`
+	Sold      int64 `json:"sold"`
+	Queued    int64 `json:"queued"`
+}
+
 // snapshot reads the activity's live counters through the admin API.
-func (n *localNode) snapshot() (admission.Snapshot, error) {
-	var s admission.Snapshot
+func (n *localNode) snapshot() (counters, error) {
+	var s counters
 	res, err := n.hc.Get(n.admin + "/seckill/activities/" + n.e.act.id)
 	if err != nil {
 		return s, err
@@ -168,9 +175,9 @@ func (n *localNode) result(b buyer) (code, reservation string, err error) {
 // folder and database opened by the test after a clean stop.
 func TestLocalStoreKilled(t *testing.T) {
 	m := currentMode()
-	rounds := 3
+	rounds := 4
 	if m.full {
-		rounds = 8
+		rounds = 10
 	}
 	act := newActivity("local-kill", m.stock, 2)
 	n := startLocalNode(t, act)
@@ -188,29 +195,34 @@ func TestLocalStoreKilled(t *testing.T) {
 
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
 	inFlightWins := map[string]string{} // user → reservation committed by a call whose answer died
+	flood := 0                          // buys in flight at the kills
+	resumed := time.Now()               // the buyers went on after the last restart
 	for round := 1; round <= rounds; round++ {
-		// A random moment of the flood: after a random number of wins in this round's share of
-		// the stock, and a random few milliseconds more. The buyers are not held: calls are on
-		// their way through the node when it dies.
-		lo, hi := int64(round-1)*m.stock/int64(rounds+1), int64(round)*m.stock/int64(rounds+1)
-		target := lo + 1 + rng.Int64N(max(hi-lo, 1))
-		waitFor(t, fmt.Sprintf("round %d: %d wins", round, target), time.Minute, func() bool {
+		// A random moment of the flood: after a random number of further wins, at most an even
+		// share of the stock left, and a random few milliseconds more. The buyers are not held:
+		// calls are on their way through the node when it dies.
+		base := d.won.Load()
+		share := max((act.stock-base)/int64(rounds-round+2), 1)
+		target := base + 1 + rng.Int64N(share)
+		for deadline := time.Now().Add(time.Minute); d.won.Load() < target; time.Sleep(200 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the buyers did not reach %d wins within a minute (%d)", round, target, d.won.Load())
+			}
 			n.failIfExited()
-			return d.won.Load() >= target
-		})
-		time.Sleep(time.Duration(rng.IntN(20_000)) * time.Microsecond)
+		}
+		time.Sleep(time.Duration(rng.IntN(2_000)) * time.Microsecond)
 		n.kill()
 		killed := time.Now()
 		d.gate.hold() // calls that lost their answer wait at the gate for the restart
 		d.gate.quiet()
 
 		answered := map[string]string{} // user → reservation, from 202s before the kill
-		inFlight := map[string]bool{}   // users whose buy was sent before the kill and not answered
+		inFlight := map[string]bool{}   // users whose buy was sent in this round and lost its answer
 		for _, a := range d.snapshot() {
 			switch {
 			case a.call == "buy" && a.status == http.StatusAccepted:
 				answered[a.user] = a.reservation
-			case a.call == "buy" && a.status == 0 && a.sent.Before(killed):
+			case a.call == "buy" && a.status == 0 && a.sent.After(resumed) && a.sent.Before(killed):
 				inFlight[a.user] = true
 			}
 		}
@@ -244,12 +256,17 @@ func TestLocalStoreKilled(t *testing.T) {
 		if held := snap.Sold; held != int64(len(answered)+committed) {
 			t.Errorf("round %d: the store holds %d sold items, want %d", round, held, len(answered)+committed)
 		}
+		flood += len(inFlight)
 		t.Logf("round %d: killed at %d answered wins (target %d), %d buys in flight (%d of them committed wins); "+
 			"restarted in %s; remaining %d, queued %d",
 			round, len(answered), target, len(inFlight), committed, restarted.Round(time.Millisecond), snap.Remaining, snap.Queued)
+		resumed = time.Now()
 		d.gate.release()
 	}
 	wait()
+	if flood == 0 {
+		t.Errorf("no buy was in flight at any of the %d kills: the kills missed the flood", rounds)
+	}
 	t.Logf("answers: %s", summary(d.snapshot()))
 	d.checkAnswers()
 
