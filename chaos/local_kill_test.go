@@ -227,12 +227,15 @@ func TestLocalStoreKilled(t *testing.T) {
 			}
 		}
 		began := time.Now()
+		var err error
 		n.restart()
 		restarted := time.Since(began)
-		snap, err := n.snapshot()
-		if err != nil {
-			t.Fatalf("round %d: live counters after the restart: %v", round, err)
-		}
+		// The site answers a moment before Caddy's admin endpoint sees the new configuration.
+		var snap counters
+		waitFor(t, fmt.Sprintf("round %d: the live counters after the restart", round), 30*time.Second, func() bool {
+			snap, err = n.snapshot()
+			return err == nil
+		})
 		// The wins of calls in flight: the store committed them or not; the buyer's record says.
 		committed := 0
 		for u := range inFlight {
