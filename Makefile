@@ -5,8 +5,9 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: run test deps lint bench bench-load build xcaddy-check fuzz chaos bench-goals
+.PHONY: run test deps lint bench bench-load build xcaddy-check fuzz chaos bench-goals bench-wrk
 
+# The sale is kept in ./seckill-data (store local): running it again continues it.
 run:
 	$(GO) run ./cmd/caddy run --config Caddyfile.example --adapter caddyfile
 
@@ -33,6 +34,11 @@ xcaddy-check:
 # The flash-sale pressure test against a freshly built gateway (docs/BENCHMARKS.md).
 bench-load:
 	$(GO) run ./cmd/seckill-bench -build
+
+# The buy path under wrk (apt-get install wrk) beside respond receiving the same buys, for store
+# local and store memory (docs/BENCHMARKS.md); STORES, FSYNC, REPEATS, DURATION, SLICE tune it.
+bench-wrk:
+	GO=$(GO) ./scripts/bench-wrk.sh
 
 # Every variant the goals of docs/BENCHMARKS.md are measured on, one after the other (~15 min).
 bench-goals:

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -172,4 +174,92 @@ func TestStoreForgottenSale(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStoreLocalDiskFull: a store local whose disk fills while the sale runs answers 503 busy
+// (with Retry-After) instead of a win it could not commit, counts the refusals at the store_error
+// and breaker layers, keeps answering the status call, and — restarted once there is room again —
+// has lost none of the wins it answered. It needs a small tmpfs, so it runs where the test may
+// mount one (as root).
+func TestStoreLocalDiskFull(t *testing.T) {
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v %s", mnt, err, out)
+		}
+	})
+	dir := filepath.Join(mnt, "data")
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const stock = 100_000
+	cfg := "store local " + dir + "\nurl_secret test-url-secret\n" + jwtBlock + "captcha off\n" + saleBlock("full", stock)
+	site := route + "metrics /metrics\n"
+	if err := loadCaddy(t, port, cfg, site); err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	t.Cleanup(func() { _ = caddy.Stop() })
+	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+
+	// Leave a little room, so that the sale fills it.
+	filler := filepath.Join(mnt, "filler")
+	if err := os.WriteFile(filler, make([]byte, 1<<20+512<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	wins, busy := 0, 0
+	for i := 0; i < 20_000 && busy < 10; i++ {
+		tok := token(t, fmt.Sprintf("u%d", i))
+		r := c.post(buyPath(t, c, "full", tok), tok, "")
+		switch {
+		case r.status == http.StatusAccepted && r.code() == "queued":
+			if busy > 0 {
+				t.Fatalf("buy %d won after the store failed: %s", i, r)
+			}
+			wins++
+		case r.status == http.StatusServiceUnavailable && r.code() == "busy" && r.header.Get("Retry-After") != "":
+			busy++
+		default:
+			t.Fatalf("buy %d: %s; want 202 queued or 503 busy with Retry-After", i, r)
+		}
+	}
+	if wins == 0 || busy == 0 {
+		t.Fatalf("%d wins, %d busy: the disk did not fill during the sale", wins, busy)
+	}
+	expect(t, "status while the store is failed", c.get("/seckill/full", ""), http.StatusOK, "ok")
+	mt := string(c.get("/metrics", "").raw)
+	storeErrors, breaker := metricValue(mt, `caddy_seckill_rejected_total{layer="store_error"}`), metricValue(mt, `caddy_seckill_rejected_total{layer="breaker"}`)
+	if storeErrors < 1 || storeErrors+breaker != float64(busy) {
+		t.Errorf("layers: store_error %v + breaker %v, want %d busy answers with at least one store error", storeErrors, breaker, busy)
+	}
+
+	// Room again, and a restart: every answered win is there.
+	stopCaddy(t)
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadCaddy(t, port, cfg, site); err != nil {
+		t.Fatalf("start again: %v", err)
+	}
+	if n := remaining(t, "full"); n > stock-int64(wins) || n < stock-int64(wins)-int64(busy) {
+		t.Errorf("remaining %d after the restart: want stock %d - %d answered wins (a 503 may have won too, at most %d)",
+			n, stock, wins, busy)
+	}
+	tok := token(t, "after")
+	expect(t, "a buy after the restart", c.post(buyPath(t, c, "full", tok), tok, ""), http.StatusAccepted, "queued")
+	t.Logf("%d wins, then %d answers 503 busy (store_error %v, breaker %v)", wins, busy, storeErrors, breaker)
+}
+
+// metricValue reads one series of a Prometheus text exposition; 0 when absent.
+func metricValue(text, series string) float64 {
+	for _, line := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, _ := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			return f
+		}
+	}
+	return 0
 }
