@@ -152,7 +152,8 @@ func reconcileViaAdmin(address string, cfg []byte, configFile, adapter, activity
 	}
 	resp, err := caddycmd.AdminAPIRequest(addr, http.MethodGet, uri, make(http.Header), nil)
 	if err != nil {
-		return reconcileAnswer{}, fmt.Errorf("ask the running Caddy at %s (with store memory the sale lives only there): %w", addr, err)
+		return reconcileAnswer{}, fmt.Errorf("ask the running Caddy at %s (with store memory the sale lives only there; "+
+			"a store local folder in use is read through it): %w", addr, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

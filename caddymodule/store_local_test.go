@@ -111,14 +111,30 @@ func TestStoreLocalRestart(t *testing.T) {
 		r = c.post(r.str("path"), dave, "")
 	}
 	expect(t, "dave after the sell-out", r, http.StatusGone, "sold_out")
-	// A stopped Caddy leaves the folder free; a folder held by another store is refused at start.
+	// A stopped Caddy leaves the folder free: `caddy seckill reconcile --config` opens it itself.
 	stopCaddy(t)
+	var bin, file string
+	if !testing.Short() {
+		bin, file = buildCaddy(t), filepath.Join(tmp, "Caddyfile")
+		if err := os.WriteFile(file, []byte(caddyfile(t, port, cfg, ordersSite)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if code, out := runReconcile(t, bin, "--config", file); code != 0 || !strings.Contains(out, "activity local") {
+			t.Errorf("reconcile on the stopped node's folder: exit %d:\n%s", code, out)
+		}
+	}
+	// A folder held by another store is refused at start; reconcile then asks the admin API.
 	held, err := admission.OpenLocalStore(dir, admission.LocalOptions{})
 	if err != nil {
 		t.Fatalf("open the folder once Caddy stopped: %v", err)
 	}
 	if n, err := held.Remaining(t.Context(), "local"); err != nil || n != 0 {
 		t.Errorf("remaining read from the folder: %d, %v; want 0", n, err)
+	}
+	if bin != "" {
+		if code, out := runReconcile(t, bin, "--config", file); code != 2 {
+			t.Errorf("reconcile while another process holds the folder (admin off): exit %d, want 2 (it asks the admin API):\n%s", code, out)
+		}
 	}
 	err = loadCaddy(t, port, cfg, ordersSite)
 	_ = held.Close()
