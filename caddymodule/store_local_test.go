@@ -279,3 +279,30 @@ func metricValue(text, series string) float64 {
 	}
 	return 0
 }
+
+// TestStoreLocalProvisionErrors: configurations of store local that cannot work fail the load with
+// the directive's name and the reason.
+func TestStoreLocalProvisionErrors(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "a-file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ cfg, want string }{
+		{"store local " + file + "\nurl_secret s\n", "store local " + file + ": "},
+		{"store local {env.SECKILL_TEST_UNSET_FOLDER}\nurl_secret s\n", `store local "{env.SECKILL_TEST_UNSET_FOLDER}" is empty once placeholders are replaced`},
+		{"store local " + filepath.Join(tmp, "d") + "\n", "url_secret is required with store local"},
+	} {
+		err := loadCaddy(t, port, c.cfg+jwtBlock+"captcha off\n", route)
+		if err == nil {
+			_ = caddy.Stop()
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("load %q: %v; want an error containing %q", c.cfg, err, c.want)
+		}
+	}
+}
