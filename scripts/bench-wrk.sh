@@ -6,17 +6,17 @@
 # buys with fresh users (a slice of SLICE users, paths and tokens prepared before), so every buy is
 # an admission unless wrk runs out of them (it says so). docs/BENCHMARKS.md has the figures.
 #
-#   scripts/bench-wrk.sh                         # store local and store memory, 3 rounds of 4 s
+#   scripts/bench-wrk.sh                         # store local and store memory, 3 rounds of 3 s
 #   STORES="local" FSYNC=always scripts/bench-wrk.sh
 set -euo pipefail
 GO=${GO:-go}
 STORES=${STORES:-local memory}
 FSYNC=${FSYNC:-}            # store local's fsync; empty for the default (no)
 REPEATS=${REPEATS:-3}
-DURATION=${DURATION:-4s}
+DURATION=${DURATION:-3s}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
-SLICE=${SLICE:-30000}       # users per round
+SLICE=${SLICE:-60000}       # users per round
 ACTIVITIES=${ACTIVITIES:-10}
 PORT=${PORT:-18480}
 ADMIN_PORT=${ADMIN_PORT:-18419}
