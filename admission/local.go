@@ -42,6 +42,7 @@ type LocalStore struct {
 	mem    *MemoryStore
 	dir    string
 	w      *localWriter
+	ckpt   *localCheckpointer
 	lock   *os.File // holds the folder's flock
 	closed atomic.Bool
 }
@@ -79,8 +80,25 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 		_ = lock.Close()
 		return nil, err
 	}
+	ckpt, err := newLocalCheckpointer(dir, opts.FsyncAlways, w)
+	if err != nil {
+		_ = w.close()
+		_ = lock.Close()
+		return nil, err
+	}
 	mem.jnl = w
-	return &LocalStore{mem: mem, dir: dir, w: w, lock: lock}, nil
+	return &LocalStore{mem: mem, dir: dir, w: w, ckpt: ckpt, lock: lock}, nil
+}
+
+// Failure returns nil while the store works, and the error wrapping ErrLocalFailed once a commit
+// has failed: from then on every call fails until the store is closed and the folder opened again
+// (after room was made on the disk), which loads what was committed. Whoever shares one store
+// between configurations (Caddy's usage pool) can use it to replace a failed one at a reload.
+func (s *LocalStore) Failure() error {
+	if err := s.w.failure(); errors.Is(err, ErrLocalFailed) {
+		return err
+	}
+	return nil
 }
 
 // before refuses a call on a closed or failed store.
@@ -93,11 +111,11 @@ func (s *LocalStore) before() error {
 
 // after waits until every change made before it was called is committed, so that an answer never
 // depends on a change a crash could still undo. It returns the store's failure, if any.
-func (s *LocalStore) after() error {
+func (s *LocalStore) after(ctx context.Context) error {
 	if s.closed.Load() {
 		return errLocalClosed
 	}
-	return s.w.wait()
+	return s.w.wait(ctx)
 }
 
 // Define implements Store.
@@ -106,7 +124,7 @@ func (s *LocalStore) Define(ctx context.Context, a Activity, force bool) (Activi
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
 	}
 	got, err := s.mem.Define(ctx, a, force)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, werr)
 	}
 	return got, err
@@ -118,7 +136,7 @@ func (s *LocalStore) Activity(ctx context.Context, id string) (Snapshot, error) 
 		return Snapshot{}, fmt.Errorf("activity %s: %w", id, err)
 	}
 	snap, err := s.mem.Activity(ctx, id)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return Snapshot{}, fmt.Errorf("activity %s: %w", id, werr)
 	}
 	return snap, err
@@ -130,7 +148,7 @@ func (s *LocalStore) Activities(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("activities: %w", err)
 	}
 	ids, err := s.mem.Activities(ctx)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("activities: %w", werr)
 	}
 	return ids, err
@@ -142,7 +160,7 @@ func (s *LocalStore) Delete(ctx context.Context, id string, force bool) error {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	err := s.mem.Delete(ctx, id, force)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("delete %s: %w", id, werr)
 	}
 	return err
@@ -155,7 +173,7 @@ func (s *LocalStore) Admit(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
 	}
 	d, err := s.mem.Admit(ctx, r)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, werr)
 	}
 	return d, err
@@ -167,7 +185,7 @@ func (s *LocalStore) Release(ctx context.Context, activity, reservationID string
 		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, err)
 	}
 	ok, err := s.mem.Release(ctx, activity, reservationID)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, werr)
 	}
 	return ok, err
@@ -179,7 +197,7 @@ func (s *LocalStore) Remaining(ctx context.Context, activity string) (int64, err
 		return 0, fmt.Errorf("remaining %s: %w", activity, err)
 	}
 	n, err := s.mem.Remaining(ctx, activity)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return 0, fmt.Errorf("remaining %s: %w", activity, werr)
 	}
 	return n, err
@@ -191,7 +209,7 @@ func (s *LocalStore) Holders(ctx context.Context, activity string) ([]string, er
 		return nil, fmt.Errorf("holders %s: %w", activity, err)
 	}
 	users, err := s.mem.Holders(ctx, activity)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("holders %s: %w", activity, werr)
 	}
 	return users, err
@@ -203,7 +221,7 @@ func (s *LocalStore) SetResult(ctx context.Context, activity, user string, r Res
 		return fmt.Errorf("set result %s/%s: %w", activity, user, err)
 	}
 	err := s.mem.SetResult(ctx, activity, user, r)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("set result %s/%s: %w", activity, user, werr)
 	}
 	return err
@@ -215,7 +233,7 @@ func (s *LocalStore) GetResult(ctx context.Context, activity, user string) (Resu
 		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, err)
 	}
 	r, err := s.mem.GetResult(ctx, activity, user)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, werr)
 	}
 	return r, err
@@ -227,7 +245,7 @@ func (s *LocalStore) AppendResult(ctx context.Context, dst []byte, activity, use
 		return dst, "", fmt.Errorf("get result %s/%s: %w", activity, user, err)
 	}
 	out, code, err := s.mem.AppendResult(ctx, dst, activity, user)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return dst, "", fmt.Errorf("get result %s/%s: %w", activity, user, werr)
 	}
 	return out, code, err
@@ -247,7 +265,7 @@ func (s *LocalStore) EnsureGroup(ctx context.Context, activity, group string) er
 		return fmt.Errorf("ensure group %s/%s: %w", activity, group, err)
 	}
 	err := s.mem.EnsureGroup(ctx, activity, group)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("ensure group %s/%s: %w", activity, group, werr)
 	}
 	return err
@@ -260,7 +278,7 @@ func (s *LocalStore) ReadGroup(ctx context.Context, activity, group, consumer st
 		return nil, fmt.Errorf("read group %s/%s: %w", activity, group, err)
 	}
 	wins, err := s.mem.ReadGroup(ctx, activity, group, consumer, count, block, pending)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("read group %s/%s: %w", activity, group, werr)
 	}
 	return wins, err
@@ -272,7 +290,7 @@ func (s *LocalStore) Ack(ctx context.Context, activity, group string, ids ...str
 		return fmt.Errorf("ack %s/%s: %w", activity, group, err)
 	}
 	err := s.mem.Ack(ctx, activity, group, ids...)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("ack %s/%s: %w", activity, group, werr)
 	}
 	return err
@@ -284,7 +302,7 @@ func (s *LocalStore) Claim(ctx context.Context, activity, group, consumer string
 		return nil, fmt.Errorf("claim %s/%s: %w", activity, group, err)
 	}
 	wins, err := s.mem.Claim(ctx, activity, group, consumer, minIdle, count)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("claim %s/%s: %w", activity, group, werr)
 	}
 	return wins, err
@@ -296,7 +314,7 @@ func (s *LocalStore) DeadLetter(ctx context.Context, activity, group string, w W
 		return fmt.Errorf("dead letter %s/%s: %w", activity, group, err)
 	}
 	err := s.mem.DeadLetter(ctx, activity, group, w, reason)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return fmt.Errorf("dead letter %s/%s: %w", activity, group, werr)
 	}
 	return err
@@ -308,7 +326,7 @@ func (s *LocalStore) DeadLetters(ctx context.Context, activity string, count int
 		return nil, fmt.Errorf("dead letters %s: %w", activity, err)
 	}
 	wins, err := s.mem.DeadLetters(ctx, activity, count)
-	if werr := s.after(); werr != nil {
+	if werr := s.after(ctx); werr != nil {
 		return nil, fmt.Errorf("dead letters %s: %w", activity, werr)
 	}
 	return wins, err
@@ -321,7 +339,8 @@ func (s *LocalStore) Close() error {
 		return nil
 	}
 	_ = s.mem.Close() // ends blocking reads and subscriptions; later calls fail
-	err := s.w.close()
+	_ = s.ckpt.close()
+	err := s.w.close() // a final checkpoint folds the whole WAL in
 	if cerr := s.lock.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close local store %s: unlock: %w", s.dir, cerr)
 	}

@@ -13,12 +13,14 @@ import (
 	"time"
 )
 
-// The crash test's sale: more buyers than items, two items each, and some wins released again.
+// The crash test's sale: more buyers than items, two items each, and half the orders unpaid (their
+// items are released and sold again), so the sale keeps moving round after round.
 const (
 	rushActivity = "crash"
-	rushStock    = 1500
+	rushStock    = 400
 	rushLimit    = 2
 	rushUsers    = 1200
+	rushKeys     = 20 // request ids per user: a few repeat, most are new
 	rushBuyers   = 32 // admitting goroutines in the child
 )
 
@@ -85,7 +87,7 @@ func helperRush(dir string, fsyncAlways bool) error {
 			}
 			for _, id := range ids {
 				say("A %s", id)
-				if rand.IntN(8) == 0 { // an unpaid order timed out: its item goes back on sale
+				if rand.IntN(2) == 0 { // an unpaid order timed out: its item goes back on sale
 					ok, err := s.Release(ctx, rushActivity, id)
 					if err != nil {
 						fail(err)
@@ -101,7 +103,7 @@ func helperRush(dir string, fsyncAlways bool) error {
 		go func() {
 			for {
 				user := "u" + strconv.Itoa(rand.IntN(rushUsers))
-				key := "k" + strconv.Itoa(rand.IntN(3))
+				key := "k" + strconv.Itoa(rand.IntN(rushKeys))
 				d, err := s.Admit(ctx, Request{Activity: rushActivity, User: user, Qty: 1, RequestID: key})
 				if err != nil {
 					fail(err)
@@ -186,11 +188,18 @@ func TestLocalCrash(t *testing.T) {
 		cmd, lines := startHelper(t, "rush", dir, helperSyncEnv+"="+fsync)
 		var said []string
 		waitLine(t, lines, "READY", &said)
+		// Read on while the child runs, so it never blocks on a full pipe with answers unprinted.
+		drained := make(chan []string)
+		go func() {
+			var rest []string
+			for l := range lines {
+				rest = append(rest, l)
+			}
+			drained <- rest
+		}()
 		time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
 		kill(t, cmd)
-		for l := range lines {
-			said = append(said, l)
-		}
+		said = append(said, <-drained...)
 		for _, l := range said {
 			log.add(t, l)
 		}

@@ -222,6 +222,9 @@ func rushUntilFull(t *testing.T, s *LocalStore) map[string]string {
 func checkFullThenReopen(t *testing.T, s *LocalStore, dir string, wins map[string]string, free func()) {
 	t.Helper()
 	ctx := context.Background()
+	if err := s.Failure(); !errors.Is(err, ErrLocalFailed) {
+		t.Errorf("Failure() = %v, want ErrLocalFailed", err)
+	}
 	if _, err := s.Admit(ctx, Request{Activity: "a", User: "late", Qty: 1, RequestID: "r"}); !errors.Is(err, ErrLocalFailed) {
 		t.Errorf("admit after the failure = %v, want ErrLocalFailed", err)
 	}
@@ -234,6 +237,9 @@ func checkFullThenReopen(t *testing.T, s *LocalStore, dir string, wins map[strin
 	free()
 	s = openLocal(t, dir, nil)
 	defer s.Close()
+	if err := s.Failure(); err != nil {
+		t.Errorf("Failure() after reopen = %v", err)
+	}
 	for user, id := range wins {
 		d, err := s.Admit(ctx, Request{Activity: "a", User: user, Qty: 1, RequestID: "r"})
 		if err != nil || !d.Replayed || d.ReservationID != id {
@@ -295,4 +301,87 @@ func TestLocalDiskFullTmpfs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// TestLocalStalledCommit holds the database's only connection, so that commits stall as on a hung
+// disk: no answer may leave before its commit, a caller's context ends its wait, and the win it
+// was not told about is committed and replayed afterwards.
+func TestLocalStalledCommit(t *testing.T) {
+	s := openLocal(t, t.TempDir(), nil)
+	defer s.Close()
+	mustDefine(t, s, openAt(time.Now(), "a", 10, 1))
+	bg := context.Background()
+	conn, err := s.w.db.Conn(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel()
+	if d, err := s.Admit(ctx, Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r"}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("admit while the commit stalls = %+v, %v; want the deadline", d, err)
+	}
+	// A read computed from the uncommitted win is not answered either.
+	ctx2, cancel2 := context.WithTimeout(bg, 200*time.Millisecond)
+	defer cancel2()
+	if n, err := s.Remaining(ctx2, "a"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("remaining while the commit stalls = %d, %v; want the deadline", n, err)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Admit(bg, Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r"})
+	if err != nil || d.Outcome != Won || !d.Replayed {
+		t.Errorf("retry after the stall = %+v, %v; want the replayed win", d, err)
+	}
+	if n := mustRemaining(t, s, "a"); n != 9 {
+		t.Errorf("remaining = %d, want 9", n)
+	}
+}
+
+// TestLocalClose: Close ends blocking reads and subscriptions, commits what was answered, lets the
+// folder go, and every later call fails.
+func TestLocalClose(t *testing.T) {
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	ctx := context.Background()
+	mustDefine(t, s, openAt(time.Now(), "a", 5, 1))
+	ch, err := s.Restocks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EnsureGroup(ctx, "a", "g"); err != nil {
+		t.Fatal(err)
+	}
+	read := make(chan error, 1)
+	go func() {
+		_, err := s.ReadGroup(ctx, "a", "g", "c", 1, time.Minute, false)
+		read <- err
+	}()
+	mustAdmit(t, s, "a", "u1", 1, "r")
+	// The win may or may not reach the blocked reader before Close; either way it is not lost.
+	time.Sleep(20 * time.Millisecond)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-read:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a blocking read")
+	}
+	for range ch {
+	}
+	if _, err := s.Admit(ctx, Request{Activity: "a", User: "u2", Qty: 1, RequestID: "r"}); err == nil {
+		t.Error("admit after Close succeeded")
+	}
+	if err := s.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	s = openLocal(t, dir, nil)
+	defer s.Close()
+	if d := mustAdmit(t, s, "a", "u1", 1, "r"); !d.Replayed {
+		t.Errorf("u1's retry after Close and reopen = %+v, want the replay", d)
+	}
+	if n := mustRemaining(t, s, "a"); n != 4 {
+		t.Errorf("remaining = %d, want 4", n)
+	}
 }

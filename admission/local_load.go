@@ -55,6 +55,7 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 		a.byID[e.id] = idx
 		a.entries = append(a.entries, e)
 		a.answers[reqKey{e.user, e.requestID}] = Decision{Outcome: Won, ReservationID: e.id, Remaining: remaining}
+		a.results[e.user] = Result{Code: "queued", ReservationID: e.id} // unless a later SetResult replaced it
 		a.buyers[e.user] += e.qty
 		a.stock -= e.qty
 		return nil
@@ -90,17 +91,31 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 		return fmt.Errorf("released: %w", err)
 	}
 
-	err = eachRow(db, `SELECT activity, user, code, reservation_id, order_id, pay_before_ms FROM results`, func(rows *sql.Rows) error {
+	lastWin := map[*memActivity]map[string]int{} // the index of each user's last win
+	for _, a := range acts {
+		m := make(map[string]int, len(a.results))
+		for i, e := range a.entries {
+			m[e.user] = i
+		}
+		lastWin[a] = m
+	}
+	err = eachRow(db, `SELECT activity, user, code, reservation_id, order_id, pay_before_ms, after_wins FROM results`, func(rows *sql.Rows) error {
 		var act, user string
 		var r Result
-		if err := rows.Scan(&act, &user, &r.Code, &r.ReservationID, &r.OrderID, &r.PayBeforeMS); err != nil {
+		var after int
+		if err := rows.Scan(&act, &user, &r.Code, &r.ReservationID, &r.OrderID, &r.PayBeforeMS, &after); err != nil {
 			return err
 		}
 		a, err := find("results", act)
 		if err != nil {
 			return err
 		}
-		a.results[user] = r
+		if after < 0 || after > len(a.entries) {
+			return fmt.Errorf("result %s/%s: set after %d wins of %d", act, user, after, len(a.entries))
+		}
+		if last, won := lastWin[a][user]; !won || last < after {
+			a.results[user] = r
+		}
 		return nil
 	})
 	if err != nil {

@@ -18,8 +18,11 @@ const localSchemaVersion = "1"
 // localDBName is the database file in the store's folder (with its -wal and -shm files).
 const localDBName = "seckill.db"
 
-// localSchema is one table per part of the state, so that opening the store is a load. Stock and
-// buyers are not stored: they follow from the definitions, the wins and the releases.
+// localSchema is one table per part of the state, so that opening the store is a load. Stock,
+// buyers and request-id answers are not stored: they follow from the definitions, the wins and the
+// releases. Neither is a winner's "queued" result: results holds what SetResult stored, with the
+// number of wins the activity had then (after_wins), and a user's later win supersedes it. So a
+// win writes one row at the end of one table, not a row at a random place in a second.
 const localSchema = `
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE activities (
@@ -34,7 +37,8 @@ CREATE TABLE wins (
 CREATE TABLE released (activity TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (activity, id)) WITHOUT ROWID;
 CREATE TABLE results (
 	activity TEXT NOT NULL, user TEXT NOT NULL, code TEXT NOT NULL, reservation_id TEXT NOT NULL,
-	order_id TEXT NOT NULL, pay_before_ms INTEGER NOT NULL, PRIMARY KEY (activity, user)
+	order_id TEXT NOT NULL, pay_before_ms INTEGER NOT NULL, after_wins INTEGER NOT NULL,
+	PRIMARY KEY (activity, user)
 ) WITHOUT ROWID;
 CREATE TABLE groups (activity TEXT NOT NULL, name TEXT NOT NULL, next INTEGER NOT NULL, PRIMARY KEY (activity, name)) WITHOUT ROWID;
 CREATE TABLE pending (
@@ -47,14 +51,15 @@ CREATE INDEX dead_activity ON dead (activity);
 
 // localDSN is the data source of the store's one connection. synchronous=NORMAL in WAL mode
 // writes each commit to the OS (a process crash loses nothing committed); FULL also syncs it to
-// the device. _txlock=immediate takes the write lock at BEGIN. WAL mode is not set here: it is
+// the device. _txlock=immediate takes the write lock at BEGIN. wal_autocheckpoint(0): the
+// checkpoints run on their own connection (localCheckpointer). WAL mode is not set here: it is
 // kept in the file since its creation, and setting it would write to a file not yet checked.
 func localDSN(path string, fsyncAlways bool) string {
 	sync := "NORMAL"
 	if fsyncAlways {
 		sync = "FULL"
 	}
-	return path + "?_pragma=busy_timeout(5000)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
+	return path + "?_pragma=busy_timeout(5000)&_pragma=wal_autocheckpoint(0)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
 }
 
 // openLocalDB opens dir's database, creating it when the folder has none, and checks it.
@@ -100,7 +105,7 @@ func checkLocalHeader(path string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read only: nothing to lose
 	var head [100]byte
 	if _, err := io.ReadFull(f, head[:]); err != nil {
 		return fmt.Errorf("header: %w", err)

@@ -240,10 +240,10 @@ func scenario(s Store, clock *fakeClock) error {
 		ids = append(ids, id)
 	}
 	if d, err := s.Admit(ctx, Request{Activity: "a", User: "u2", Qty: 2, RequestID: "r2"}); err != nil || d.Outcome != LimitReached {
-		return fmt.Errorf("limit: %+v %v", d, err)
+		return fmt.Errorf("limit: %+v: %w", d, err)
 	}
 	if ok, err := s.Release(ctx, "a", ids[2]); err != nil || !ok {
-		return fmt.Errorf("release: %v %v", ok, err)
+		return fmt.Errorf("release: %v: %w", ok, err)
 	}
 	if err := def("a", -time.Minute, 12, 2, true); err != nil {
 		return err
@@ -257,27 +257,37 @@ func scenario(s Store, clock *fakeClock) error {
 		}
 	}
 	if ws, err := s.ReadGroup(ctx, "a", "orders", "c1", 2, 0, false); err != nil || len(ws) != 2 {
-		return fmt.Errorf("read: %v %v", ws, err)
+		return fmt.Errorf("read: %v: %w", ws, err)
 	}
 	if err := s.Ack(ctx, "a", "orders", ids[0]); err != nil {
 		return err
 	}
 	clock.Add(time.Second)
 	if ws, err := s.ReadGroup(ctx, "a", "orders", "c1", 10, 0, true); err != nil || len(ws) != 1 {
-		return fmt.Errorf("read pending: %v %v", ws, err)
+		return fmt.Errorf("read pending: %v: %w", ws, err)
 	}
 	clock.Add(time.Minute)
 	if ws, err := s.Claim(ctx, "a", "orders", "c2", 30*time.Second, 10); err != nil || len(ws) != 1 {
-		return fmt.Errorf("claim: %v %v", ws, err)
+		return fmt.Errorf("claim: %v: %w", ws, err)
 	}
 	ws, err := s.ReadGroup(ctx, "a", "orders", "c2", 1, 0, false)
 	if err != nil || len(ws) != 1 {
-		return fmt.Errorf("read c2: %v %v", ws, err)
+		return fmt.Errorf("read c2: %v: %w", ws, err)
 	}
 	if err := s.DeadLetter(ctx, "a", "orders", ws[0], "poison"); err != nil {
 		return err
 	}
 	if _, err := win("a", "u6", 1, "r1"); err != nil {
+		return err
+	}
+	// A result stored before the user's win is replaced by the win's; one without a win stays.
+	if err := s.SetResult(ctx, "a", "u7", Result{Code: "failed"}); err != nil {
+		return err
+	}
+	if err := s.SetResult(ctx, "a", "u8", Result{Code: "cancelled", ReservationID: ids[1]}); err != nil {
+		return err
+	}
+	if _, err := win("a", "u7", 1, "r1"); err != nil {
 		return err
 	}
 	return nil
@@ -310,8 +320,8 @@ func checkAfterReopen(t *testing.T, s *LocalStore, clock *fakeClock) {
 	if err != nil || !d.Replayed || d.ReservationID != first.ReservationID || d.Remaining != first.Remaining {
 		t.Errorf("replay after reopen = %+v, %v; first %+v", d, err, first)
 	}
-	if d := mustAdmit(t, s, "a", "u2", 1, "r2"); d.Outcome != Won || d.Remaining != 12-7 {
-		t.Errorf("u2's second item = %+v, want won with 5 left", d)
+	if d := mustAdmit(t, s, "a", "u2", 1, "r2"); d.Outcome != Won || d.Remaining != 12-8 {
+		t.Errorf("u2's second item = %+v, want won with 4 left", d)
 	} else {
 		ms, _ := parseID(t, d.ReservationID)
 		if ms < clock.Now().UnixMilli() {
@@ -330,6 +340,12 @@ func checkAfterReopen(t *testing.T, s *LocalStore, clock *fakeClock) {
 	}
 	if r, err := s.GetResult(ctx, "a", "u1"); err != nil || r.OrderID != "o-1" {
 		t.Errorf("u1's result = %+v, %v", r, err)
+	}
+	if r, err := s.GetResult(ctx, "a", "u7"); err != nil || r.Code != "queued" {
+		t.Errorf("u7's result = %+v, %v; want queued (the win came after the stored result)", r, err)
+	}
+	if r, err := s.GetResult(ctx, "a", "u8"); err != nil || r.Code != "cancelled" {
+		t.Errorf("u8's result = %+v, %v; want cancelled", r, err)
 	}
 	if dl, err := s.DeadLetters(ctx, "a", 10); err != nil || len(dl) != 1 || dl[0].Reason != "poison" {
 		t.Errorf("dead letters = %+v, %v", dl, err)

@@ -1,9 +1,11 @@
 package admission
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -17,14 +19,17 @@ type localWriter struct {
 	dir   string
 	stmts [localStmtCount]*sql.Stmt
 
-	mu      sync.Mutex
-	changed sync.Cond   // broadcast after each commit and on failure
-	pending []memChange // recorded, not yet taken by the writer
-	spare   []memChange // the previous batch, reused
-	err     error       // set once: a failed commit, or the writer stopped
-	enq     atomic.Uint64
-	dur     atomic.Uint64 // every change up to this sequence number is committed
-	failed  atomic.Bool
+	mu       sync.Mutex
+	pending  []memChange   // recorded, not yet taken by the writer
+	spare    []memChange   // the previous batch, reused
+	gather   chan struct{} // closed when the pending changes are committed (or never will be)
+	flushing chan struct{} // closed when the batch being committed is
+	taken    uint64        // the last sequence number in the batch being committed
+	err      error         // set once: a failed commit, or the writer stopped
+	enq      atomic.Uint64 // sequence number of the last change recorded
+	dur      atomic.Uint64 // every change up to this sequence number is committed
+	failed   atomic.Bool
+	commits  atomic.Uint64 // transactions committed, for benchmarks
 
 	wake chan struct{} // capacity 1: changes are pending
 	stop chan struct{} // closed by close
@@ -58,9 +63,9 @@ var localStmtText = [localStmtCount]string{
 		end_ms = excluded.end_ms, pay_ms = excluded.pay_ms, salt = excluded.salt`,
 	stmtWin:     `INSERT INTO wins (activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 	stmtRelease: `INSERT INTO released (activity, id) VALUES (?, ?)`,
-	stmtResult: `INSERT INTO results (activity, user, code, reservation_id, order_id, pay_before_ms) VALUES (?, ?, ?, ?, ?, ?)
+	stmtResult: `INSERT INTO results (activity, user, code, reservation_id, order_id, pay_before_ms, after_wins) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (activity, user) DO UPDATE SET code = excluded.code, reservation_id = excluded.reservation_id,
-		order_id = excluded.order_id, pay_before_ms = excluded.pay_before_ms`,
+		order_id = excluded.order_id, pay_before_ms = excluded.pay_before_ms, after_wins = excluded.after_wins`,
 	stmtGroup: `INSERT INTO groups (activity, name, next) VALUES (?, ?, 0)`,
 	stmtPending: `INSERT INTO pending (activity, grp, idx, consumer, deliveries, at_ns) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (activity, grp, idx) DO UPDATE SET consumer = excluded.consumer,
@@ -80,9 +85,10 @@ var localStmtText = [localStmtCount]string{
 func newLocalWriter(db *sql.DB, dir string) (*localWriter, error) {
 	w := &localWriter{
 		db: db, dir: dir,
+		gather: make(chan struct{}), flushing: make(chan struct{}),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	w.changed.L = &w.mu
+	close(w.flushing) // nothing is being committed yet
 	for i, text := range localStmtText {
 		st, err := db.Prepare(text)
 		if err != nil {
@@ -122,22 +128,42 @@ func (w *localWriter) failure() error {
 	return w.err
 }
 
-// wait returns once every change recorded before it was called is committed, or with the
-// writer's error if one of them never will be.
-func (w *localWriter) wait() error {
+// wait returns once every change recorded before it was called is committed, or with ctx's error
+// (the changes may then still be committed, as a Redis call whose answer was lost may have run).
+// Once the writer has failed it returns the failure, even for a caller whose own changes were
+// committed: a change recorded after the failure was dropped without a sequence number, so no
+// caller can tell that its answer does not depend on one.
+func (w *localWriter) wait(ctx context.Context) error {
 	seq := w.enq.Load()
 	if w.dur.Load() >= seq {
-		return nil
+		return w.failure()
 	}
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	for w.dur.Load() < seq && w.err == nil {
-		w.changed.Wait()
+	if w.err != nil {
+		err := w.err
+		w.mu.Unlock()
+		return err
 	}
-	if w.dur.Load() >= seq {
-		return nil
+	ch := w.gather
+	if seq <= w.taken {
+		ch = w.flushing
 	}
-	return w.err
+	w.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		if err := w.failure(); err != nil || w.dur.Load() >= seq {
+			return err
+		}
+		return fmt.Errorf("waiting for the commit: %w", ctx.Err())
+	}
+	if err := w.failure(); err != nil {
+		return err
+	}
+	if w.dur.Load() < seq {
+		return fmt.Errorf("local store %s: %w: change %d woke before its commit", w.dir, ErrLocalFailed, seq)
+	}
+	return nil
 }
 
 // run is the writer goroutine: one transaction per batch, in the order the changes were recorded.
@@ -151,27 +177,28 @@ func (w *localWriter) run() {
 			stopping = true
 		}
 		for {
+			runtime.Gosched() // let the callers just woken by the last commit join this batch
 			w.mu.Lock()
-			batch, last := w.pending, w.enq.Load()
-			w.pending, w.spare = w.spare[:0], nil
-			w.mu.Unlock()
+			batch, last, done := w.pending, w.enq.Load(), w.gather
 			if len(batch) == 0 {
+				w.mu.Unlock()
 				break
 			}
+			w.pending, w.spare = w.spare[:0], nil
+			w.flushing, w.taken, w.gather = done, last, make(chan struct{})
+			w.mu.Unlock()
 			err := w.commit(batch)
 			clear(batch) // let the strings go
 			w.mu.Lock()
 			w.spare = batch[:0]
 			if err != nil {
-				w.err = fmt.Errorf("local store %s: %w: commit %d changes: %v", w.dir, ErrLocalFailed, len(batch), err)
-				w.failed.Store(true)
-				w.pending = nil
-				w.changed.Broadcast()
+				w.fail(fmt.Errorf("local store %s: %w: commit %d changes: %w", w.dir, ErrLocalFailed, len(batch), err))
 				w.mu.Unlock()
 				return
 			}
 			w.dur.Store(last)
-			w.changed.Broadcast()
+			w.commits.Add(1)
+			close(done)
 			w.mu.Unlock()
 			if !stopping {
 				break
@@ -179,13 +206,25 @@ func (w *localWriter) run() {
 		}
 		if stopping {
 			w.mu.Lock()
-			w.err = fmt.Errorf("local store %s: %w", w.dir, errLocalClosed)
-			w.failed.Store(true)
-			w.changed.Broadcast()
+			w.fail(fmt.Errorf("local store %s: %w", w.dir, errLocalClosed))
 			w.mu.Unlock()
 			return
 		}
 	}
+}
+
+// fail sets the writer's error and wakes every waiter; later changes are dropped. The caller holds
+// w.mu.
+func (w *localWriter) fail(err error) {
+	w.err = err
+	w.failed.Store(true)
+	w.pending = nil
+	select {
+	case <-w.flushing:
+	default:
+		close(w.flushing)
+	}
+	close(w.gather)
 }
 
 // commit writes one batch in one transaction.
@@ -230,15 +269,12 @@ func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 		return nil
 	case changeWin:
 		e := &c.entry
-		if err := exec(stmtWin, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining); err != nil {
-			return err
-		}
-		return exec(stmtResult, c.act, e.user, "queued", e.id, "", 0)
+		return exec(stmtWin, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining)
 	case changeRelease:
 		return exec(stmtRelease, c.act, c.entry.id)
 	case changeResult:
 		r := &c.result
-		return exec(stmtResult, c.act, c.user, r.Code, r.ReservationID, r.OrderID, r.PayBeforeMS)
+		return exec(stmtResult, c.act, c.user, r.Code, r.ReservationID, r.OrderID, r.PayBeforeMS, c.idx)
 	case changeGroup:
 		return exec(stmtGroup, c.act, c.group)
 	case changePending:
@@ -265,7 +301,11 @@ func (w *localWriter) close() error {
 	err := w.err
 	w.mu.Unlock()
 	w.closeStmts()
-	dbErr := w.db.Close()
+	var dbErr error
+	if !errors.Is(err, ErrLocalFailed) {
+		_, dbErr = w.db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+	}
+	dbErr = errors.Join(dbErr, w.db.Close())
 	if errors.Is(err, ErrLocalFailed) {
 		return errors.Join(err, dbErr)
 	}

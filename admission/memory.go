@@ -21,12 +21,13 @@ type MemoryOptions struct {
 	Now func() time.Time
 }
 
-// MemoryStore is the in-process Store: the embedded default for a single node and for `go run`.
-// Its semantics are those of RedisStore, checked by the same conformance suite.
+// MemoryStore is the in-process Store, for tests, demos and `go run`. Its semantics are those of
+// RedisStore, checked by the same conformance suite.
 //
 // It is NOT durable: stock, buyers, idempotency answers, results and the wins queue live in this
-// process only and are lost when it exits, and a second process sees none of them. Use RedisStore
-// as soon as a sale runs on more than one node or must survive a restart.
+// process only and are lost when it exits, and a second process sees none of them. Use LocalStore
+// for one node that must survive a restart, RedisStore as soon as a sale runs on more than one
+// node. (LocalStore is a MemoryStore whose changes are committed to disk before it answers.)
 //
 // Every activity has its own mutex, so activities never contend with each other, and the activity
 // table is copied on write so that Admit finds its activity without taking any shared lock.
@@ -410,7 +411,7 @@ func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Re
 	}
 	defer a.mu.Unlock()
 	a.results[user] = r
-	s.journal(memChange{kind: changeResult, act: activity, user: user, result: r})
+	s.journal(memChange{kind: changeResult, act: activity, user: user, result: r, idx: len(a.entries)})
 	return nil
 }
 

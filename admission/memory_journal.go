@@ -13,9 +13,9 @@ type changeKind uint8
 const (
 	changeDefine  changeKind = iota + 1 // def: the activity was created or redefined
 	changeDelete                        // the activity and everything it owns are gone
-	changeWin                           // entry (at idx) won, remaining left; the user's result is queued
+	changeWin                           // entry (at idx) won, remaining left; the user's result is now queued
 	changeRelease                       // entry.id was released
-	changeResult                        // user's result is now result
+	changeResult                        // user's result is now result, set when the queue held idx entries
 	changeGroup                         // consumer group was created
 	changePending                       // group's PEL record for entry idx is now pend
 	changeNext                          // group's next undelivered entry index is now idx

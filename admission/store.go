@@ -3,9 +3,10 @@
 // One decision is taken up to a million times in a few seconds: does this buyer get an item? A
 // Store takes it atomically (never more than the stock, never more than the per-user limit, never
 // twice for one request), appends every win to the activity's wins queue in the same step, and
-// gives a reservation back exactly once. Two stores implement it with identical semantics, proven
-// by one conformance suite (package admissiontest): RedisStore for production and MemoryStore,
-// the embedded default for a single node.
+// gives a reservation back exactly once. Three stores implement it with identical semantics,
+// proven by one conformance suite (package admissiontest): RedisStore for any number of nodes,
+// LocalStore, durable in a folder on one node, and MemoryStore, which keeps nothing across a
+// restart.
 //
 // Guard wraps a Store with what every node adds in front of it: a node-local sold-out flag, so a
 // rejection after the sell-out costs no store call, and a circuit breaker that fails closed.
