@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
@@ -377,6 +378,12 @@ func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error
 	defs := make([]admission.Activity, 0, len(a.Activities))
 	for id, c := range a.Activities {
 		def, err := a.defineActivity(ctx, id, c)
+		// An open breaker refuses before trying: a reload right after the store came back (a
+		// Redis restart, a store local opened again after a full disk) waits for its trial.
+		for breakerRefused(err) && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			def, err = a.defineActivity(ctx, id, c)
+		}
 		switch {
 		case errors.Is(err, admission.ErrActivityRunning):
 			return nil, fmt.Errorf("activity %s is running and its definition in the configuration changed: "+
@@ -393,6 +400,11 @@ func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error
 			zap.Time("start", def.Start), zap.Time("end", def.End))
 	}
 	return defs, nil
+}
+
+// breakerRefused reports whether the guard's breaker refused a call without trying the store.
+func breakerRefused(err error) bool {
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
 }
 
 // defineActivity defines one activity. With start_in, the start is the one the store already has

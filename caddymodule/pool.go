@@ -48,7 +48,8 @@ type backend struct {
 	store    admission.Store
 	guard    *admission.Guard
 	captchas captcha.Store
-	gcra     *ratelimit.GCRA // nil for the memory store
+	gcra     *ratelimit.GCRA  // nil for the memory store
+	local    *reopenableLocal // the store, for store local; nil otherwise
 
 	// secret signs buy paths when the configuration gives no url_secret; it lives as long as the
 	// store so that a reload does not invalidate the paths already handed out.
@@ -84,12 +85,25 @@ func loadBackend(s *StoreConfig, logger *zap.Logger) (*backend, string, error) {
 		return nil, "", err
 	}
 	b := v.(*backend)
-	if !loaded {
+	switch {
+	case !loaded:
 		logger.Info("admission store ready", zap.String("store", s.typ()), zap.String("dir", s.Dir))
-	} else if s.typ() == storeLocal && s.fsyncAlways() != b.cfg.fsyncAlways() {
+	case b.local == nil:
+	case s.fsyncAlways() != b.cfg.fsyncAlways():
 		_, _ = pool.Delete(key)
 		return nil, "", fmt.Errorf("the running store has fsync %s: a reload cannot change it (the folder is "+
 			"open once per process); restart Caddy to change it", b.cfg.fsyncWord())
+	default:
+		// A reload is the operator's way to bring back a store whose commit failed (a full disk):
+		// the folder is opened again, which loads what was committed.
+		reopened, err := b.local.reopen()
+		if err != nil {
+			_, _ = pool.Delete(key)
+			return nil, "", err
+		}
+		if reopened {
+			logger.Warn("store local opened again after a failed commit", zap.String("dir", s.Dir))
+		}
 	}
 	return b, key, nil
 }
@@ -104,7 +118,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.store = admission.NewMemoryStore(admission.MemoryOptions{})
 		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
 	case storeLocal:
-		st, err := admission.OpenLocalStore(s.Dir, admission.LocalOptions{FsyncAlways: s.fsyncAlways()})
+		st, err := openReopenableLocal(s.Dir, admission.LocalOptions{FsyncAlways: s.fsyncAlways()})
 		if errors.Is(err, admission.ErrLocalLocked) {
 			return nil, fmt.Errorf("the folder is in use by another process (another Caddy, or `caddy validate` "+
 				"while one runs): one process at a time may open a store folder: %w", err)
@@ -112,7 +126,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.store = st
+		b.store, b.local = st, st
 		// Captchas stay in memory: one lives two minutes, and a buyer whose captcha a restart
 		// forgot asks for a new one.
 		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
