@@ -28,6 +28,9 @@ type ordersRunner struct {
 	cfg    OrdersConfig    // placeholders replaced
 	store  admission.Store // the pooled store's guard: releases clear this node's sold-out flag at once
 	logger *zap.Logger
+	// syncFull flushes each SQLite order commit to the device, as the store does (store local,
+	// fsync always): a power loss must not keep a win's acknowledgement and lose its order.
+	syncFull bool
 
 	mu     sync.Mutex // serialises start and Destruct
 	cancel context.CancelFunc
@@ -61,7 +64,7 @@ func loadOrders(storeKey string, b *backend, c *OrdersConfig, logger *zap.Logger
 		return nil, "", err
 	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &ordersRunner{cfg: *c, store: b.guard, logger: logger}, nil
+		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: b.local != nil && b.cfg.fsyncAlways()}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -77,7 +80,15 @@ func (o *ordersRunner) start(ctx context.Context, check func(context.Context, or
 	if o.running.Load() != nil {
 		return nil
 	}
-	repo, err := orderbackend.OpenRepository(ctx, o.cfg.Type, o.cfg.DSN)
+	var (
+		repo orderbackend.Repository
+		err  error
+	)
+	if o.cfg.Type == ordersSQLite {
+		repo, err = orderbackend.NewSQLiteOptions(ctx, o.cfg.DSN, orderbackend.SQLiteOptions{SyncFull: o.syncFull})
+	} else {
+		repo, err = orderbackend.OpenRepository(ctx, o.cfg.Type, o.cfg.DSN)
+	}
 	if err != nil {
 		where := o.cfg.Type
 		if o.cfg.Type == ordersSQLite {

@@ -68,3 +68,30 @@ func TestStoreLocalValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestOrdersSyncFollowsFsync: the embedded SQLite order database flushes its commits to the device
+// exactly when the store does (store local with fsync always).
+func TestOrdersSyncFollowsFsync(t *testing.T) {
+	for _, c := range []struct {
+		store StoreConfig
+		want  bool
+	}{
+		{StoreConfig{Type: storeLocal, Dir: t.TempDir(), Fsync: fsyncAlways}, true},
+		{StoreConfig{Type: storeLocal, Dir: t.TempDir()}, false},
+		{StoreConfig{Type: storeMemory}, false},
+	} {
+		b, key, err := loadBackend(&c.store, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, okey, err := loadOrders(key, b, &OrdersConfig{Type: ordersSQLite, DSN: "o.db"}, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.syncFull != c.want {
+			t.Errorf("store %s fsync %q: orders syncFull %v, want %v", c.store.Type, c.store.Fsync, o.syncFull, c.want)
+		}
+		_, _ = pool.Delete(okey)
+		_, _ = pool.Delete(key)
+	}
+}
