@@ -26,6 +26,8 @@ type LocalOptions struct {
 	Now         func() time.Time // store clock; nil = time.Now (tests pass a fake clock)
 	FsyncAlways bool             // flush each group commit to the device (power-loss safe); default:
 	// each commit is handed to the OS before any answer (process-crash safe)
+
+	checkpointEvery time.Duration // tests: how often the WAL is folded in; 0 = localCheckpointEvery
 }
 
 // LocalStore is the durable single-node Store. A MemoryStore decides, with its semantics and its
@@ -80,7 +82,7 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 		_ = lock.Close()
 		return nil, err
 	}
-	ckpt, err := newLocalCheckpointer(dir, opts.FsyncAlways, w)
+	ckpt, err := newLocalCheckpointer(dir, opts.FsyncAlways, opts.checkpointEvery, w)
 	if err != nil {
 		_ = w.close()
 		_ = lock.Close()

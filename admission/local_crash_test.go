@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// The crash test's sale: more buyers than items, two items each, and half the orders unpaid (their
+// The crash test's sale: more buyers than items, two items each, and most orders unpaid (their
 // items are released and sold again), so the sale keeps moving round after round.
 const (
 	rushActivity = "crash"
@@ -32,10 +32,11 @@ func rushDefinition() Activity {
 }
 
 // helperRush admits from many goroutines and consumes the wins queue until it is killed, printing
-// every answer after it was returned: W user key reservation (a win), N user key outcome (a
+// every answer after it was returned: W user key reservation remaining (a win), N user key outcome (a
 // refusal), R reservation (released by this call), A id (acknowledged), D id (dead-lettered).
 func helperRush(dir string, fsyncAlways bool) error {
-	s, err := OpenLocalStore(dir, LocalOptions{FsyncAlways: fsyncAlways})
+	// Checkpoints every few milliseconds, so that kills land in them too.
+	s, err := OpenLocalStore(dir, LocalOptions{FsyncAlways: fsyncAlways, checkpointEvery: time.Duration(5+rand.IntN(30)) * time.Millisecond})
 	if err != nil {
 		return err
 	}
@@ -87,7 +88,7 @@ func helperRush(dir string, fsyncAlways bool) error {
 			}
 			for _, id := range ids {
 				say("A %s", id)
-				if rand.IntN(2) == 0 { // an unpaid order timed out: its item goes back on sale
+				if rand.IntN(10) != 0 { // an unpaid order timed out: its item goes back on sale
 					ok, err := s.Release(ctx, rushActivity, id)
 					if err != nil {
 						fail(err)
@@ -112,7 +113,7 @@ func helperRush(dir string, fsyncAlways bool) error {
 					say("N %s %s %s", user, key, d.Outcome)
 					continue
 				}
-				say("W %s %s %s", user, key, d.ReservationID)
+				say("W %s %s %s %d", user, key, d.ReservationID, d.Remaining)
 				if !d.Replayed && rand.IntN(20) == 0 {
 					ok, err := s.Release(ctx, rushActivity, d.ReservationID)
 					if err != nil {
@@ -130,7 +131,7 @@ func helperRush(dir string, fsyncAlways bool) error {
 
 // rushLog is everything the children said, over every round.
 type rushLog struct {
-	wins     map[reqKey]string // user and key → reservation
+	wins     map[reqKey]string // user and key → reservation and stock left, as answered
 	released map[string]bool
 	acked    map[string]bool
 	dead     map[string]bool
@@ -142,12 +143,12 @@ func (l *rushLog) add(t *testing.T, line string) {
 	t.Helper()
 	f := strings.Fields(line)
 	switch {
-	case len(f) == 4 && f[0] == "W":
-		k := reqKey{f[1], f[2]}
-		if old, ok := l.wins[k]; ok && old != f[3] {
-			t.Errorf("request %s/%s won %s, earlier %s", f[1], f[2], f[3], old)
+	case len(f) == 5 && f[0] == "W":
+		k, answer := reqKey{f[1], f[2]}, f[3]+" "+f[4]
+		if old, ok := l.wins[k]; ok && old != answer {
+			t.Errorf("request %s/%s won %s, earlier %s", f[1], f[2], answer, old)
 		}
-		l.wins[k] = f[3]
+		l.wins[k] = answer
 	case len(f) == 4 && f[0] == "N":
 		switch f[3] {
 		case "limit_reached":
@@ -273,9 +274,9 @@ func checkRush(t *testing.T, s *LocalStore, log *rushLog, round, said int) {
 			t.Errorf("round %d: request %s/%s won %d times", round, k.user, k.id, n)
 		}
 	}
-	for k, id := range log.wins {
-		if d, ok := a.answers[k]; !ok || d.ReservationID != id {
-			t.Errorf("round %d: answered win %s/%s %s is lost (store has %+v)", round, k.user, k.id, id, d)
+	for k, answer := range log.wins {
+		if d, ok := a.answers[k]; !ok || fmt.Sprintf("%s %d", d.ReservationID, d.Remaining) != answer {
+			t.Errorf("round %d: answered win %s/%s %s is lost (store has %+v)", round, k.user, k.id, answer, d)
 		}
 	}
 	for id := range log.released {
@@ -316,10 +317,10 @@ func checkRush(t *testing.T, s *LocalStore, log *rushLog, round, said int) {
 
 	// Through the API: every answered win replays its first answer.
 	ctx := context.Background()
-	for k, id := range log.wins {
+	for k, answer := range log.wins {
 		d, err := s.Admit(ctx, Request{Activity: rushActivity, User: k.user, Qty: 1, RequestID: k.id})
-		if err != nil || !d.Replayed || d.ReservationID != id {
-			t.Errorf("round %d: retry of %s/%s = %+v, %v; want the replay of %s", round, k.user, k.id, d, err, id)
+		if err != nil || !d.Replayed || fmt.Sprintf("%s %d", d.ReservationID, d.Remaining) != answer {
+			t.Errorf("round %d: retry of %s/%s = %+v, %v; want the replay of %s", round, k.user, k.id, d, err, answer)
 			break
 		}
 	}

@@ -52,14 +52,15 @@ CREATE INDEX dead_activity ON dead (activity);
 // localDSN is the data source of the store's one connection. synchronous=NORMAL in WAL mode
 // writes each commit to the OS (a process crash loses nothing committed); FULL also syncs it to
 // the device. _txlock=immediate takes the write lock at BEGIN. wal_autocheckpoint(0): the
-// checkpoints run on their own connection (localCheckpointer). WAL mode is not set here: it is
+// checkpoints run on their own connection (localCheckpointer). journal_size_limit: a WAL started
+// again from its beginning is cut back to 16 MiB. WAL mode is not set here: it is
 // kept in the file since its creation, and setting it would write to a file not yet checked.
 func localDSN(path string, fsyncAlways bool) string {
 	sync := "NORMAL"
 	if fsyncAlways {
 		sync = "FULL"
 	}
-	return path + "?_pragma=busy_timeout(5000)&_pragma=wal_autocheckpoint(0)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
+	return path + "?_pragma=busy_timeout(5000)&_pragma=wal_autocheckpoint(0)&_pragma=journal_size_limit(16777216)&_pragma=synchronous(" + sync + ")&_txlock=immediate"
 }
 
 // openLocalDB opens dir's database, creating it when the folder has none, and checks it.

@@ -30,6 +30,8 @@ type localWriter struct {
 	dur      atomic.Uint64 // every change up to this sequence number is committed
 	failed   atomic.Bool
 	commits  atomic.Uint64 // transactions committed, for benchmarks
+	// restartWAL asks for a checkpoint between two batches (localWALRestartFrames).
+	restartWAL atomic.Bool
 
 	wake chan struct{} // capacity 1: changes are pending
 	stop chan struct{} // closed by close
@@ -200,6 +202,10 @@ func (w *localWriter) run() {
 			w.commits.Add(1)
 			close(done)
 			w.mu.Unlock()
+			if w.restartWAL.Swap(false) {
+				// Best effort, like every checkpoint: the WAL keeps what it cannot fold in.
+				_, _ = w.db.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
+			}
 			if !stopping {
 				break
 			}
