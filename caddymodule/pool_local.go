@@ -45,8 +45,7 @@ func (r *reopenableLocal) reopen() (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	old := r.cur.Load()
-	failure := old.Failure()
-	if failure == nil && !r.broken.Load() {
+	if old.Failure() == nil && !r.broken.Load() {
 		return false, nil
 	}
 	if !r.broken.Load() {
@@ -55,7 +54,7 @@ func (r *reopenableLocal) reopen() (bool, error) {
 	st, err := admission.OpenLocalStore(r.dir, r.opts)
 	if err != nil {
 		r.broken.Store(true)
-		return false, fmt.Errorf("open the folder again after %v: %w", failure, err)
+		return false, fmt.Errorf("open the folder again after a failed commit: %w", err)
 	}
 	r.broken.Store(false)
 	r.cur.Store(st)
