@@ -5,11 +5,11 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: run test deps lint bench bench-load build xcaddy-check fuzz chaos bench-goals
+.PHONY: run test deps lint bench bench-load build xcaddy-check fuzz chaos bench-goals bench-wrk
 
-# The binary is built, then exec'ed in place of the recipe's shell: Ctrl-C then reaches Caddy alone,
-# which shuts down and exits 0, and make ends quietly (`go run` answered the interrupt with status 1,
-# which make reported as an error).
+# The sale is kept in ./seckill-data (store local): running it again continues it. The binary is
+# built, then exec'ed in place of the recipe's shell: Ctrl-C then reaches Caddy alone, which shuts
+# down and exits 0, and make ends quietly (`go run` answered the interrupt with status 1).
 run:
 	$(GO) build -o bin/caddy ./cmd/caddy
 	exec ./bin/caddy run --config Caddyfile.example --adapter caddyfile
@@ -37,6 +37,11 @@ xcaddy-check:
 # The flash-sale pressure test against a freshly built gateway (docs/BENCHMARKS.md).
 bench-load:
 	$(GO) run ./cmd/seckill-bench -build
+
+# The buy path under wrk (apt-get install wrk) beside respond receiving the same buys, for store
+# local and store memory (docs/BENCHMARKS.md); STORES, FSYNC, REPEATS, DURATION, SLICE tune it.
+bench-wrk:
+	GO=$(GO) ./scripts/bench-wrk.sh
 
 # Every variant the goals of docs/BENCHMARKS.md are measured on, one after the other (~15 min).
 bench-goals:

@@ -165,7 +165,7 @@ func (adminAPI) define(w http.ResponseWriter, r *http.Request, app *App, id stri
 		zap.Bool("force", force), zap.Int64("stock", def.Stock))
 	// The consumer creates the database stock row when it discovers the activity and follows
 	// redefinitions at its next claim round; doing it now keeps reconcile right in between.
-	if err := app.orders.syncStock(r.Context(), []admission.Activity{def}, false); err != nil {
+	if err := app.orders.syncStock(r.Context(), []admission.Activity{def}); err != nil {
 		app.logger.Warn("the order database's stock row will follow when the consumer starts",
 			zap.String("activity", id), zap.Error(err))
 	}

@@ -8,10 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
@@ -19,6 +22,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
 func init() {
@@ -138,6 +142,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if len(a.urlSecret) == 0 && store.typ() == storeRedis {
 		return errors.New("url_secret is required with store redis: every node must sign buy paths alike")
 	}
+	if len(a.urlSecret) == 0 && store.typ() == storeLocal {
+		return errors.New("url_secret is required with store local: the buy paths handed out must stay valid " +
+			"after a restart, which continues the sale")
+	}
 	if err := a.provisionLimits(store); err != nil {
 		return err
 	}
@@ -148,7 +156,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 
 	b, key, err := loadBackend(store, a.logger)
 	if err != nil {
-		return fmt.Errorf("store %s: %w", store.typ(), err)
+		return fmt.Errorf("%s: %w", store.directive(), err)
 	}
 	a.poolKeys = append(a.poolKeys, key)
 	a.backend = b
@@ -205,8 +213,26 @@ func (a *App) resolveStore(repl *caddy.Replacer) (*StoreConfig, error) {
 	}
 	s.Username = repl.ReplaceKnown(s.Username, "")
 	s.Password = repl.ReplaceKnown(s.Password, "")
+	if s.Dir != "" {
+		s.Dir = repl.ReplaceKnown(s.Dir, "")
+		if strings.TrimSpace(s.Dir) == "" {
+			return nil, fmt.Errorf("store local %q is empty once placeholders are replaced: set the variable", a.Store.Dir)
+		}
+	}
 	if err := s.validate(); err != nil {
 		return nil, err
+	}
+	if s.typ() == storeLocal {
+		// One key per folder however it is written, so that a reload that spells it differently
+		// still finds the store open (a second open would find the folder locked).
+		abs, err := filepath.Abs(s.Dir)
+		if err != nil {
+			return nil, fmt.Errorf("store local %s: %w", s.Dir, err)
+		}
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+		s.Dir = abs
 	}
 	return s, nil
 }
@@ -326,10 +352,14 @@ func (a *App) Start() error {
 		return err
 	}
 	if a.orders != nil {
-		if err := a.orders.start(ctx); err != nil {
+		var check func(context.Context, orderbackend.Repository) error
+		if typ := a.Store.typ(); typ == storeMemory || typ == storeLocal {
+			check = refuseForgottenSales(typ, a.backend.guard, defs)
+		}
+		if err := a.orders.start(ctx, check); err != nil {
 			return err
 		}
-		if err := a.orders.syncStock(ctx, defs, a.Store.typ() == storeMemory); err != nil {
+		if err := a.orders.syncStock(ctx, defs); err != nil {
 			return err
 		}
 	}
@@ -355,6 +385,12 @@ func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error
 	defs := make([]admission.Activity, 0, len(a.Activities))
 	for id, c := range a.Activities {
 		def, err := a.defineActivity(ctx, id, c)
+		// An open breaker refuses before trying: a reload right after the store came back (a
+		// Redis restart, a store local opened again after a full disk) waits for its trial.
+		for breakerRefused(err) && ctx.Err() == nil {
+			time.Sleep(100 * time.Millisecond)
+			def, err = a.defineActivity(ctx, id, c)
+		}
 		switch {
 		case errors.Is(err, admission.ErrActivityRunning):
 			return nil, fmt.Errorf("activity %s is running and its definition in the configuration changed: "+
@@ -371,6 +407,11 @@ func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error
 			zap.Time("start", def.Start), zap.Time("end", def.End))
 	}
 	return defs, nil
+}
+
+// breakerRefused reports whether the guard's breaker refused a call without trying the store.
+func breakerRefused(err error) bool {
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
 }
 
 // defineActivity defines one activity. With start_in, the start is the one the store already has

@@ -20,6 +20,9 @@ func init() {
 //
 //	seckill {
 //		store memory
+//		store local <dir> {
+//			fsync always|no
+//		}
 //		store redis [<address>...] {
 //			address    <host:port>...
 //			username   <name>
@@ -28,6 +31,9 @@ func init() {
 //			key_prefix <prefix>
 //			sentinel   <master name>
 //			cluster
+//			auto_pipeline
+//			admit_batch <n>
+//			pool_size   <n>
 //			replicas_ack <n> [<timeout>]
 //		}
 //		jwt {
@@ -187,9 +193,11 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 			return nil, d.Err("seckill: store memory takes no options")
 		}
 		return s, nil
+	case storeLocal:
+		return parseStoreLocal(d, s)
 	case storeRedis:
 	default:
-		return nil, d.Errf("seckill: unknown store %q: want memory or redis", s.Type)
+		return nil, d.Errf("seckill: unknown store %q: want memory, local or redis", s.Type)
 	}
 	s.Addresses = append(s.Addresses, d.RemainingArgs()...)
 	seen := optionSet{}
@@ -303,6 +311,36 @@ func parseReplicasAck(d *caddyfile.Dispenser, s *StoreConfig) error {
 		s.ReplicasAckTimeout = caddy.Duration(t)
 	}
 	return nil
+}
+
+// parseStoreLocal parses the rest of "store local <dir> [{ fsync always|no }]".
+func parseStoreLocal(d *caddyfile.Dispenser, s *StoreConfig) (*StoreConfig, error) {
+	if !d.AllArgs(&s.Dir) {
+		return nil, d.Err("seckill: want store local <folder>, e.g. store local ./seckill-data")
+	}
+	seen := optionSet{}
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if err := seen.once(d, "store local "+sub); err != nil {
+			return nil, err
+		}
+		switch sub {
+		case "fsync":
+			if !d.AllArgs(&s.Fsync) {
+				return nil, d.ArgErr()
+			}
+			if s.Fsync != fsyncAlways && s.Fsync != fsyncNo {
+				return nil, d.Errf("seckill: store local fsync %q: want always (flush to the device: survives a "+
+					"power loss) or no (the default: survives a crash of the process)", s.Fsync)
+			}
+		default:
+			return nil, d.Errf("seckill: unrecognized store local option %q", sub)
+		}
+	}
+	if err := s.validate(); err != nil {
+		return nil, d.Errf("seckill: %v", err)
+	}
+	return s, nil
 }
 
 func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {

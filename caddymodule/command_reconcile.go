@@ -26,8 +26,9 @@ const exitCannotCheck = 2
 // cmdReconcile checks the invariants of the sale across the store and the order database.
 //
 // With --config and store redis it connects to both itself, so it works whether Caddy runs or
-// not. With store memory the sale exists only inside the running Caddy, so it asks that process
-// through the admin API (the config's admin address, or --address).
+// not. With store local it opens the folder itself when no Caddy holds it, and asks the running
+// Caddy otherwise. With store memory the sale exists only inside the running Caddy, so it asks
+// that process through the admin API (the config's admin address, or --address).
 func cmdReconcile(fl caddycmd.Flags) (int, error) {
 	activity := fl.String("activity")
 	if activity != "" && !admission.ValidActivityID(activity) {
@@ -54,9 +55,15 @@ func cmdReconcile(fl caddycmd.Flags) (int, error) {
 		ans reconcileAnswer
 		err error
 	)
-	if app != nil && app.Store.typ() == storeRedis {
+	switch {
+	case app != nil && app.Store.typ() == storeRedis:
 		ans, err = reconcileDirect(ctx, app, activity)
-	} else {
+	case app != nil && app.Store.typ() == storeLocal:
+		ans, err = reconcileDirect(ctx, app, activity)
+		if errors.Is(err, admission.ErrLocalLocked) { // the running Caddy holds the folder: ask it
+			ans, err = reconcileViaAdmin(fl.String("address"), cfg, fl.String("config"), fl.String("adapter"), activity)
+		}
+	default:
 		ans, err = reconcileViaAdmin(fl.String("address"), cfg, fl.String("config"), fl.String("adapter"), activity)
 	}
 	if err != nil {
@@ -104,7 +111,8 @@ func seckillAppOf(cfg []byte) (*App, error) {
 	return app, nil
 }
 
-// reconcileDirect connects to the configuration's Redis store and order database.
+// reconcileDirect opens the configuration's store (Redis, or a local folder no process holds) and
+// order database.
 func reconcileDirect(ctx context.Context, app *App, activity string) (reconcileAnswer, error) {
 	if app.Orders == nil {
 		return reconcileAnswer{}, errors.New("the seckill app has no orders option: reconcile needs the order " +
@@ -121,7 +129,7 @@ func reconcileDirect(ctx context.Context, app *App, activity string) (reconcileA
 	}
 	b, err := newBackend(store, zap.NewNop())
 	if err != nil {
-		return reconcileAnswer{}, fmt.Errorf("store redis: %w", err)
+		return reconcileAnswer{}, fmt.Errorf("%s: %w", store.directive(), err)
 	}
 	defer func() { _ = b.Destruct() }()
 	repo, err := orderbackend.OpenRepository(ctx, orders.Type, orders.DSN)
@@ -144,7 +152,8 @@ func reconcileViaAdmin(address string, cfg []byte, configFile, adapter, activity
 	}
 	resp, err := caddycmd.AdminAPIRequest(addr, http.MethodGet, uri, make(http.Header), nil)
 	if err != nil {
-		return reconcileAnswer{}, fmt.Errorf("ask the running Caddy at %s (with store memory the sale lives only there): %w", addr, err)
+		return reconcileAnswer{}, fmt.Errorf("ask the running Caddy at %s (with store memory the sale lives only there; "+
+			"a store local folder in use is read through it): %w", addr, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

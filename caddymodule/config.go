@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -14,8 +15,18 @@ import (
 
 // StoreConfig selects and configures the admission store every node of a sale shares.
 type StoreConfig struct {
-	// Type is "memory" (the default: one node, not durable) or "redis".
+	// Type is "memory" (the default: one node, not durable), "local" (one node, durable in Dir)
+	// or "redis".
 	Type string `json:"type,omitempty"`
+
+	// Dir is the folder of store local (relative to Caddy's working directory); one process at a
+	// time may use it. Placeholders such as {env.SECKILL_DATA} are replaced at provisioning.
+	Dir string `json:"dir,omitempty"`
+
+	// Fsync is store local's flush policy, in Redis appendfsync words: "no" (the default) hands
+	// each group commit to the operating system before the answers leave, which survives a crash
+	// of the process; "always" also flushes it to the device, which survives a power loss.
+	Fsync string `json:"fsync,omitempty"`
 
 	// Addresses of the Redis server (one), of the cluster nodes (with Cluster) or of the
 	// sentinels (with SentinelMaster), as host:port; a single server on the same host may be a
@@ -88,7 +99,14 @@ const maxAdmitBatch = 1024
 // Store types.
 const (
 	storeMemory = "memory"
+	storeLocal  = "local"
 	storeRedis  = "redis"
+)
+
+// Fsync policies of store local.
+const (
+	fsyncNo     = "no"
+	fsyncAlways = "always"
 )
 
 // poolSize is PoolSize or its default.
@@ -114,17 +132,22 @@ func (s *StoreConfig) typ() string {
 func (s *StoreConfig) validate() error {
 	switch s.typ() {
 	case storeMemory:
-		if s != nil && (len(s.Addresses) > 0 || s.Password != "" || s.Username != "" || s.DB != 0 ||
-			s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline || s.AdmitBatch != 0 || s.PoolSize != 0 ||
-			s.ReplicasAck != 0 || s.ReplicasAckTimeout != 0) {
+		if s != nil && s.hasRedisOptions() {
 			return errors.New("store memory takes no redis options")
 		}
+		if s != nil && (s.Dir != "" || s.Fsync != "") {
+			return errors.New("store memory takes no folder and no fsync: that is store local")
+		}
 		return nil
+	case storeLocal:
+		return s.validateLocal()
 	case storeRedis:
 	default:
-		return fmt.Errorf("unknown store type %q: want memory or redis", s.Type)
+		return fmt.Errorf("unknown store type %q: want memory, local or redis", s.Type)
 	}
 	switch {
+	case s.Dir != "" || s.Fsync != "":
+		return errors.New("store redis takes no folder and no fsync (configure appendfsync in Redis)")
 	case len(s.Addresses) == 0:
 		return errors.New("store redis: at least one address is required")
 	case s.Cluster && s.SentinelMaster != "":
@@ -145,6 +168,45 @@ func (s *StoreConfig) validate() error {
 		return errors.New("store redis: replicas_ack_timeout needs replicas_ack")
 	case s.ReplicasAckTimeout != 0 && (time.Duration(s.ReplicasAckTimeout) < time.Millisecond || time.Duration(s.ReplicasAckTimeout) > maxReplicasAckTimeout):
 		return fmt.Errorf("store redis: replicas_ack timeout %v: want 1ms to %v", time.Duration(s.ReplicasAckTimeout), maxReplicasAckTimeout)
+	}
+	return nil
+}
+
+// hasRedisOptions reports whether an option only store redis takes is set.
+func (s *StoreConfig) hasRedisOptions() bool {
+	return len(s.Addresses) > 0 || s.Password != "" || s.Username != "" || s.DB != 0 ||
+		s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline || s.AdmitBatch != 0 || s.PoolSize != 0 ||
+		s.ReplicasAck != 0 || s.ReplicasAckTimeout != 0
+}
+
+// fsyncAlways reports whether store local flushes every group commit to the device.
+func (s *StoreConfig) fsyncAlways() bool { return s.Fsync == fsyncAlways }
+
+// fsyncWord is the fsync policy in effect, for messages.
+func (s *StoreConfig) fsyncWord() string {
+	if s.fsyncAlways() {
+		return fsyncAlways
+	}
+	return fsyncNo
+}
+
+// directive names the store as the configuration gives it, for error messages.
+func (s *StoreConfig) directive() string {
+	if s.typ() == storeLocal {
+		return "store local " + s.Dir
+	}
+	return "store " + s.typ()
+}
+
+// validateLocal checks a store local configuration: a folder, a known fsync word, no Redis option.
+func (s *StoreConfig) validateLocal() error {
+	switch {
+	case strings.TrimSpace(s.Dir) == "":
+		return errors.New("store local: the folder is required, e.g. store local ./seckill-data")
+	case s.Fsync != "" && s.Fsync != fsyncNo && s.Fsync != fsyncAlways:
+		return fmt.Errorf("store local: fsync %q: want always or no", s.Fsync)
+	case s.hasRedisOptions():
+		return errors.New("store local takes no redis options")
 	}
 	return nil
 }

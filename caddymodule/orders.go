@@ -28,6 +28,9 @@ type ordersRunner struct {
 	cfg    OrdersConfig    // placeholders replaced
 	store  admission.Store // the pooled store's guard: releases clear this node's sold-out flag at once
 	logger *zap.Logger
+	// syncFull flushes each SQLite order commit to the device, as the store does (store local,
+	// fsync always): a power loss must not keep a win's acknowledgement and lose its order.
+	syncFull bool
 
 	mu     sync.Mutex // serialises start and Destruct
 	cancel context.CancelFunc
@@ -61,7 +64,7 @@ func loadOrders(storeKey string, b *backend, c *OrdersConfig, logger *zap.Logger
 		return nil, "", err
 	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &ordersRunner{cfg: *c, store: b.guard, logger: logger}, nil
+		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: b.local != nil && b.cfg.fsyncAlways()}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -70,19 +73,34 @@ func loadOrders(storeKey string, b *backend, c *OrdersConfig, logger *zap.Logger
 }
 
 // start opens the order database and starts the workers, unless they already run (a reload).
-func (o *ordersRunner) start(ctx context.Context) error {
+// check, when set, looks at the database before any worker starts; its error fails the start.
+func (o *ordersRunner) start(ctx context.Context, check func(context.Context, orderbackend.Repository) error) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.running.Load() != nil {
 		return nil
 	}
-	repo, err := orderbackend.OpenRepository(ctx, o.cfg.Type, o.cfg.DSN)
+	var (
+		repo orderbackend.Repository
+		err  error
+	)
+	if o.cfg.Type == ordersSQLite {
+		repo, err = orderbackend.NewSQLiteOptions(ctx, o.cfg.DSN, orderbackend.SQLiteOptions{SyncFull: o.syncFull})
+	} else {
+		repo, err = orderbackend.OpenRepository(ctx, o.cfg.Type, o.cfg.DSN)
+	}
 	if err != nil {
 		where := o.cfg.Type
 		if o.cfg.Type == ordersSQLite {
 			where += " " + o.cfg.DSN // a file name; a PostgreSQL DSN may hold a password
 		}
 		return fmt.Errorf("orders %s: open the order database: %w", where, err)
+	}
+	if check != nil {
+		if err := check(ctx, repo); err != nil {
+			_ = repo.Close()
+			return err
+		}
 	}
 	b, err := orderbackend.New(orderbackend.Config{
 		Store: o.store,
@@ -139,17 +157,13 @@ func (o *ordersRunner) Destruct() error {
 
 // syncStock creates or updates the database stock row of each activity from its definition in
 // the store. The consumers do it too when they start, but a row that exists at once lets
-// reconcile and the first orders not wait for them. With the memory store, it warns about orders
-// left in the database by an earlier run: the store forgot that sale, the database did not.
-func (o *ordersRunner) syncStock(ctx context.Context, defs []admission.Activity, memoryStore bool) error {
+// reconcile and the first orders not wait for them.
+func (o *ordersRunner) syncStock(ctx context.Context, defs []admission.Activity) error {
 	st := o.state()
 	if st == nil {
 		return nil
 	}
 	for _, def := range defs {
-		if memoryStore {
-			o.warnStale(ctx, st.repo, def.ID)
-		}
 		if err := st.repo.EnsureStock(ctx, def.ID, def.Stock); err != nil {
 			return fmt.Errorf("orders: stock of activity %s: %w", def.ID, err)
 		}
@@ -157,20 +171,53 @@ func (o *ordersRunner) syncStock(ctx context.Context, defs []admission.Activity,
 	return nil
 }
 
-// warnStale logs when the database holds sold items of an activity the memory store has not sold.
-func (o *ordersRunner) warnStale(ctx context.Context, repo orderbackend.Repository, id string) {
-	db, err := repo.Stock(ctx, id)
-	if err != nil || db.Left >= db.Total {
-		return
+// errForgottenSale refuses an embedded store over an order database that holds orders of a sale
+// the store has never seen: a memory store's earlier run, forgotten by the restart, or a local
+// store whose folder was deleted or replaced. Going on would sell those items again (the store
+// starts from the full stock) and break reconcile.
+var errForgottenSale = errors.New("the order database holds orders of a sale this store does not know")
+
+// refuseForgottenSales is the start check of the embedded backend on a store of this process
+// (memory or local): no configured activity may have orders in the database while the store has
+// no win of it. storeType picks the advice.
+func refuseForgottenSales(storeType string, store admission.Store, defs []admission.Activity) func(context.Context, orderbackend.Repository) error {
+	advice := "store memory is not durable: a restart forgets the sale. Use store local <folder> " +
+		"(durable: a restart continues the sale), or delete the order database to start a new sale"
+	if storeType == storeLocal {
+		advice = "the store folder was deleted or replaced since those orders were made. Restore it, " +
+			"or delete the order database too to start a new sale"
 	}
-	snap, err := o.store.Activity(ctx, id)
-	if err != nil || snap.Queued > 0 {
-		return
+	return func(ctx context.Context, repo orderbackend.Repository) error {
+		for _, def := range defs {
+			snap, err := store.Activity(ctx, def.ID)
+			if err != nil {
+				return fmt.Errorf("orders: activity %s: %w", def.ID, err)
+			}
+			if snap.Queued > 0 || snap.Sold > 0 {
+				continue // this store made wins of it: the same sale
+			}
+			db, err := repo.Stock(ctx, def.ID)
+			switch {
+			case errors.Is(err, orderbackend.ErrNotFound):
+				continue // never sold through this database
+			case err != nil:
+				return fmt.Errorf("orders: stock of activity %s: %w", def.ID, err)
+			}
+			held := db.Total - db.Left
+			if held == 0 {
+				orders, err := repo.Orders(ctx, def.ID)
+				if err != nil {
+					return fmt.Errorf("orders: activity %s: %w", def.ID, err)
+				}
+				if len(orders) == 0 {
+					continue
+				}
+			}
+			return fmt.Errorf("store %s with orders: activity %s: %w (%d items sold there; selling on would "+
+				"sell them again): %s", storeType, def.ID, errForgottenSale, held, advice)
+		}
+		return nil
 	}
-	o.logger.Warn("the order database holds orders of an earlier run of this activity, which the memory "+
-		"store has forgotten: the sale will disagree with the database (reconcile fails, late wins are "+
-		"refused); delete the database file before restarting a memory-store sale, or use store redis",
-		zap.String("activity", id), zap.Int64("db_total", db.Total), zap.Int64("db_left", db.Left))
 }
 
 // verifierKey carries the token verifier of the configuration serving a request to the order

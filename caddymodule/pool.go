@@ -48,21 +48,28 @@ const (
 
 // backend is the shared admission state of one store configuration.
 type backend struct {
-	client   redis.UniversalClient // nil for the memory store
+	cfg      StoreConfig           // placeholders replaced; a local store's Dir is absolute
+	client   redis.UniversalClient // nil for the memory and local stores
 	store    admission.Store
 	guard    *admission.Guard
 	captchas captcha.Store
-	gcra     *ratelimit.GCRA // nil for the memory store
+	gcra     *ratelimit.GCRA  // nil for the memory store
+	local    *reopenableLocal // the store, for store local; nil otherwise
 
 	// secret signs buy paths when the configuration gives no url_secret; it lives as long as the
 	// store so that a reload does not invalidate the paths already handed out.
 	secret []byte
 }
 
-// backendKey identifies a store configuration in the pool. Placeholders are already replaced.
+// backendKey identifies a store configuration in the pool. Placeholders are already replaced. A
+// local store is keyed by its folder alone: one process may open a folder once (the store locks
+// it), so every configuration naming that folder must share the one open store.
 func backendKey(s *StoreConfig) (string, error) {
 	if s == nil {
 		s = &StoreConfig{}
+	}
+	if s.typ() == storeLocal {
+		return "seckill.backend:local:" + s.Dir, nil
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -82,20 +89,51 @@ func loadBackend(s *StoreConfig, logger *zap.Logger) (*backend, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	if !loaded {
-		logger.Info("admission store ready", zap.String("store", s.typ()))
+	b := v.(*backend)
+	switch {
+	case !loaded:
+		logger.Info("admission store ready", zap.String("store", s.typ()), zap.String("dir", s.Dir))
+	case b.local == nil:
+	case s.fsyncAlways() != b.cfg.fsyncAlways():
+		_, _ = pool.Delete(key)
+		return nil, "", fmt.Errorf("the running store has fsync %s: a reload cannot change it (the folder is "+
+			"open once per process); restart Caddy to change it", b.cfg.fsyncWord())
+	default:
+		// A reload is the operator's way to bring back a store whose commit failed (a full disk):
+		// the folder is opened again, which loads what was committed.
+		reopened, err := b.local.reopen()
+		if err != nil {
+			_, _ = pool.Delete(key)
+			return nil, "", err
+		}
+		if reopened {
+			logger.Warn("store local opened again after a failed commit", zap.String("dir", s.Dir))
+		}
 	}
-	return v.(*backend), key, nil
+	return b, key, nil
 }
 
 func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
-	b := &backend{secret: make([]byte, 32)}
+	b := &backend{cfg: *s, secret: make([]byte, 32)}
 	if _, err := rand.Read(b.secret); err != nil {
 		return nil, fmt.Errorf("generate url secret: %w", err)
 	}
 	switch s.typ() {
 	case storeMemory:
 		b.store = admission.NewMemoryStore(admission.MemoryOptions{})
+		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
+	case storeLocal:
+		st, err := openReopenableLocal(s.Dir, admission.LocalOptions{FsyncAlways: s.fsyncAlways()})
+		if errors.Is(err, admission.ErrLocalLocked) {
+			return nil, fmt.Errorf("the folder is in use by another process (another Caddy, or `caddy validate` "+
+				"while one runs): one process at a time may open a store folder: %w", err)
+		}
+		if err != nil {
+			return nil, err
+		}
+		b.store, b.local = st, st
+		// Captchas stay in memory: one lives two minutes, and a buyer whose captcha a restart
+		// forgot asks for a new one.
 		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
 	case storeRedis:
 		// redisclient adds what a Cluster failover needs: go-redis alone keeps sending a dead
@@ -152,8 +190,11 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.gcra = ratelimit.NewGCRA(b.client, prefix)
 	}
 	var timeout, open time.Duration
-	if b.client != nil { // the memory store answers in microseconds and cannot stall
+	switch {
+	case b.client != nil:
 		timeout, open = admitTimeout, breakerOpenTimeout
+	case s.typ() == storeLocal: // the memory store answers in microseconds and cannot stall; a disk can
+		timeout = admitTimeout
 	}
 	b.guard = admission.NewGuard(b.store, admission.GuardOptions{
 		Name:         "seckill",

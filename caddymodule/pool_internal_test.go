@@ -82,3 +82,58 @@ func TestReplicasAckConfig(t *testing.T) {
 		t.Errorf("validate(16 replicas, 500ms) = %v", err)
 	}
 }
+
+// TestStoreLocalValidate: JSON configurations of store local that the Caddyfile parser cannot
+// produce are refused at provisioning with the directive's name.
+func TestStoreLocalValidate(t *testing.T) {
+	for _, c := range []struct {
+		s    StoreConfig
+		want string
+	}{
+		{StoreConfig{Type: storeLocal}, "store local: the folder is required"},
+		{StoreConfig{Type: storeLocal, Dir: "  "}, "store local: the folder is required"},
+		{StoreConfig{Type: storeLocal, Dir: "d", Fsync: "everysec"}, `store local: fsync "everysec": want always or no`},
+		{StoreConfig{Type: storeLocal, Dir: "d", Addresses: []string{"a:1"}}, "store local takes no redis options"},
+		{StoreConfig{Type: storeMemory, Dir: "d"}, "store memory takes no folder"},
+		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, Fsync: fsyncAlways}, "store redis takes no folder and no fsync"},
+		{StoreConfig{Type: "disk"}, `unknown store type "disk": want memory, local or redis`},
+	} {
+		if err := c.s.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("validate(%+v) = %v, want %q", c.s, err, c.want)
+		}
+	}
+	for _, ok := range []StoreConfig{
+		{Type: storeLocal, Dir: "d"}, {Type: storeLocal, Dir: "d", Fsync: fsyncNo}, {Type: storeLocal, Dir: "d", Fsync: fsyncAlways},
+	} {
+		if err := ok.validate(); err != nil {
+			t.Errorf("validate(%+v) = %v", ok, err)
+		}
+	}
+}
+
+// TestOrdersSyncFollowsFsync: the embedded SQLite order database flushes its commits to the device
+// exactly when the store does (store local with fsync always).
+func TestOrdersSyncFollowsFsync(t *testing.T) {
+	for _, c := range []struct {
+		store StoreConfig
+		want  bool
+	}{
+		{StoreConfig{Type: storeLocal, Dir: t.TempDir(), Fsync: fsyncAlways}, true},
+		{StoreConfig{Type: storeLocal, Dir: t.TempDir()}, false},
+		{StoreConfig{Type: storeMemory}, false},
+	} {
+		b, key, err := loadBackend(&c.store, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, okey, err := loadOrders(key, b, &OrdersConfig{Type: ordersSQLite, DSN: "o.db"}, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o.syncFull != c.want {
+			t.Errorf("store %s fsync %q: orders syncFull %v, want %v", c.store.Type, c.store.Fsync, o.syncFull, c.want)
+		}
+		_, _ = pool.Delete(okey)
+		_, _ = pool.Delete(key)
+	}
+}

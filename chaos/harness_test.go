@@ -763,6 +763,18 @@ func (e *env) verify(d *driver) (orderbackend.Report, time.Duration) {
 	if err != nil {
 		t.Fatalf("read orders: %v", err)
 	}
+	told := checkOrders(t, e.act, d, orders)
+	t.Logf("reconcile OK after %s: wins %d, orders %d, store remaining %d, database left %d, buyers told %d",
+		drained.Round(time.Millisecond), rep.Wins, rep.Orders, rep.StoreRemaining, rep.DBLeft, told)
+	return rep, drained
+}
+
+// checkOrders holds the promises from the buyers' side against the orders of the sale: nothing
+// oversold, no user above the limit, every reservation answered in a 202 exactly one order of
+// that buyer, no Idempotency-Key admitted twice, and (once every buyer finished) every order
+// announced to its buyer in a 202. It returns how many buy intents were told of a win.
+func checkOrders(t *testing.T, act activity, d *driver, orders []orderbackend.Order) int {
+	t.Helper()
 	byResv := map[string]orderbackend.Order{}
 	perUser := map[string]int64{}
 	ordersOf := map[string]int{}
@@ -778,12 +790,12 @@ func (e *env) verify(d *driver) (orderbackend.Report, time.Duration) {
 			sold += o.Qty
 		}
 	}
-	if sold > e.act.stock {
-		t.Errorf("oversold: %d items in orders, stock %d", sold, e.act.stock)
+	if sold > act.stock {
+		t.Errorf("oversold: %d items in orders, stock %d", sold, act.stock)
 	}
 	for u, q := range perUser {
-		if q > e.act.limit {
-			t.Errorf("oversold: user %s holds %d items, limit %d", u, q, e.act.limit)
+		if q > act.limit {
+			t.Errorf("oversold: user %s holds %d items, limit %d", u, q, act.limit)
 		}
 	}
 
@@ -816,7 +828,5 @@ func (e *env) verify(d *driver) (orderbackend.Report, time.Duration) {
 			}
 		}
 	}
-	t.Logf("reconcile OK after %s: wins %d, orders %d, store remaining %d, database left %d, buyers told %d",
-		drained.Round(time.Millisecond), rep.Wins, rep.Orders, rep.StoreRemaining, rep.DBLeft, len(wins))
-	return rep, drained
+	return len(wins)
 }

@@ -30,15 +30,34 @@ type SQLite struct {
 
 var _ Repository = (*SQLite)(nil)
 
+// SQLiteOptions tunes NewSQLiteOptions.
+type SQLiteOptions struct {
+	// SyncFull flushes every commit to the device (synchronous=FULL), so that an order survives a
+	// power loss once the win it came from was acknowledged. The default (NORMAL) hands commits to
+	// the OS, which a crash of the process does not lose. Set it when the store flushes too (the
+	// gateway's store local with fsync always): otherwise a power loss could keep the store's
+	// acknowledgement of a win and lose its order.
+	SyncFull bool
+}
+
 // NewSQLite opens (creating if needed) the database file at path and applies the migrations.
 func NewSQLite(ctx context.Context, path string) (*SQLite, error) {
+	return NewSQLiteOptions(ctx, path, SQLiteOptions{})
+}
+
+// NewSQLiteOptions is NewSQLite with options.
+func NewSQLiteOptions(ctx context.Context, path string, opts SQLiteOptions) (*SQLite, error) {
 	if path == "" || strings.ContainsRune(path, '?') {
 		return nil, fmt.Errorf("sqlite: bad database path %q", path)
 	}
 	// _txlock=immediate: a write transaction takes the write lock at BEGIN, so it never fails
 	// half-way with SQLITE_BUSY when another process (a reconcile run) holds a read.
 	const common = "_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)"
-	w, err := sql.Open("sqlite", path+"?"+common+"&_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
+	sync := "NORMAL"
+	if opts.SyncFull {
+		sync = "FULL"
+	}
+	w, err := sql.Open("sqlite", path+"?"+common+"&_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=synchronous("+sync+")")
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +162,25 @@ func (c *sizedStmts) prepared() int {
 		}
 	}
 	return n
+}
+
+// TestSQLiteSyncFull: SyncFull opens the writer with synchronous=FULL (2); the default is NORMAL (1).
+func TestSQLiteSyncFull(t *testing.T) {
+	for _, c := range []struct {
+		opts SQLiteOptions
+		want int
+	}{{SQLiteOptions{}, 1}, {SQLiteOptions{SyncFull: true}, 2}} {
+		s, err := NewSQLiteOptions(t.Context(), filepath.Join(t.TempDir(), "o.db"), c.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got int
+		if err := s.w.QueryRowContext(t.Context(), `PRAGMA synchronous`).Scan(&got); err != nil {
+			t.Fatal(err)
+		}
+		_ = s.Close()
+		if got != c.want {
+			t.Errorf("%+v: synchronous %d, want %d", c.opts, got, c.want)
+		}
+	}
 }

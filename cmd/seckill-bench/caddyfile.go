@@ -11,7 +11,9 @@ import (
 type gatewaySpec struct {
 	Listen       string // host:port of the site
 	Admin        string // host:port of Caddy's admin endpoint (metrics, admin API)
-	RedisAddr    string // empty: store memory
+	RedisAddr    string // empty: store memory, or store local with LocalDir
+	LocalDir     string // store local's folder
+	LocalFsync   string // store local { fsync ... }; "" for the default
 	AutoPipeline bool   // store redis { auto_pipeline }
 	AdmitBatch   int    // store redis { admit_batch N }; 0: the gateway's default
 	JWTSecret    string
@@ -67,6 +69,12 @@ func (g gatewaySpec) caddyfile() string {
 			w("\t\tstore redis %s {\n\t\t\t%s\n\t\t}\n", g.RedisAddr, strings.Join(opts, "\n\t\t\t"))
 		} else {
 			w("\t\tstore redis %s\n", g.RedisAddr)
+		}
+	} else if g.LocalDir != "" {
+		if g.LocalFsync != "" {
+			w("\t\tstore local %s {\n\t\t\tfsync %s\n\t\t}\n", g.LocalDir, g.LocalFsync)
+		} else {
+			w("\t\tstore local %s\n", g.LocalDir)
 		}
 	} else {
 		w("\t\tstore memory\n")

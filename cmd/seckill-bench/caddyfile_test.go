@@ -158,6 +158,25 @@ func TestGatewayConfigCommand(t *testing.T) {
 	}
 }
 
+// TestGatewayConfigLocal: -store local writes store local with its fsync, and the printed command
+// names the store.
+func TestGatewayConfigLocal(t *testing.T) {
+	spec := gatewaySpec{Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", LocalDir: "/tmp/bench/seckill-data", LocalFsync: "always",
+		JWTSecret: strings.Repeat("j", 40), URLSecret: strings.Repeat("u", 40), Prefix: "/seckill", BaselinePath: "/baseline",
+		Activities: activities(&config{scenario: "closed", activities: 1, stock: 5, limit: 1, actPrefix: "b-"}, time.Now())}
+	app := get(adapt(t, spec.caddyfile()), "apps", "seckill")
+	if get(app, "store", "type") != "local" || get(app, "store", "dir") != "/tmp/bench/seckill-data" || get(app, "store", "fsync") != "always" {
+		t.Errorf("store: %v", get(app, "store"))
+	}
+	var out, errOut bytes.Buffer
+	if code := cli(context.Background(), []string{"gateway-config", "-store", "local", "-jwt-secret", strings.Repeat("s", 32)}, &out, &errOut); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "store local seckill-data") || !strings.Contains(out.String(), "-store local") {
+		t.Errorf("gateway-config -store local:\n%s", out.String())
+	}
+}
+
 func TestRunFlagErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{},                                // neither a gateway to start nor one to use
@@ -170,6 +189,10 @@ func TestRunFlagErrors(t *testing.T) {
 		{"-gateway-bin", "x", "-redis-admit-batch", "1"}, // store memory: the option would be ignored
 		{"-gateway-bin", "x", "-redis-autopipeline"},
 		{"-gateway-bin", "x", "-store", "redis", "-redis-admit-batch", "2000"},
+		{"-gateway-bin", "x", "-store", "disk"},
+		{"-gateway-bin", "x", "-local-fsync", "always"},                      // store memory: the option would be ignored
+		{"-gateway-bin", "x", "-store", "local", "-local-fsync", "everysec"}, // not a policy
+		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-store", "local", "-local-fsync", "always"},
 		{"-gateway-bin", "x", "-gateway-env", "GOGC"}, // not NAME=VALUE
 		{"-gateway-bin", "x", "-trace"},               // no -pprof directory to save it in
 		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-store", "redis", "-redis-addr", "127.0.0.1:1", "-orders", "standalone"}, // nothing to reconcile the orders against

@@ -192,6 +192,22 @@ func TestEndToEndMemoryBurstEmbeddedOrders(t *testing.T) {
 	}
 }
 
+// The durable local store with the embedded order backend (Caddyfile.example's deployment): the
+// sale sells exactly the stock and reconcile passes through the admin API.
+func TestEndToEndLocalEmbeddedOrders(t *testing.T) {
+	caddy := buildCmd(t, "caddy")
+	r, text := runBench(t, "-gateway-bin", caddy, "-store", "local", "-orders", "embedded", "-scenario", "closed",
+		"-users", "200", "-activities", "2", "-stock", "30", "-concurrency", "16", "-soak", "500ms", "-slice", "250ms")
+	checkReport(t, r, text)
+	checkReconcile(t, r, 2, 30)
+	if r.Config.Store != "local" {
+		t.Errorf("report's store %q, want local", r.Config.Store)
+	}
+	if sale := answers(t, r, "sale"); sale["buy 202 queued"] != 60 || sale["result 200 pending_payment"] != 60 {
+		t.Errorf("sale answers %v, want 60 wins, each seeing its order", sale)
+	}
+}
+
 func checkReconcile(t *testing.T, r *Report, activities int, stock int64) {
 	t.Helper()
 	if len(r.Reconcile) != activities {

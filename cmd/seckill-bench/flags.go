@@ -41,6 +41,7 @@ type config struct {
 	ipRate       string
 	userRate     string
 	store        string
+	localFsync   string // store local { fsync ... }; "" for the default
 	redisAddr    string
 	redisBin     string
 	autoPipeline bool
@@ -110,7 +111,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.jwtSecret, "jwt-secret", "", "HS256 secret of the tokens (32+ bytes); default: random, written into the generated config")
 	fs.StringVar(&c.ipRate, "ip-rate", "20/s burst 40", `IP rate limit of the generated config ("" for none)`)
 	fs.StringVar(&c.userRate, "user-rate", "10/s burst 5", `user rate limit of the generated config ("" for none)`)
-	fs.StringVar(&c.store, "store", "memory", "memory or redis")
+	fs.StringVar(&c.store, "store", "memory", "memory, local (the durable single-node store, in the work directory) or redis")
+	fs.StringVar(&c.localFsync, "local-fsync", "", "store local: the gateway's fsync (always or no); empty keeps the gateway's default (no)")
 	fs.StringVar(&c.redisAddr, "redis-addr", "", "store redis: an existing server (default: start a private redis-server on a free port)")
 	fs.StringVar(&c.redisBin, "redis-bin", "redis-server", "store redis: the redis-server binary to start")
 	fs.BoolVar(&c.autoPipeline, "redis-autopipeline", false, "store redis: turn on the gateway's auto_pipeline option (go-redis's auto-pipeliner for the hot calls)")
@@ -166,9 +168,17 @@ func (c *config) validate() error {
 		bad("-retries must not be negative")
 	}
 	switch c.store {
-	case "memory", "redis":
+	case "memory", "local", "redis":
 	default:
-		bad("-store %q: want memory or redis", c.store)
+		bad("-store %q: want memory, local or redis", c.store)
+	}
+	switch {
+	case c.localFsync != "" && c.store != "local":
+		bad("-local-fsync needs -store local")
+	case c.localFsync != "" && c.localFsync != "always" && c.localFsync != "no":
+		bad("-local-fsync %q: want always or no", c.localFsync)
+	case c.localFsync != "" && c.target != "":
+		bad("-local-fsync configures the gateway the bench starts: with -target, set it on the running gateway")
 	}
 	if c.admitBatch < 0 || c.admitBatch > 1024 {
 		bad("-redis-admit-batch %d: want 1 (no grouping) to 1024, or 0 for the gateway's default", c.admitBatch)
@@ -185,7 +195,7 @@ func (c *config) validate() error {
 	case "none", "embedded":
 	case "standalone":
 		if c.store != "redis" {
-			bad("-orders standalone needs -store redis: the standalone order backend reads the wins from Redis (use -orders embedded with the memory store)")
+			bad("-orders standalone needs -store redis: the standalone order backend reads the wins from Redis (use -orders embedded with the memory or local store)")
 		}
 		if c.ordersBin == "" && !c.build && c.target == "" {
 			bad("-orders standalone needs -orderbackend-bin PATH or -build")

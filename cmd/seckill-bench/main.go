@@ -40,10 +40,13 @@ func main() {
 	os.Exit(code)
 }
 
-// cli dispatches the subcommands: run (the default), gateway-config and waits.
+// cli dispatches the subcommands: run (the default), gateway-config, waits and wrk-requests.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "waits" {
 		return waits(args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "wrk-requests" {
+		return wrkRequests(ctx, args[1:], stdout, stderr)
 	}
 	sub := "run"
 	if len(args) > 0 && (args[0] == "run" || args[0] == "gateway-config") {
@@ -58,6 +61,7 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
   seckill-bench [run] [flags]          run the pressure test (start the gateway with -gateway-bin or -build, or give -target)
   seckill-bench gateway-config [flags] print the Caddyfile the bench needs, for a gateway you start yourself
   seckill-bench waits TRACE...         where the gateway's goroutines waited, from a trace saved by -pprof DIR -trace
+  seckill-bench wrk-requests [flags]   the buys wrk sends (scripts/bench-wrk.sh): users' paths, tokens, addresses, keys
 
 flags:
 `)
@@ -104,13 +108,19 @@ func gatewayConfig(cfg config, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintln(stderr, "seckill-bench: gateway-config -store redis needs -redis-addr")
 		return exitUsage
 	}
+	if cfg.store == "local" {
+		spec.LocalDir, spec.LocalFsync = "seckill-data", cfg.localFsync
+	}
 	if cfg.orders == "embedded" {
 		spec.OrdersDB = "orders.db"
 	}
 	run := fmt.Sprintf("seckill-bench -target http://%s -admin http://%s -jwt-secret %s -scenario %s -users %d -activities %d -stock %d -limit %d -orders %s",
 		cfg.listen, cfg.adminListen, cfg.jwtSecret, cfg.scenario, cfg.users, cfg.activities, cfg.stock, cfg.limit, cfg.orders)
-	if cfg.store == "redis" {
+	switch cfg.store {
+	case "redis":
 		run += " -store redis -redis-addr " + cfg.redisAddr
+	case "local":
+		run += " -store local"
 	}
 	if cfg.orders == "standalone" {
 		// The bench reconciles the order database your order backend writes: it cannot guess it.

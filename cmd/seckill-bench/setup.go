@@ -122,6 +122,9 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 		Prefix: cfg.prefix, BaselinePath: cfg.baselinePath,
 		Activities: activities(cfg, time.Now()),
 	}
+	if cfg.store == "local" {
+		e.spec.LocalDir, e.spec.LocalFsync = filepath.Join(e.dir, "seckill-data"), cfg.localFsync
+	}
 	if cfg.orders == "embedded" {
 		e.spec.OrdersDB, e.embedded = filepath.Join(e.dir, "orders.db"), true
 	}
