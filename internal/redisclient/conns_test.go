@@ -99,3 +99,25 @@ func TestConnsCut(t *testing.T) {
 	}
 	_ = c3.Close()
 }
+
+// Close stops the monitor: a closed client's reload still answers the last slot map, so the
+// monitor is told; and Close may be called twice.
+func TestCloseStopsMonitor(t *testing.T) {
+	c := New(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, IsClusterMode: true})
+	cl, ok := c.(*Cluster)
+	if !ok {
+		t.Fatalf("New gave a %T for a cluster, want *Cluster", c)
+	}
+	_ = cl.Close()
+	select {
+	case <-cl.m.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the monitor did not stop")
+	}
+	_ = cl.Close()
+	single := New(&redis.UniversalOptions{Addrs: []string{"127.0.0.1:1"}})
+	defer func() { _ = single.Close() }()
+	if _, ok := single.(*redis.Client); !ok {
+		t.Errorf("New of one address gave a %T, want a plain client", single)
+	}
+}
