@@ -79,7 +79,10 @@ func failover(t *testing.T, topo topology, f fault) {
 		d.waitHeld(t, d.holdAt(n), n)
 		d.burst(m.conc / 2)
 		old := e.masterOfActivity()
-		consumed0, _ := e.consumed()
+		delivered0, err := e.delivered()
+		if err != nil {
+			t.Fatalf("round %d: the consumer group before the %s: %v", round, f, err)
+		}
 		switch f {
 		case killMaster:
 			old.Kill() // returns once the process is gone
@@ -124,10 +127,18 @@ func failover(t *testing.T, topo topology, f fault) {
 		})
 
 		// The consumer goes on reading the wins queue on the new master.
-		waitFor(t, "the order backend consuming on the new master", time.Minute, func() bool {
-			c, err := e.consumed()
-			return err == nil && c > consumed0
-		})
+		var deliveredNow [2]uint64
+		var deliveredErr error
+		for began := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+			if deliveredNow, deliveredErr = e.delivered(); deliveredErr == nil && after(deliveredNow, delivered0) {
+				break
+			}
+			if time.Since(began) > time.Minute {
+				pending, lag, err := e.backlog()
+				t.Fatalf("round %d: the order backend read nothing new on the new master within a minute: last delivered %v (%v), before the %s %v; pending %d, lag %d (%v); queue length %d",
+					round, deliveredNow, deliveredErr, f, delivered0, pending, lag, err, e.queued())
+			}
+		}
 		if missing := e.missingFromStream(acked); len(missing) > 0 {
 			t.Errorf("round %d: %d of %d wins acknowledged before the %s are not in the new master's queue: %v",
 				round, len(missing), len(acked), f, missing)
@@ -192,19 +203,24 @@ func (e *env) waitReplica(old, promoted *testsrv.Redis) {
 	}
 }
 
-// consumed is how many entries of the wins queue the consumer group has read (delivered).
-func (e *env) consumed() (int64, error) {
+// delivered is the last queue entry the consumer group was handed (its last-delivered-id), as
+// (milliseconds, sequence).
+func (e *env) delivered() ([2]uint64, error) {
 	gs, err := e.rdb.XInfoGroups(context.Background(), e.streamKey()).Result()
 	if err != nil {
-		return 0, err
+		return [2]uint64{}, err
 	}
 	for _, g := range gs {
 		if g.Name == group {
-			return g.EntriesRead, nil
+			var id [2]uint64
+			_, err := fmt.Sscanf(strings.Replace(g.LastDeliveredID, "-", " ", 1), "%d %d", &id[0], &id[1])
+			return id, err
 		}
 	}
-	return 0, fmt.Errorf("no consumer group %q", group)
+	return [2]uint64{}, fmt.Errorf("no consumer group %q", group)
 }
+
+func after(a, b [2]uint64) bool { return a[0] > b[0] || (a[0] == b[0] && a[1] > b[1]) }
 
 // probeResult reads the result of one of the wins in acked on g every 50 ms from now on, and
 // sends how long after from g first answered it 200 (or a minute, when it never did).
