@@ -99,11 +99,13 @@ func failover(t *testing.T, topo topology, f fault) {
 		for gw, g := range gws {
 			probes[gw] = e.probeResult(g, acked, failed)
 		}
-		promoted, took := e.waitFailover(old)
-		if f == pauseMaster {
-			time.Sleep(time.Until(failed.Add(m.pause)))
-			old.Resume()
+		resumed := make(chan struct{})
+		if f == pauseMaster { // SIGCONT on time, whatever the round is waiting for then
+			time.AfterFunc(time.Until(failed.Add(m.pause)), func() { old.Resume(); close(resumed) })
+		} else {
+			close(resumed)
 		}
+		promoted, took := e.waitFailover(old)
 
 		firstAdmit := waitAdmission(t, d, failed, time.Minute)
 		// The sale stops here until the round is checked, so that there is stock for the next.
@@ -145,6 +147,7 @@ func failover(t *testing.T, topo topology, f fault) {
 		}
 
 		// The old master comes back as a replica.
+		<-resumed
 		if f == killMaster {
 			old.Restart()
 		}
