@@ -13,7 +13,8 @@ import (
 )
 
 // Cluster is a private Redis Cluster of three masters and one replica each, on free loopback
-// ports (client and bus), each node in its own temporary folder.
+// ports (client and bus), each node in its own temporary folder. It needs redis-server 7.0 or
+// later (cluster-port, CLUSTER ADDSLOTSRANGE and CLUSTER SHARDS).
 type Cluster struct {
 	t     testing.TB
 	Nodes []*Redis // Nodes[0:3] started as masters, Nodes[3:6] as their replicas
