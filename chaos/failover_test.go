@@ -123,7 +123,6 @@ func failover(t *testing.T, topo topology, f fault) {
 					round, gws[gw].name, at.Round(time.Millisecond), f, (at - took).Round(time.Millisecond), recoveryMargin)
 			}
 		}
-		captchas := e.checkCaptchas(cg, promoted, round)
 		busy := count(d.within(failed, failed.Add(firstAdmit)), func(a attempt) bool {
 			return a.call == "buy" && a.status == http.StatusServiceUnavailable
 		})
@@ -153,12 +152,16 @@ func failover(t *testing.T, topo topology, f fault) {
 		}
 		rejoin := time.Now()
 		e.waitReplica(old, promoted)
+		rejoined := time.Since(rejoin)
+		// Captchas once the old master is a replica: a stopped master that continues answers, for
+		// a moment, what a client that has not yet re-read the slot map sent it (docs/failover.md).
+		captchas := e.checkCaptchas(cg, promoted, round)
 		d.gate.release()
 		t.Logf("round %d (%s, %s): promotion %s after the %s; first admission %s after the %s (%s after the promotion; goal: node timeout + 2 s = 4 s); "+
 			"gateways reading a result from the new master after %v; %d buys answered 503 busy in between; "+
-			"%d wins acknowledged before the %s, all on the new master; %s; old master %s back as a replica after %s",
+			"%d wins acknowledged before the %s, all on the new master; old master %s back as a replica after %s; %s",
 			round, topo, f, took.Round(time.Millisecond), f, firstAdmit.Round(time.Millisecond), f, (firstAdmit - took).Round(time.Millisecond),
-			roundAll(perGateway), busy, len(acked), f, captchas, old.Addr, time.Since(rejoin).Round(time.Millisecond))
+			roundAll(perGateway), busy, len(acked), f, old.Addr, rejoined.Round(time.Millisecond), captchas)
 	}
 	wait()
 	t.Logf("answers: %s", summary(d.snapshot()))
@@ -396,7 +399,7 @@ func (e *env) checkCaptchas(cg *gateway, promoted *testsrv.Redis, round int) str
 			onNew++
 		}
 	}
-	return fmt.Sprintf("%d captchas issued and fetched after the promotion (%d on the new master, %d refused first)", issued, onNew, refused)
+	return fmt.Sprintf("%d captchas issued and fetched once the old master was a replica (%d on the new master, %d refused first)", issued, onNew, refused)
 }
 
 func mint(t *testing.T, user string) string {
