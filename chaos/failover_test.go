@@ -62,6 +62,8 @@ func failover(t *testing.T, topo topology, f fault) {
 	// The distributed user limit puts a Redis call in front of every path and buy call.
 	e.seckillOptions = "rate_limit user 100/s burst 100 distributed"
 	gws := []*gateway{e.startGateway("gateway-1"), e.startGateway("gateway-2")}
+	// A third gateway only issues captchas (captcha on), for an activity nobody buys.
+	cg := e.startGatewayCaptcha("gateway-captcha", "on")
 	be := e.startBackend("backend", 30*time.Second) // consuming when the master fails
 
 	d := newDriver(t, act.id, gws...)
@@ -77,7 +79,10 @@ func failover(t *testing.T, topo topology, f fault) {
 		d.waitHeld(t, d.holdAt(n), n)
 		d.burst(m.conc / 2)
 		old := e.masterOfActivity()
-		consumed0, _ := e.consumed()
+		delivered0, err := e.delivered()
+		if err != nil {
+			t.Fatalf("round %d: the consumer group before the %s: %v", round, f, err)
+		}
 		switch f {
 		case killMaster:
 			old.Kill() // returns once the process is gone
@@ -88,61 +93,75 @@ func failover(t *testing.T, topo topology, f fault) {
 		acked := d.wins() // every 202 received by now was answered by the old master
 		d.gate.release()
 
+		// Each gateway reads a winner's result (a store call through its breaker) until it
+		// answers: when that gateway reads from the new master.
+		probes := make([]<-chan time.Duration, len(gws))
+		for gw, g := range gws {
+			probes[gw] = e.probeResult(g, acked, failed)
+		}
+		resumed := make(chan struct{})
+		if f == pauseMaster { // SIGCONT on time, whatever the round is waiting for then
+			time.AfterFunc(time.Until(failed.Add(m.pause)), func() { old.Resume(); close(resumed) })
+		} else {
+			close(resumed)
+		}
 		promoted, took := e.waitFailover(old)
-		if f == pauseMaster {
-			time.Sleep(time.Until(failed.Add(m.pause)))
-			old.Resume()
-		}
 
-		// Both gateways answer from the new master: their first buy answer that is not 503.
 		firstAdmit := waitAdmission(t, d, failed, time.Minute)
-		var perGateway []time.Duration
-		for gw := range gws {
-			var at time.Duration
-			waitFor(t, fmt.Sprintf("%s answering a buy from the store after the failover", gws[gw].name), time.Minute, func() bool {
-				for _, a := range d.snapshot() {
-					if a.call == "buy" && a.gateway == gw && a.sent.After(failed.Add(took)) && a.status != 0 && a.status != http.StatusServiceUnavailable {
-						at = a.got.Sub(failed)
-						return true
-					}
-				}
-				return false
-			})
-			perGateway = append(perGateway, at)
-			if at > took+recoveryMargin {
-				t.Errorf("round %d: %s answered from the new master %s after the %s, %s after the promotion (want within %s)",
-					round, gws[gw].name, at.Round(time.Millisecond), f, (at - took).Round(time.Millisecond), recoveryMargin)
-			}
-		}
+		// The sale stops here until the round is checked, so that there is stock for the next.
+		d.gate.hold()
 		if firstAdmit > took+recoveryMargin {
 			t.Errorf("round %d: first admission %s after the %s, %s after the promotion (want within %s)",
 				round, firstAdmit.Round(time.Millisecond), f, (firstAdmit - took).Round(time.Millisecond), recoveryMargin)
+		}
+		var perGateway []time.Duration
+		for gw, p := range probes {
+			at := <-p
+			perGateway = append(perGateway, at)
+			if at > took+recoveryMargin {
+				t.Errorf("round %d: %s read from the new master %s after the %s, %s after the promotion (want within %s)",
+					round, gws[gw].name, at.Round(time.Millisecond), f, (at - took).Round(time.Millisecond), recoveryMargin)
+			}
 		}
 		busy := count(d.within(failed, failed.Add(firstAdmit)), func(a attempt) bool {
 			return a.call == "buy" && a.status == http.StatusServiceUnavailable
 		})
 
 		// The consumer goes on reading the wins queue on the new master.
-		waitFor(t, "the order backend consuming on the new master", time.Minute, func() bool {
-			c, err := e.consumed()
-			return err == nil && c > consumed0
-		})
+		var deliveredNow [2]uint64
+		var deliveredErr error
+		for began := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+			if deliveredNow, deliveredErr = e.delivered(); deliveredErr == nil && after(deliveredNow, delivered0) {
+				break
+			}
+			if time.Since(began) > time.Minute {
+				pending, lag, err := e.backlog()
+				t.Fatalf("round %d: the order backend read nothing new on the new master within a minute: last delivered %v (%v), before the %s %v; pending %d, lag %d (%v); queue length %d",
+					round, deliveredNow, deliveredErr, f, delivered0, pending, lag, err, e.queued())
+			}
+		}
 		if missing := e.missingFromStream(acked); len(missing) > 0 {
 			t.Errorf("round %d: %d of %d wins acknowledged before the %s are not in the new master's queue: %v",
 				round, len(missing), len(acked), f, missing)
 		}
 
 		// The old master comes back as a replica.
+		<-resumed
 		if f == killMaster {
 			old.Restart()
 		}
 		rejoin := time.Now()
 		e.waitReplica(old, promoted)
+		rejoined := time.Since(rejoin)
+		// Captchas once the old master is a replica: a stopped master that continues answers, for
+		// a moment, what a client that has not yet re-read the slot map sent it (docs/failover.md).
+		captchas := e.checkCaptchas(cg, promoted, round)
+		d.gate.release()
 		t.Logf("round %d (%s, %s): promotion %s after the %s; first admission %s after the %s (%s after the promotion; goal: node timeout + 2 s = 4 s); "+
-			"gateways answering from the new master after %v; %d buys answered 503 busy in between; "+
-			"%d wins acknowledged before the %s, all on the new master; old master %s back as a replica after %s",
+			"gateways reading a result from the new master after %v; %d buys answered 503 busy in between; "+
+			"%d wins acknowledged before the %s, all on the new master; old master %s back as a replica after %s; %s",
 			round, topo, f, took.Round(time.Millisecond), f, firstAdmit.Round(time.Millisecond), f, (firstAdmit - took).Round(time.Millisecond),
-			roundAll(perGateway), busy, len(acked), f, old.Addr, time.Since(rejoin).Round(time.Millisecond))
+			roundAll(perGateway), busy, len(acked), f, old.Addr, rejoined.Round(time.Millisecond), captchas)
 	}
 	wait()
 	t.Logf("answers: %s", summary(d.snapshot()))
@@ -190,18 +209,53 @@ func (e *env) waitReplica(old, promoted *testsrv.Redis) {
 	}
 }
 
-// consumed is how many entries of the wins queue the consumer group has read (delivered).
-func (e *env) consumed() (int64, error) {
+// delivered is the last queue entry the consumer group was handed (its last-delivered-id), as
+// (milliseconds, sequence).
+func (e *env) delivered() ([2]uint64, error) {
 	gs, err := e.rdb.XInfoGroups(context.Background(), e.streamKey()).Result()
 	if err != nil {
-		return 0, err
+		return [2]uint64{}, err
 	}
 	for _, g := range gs {
 		if g.Name == group {
-			return g.EntriesRead, nil
+			var id [2]uint64
+			_, err := fmt.Sscanf(strings.Replace(g.LastDeliveredID, "-", " ", 1), "%d %d", &id[0], &id[1])
+			return id, err
 		}
 	}
-	return 0, fmt.Errorf("no consumer group %q", group)
+	return [2]uint64{}, fmt.Errorf("no consumer group %q", group)
+}
+
+func after(a, b [2]uint64) bool { return a[0] > b[0] || (a[0] == b[0] && a[1] > b[1]) }
+
+// probeResult reads the result of one of the wins in acked on g every 50 ms from now on, and
+// sends how long after from g first answered it 200 (or a minute, when it never did).
+func (e *env) probeResult(g *gateway, acked map[userKey]string, from time.Time) <-chan time.Duration {
+	var user string
+	for k := range acked {
+		user = k.user
+		break
+	}
+	tok := mint(e.t, user)
+	done := make(chan time.Duration, 1)
+	go func() {
+		hc := &http.Client{Timeout: 2 * time.Second}
+		for time.Since(from) < time.Minute {
+			req, _ := http.NewRequest(http.MethodGet, g.base+"/seckill/"+e.act.id+"/result", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			if res, err := hc.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, res.Body)
+				_ = res.Body.Close()
+				if res.StatusCode == http.StatusOK {
+					done <- time.Since(from)
+					return
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		done <- time.Minute
+	}()
+	return done
 }
 
 // waitAdmission waits for the first 202 to a buy sent after from and returns when it came.
@@ -299,6 +353,53 @@ func (e *env) checkPathsAfterFailover(gws []*gateway, be *backend, d *driver) {
 	if rep, _ := e.reconcile(); !rep.OK() {
 		t.Errorf("reconcile after the restock:\n%s", rep)
 	}
+}
+
+// checkCaptchas issues captchas on the captcha gateway, one per new user, and fetches each image,
+// until three captchas kept on the new master (on Cluster, captchas spread over the masters by
+// their id) were issued and fetched; it fails the test when that takes over a minute, and
+// describes what it did.
+func (e *env) checkCaptchas(cg *gateway, promoted *testsrv.Redis, round int) string {
+	t := e.t
+	t.Helper()
+	hc := &http.Client{Timeout: 5 * time.Second}
+	began := time.Now()
+	var issued, onNew, refused int
+	for onNew < 3 {
+		if time.Since(began) > time.Minute {
+			t.Fatalf("round %d: %d captchas issued, %d on the new master, %d refused, within a minute", round, issued, onNew, refused)
+		}
+		user := fmt.Sprintf("captcha-%d-%d", round, issued+refused)
+		req, _ := http.NewRequest(http.MethodPost, cg.base+"/seckill/"+e.act.id+"-captcha/captcha", nil)
+		req.Header.Set("Authorization", "Bearer "+mint(t, user))
+		var ans struct {
+			CaptchaID string `json:"captcha_id"`
+			Image     string `json:"image"`
+		}
+		res, err := hc.Do(req)
+		if err == nil {
+			err = json.NewDecoder(res.Body).Decode(&ans)
+			_ = res.Body.Close()
+		}
+		if err != nil || res.StatusCode != http.StatusOK || ans.CaptchaID == "" {
+			refused++ // 503 while the gateway's breaker is open
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		issued++
+		img, err := hc.Get(cg.base + ans.Image)
+		if err != nil {
+			t.Fatalf("round %d: fetch captcha image %s: %v", round, ans.Image, err)
+		}
+		_ = img.Body.Close()
+		if img.StatusCode != http.StatusOK {
+			t.Errorf("round %d: captcha image %s: %d, want 200", round, ans.Image, img.StatusCode)
+		}
+		if e.topo != cluster || e.cluster.MasterOf(keyPrefix+":captcha:{"+ans.CaptchaID+"}") == promoted {
+			onNew++
+		}
+	}
+	return fmt.Sprintf("%d captchas issued and fetched once the old master was a replica (%d on the new master, %d refused first)", issued, onNew, refused)
 }
 
 func mint(t *testing.T, user string) string {

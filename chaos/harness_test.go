@@ -363,7 +363,10 @@ type gateway struct {
 }
 
 // startGateway writes the gateway's Caddyfile and runs Caddy until the activity's status answers.
-func (e *env) startGateway(name string) *gateway {
+func (e *env) startGateway(name string) *gateway { return e.startGatewayCaptcha(name, "off") }
+
+// startGatewayCaptcha is startGateway with `captcha on` or `captcha off`.
+func (e *env) startGatewayCaptcha(name, captcha string) *gateway {
 	e.t.Helper()
 	port, err := testsrv.FreePort()
 	if err != nil {
@@ -374,7 +377,7 @@ func (e *env) startGateway(name string) *gateway {
 		e.t.Fatal(err)
 	}
 	cfg := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cfg, []byte(e.caddyfile(port)), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(e.caddyfile(port, captcha)), 0o600); err != nil {
 		e.t.Fatal(err)
 	}
 	g := &gateway{base: fmt.Sprintf("http://127.0.0.1:%d", port), activity: e.act.id}
@@ -383,10 +386,11 @@ func (e *env) startGateway(name string) *gateway {
 	return g
 }
 
-// caddyfile is the edge only: store redis, captcha off (a program buys), JWT HS256, no rate
-// limits (the suite is about the store and the backends, not the node-local limiters), the
-// activity, and the metrics handler to read the breaker state. No embedded order backend.
-func (e *env) caddyfile(port int) string {
+// caddyfile is the edge only: store redis, captcha off (a program buys; "on" for a gateway that
+// only issues captchas), JWT HS256, no rate limits (the suite is about the store and the
+// backends, not the node-local limiters), the activity, and the metrics handler to read the
+// breaker state. No embedded order backend.
+func (e *env) caddyfile(port int, captcha string) string {
 	a := e.act
 	return fmt.Sprintf(`{
 	admin off
@@ -401,14 +405,14 @@ func (e *env) caddyfile(port int) string {
 			hmac_secret %s
 		}
 		url_secret %s
-		captcha off
+		captcha %s
 		activity %s {
 			stock %d
 			limit %d
 			start %s
 			end %s
 			pay_within 15m
-		}
+		}%s
 	}
 }
 
@@ -419,8 +423,22 @@ http://:%d {
 	}
 	metrics /metrics
 }
-`, strings.Join(e.redisAddrs(), " "), e.storeLines(), e.seckillOptions, jwtSecret, urlSecret, a.id, a.stock, a.limit,
-		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), port)
+`, strings.Join(e.redisAddrs(), " "), e.storeLines(), e.seckillOptions, jwtSecret, urlSecret, captcha, a.id, a.stock, a.limit,
+		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), captchaActivity(captcha, a), port)
+}
+
+// captchaActivity is, for a gateway with captcha on, a second activity that nobody buys, so that
+// its captchas are issued whatever the sale's sold-out flag says.
+func captchaActivity(captcha string, a activity) string {
+	if captcha != "on" {
+		return ""
+	}
+	return fmt.Sprintf(`
+		activity %s-captcha {
+			stock 1
+			start %s
+			end %s
+		}`, a.id, a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339))
 }
 
 // restart starts a killed gateway again with the same configuration.

@@ -55,13 +55,29 @@ func New(o *redis.UniversalOptions) redis.UniversalClient {
 		oo.Dialer = reg.dialer(dial)
 		c := redis.NewUniversalClient(&oo)
 		if cc, ok := c.(*redis.ClusterClient); ok {
-			m := &monitor{cluster: cc, conns: reg, wake: make(chan struct{}, 1), failing: map[string]*redis.Client{}}
+			m := &monitor{cluster: cc, conns: reg, wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
+				failing: map[string]*redis.Client{}}
 			cc.OnNewNode(func(node *redis.Client) { node.AddHook(nodeHook{m: m, node: node}) })
 			go m.run()
+			return &Cluster{ClusterClient: cc, m: m}
 		}
 		return c
 	}
 	return redis.NewUniversalClient(o)
+}
+
+// Cluster is a monitored Cluster client.
+type Cluster struct {
+	*redis.ClusterClient
+	m *monitor
+}
+
+// Close stops the monitor and closes the client. (go-redis answers a closed Cluster client's
+// reload with the last slot map, so the monitor could not tell by itself.)
+func (c *Cluster) Close() error {
+	c.m.once.Do(func() { close(c.m.stop) })
+	<-c.m.exited
+	return c.ClusterClient.Close()
 }
 
 // monitor follows one Cluster client's masters.
@@ -69,6 +85,9 @@ type monitor struct {
 	cluster *redis.ClusterClient
 	conns   *conns
 	wake    chan struct{}
+	stop    chan struct{} // closed by Close
+	once    sync.Once
+	exited  chan struct{} // closed when run returns
 
 	mu      sync.Mutex
 	failing map[string]*redis.Client // nodes that failed at the connection, by address
@@ -92,6 +111,7 @@ func (m *monitor) failed(node *redis.Client) {
 
 // run re-reads the slot map until the client is closed.
 func (m *monitor) run() {
+	defer close(m.exited)
 	for {
 		m.mu.Lock()
 		every := PollInterval
@@ -100,6 +120,8 @@ func (m *monitor) run() {
 		}
 		m.mu.Unlock()
 		select {
+		case <-m.stop:
+			return
 		case <-m.wake:
 		case <-time.After(every):
 		}

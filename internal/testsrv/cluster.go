@@ -13,7 +13,8 @@ import (
 )
 
 // Cluster is a private Redis Cluster of three masters and one replica each, on free loopback
-// ports (client and bus), each node in its own temporary folder.
+// ports (client and bus), each node in its own temporary folder. It needs redis-server 7.0 or
+// later (cluster-port, CLUSTER ADDSLOTSRANGE and CLUSTER SHARDS).
 type Cluster struct {
 	t     testing.TB
 	Nodes []*Redis // Nodes[0:3] started as masters, Nodes[3:6] as their replicas
@@ -268,8 +269,8 @@ func (c *Cluster) WaitFailover(old *Redis, key string, timeout time.Duration) (*
 	return promoted, time.Since(began)
 }
 
-// slotMaster asks this node which address serves key's slot (CLUSTER SHARDS would do as well;
-// CLUSTER SLOTS is what clients read).
+// slotMaster asks this node which address serves key's slot: the online master of the slot's
+// shard.
 func (r *Redis) slotMaster(ctx context.Context, key string) (string, error) {
 	cl := r.Client()
 	defer func() { _ = cl.Close() }()
@@ -277,16 +278,23 @@ func (r *Redis) slotMaster(ctx context.Context, key string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ranges, err := cl.ClusterSlots(ctx).Result()
+	shards, err := cl.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	for _, s := range ranges {
-		if int64(s.Start) <= slot && slot <= int64(s.End) && len(s.Nodes) > 0 {
-			return s.Nodes[0].Addr, nil
+	for _, sh := range shards {
+		for _, sr := range sh.Slots {
+			if sr.Start > slot || slot > sr.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" && n.Health == "online" {
+					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
+				}
+			}
 		}
 	}
-	return "", fmt.Errorf("%s: slot %d of %q has no master", r.Addr, slot, key)
+	return "", fmt.Errorf("%s: slot %d of %q has no online master", r.Addr, slot, key)
 }
 
 // busPort is the node's --cluster-port argument.
