@@ -23,7 +23,7 @@ type APIOptions struct {
 	OnChange func() // called after a committed pay or cancel (wakes the relay)
 }
 
-// API is the order API of DESIGN.md §2, an http.Handler for paths under /orders/:
+// API is the order API of docs/api.md ("Order API"), an http.Handler for paths under /orders/:
 //
 //	GET  /orders/{id}         the order (owner only)
 //	POST /orders/{id}/pay     200 {"code":"paid"} or 409 {"code":"expired"}

@@ -16,8 +16,8 @@ import (
 // Tests of SQLite's group commit (sqlite_group.go), and of concurrent CreateOrders calls on many
 // activities on both databases (testCreateOrdersManyActivities, one of batchScenarios).
 
-// orderModel is the oracle of CreateOrders: one by one in order, as DESIGN.md §4 defines a win's
-// transaction, in memory.
+// orderModel is the oracle of CreateOrders: one by one in order, in memory, as the README's "The
+// guarantees" defines a win's transaction.
 type orderModel struct {
 	left   map[string]int64               // activity → left; no entry: no stock row
 	orders map[string]map[string]NewOrder // activity → reservation → its order

@@ -1,4 +1,4 @@
-// The gateway's public HTTP API (DESIGN.md §2) and the order API, as the page calls them. Every
+// The gateway's public HTTP API (docs/api.md) and the order API, as the page calls them. Every
 // answer is JSON {"code", "message", ...}; a refusal becomes an ApiError carrying that code, so the
 // page branches on the stable machine word and never on a status number or a message.
 

@@ -2,7 +2,7 @@
 // the page by editing this file alone. tone is "info", "good", "warn" or "bad" (the style).
 
 const MESSAGES = {
-  // Refusals of the gateway (DESIGN.md §2).
+  // Refusals of the gateway (docs/api.md, "Status words").
   sold_out: ["bad", "Sold out. Every item has been taken; there may be more if a buyer does not pay in time."],
   limit_reached: ["warn", "You already hold as many of these as one buyer may have."],
   busy: ["warn", "The sale is very busy right now."],

@@ -32,7 +32,7 @@ type storeView struct {
 	FromAdmin bool
 }
 
-// checkInvariants checks the promises of DESIGN.md §5 that the bench can see from outside:
+// checkInvariants checks the four promises (README.md) that the bench can see from outside:
 //
 //   - winners ≤ stock per activity, and no user holds more than the limit (sale and soak 202s);
 //   - every 202 carries a reservation id, distinct within its activity;
