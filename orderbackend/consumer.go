@@ -173,6 +173,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 			}
 			c.log.Warn("reading the wins queue failed; retrying", zap.Error(err))
 			c.opts.Metrics.Retries.Add(1)
+			// A failed read may have delivered entries whose answer was lost or refused (a node
+			// no longer the master: redisclient.ErrNotMaster): they are this consumer's pending
+			// ones now, so read those first.
+			pending = true
 			sleep(ctx, c.opts.RetryDelay)
 			continue
 		}

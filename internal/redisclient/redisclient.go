@@ -14,7 +14,10 @@
 // New adds a monitor to a Cluster client. It re-reads the slot map every PollInterval, and every
 // WatchInterval while a node that failed at the connection (refused, reset, timed out) is still a
 // master in it; and when a master drops out of the map, it closes every connection to it, so that
-// no command still waiting there can take its answer.
+// no command still waiting there can take its answer. And a stream read that delivers entries
+// (or a script or claim answered after a second) is taken only once another node confirms that
+// the answering node is still the master of the key's slot (confirm.go): the cut comes only once
+// the monitor read the new map, and a replaced master may continue before that.
 package redisclient
 
 import (
@@ -56,8 +59,13 @@ func New(o *redis.UniversalOptions) redis.UniversalClient {
 		c := redis.NewUniversalClient(&oo)
 		if cc, ok := c.(*redis.ClusterClient); ok {
 			m := &monitor{cluster: cc, conns: reg, wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
-				failing: map[string]*redis.Client{}}
-			cc.OnNewNode(func(node *redis.Client) { node.AddHook(nodeHook{m: m, node: node}) })
+				failing: map[string]*redis.Client{}, nodes: map[string]*redis.Client{}}
+			cc.OnNewNode(func(node *redis.Client) {
+				m.mu.Lock()
+				m.nodes[node.Options().Addr] = node
+				m.mu.Unlock()
+				node.AddHook(nodeHook{m: m, node: node})
+			})
 			go m.run()
 			return &Cluster{ClusterClient: cc, m: m}
 		}
@@ -91,6 +99,7 @@ type monitor struct {
 
 	mu      sync.Mutex
 	failing map[string]*redis.Client // nodes that failed at the connection, by address
+	nodes   map[string]*redis.Client // every node the client made, by address: asked by confirm
 	masters map[string]bool          // the masters of the last slot map read
 }
 
@@ -188,9 +197,18 @@ func (h nodeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		start := time.Now()
 		err := next(ctx, cmd)
 		if connectionFailed(err) {
 			h.m.failed(h.node)
+		}
+		if err == nil {
+			if key := confirmKey(cmd, time.Since(start)); key != "" {
+				if err := h.m.confirm(h.node.Options().Addr, key); err != nil {
+					cmd.SetErr(err)
+					return err
+				}
+			}
 		}
 		return err
 	}

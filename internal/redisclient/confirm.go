@@ -1,0 +1,157 @@
+package redisclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrNotMaster is the error of a command whose answer came from a node that another node no
+// longer names as the master of the command's slot: a master stopped long enough to be replaced
+// runs the commands waiting in its sockets when it continues, before it learns that it was
+// replaced. Such an answer is never taken: a stream read would hand the order backend wins that
+// exist only on the replaced master (docs/failover.md).
+var ErrNotMaster = errors.New("redisclient: the answering node is no longer the master of the key's slot")
+
+const (
+	// slowAnswer: a script or claim answered later than this may have waited in a stopped
+	// master's socket, so its node's mastership is confirmed before the answer is taken. Stream
+	// reads that deliver entries are always confirmed (they block by design).
+	slowAnswer = time.Second
+	// confirmTimeout bounds the question to the other nodes; without an answer in time the
+	// answer is taken (a rush must not stall on a slow peer: the map monitor still cuts a
+	// replaced master within about a second).
+	confirmTimeout = 300 * time.Millisecond
+)
+
+// confirmKey returns the key whose slot's master must confirm cmd's answer, or "" when the
+// answer needs no confirmation.
+func confirmKey(cmd redis.Cmder, elapsed time.Duration) string {
+	args := cmd.Args()
+	switch cmd.Name() {
+	case "xreadgroup": // answered without error: it delivered entries
+		for i := 1; i+1 < len(args); i++ {
+			if s, ok := args[i].(string); ok && strings.EqualFold(s, "streams") {
+				return argString(args[i+1])
+			}
+		}
+	case "evalsha", "eval", "evalsha_ro", "eval_ro":
+		if elapsed >= slowAnswer && len(args) > 3 && argString(args[2]) != "0" {
+			return argString(args[3])
+		}
+	case "xclaim", "xautoclaim":
+		if elapsed >= slowAnswer && len(args) > 1 {
+			return argString(args[1])
+		}
+	}
+	return ""
+}
+
+func argString(a any) string {
+	switch v := a.(type) {
+	case string:
+		return v
+	case int:
+		return strconv.Itoa(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return fmt.Sprint(a)
+}
+
+// keySlot is Redis Cluster's hash slot of key: CRC16 (XMODEM) of its hash tag, modulo 16384.
+func keySlot(key string) int64 {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			key = key[s+1 : s+1+e]
+		}
+	}
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int64(crc) % 16384
+}
+
+// confirm asks the other nodes of the last slot map which node is the master of key's slot, and
+// returns ErrNotMaster when the first to answer names another than addr.
+func (m *monitor) confirm(addr, key string) error {
+	slot := keySlot(key)
+	m.mu.Lock()
+	var others []*redis.Client
+	for a, n := range m.nodes {
+		if a != addr {
+			others = append(others, n)
+		}
+	}
+	m.mu.Unlock()
+	if len(others) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	defer cancel()
+	answers := make(chan string, len(others))
+	for _, n := range others {
+		go func() {
+			master, err := slotMaster(ctx, n, slot)
+			if err != nil {
+				master = ""
+			}
+			answers <- master
+		}()
+	}
+	for range others {
+		select {
+		case <-ctx.Done():
+			return nil
+		case master := <-answers:
+			switch {
+			case master == "":
+				continue
+			case master != addr:
+				select {
+				case m.wake <- struct{}{}:
+				default:
+				}
+				return fmt.Errorf("%s answered for slot %d, whose master is %s: %w", addr, slot, master, ErrNotMaster)
+			default:
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// slotMaster asks node for the online master of slot.
+func slotMaster(ctx context.Context, node *redis.Client, slot int64) (string, error) {
+	shards, err := node.ClusterShards(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, sh := range shards {
+		for _, sr := range sh.Slots {
+			if sr.Start > slot || slot > sr.End {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" && n.Health == "online" {
+					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("slot %d has no online master", slot)
+}

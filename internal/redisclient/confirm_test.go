@@ -1,0 +1,103 @@
+package redisclient
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// A master stopped until its replica took over runs, when it continues, a write that waited in
+// its socket and answers a stream read that waited on it with the write's entry — an entry the
+// new master never had. The plain go-redis client takes that entry (the control); the monitored
+// one must not.
+func TestStaleMasterStreamRead(t *testing.T) {
+	c := testsrv.StartCluster(t)
+	opts := func() *redis.UniversalOptions {
+		return &redis.UniversalOptions{Addrs: c.Addrs(), IsClusterMode: true, DialTimeout: time.Second,
+			ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: 1}
+	}
+	watched := New(opts())
+	plain := redis.NewUniversalClient(opts())
+	t.Cleanup(func() { _ = watched.Close(); _ = plain.Close() })
+	ctx := context.Background()
+	const key = "{stale}:orders"
+	for _, g := range []string{"watched", "plain"} {
+		if err := watched.XGroupCreateMkStream(ctx, key, g, "$").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := c.MasterOf(key)
+	for _, k := range []string{"a", "foo", "hello", "{user1000}.following", key, "x{}y", "{a}{b}", "{", "}{x}", "a{b"} {
+		want, err := watched.ClusterKeySlot(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := keySlot(k); got != want {
+			t.Errorf("keySlot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
+		}
+	}
+
+	type read struct {
+		entries []redis.XMessage
+		err     error
+	}
+	readOn := func(client redis.UniversalClient, group string) <-chan read {
+		out := make(chan read, 1)
+		go func() {
+			streams, err := client.XReadGroup(ctx, &redis.XReadGroupArgs{Group: group, Consumer: "c",
+				Streams: []string{key, ">"}, Count: 10, Block: 8 * time.Second}).Result()
+			var r read
+			r.err = err
+			for _, s := range streams {
+				r.entries = append(r.entries, s.Messages...)
+			}
+			out <- r
+		}()
+		return out
+	}
+	watchedRead, plainRead := readOn(watched, "watched"), readOn(plain, "plain")
+	raw, err := net.Dial("tcp", old.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = raw.Close() }()
+	time.Sleep(300 * time.Millisecond) // both reads are blocked on the master
+
+	old.Pause()
+	paused := time.Now()
+	if _, err := raw.Write([]byte("*5\r\n$4\r\nXADD\r\n$" + itoa(len(key)) + "\r\n" + key + "\r\n$1\r\n*\r\n$1\r\nf\r\n$5\r\nstale\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_, took := c.WaitFailover(old, key, time.Minute)
+	old.Resume()
+	t.Logf("promotion %s after the pause; the old master continued %s after it", took.Round(time.Millisecond), time.Since(paused).Round(time.Millisecond))
+
+	p := <-plainRead
+	w := <-watchedRead
+	t.Logf("plain client: %d entries, %v; monitored client: %d entries, %v", len(p.entries), p.err, len(w.entries), w.err)
+	if len(p.entries) == 0 {
+		t.Log("the plain client did not take the replaced master's entry this time (its read ended first): the control did not show the hazard")
+	}
+	if w.err == nil && len(w.entries) > 0 {
+		t.Fatalf("the monitored client took %d entries from the replaced master: %v", len(w.entries), w.entries)
+	}
+	if w.err != nil && !errors.Is(w.err, ErrNotMaster) && !errors.Is(w.err, redis.Nil) {
+		t.Logf("the monitored read ended with %v (the connection was cut before the master continued)", w.err)
+	}
+	// The new master never had the entry.
+	n, err := watched.XLen(ctx, key).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("the new master's stream has %d entries, want 0", n)
+	}
+}
+
+func itoa(n int) string { return argString(n) }
