@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -21,6 +23,7 @@ type localWriter struct {
 	stmts [localStmtCount]*sql.Stmt
 
 	mu       sync.Mutex
+	args     []any         // the writer's arguments of a multi-row INSERT, reused
 	pending  []memChange   // recorded, not yet taken by the writer
 	spare    []memChange   // the previous batch, reused
 	gather   chan struct{} // closed when the pending changes are committed (or never will be)
@@ -57,8 +60,19 @@ const (
 	stmtDelGroups
 	stmtDelPending
 	stmtDelDead
+	stmtWins2 // stmtWins2 + k inserts 2 << k wins in one statement (localWinRuns)
+	stmtWins4
+	stmtWins8
+	stmtWins16
+	stmtWins32
+	stmtWins64
 	localStmtCount
 )
+
+// localWinRuns is how many multi-row INSERTs of wins there are (2, 4, ... 64 rows): a run of
+// consecutive wins in a batch is written with one statement per set bit of its length, since
+// each statement's fixed cost (database/sql, binding, the VDBE's start) was a third of a commit.
+const localWinRuns = stmtWins64 - stmtWins2 + 1
 
 var localStmtText = [localStmtCount]string{
 	stmtDefine: `INSERT INTO activities (id, stock, lim, start_ms, end_ms, pay_ms, salt) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -84,6 +98,25 @@ var localStmtText = [localStmtCount]string{
 	stmtDelGroups:   `DELETE FROM groups WHERE activity = ?`,
 	stmtDelPending:  `DELETE FROM pending WHERE activity = ?`,
 	stmtDelDead:     `DELETE FROM dead WHERE activity = ?`,
+	stmtWins2:       winsInsert(2),
+	stmtWins4:       winsInsert(4),
+	stmtWins8:       winsInsert(8),
+	stmtWins16:      winsInsert(16),
+	stmtWins32:      winsInsert(32),
+	stmtWins64:      winsInsert(64),
+}
+
+// winsInsert is the INSERT of n wins rows.
+func winsInsert(n int) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO wins (activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES `)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	return b.String()
 }
 
 func newLocalWriter(db *sql.DB, dir string) (*localWriter, error) {
@@ -254,12 +287,51 @@ func (w *localWriter) commit(batch []memChange) (err error) {
 		_, err := st[i].Exec(args...)
 		return err
 	}
-	for i := range batch {
-		if err := w.apply(exec, &batch[i]); err != nil {
+	for i := 0; i < len(batch); {
+		if batch[i].kind != changeWin {
+			if err := w.apply(exec, &batch[i]); err != nil {
+				return err
+			}
+			i++
+			continue
+		}
+		j := i + 1
+		for j < len(batch) && batch[j].kind == changeWin {
+			j++
+		}
+		if err := w.applyWins(exec, batch[i:j]); err != nil {
 			return err
 		}
+		i = j
 	}
 	return tx.Commit()
+}
+
+// applyWins writes a run of wins: the largest multi-row INSERTs first, the odd one alone. The
+// order of the rows does not matter (their key is the activity and the index), and no other
+// change lies between them.
+func (w *localWriter) applyWins(exec func(int, ...any) error, wins []memChange) error {
+	for len(wins) > 0 {
+		if len(wins) == 1 {
+			return w.apply(exec, &wins[0])
+		}
+		k := min(bits.Len(uint(len(wins)))-2, localWinRuns-1) // 2 << k rows: the most that fit
+		n := 2 << k
+		args := w.args[:0]
+		for i := range wins[:n] {
+			c := &wins[i]
+			e := &c.entry
+			args = append(args, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining)
+		}
+		err := exec(stmtWins2+k, args...)
+		clear(args) // let the strings go
+		w.args = args[:0]
+		if err != nil {
+			return err
+		}
+		wins = wins[n:]
+	}
+	return nil
 }
 
 // apply writes one change.
