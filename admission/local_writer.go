@@ -106,10 +106,13 @@ var localStmtText = [localStmtCount]string{
 	stmtWins64:      winsInsert(64),
 }
 
-// winsInsert is the INSERT of n wins rows.
+// winsInsert is the INSERT of n wins rows. OR FAIL: on a conflict (a bug: the index is the
+// activity's next) the statement stops and the commit rolls the whole batch back anyway; with the
+// default ABORT SQLite would copy every page the statement changes into a statement journal, to
+// undo the statement alone, which cost as much as the rows saved.
 func winsInsert(n int) string {
 	var b strings.Builder
-	b.WriteString(`INSERT INTO wins (activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES `)
+	b.WriteString(`INSERT OR FAIL INTO wins (activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
