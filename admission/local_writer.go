@@ -21,9 +21,9 @@ type localWriter struct {
 	db    *sql.DB
 	dir   string
 	stmts [localStmtCount]*sql.Stmt
+	args  []any // the writer goroutine's arguments of a multi-row INSERT, reused
 
 	mu       sync.Mutex
-	args     []any         // the writer's arguments of a multi-row INSERT, reused
 	pending  []memChange   // recorded, not yet taken by the writer
 	spare    []memChange   // the previous batch, reused
 	gather   chan struct{} // closed when the pending changes are committed (or never will be)
