@@ -158,6 +158,23 @@ func (w *localWriter) record(c memChange) {
 	}
 }
 
+// recordAll records the changes of one operation under one lock, so that the writer's next batch
+// takes all of them or none.
+func (w *localWriter) recordAll(cs []memChange) {
+	w.mu.Lock()
+	if w.err != nil {
+		w.mu.Unlock()
+		return
+	}
+	w.pending = append(w.pending, cs...)
+	w.enq.Add(uint64(len(cs)))
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
 // failure returns the writer's error once a commit failed or it stopped.
 func (w *localWriter) failure() error {
 	if !w.failed.Load() {

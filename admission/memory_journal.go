@@ -5,6 +5,10 @@ package admission
 // they happened. LocalStore persists them; a plain MemoryStore has none.
 type memJournal interface {
 	record(c memChange)
+	// recordAll records the changes of one operation at once: a commit holds all of them or none,
+	// so a crash never leaves the disk in the middle of the operation (a delivery recorded in the
+	// pending list without the group's new position, which a load refuses).
+	recordAll(cs []memChange)
 }
 
 // changeKind says which part of an activity's state a memChange sets.

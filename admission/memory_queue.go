@@ -141,13 +141,21 @@ func (s *MemoryStore) ReadGroup(ctx context.Context, activity, group, consumer s
 		if g.next < len(a.entries) {
 			end := min(len(a.entries), g.next+count)
 			wins := make([]Win, 0, end-g.next)
+			var cs []memChange // the deliveries and the new position: one change for the journal
+			if s.jnl != nil {
+				cs = make([]memChange, 0, end-g.next+1)
+			}
 			for i := g.next; i < end; i++ {
 				g.pending[i] = &memPending{consumer: consumer, deliveries: 1, at: now}
-				s.journalPending(activity, group, i, g.pending[i])
+				if s.jnl != nil {
+					cs = append(cs, memChange{kind: changePending, act: activity, group: group, idx: i, pend: *g.pending[i]})
+				}
 				wins = append(wins, a.win(i, 1))
 			}
 			g.next = end
-			s.journal(memChange{kind: changeNext, act: activity, group: group, idx: end})
+			if s.jnl != nil {
+				s.jnl.recordAll(append(cs, memChange{kind: changeNext, act: activity, group: group, idx: end}))
+			}
 			a.mu.Unlock()
 			return wins, nil
 		}

@@ -1,0 +1,49 @@
+package admission
+
+import (
+	"context"
+	"testing"
+)
+
+// callJournal keeps the changes of each journal call apart.
+type callJournal struct{ calls [][]memChange }
+
+func (j *callJournal) record(c memChange) { j.calls = append(j.calls, []memChange{c}) }
+func (j *callJournal) recordAll(cs []memChange) {
+	j.calls = append(j.calls, append([]memChange(nil), cs...))
+}
+
+// A read of new entries hands its deliveries and the group's new position to the journal in one
+// call, so that a LocalStore commit holds all of them or none: a crash between them left a pending
+// entry beyond the group's position, which the load refuses (found by TestLocalCrash in CI).
+func TestMemoryReadGroupJournalsOneChange(t *testing.T) {
+	clock := newFakeClock()
+	s := newMemory(t, clock)
+	j := &callJournal{}
+	s.jnl = j
+	ctx := context.Background()
+	mustDefine(t, s, openAt(clock.Now(), "a", 10, 1))
+	for _, u := range []string{"u1", "u2", "u3"} {
+		mustAdmit(t, s, "a", u, 1, "r")
+	}
+	if err := s.EnsureGroup(ctx, "a", "g"); err != nil {
+		t.Fatal(err)
+	}
+	j.calls = nil
+	ws, err := s.ReadGroup(ctx, "a", "g", "c", 10, 0, false)
+	if err != nil || len(ws) != 3 {
+		t.Fatalf("read = %v, %v", ws, err)
+	}
+	if len(j.calls) != 1 {
+		t.Fatalf("%d journal calls for one read, want 1: %+v", len(j.calls), j.calls)
+	}
+	cs := j.calls[0]
+	if len(cs) != 4 || cs[3].kind != changeNext || cs[3].idx != 3 {
+		t.Fatalf("the read's changes = %+v, want three deliveries and the new position 3", cs)
+	}
+	for i, c := range cs[:3] {
+		if c.kind != changePending || c.idx != i || c.pend.consumer != "c" {
+			t.Errorf("change %d = %+v, want the delivery of entry %d to c", i, c, i)
+		}
+	}
+}
