@@ -5,6 +5,7 @@ package testsrv
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -158,10 +159,29 @@ func (r *Redis) signal(sig syscall.Signal) {
 	r.cmd = nil
 }
 
-// Pause stops the server process (SIGSTOP) without closing its sockets; Resume continues it.
+// Pause stops the server process (SIGSTOP) without closing its sockets; Resume continues it. It
+// returns once the kernel shows the process stopped: a signal is delivered asynchronously, and a
+// server still running for a moment after kill(2) may answer a command the caller sends next.
 func (r *Redis) Pause() {
-	if r.cmd != nil {
-		_ = r.cmd.Process.Signal(syscall.SIGSTOP)
+	if r.cmd == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGSTOP)
+	waitStopped(r.cmd.Process.Pid, 5*time.Second)
+}
+
+// waitStopped waits, up to limit, until /proc shows process pid stopped (state T).
+func waitStopped(pid int, limit time.Duration) {
+	path := fmt.Sprintf("/proc/%d/stat", pid)
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return // not Linux, or gone
+		}
+		// pid (comm) state ...: the command name may hold spaces and parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
 	}
 }
 
