@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // fillLocal defines "a" (stock n, limit 1) and lets n users win it.
@@ -275,15 +276,7 @@ func TestLocalDiskFull(t *testing.T) {
 
 // TestLocalDiskFullTmpfs is a real full file system: a small tmpfs, where the test may mount one.
 func TestLocalDiskFullTmpfs(t *testing.T) {
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", mnt, err, out)
-		}
-	})
+	mnt := testsrv.Tmpfs(t, "2m")
 	dir := filepath.Join(mnt, "store")
 	s := openLocal(t, dir, nil)
 	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1))

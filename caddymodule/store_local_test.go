@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -197,15 +196,7 @@ func TestStoreForgottenSale(t *testing.T) {
 // opens its folder again, has lost none of the wins it answered, and sells on. It needs a small tmpfs, so it runs where the test may
 // mount one (as root).
 func TestStoreLocalDiskFull(t *testing.T) {
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here: %v %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", mnt, err, out)
-		}
-	})
+	mnt := testsrv.Tmpfs(t, "2m")
 	dir := filepath.Join(mnt, "data")
 	port, err := testsrv.FreePort()
 	if err != nil {

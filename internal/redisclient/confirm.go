@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/clusterslot"
 )
 
 // ErrNotMaster is the error of a command whose answer came from a node that another node no
@@ -65,31 +66,10 @@ func argString(a any) string {
 	return fmt.Sprint(a)
 }
 
-// keySlot is Redis Cluster's hash slot of key: CRC16 (XMODEM) of its hash tag, modulo 16384.
-func keySlot(key string) int64 {
-	if s := strings.IndexByte(key, '{'); s >= 0 {
-		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
-			key = key[s+1 : s+1+e]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int64(crc) % 16384
-}
-
 // confirm asks the other nodes of the last slot map which node is the master of key's slot, and
 // returns ErrNotMaster when the first to answer names another than addr.
 func (m *monitor) confirm(addr, key string) error {
-	slot := keySlot(key)
+	slot := clusterslot.Of(key)
 	m.mu.Lock()
 	var others []*redis.Client
 	for a, n := range m.nodes {
@@ -106,7 +86,7 @@ func (m *monitor) confirm(addr, key string) error {
 	answers := make(chan string, len(others))
 	for _, n := range others {
 		go func() {
-			master, err := slotMaster(ctx, n, slot)
+			master, err := clusterslot.Master(ctx, n, slot)
 			if err != nil {
 				master = ""
 			}
@@ -133,25 +113,4 @@ func (m *monitor) confirm(addr, key string) error {
 		}
 	}
 	return nil
-}
-
-// slotMaster asks node for the online master of slot.
-func slotMaster(ctx context.Context, node *redis.Client, slot int64) (string, error) {
-	shards, err := node.ClusterShards(ctx).Result()
-	if err != nil {
-		return "", err
-	}
-	for _, sh := range shards {
-		for _, sr := range sh.Slots {
-			if sr.Start > slot || slot > sr.End {
-				continue
-			}
-			for _, n := range sh.Nodes {
-				if n.Role == "master" && n.Health == "online" {
-					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
-				}
-			}
-		}
-	}
-	return "", fmt.Errorf("slot %d has no online master", slot)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/caddy-seckill/caddy-seckill/internal/clusterslot"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -38,8 +39,8 @@ func TestStaleMasterStreamRead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := keySlot(k); got != want {
-			t.Errorf("keySlot(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
+		if got := clusterslot.Of(k); got != want {
+			t.Errorf("clusterslot.Of(%q) = %d, CLUSTER KEYSLOT says %d", k, got, want)
 		}
 	}
 

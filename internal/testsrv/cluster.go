@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/clusterslot"
 )
 
 // Cluster is a private Redis Cluster of three masters and one replica each, on free loopback
@@ -274,27 +276,12 @@ func (c *Cluster) WaitFailover(old *Redis, key string, timeout time.Duration) (*
 func (r *Redis) slotMaster(ctx context.Context, key string) (string, error) {
 	cl := r.Client()
 	defer func() { _ = cl.Close() }()
-	slot, err := cl.ClusterKeySlot(ctx, key).Result()
+	slot := clusterslot.Of(key)
+	master, err := clusterslot.Master(ctx, cl, slot)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: %q: %w", r.Addr, key, err)
 	}
-	shards, err := cl.ClusterShards(ctx).Result()
-	if err != nil {
-		return "", err
-	}
-	for _, sh := range shards {
-		for _, sr := range sh.Slots {
-			if sr.Start > slot || slot > sr.End {
-				continue
-			}
-			for _, n := range sh.Nodes {
-				if n.Role == "master" && n.Health == "online" {
-					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
-				}
-			}
-		}
-	}
-	return "", fmt.Errorf("%s: slot %d of %q has no online master", r.Addr, slot, key)
+	return master, nil
 }
 
 // busPort is the node's --cluster-port argument.
