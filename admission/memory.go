@@ -401,7 +401,7 @@ func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Re
 	if err := memCheckActivity(activity); err != nil {
 		return fmt.Errorf("set result: %w", err)
 	}
-	if err := checkResultUser(user); err != nil {
+	if err := checkUserID(user); err != nil {
 		return fmt.Errorf("set result %s: %w", activity, err)
 	}
 	if err := checkResultRecord(r); err != nil {
@@ -435,35 +435,47 @@ func (a *memActivity) setResult(user string, r Result, win bool) {
 
 // GetResult implements Store.
 func (s *MemoryStore) GetResult(ctx context.Context, activity, user string) (Result, error) {
+	var r Result
+	err := s.readResult(ctx, "get result", activity, user, func(top Result, resvs []Result) {
+		r, r.Reservations = top, slices.Clone(resvs)
+	})
+	return r, err
+}
+
+// AppendResult implements Store: GetResult, encoded while the activity is locked, so a poll
+// copies nothing.
+func (s *MemoryStore) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
+	var code string
+	err := s.readResult(ctx, "append result", activity, user, func(top Result, resvs []Result) {
+		top.Reservations = resvs
+		dst, code = appendResultJSON(dst, top), top.Code
+	})
+	return dst, code, err
+}
+
+// readResult checks a result read and calls read with user's latest record and per-reservation
+// records while activity's lock is held (read must not keep resvs).
+func (s *MemoryStore) readResult(ctx context.Context, op, activity, user string, read func(top Result, resvs []Result)) error {
 	if err := ctx.Err(); err != nil {
-		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, err)
+		return fmt.Errorf("%s %s/%s: %w", op, activity, user, err)
 	}
 	if err := memCheckActivity(activity); err != nil {
-		return Result{}, fmt.Errorf("get result: %w", err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
-	if err := checkResultUser(user); err != nil {
-		return Result{}, fmt.Errorf("get result %s: %w", activity, err)
+	if err := checkUserID(user); err != nil {
+		return fmt.Errorf("%s %s: %w", op, activity, err)
 	}
 	a, err := s.lock(activity)
 	if err != nil {
-		return Result{}, fmt.Errorf("get result: %w", err)
+		return fmt.Errorf("%s: %w", op, err)
 	}
 	defer a.mu.Unlock()
 	r, ok := a.results[user]
 	if !ok {
-		return Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, ErrNotFound)
+		return fmt.Errorf("%s %s/%s: %w", op, activity, user, ErrNotFound)
 	}
-	r.Reservations = slices.Clone(a.resvs[user])
-	return r, nil
-}
-
-// AppendResult implements Store: GetResult, encoded.
-func (s *MemoryStore) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
-	r, err := s.GetResult(ctx, activity, user)
-	if err != nil {
-		return dst, "", err
-	}
-	return appendResultJSON(dst, r), r.Code, nil
+	read(r, a.resvs[user])
+	return nil
 }
 
 // Close implements Store: it ends every subscription and blocking read. The state is discarded

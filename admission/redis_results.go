@@ -174,5 +174,5 @@ func redisCheckResult(activity, user string) error {
 	if !ValidActivityID(activity) {
 		return badInput("activity id %q", activity)
 	}
-	return checkResultUser(user)
+	return checkUserID(user)
 }

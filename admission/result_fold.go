@@ -61,9 +61,9 @@ func checkResultRecord(r Result) error {
 	return nil
 }
 
-// checkResultUser checks a user id of a result call: a NUL byte would make it collide with the
+// checkUserID checks a user id (of an admission or a result call): a NUL byte would make it collide with the
 // names of another user's per-reservation records.
-func checkResultUser(user string) error {
+func checkUserID(user string) error {
 	if user == "" || len(user) > MaxUserIDLen {
 		return badInput("user id must be 1-%d bytes", MaxUserIDLen)
 	}

@@ -3,7 +3,6 @@ package admission
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"strings"
 	"time"
 )
 
@@ -77,10 +76,11 @@ func (r Request) validate() error {
 	switch {
 	case !ValidActivityID(r.Activity):
 		return badInput("activity id %q", r.Activity)
-	case r.User == "" || len(r.User) > MaxUserIDLen:
-		return badInput("user id must be 1-%d bytes", MaxUserIDLen)
-	case strings.IndexByte(r.User, 0) >= 0:
-		return badInput("user id must not contain a NUL byte")
+	}
+	if err := checkUserID(r.User); err != nil {
+		return err
+	}
+	switch {
 	case r.RequestID == "" || len(r.RequestID) > MaxRequestIDLen:
 		return badInput("request id must be 1-%d bytes", MaxRequestIDLen)
 	case r.Qty <= 0:

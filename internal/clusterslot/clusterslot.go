@@ -33,12 +33,18 @@ func Of(key string) int64 {
 	return int64(crc) % 16384
 }
 
-// Master asks node (any node of a Cluster) for the address of slot's online master, as its
-// CLUSTER SHARDS shows it.
-func Master(ctx context.Context, node *redis.Client, slot int64) (string, error) {
+// Node is a Cluster node as another node names it: its id (stable for the node's life, whatever
+// address a client reaches it by) and the address it announces.
+type Node struct {
+	ID   string
+	Addr string
+}
+
+// Master asks node (any node of a Cluster) for slot's online master, as its CLUSTER SHARDS shows it.
+func Master(ctx context.Context, node *redis.Client, slot int64) (Node, error) {
 	shards, err := node.ClusterShards(ctx).Result()
 	if err != nil {
-		return "", err
+		return Node{}, err
 	}
 	for _, sh := range shards {
 		for _, sr := range sh.Slots {
@@ -47,10 +53,15 @@ func Master(ctx context.Context, node *redis.Client, slot int64) (string, error)
 			}
 			for _, n := range sh.Nodes {
 				if n.Role == "master" && n.Health == "online" {
-					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
+					return Node{ID: n.ID, Addr: net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10))}, nil
 				}
 			}
 		}
 	}
-	return "", fmt.Errorf("slot %d has no online master", slot)
+	return Node{}, fmt.Errorf("slot %d has no online master", slot)
+}
+
+// ID asks node for its own id (CLUSTER MYID).
+func ID(ctx context.Context, node *redis.Client) (string, error) {
+	return node.Do(ctx, "CLUSTER", "MYID").Text()
 }

@@ -66,31 +66,41 @@ func argString(a any) string {
 	return fmt.Sprint(a)
 }
 
-// confirm asks the other nodes of the last slot map which node is the master of key's slot, and
-// returns ErrNotMaster when the first to answer names another than addr.
-func (m *monitor) confirm(addr, key string) error {
+// confirm asks the other masters of the last slot map (every other node before the first map)
+// which node is the master of key's slot, and returns ErrNotMaster when the first to answer names
+// another node than the one that answered (node, at addr). Nodes are told apart by id, not
+// address: go-redis may reach a node by another address than the one it announces (a seed's host
+// name, a loopback address replaced by the host), and a node reached by two addresses must not
+// vouch for itself.
+func (m *monitor) confirm(node *redis.Client, addr, key string) error {
 	slot := clusterslot.Of(key)
+	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
+	defer cancel()
+	self, err := m.nodeID(ctx, node)
+	if err != nil {
+		return nil // cannot tell; the map monitor's cut still follows
+	}
 	m.mu.Lock()
 	var others []*redis.Client
 	for a, n := range m.nodes {
-		if a != addr {
+		if a != addr && (len(m.masters) == 0 || m.masters[a]) {
 			others = append(others, n)
 		}
 	}
 	m.mu.Unlock()
-	if len(others) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), confirmTimeout)
-	defer cancel()
 	answers := make(chan string, len(others))
 	for _, n := range others {
 		go func() {
+			if id, err := m.nodeID(ctx, n); err != nil || id == self {
+				answers <- ""
+				return
+			}
 			master, err := clusterslot.Master(ctx, n, slot)
 			if err != nil {
-				master = ""
+				answers <- ""
+				return
 			}
-			answers <- master
+			answers <- master.ID
 		}()
 	}
 	for range others {
@@ -101,16 +111,34 @@ func (m *monitor) confirm(addr, key string) error {
 			switch {
 			case master == "":
 				continue
-			case master != addr:
+			case master != self:
 				select {
 				case m.wake <- struct{}{}:
 				default:
 				}
-				return fmt.Errorf("%s answered for slot %d, whose master is %s: %w", addr, slot, master, ErrNotMaster)
+				return fmt.Errorf("%s (node %s) answered for slot %d, whose master is node %s: %w", addr, self, slot, master, ErrNotMaster)
 			default:
 				return nil
 			}
 		}
 	}
 	return nil
+}
+
+// nodeID returns node's cluster id, asked once per node client.
+func (m *monitor) nodeID(ctx context.Context, node *redis.Client) (string, error) {
+	m.mu.Lock()
+	id, ok := m.ids[node]
+	m.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	id, err := clusterslot.ID(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	m.ids[node] = id
+	m.mu.Unlock()
+	return id, nil
 }

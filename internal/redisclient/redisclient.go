@@ -59,7 +59,7 @@ func New(o *redis.UniversalOptions) redis.UniversalClient {
 		c := redis.NewUniversalClient(&oo)
 		if cc, ok := c.(*redis.ClusterClient); ok {
 			m := &monitor{cluster: cc, conns: reg, wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
-				failing: map[string]*redis.Client{}, nodes: map[string]*redis.Client{}}
+				failing: map[string]*redis.Client{}, nodes: map[string]*redis.Client{}, ids: map[*redis.Client]string{}}
 			cc.OnNewNode(func(node *redis.Client) {
 				m.mu.Lock()
 				m.nodes[node.Options().Addr] = node
@@ -100,6 +100,7 @@ type monitor struct {
 	mu      sync.Mutex
 	failing map[string]*redis.Client // nodes that failed at the connection, by address
 	nodes   map[string]*redis.Client // every node the client made, by address: asked by confirm
+	ids     map[*redis.Client]string // each node's cluster id, once confirm asked it
 	masters map[string]bool          // the masters of the last slot map read
 }
 
@@ -204,7 +205,7 @@ func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		}
 		if err == nil {
 			if key := confirmKey(cmd, time.Since(start)); key != "" {
-				if err := h.m.confirm(h.node.Options().Addr, key); err != nil {
+				if err := h.m.confirm(h.node, h.node.Options().Addr, key); err != nil {
 					cmd.SetErr(err)
 					return err
 				}

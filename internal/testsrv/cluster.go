@@ -281,7 +281,7 @@ func (r *Redis) slotMaster(ctx context.Context, key string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: %q: %w", r.Addr, key, err)
 	}
-	return master, nil
+	return master.Addr, nil
 }
 
 // busPort is the node's --cluster-port argument.
