@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 )
@@ -101,6 +102,20 @@ func (s *LocalStore) Failure() error {
 		return err
 	}
 	return nil
+}
+
+// LocalStoreIn reports whether dir holds a local store's database, without creating anything
+// (OpenLocalStore creates a missing one): a tool that only reads a sale, as reconcile does, must
+// not start an empty one in a mistyped folder.
+func LocalStoreIn(dir string) (bool, error) {
+	_, err := os.Stat(filepath.Join(dir, localDBName))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	}
+	return false, err
 }
 
 // before refuses a call on a closed or failed store.

@@ -229,8 +229,12 @@ func (a *App) resolveStore(repl *caddy.Replacer) (*StoreConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("store local %s: %w", s.Dir, err)
 		}
+		// A folder not created yet is resolved through its parent, so that the first start and a
+		// later reload (once it exists) agree on the key when a symlink leads to it.
 		if real, err := filepath.EvalSymlinks(abs); err == nil {
 			abs = real
+		} else if parent, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+			abs = filepath.Join(parent, filepath.Base(abs))
 		}
 		s.Dir = abs
 	}

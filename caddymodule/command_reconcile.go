@@ -127,6 +127,15 @@ func reconcileDirect(ctx context.Context, app *App, activity string) (reconcileA
 	if err != nil {
 		return reconcileAnswer{}, err
 	}
+	if store.typ() == storeLocal {
+		switch ok, err := admission.LocalStoreIn(store.Dir); {
+		case err != nil:
+			return reconcileAnswer{}, fmt.Errorf("%s: %w", store.directive(), err)
+		case !ok:
+			return reconcileAnswer{}, fmt.Errorf("%s: no store in this folder (is the path relative to "+
+				"another working directory?): nothing to reconcile, and nothing was created", store.directive())
+		}
+	}
 	b, err := newBackend(store, zap.NewNop())
 	if err != nil {
 		return reconcileAnswer{}, fmt.Errorf("%s: %w", store.directive(), err)

@@ -1,6 +1,10 @@
 package caddymodule
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -135,5 +139,51 @@ func TestOrdersSyncFollowsFsync(t *testing.T) {
 		}
 		_, _ = pool.Delete(okey)
 		_, _ = pool.Delete(key)
+	}
+}
+
+// Reconcile on a store local folder that holds no store fails and creates nothing: a mistyped or
+// relative folder must not become an empty sale that reconciles as "no activities".
+func TestReconcileMissingLocalFolder(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "no-such-data")
+	app := &App{
+		Store:  &StoreConfig{Type: storeLocal, Dir: dir},
+		Orders: &OrdersConfig{Type: ordersSQLite, DSN: filepath.Join(dir, "orders.db")},
+	}
+	_, err := reconcileDirect(context.Background(), app, "")
+	if err == nil || !strings.Contains(err.Error(), "no store in this folder") {
+		t.Fatalf("reconcile on a missing folder = %v, want the no-store error", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("reconcile created %s (stat: %v)", dir, err)
+	}
+}
+
+// A store local folder reached through a symlink gets the same pool key before it exists (the
+// first start) and after (a reload), so a reload finds the store it opened.
+func TestStoreLocalKeyThroughSymlink(t *testing.T) {
+	tmp := t.TempDir()
+	real := filepath.Join(tmp, "real")
+	if err := os.Mkdir(real, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(tmp, "link")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	app := &App{Store: &StoreConfig{Type: storeLocal, Dir: filepath.Join(link, "data")}}
+	before, err := app.resolveStore(caddy.NewReplacer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(real, "data"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	after, err := app.resolveStore(caddy.NewReplacer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.Dir != after.Dir || before.Dir != filepath.Join(real, "data") {
+		t.Errorf("key before the folder existed %q, after %q; want both %q", before.Dir, after.Dir, filepath.Join(real, "data"))
 	}
 }
