@@ -124,7 +124,7 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 		Namespace: metricsNamespace,
 		Subsystem: metricsSubsystem,
 		Name:      "reconcile_runs_total",
-		Help: "Reconcile runs through this node's admin API (the reconcile command with store memory), by result: " +
+		Help: "Reconcile runs through this node's admin API (the reconcile command with store memory, or with store local while this Caddy holds the folder), by result: " +
 			"ok, violated (an invariant does not hold) or error (could not check).",
 	}, []string{"result"})
 	for _, r := range []string{reconcileOK, reconcileViolated, reconcileError} {

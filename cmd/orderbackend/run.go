@@ -29,7 +29,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		secretEnv = fs.String("jwt-secret-env", "SECKILL_JWT_SECRET", "name of the environment variable holding the HMAC secret")
 		pemFile   = fs.String("jwt-public-key-file", env("SECKILL_JWT_PUBLIC_KEY_FILE", ""), "PEM public key(s) for RS/PS/ES/EdDSA tokens [SECKILL_JWT_PUBLIC_KEY_FILE]")
 		jwksURL   = fs.String("jwks-url", env("SECKILL_JWKS_URL", ""), "JWKS endpoint [SECKILL_JWKS_URL]")
-		jwksMin   = fs.Duration("jwks-min-refresh", jwtauth.DefaultJWKSMinRefresh, "least time between two JWKS fetches (a token with an unknown kid asks for one)")
+		jwksMin   = fs.Duration("jwks-min-refresh", envDuration("SECKILL_JWKS_MIN_REFRESH", jwtauth.DefaultJWKSMinRefresh), "least time between two JWKS fetches (a token with an unknown kid asks for one) [SECKILL_JWKS_MIN_REFRESH]")
 		issuer    = fs.String("jwt-issuer", env("SECKILL_JWT_ISSUER", ""), "required iss claim, if set [SECKILL_JWT_ISSUER]")
 		audience  = fs.String("jwt-audience", env("SECKILL_JWT_AUDIENCE", ""), "required aud claim, if set [SECKILL_JWT_AUDIENCE]")
 		leeway    = fs.Duration("jwt-leeway", 30*time.Second, "clock skew tolerated on exp/nbf/iat")
