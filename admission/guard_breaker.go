@@ -80,12 +80,18 @@ func callerGaveUp(err error) bool {
 	return errors.Is(err, context.Canceled)
 }
 
+// BreakerRefused reports whether the guard's breaker refused a call without trying the store
+// (open, or half-open with its trial already taken).
+func BreakerRefused(err error) bool {
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
+}
+
 // busyError maps a failed call to the error the caller sees. A call the breaker refused, and a
 // store failure, both wrap ErrBusy, so the edge answers 503 busy for either; store answers
 // (ErrBadInput, ErrNotFound, ...) and cancellations pass through unchanged.
 func busyError(op, activity string, err error) error {
 	switch {
-	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+	case BreakerRefused(err):
 		return fmt.Errorf("%s %s: %w: %w", op, activity, ErrBusy, err)
 	case storeAnswered(err), callerGaveUp(err):
 		return err

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
@@ -391,7 +390,7 @@ func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error
 		def, err := a.defineActivity(ctx, id, c)
 		// An open breaker refuses before trying: a reload right after the store came back (a
 		// Redis restart, a store local opened again after a full disk) waits for its trial.
-		for breakerRefused(err) && ctx.Err() == nil {
+		for admission.BreakerRefused(err) && ctx.Err() == nil {
 			time.Sleep(100 * time.Millisecond)
 			def, err = a.defineActivity(ctx, id, c)
 		}
@@ -411,11 +410,6 @@ func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error
 			zap.Time("start", def.Start), zap.Time("end", def.End))
 	}
 	return defs, nil
-}
-
-// breakerRefused reports whether the guard's breaker refused a call without trying the store.
-func breakerRefused(err error) bool {
-	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
 }
 
 // defineActivity defines one activity. With start_in, the start is the one the store already has

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
@@ -145,7 +144,7 @@ func storeFailureLayer(err error) layer {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return layerCanceled // the client is gone; nobody reads the answer
-	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+	case admission.BreakerRefused(err):
 		return layerBreaker
 	case errors.Is(err, admission.ErrNotReplicated):
 		return layerReplicasAck // decided on the master: "unknown", not "no"

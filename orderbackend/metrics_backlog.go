@@ -19,10 +19,7 @@ func (b *Backend) Backlog(ctx context.Context) map[string]int64 {
 	if err != nil {
 		return nil
 	}
-	group := b.cfg.Consumer.Group
-	if group == "" {
-		group = DefaultGroup
-	}
+	group := b.cfg.Consumer.withDefaults().Group
 	out := make(map[string]int64, len(ids))
 	for _, id := range ids {
 		if n, err := b.cfg.Store.Backlog(ctx, id, group); err == nil {
