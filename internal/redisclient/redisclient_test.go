@@ -149,7 +149,10 @@ func failoverWatch(t *testing.T, pause bool) {
 		"answers from the replaced master taken: monitored %d, plain %d",
 		took.Round(time.Millisecond), first.Sub(failed).Round(time.Millisecond), first.Sub(promotion).Round(time.Millisecond),
 		plainAt, dupW, dupP)
-	if d := first.Sub(promotion); d > 3*time.Second {
+	// About a second is expected (docs/failover.md has the measured figures); the bound only has
+	// to tell the monitor from go-redis's minute-long stall, on a loaded machine where a reload
+	// that asks the stopped node waits out its 500 ms timeout (a CI run took 3.3 s).
+	if d := first.Sub(promotion); d > 6*time.Second {
 		t.Errorf("the monitored client wrote again %s after the promotion, want about a second", d)
 	}
 	if !plainFirst.IsZero() {
