@@ -77,7 +77,7 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open local store %s: load: %w", dir, err)
 	}
-	w, err := newLocalWriter(db, dir)
+	w, err := newLocalWriter(db, dir, mem.entryCounts())
 	if err != nil {
 		_ = db.Close()
 		_ = lock.Close()

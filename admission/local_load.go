@@ -33,7 +33,8 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 		return nil, fmt.Errorf("%s: a row of activity %q, which is not defined", table, id)
 	}
 
-	err = eachRow(db, `SELECT activity, idx, id, user, qty, request_id, at_ms, remaining FROM wins ORDER BY activity, idx`, func(rows *sql.Rows) error {
+	// In seq order each activity's wins come in index order (the writer checked it).
+	err = eachRow(db, `SELECT activity, idx, id, user, qty, request_id, at_ms, remaining FROM wins ORDER BY seq`, func(rows *sql.Rows) error {
 		var act string
 		var idx int
 		var e memEntry
@@ -239,4 +240,16 @@ func parseEntryID(id string) (ms int64, seq uint64, ok bool) {
 	ms, err1 := strconv.ParseInt(m, 10, 64)
 	seq, err2 := strconv.ParseUint(s, 10, 64)
 	return ms, seq, err1 == nil && err2 == nil
+}
+
+// entryCounts returns how many wins each activity holds: the writer's next index for each.
+func (s *MemoryStore) entryCounts() map[string]int {
+	acts := *s.acts.Load()
+	next := make(map[string]int, len(acts))
+	for id, a := range acts {
+		a.mu.Lock()
+		next[id] = len(a.entries)
+		a.mu.Unlock()
+	}
+	return next
 }

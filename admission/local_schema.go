@@ -12,8 +12,9 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 )
 
-// localSchemaVersion is the layout below; a database of another version is refused at open.
-const localSchemaVersion = "1"
+// localSchemaVersion is the layout below. A version-1 database (wins keyed by activity and index)
+// is migrated at open (migrateLocalV1); any other version is refused.
+const localSchemaVersion = "2"
 
 // localDBName is the database file in the store's folder (with its -wal and -shm files).
 const localDBName = "seckill.db"
@@ -24,18 +25,16 @@ const localDBName = "seckill.db"
 // number of wins the activity had then (after_wins) and the user's per-reservation records then
 // (reservations: JSON, empty before a second reservation); the user's later wins are folded in
 // at load. So a win writes one row at the end of one table, not a row at a random place in a
-// second.
+// second. The wins are keyed by seq, the writer's count of wins: a batch appends to the table's
+// last page whichever activities it touches, where a key of (activity, index) dirtied a page per
+// activity. The load reads them in seq order, in which each activity's wins come in index order.
 const localSchema = `
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE activities (
 	id TEXT PRIMARY KEY, stock INTEGER NOT NULL, lim INTEGER NOT NULL,
 	start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, pay_ms INTEGER NOT NULL, salt TEXT NOT NULL
 ) WITHOUT ROWID;
-CREATE TABLE wins (
-	activity TEXT NOT NULL, idx INTEGER NOT NULL, id TEXT NOT NULL, user TEXT NOT NULL,
-	qty INTEGER NOT NULL, request_id TEXT NOT NULL, at_ms INTEGER NOT NULL, remaining INTEGER NOT NULL,
-	PRIMARY KEY (activity, idx)
-) WITHOUT ROWID;
+CREATE TABLE wins (` + localWinsColumns + `);
 CREATE TABLE released (activity TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (activity, id)) WITHOUT ROWID;
 CREATE TABLE results (
 	activity TEXT NOT NULL, user TEXT NOT NULL, code TEXT NOT NULL, reservation_id TEXT NOT NULL,
@@ -50,6 +49,25 @@ CREATE TABLE pending (
 ) WITHOUT ROWID;
 CREATE TABLE dead (activity TEXT NOT NULL, idx INTEGER NOT NULL, deliveries INTEGER NOT NULL, reason TEXT NOT NULL);
 CREATE INDEX dead_activity ON dead (activity);
+`
+
+// localWinsColumns are the columns of the wins table (version 2).
+const localWinsColumns = `
+	seq INTEGER PRIMARY KEY, activity TEXT NOT NULL, idx INTEGER NOT NULL, id TEXT NOT NULL, user TEXT NOT NULL,
+	qty INTEGER NOT NULL, request_id TEXT NOT NULL, at_ms INTEGER NOT NULL, remaining INTEGER NOT NULL
+`
+
+// localMigrateV1 turns a version-1 database into version 2: the wins, keyed by (activity, index)
+// in version 1, are copied in that order into a table keyed by seq, so each activity's wins keep
+// their index order. Only the wins table changed.
+const localMigrateV1 = `
+CREATE TABLE wins_v2 (` + localWinsColumns + `);
+INSERT INTO wins_v2 (seq, activity, idx, id, user, qty, request_id, at_ms, remaining)
+	SELECT row_number() OVER (ORDER BY activity, idx), activity, idx, id, user, qty, request_id, at_ms, remaining
+	FROM wins ORDER BY activity, idx;
+DROP TABLE wins;
+ALTER TABLE wins_v2 RENAME TO wins;
+UPDATE meta SET value = '2' WHERE key = 'schema_version';
 `
 
 // localDSN is the data source of the store's one connection. synchronous=NORMAL in WAL mode
@@ -92,11 +110,36 @@ func openLocalDB(dir string, fsyncAlways bool) (*sql.DB, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	if err := checkLocalDB(db); err != nil {
+	version, err := checkLocalDB(db)
+	if err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open local store %s: %s is damaged or not a seckill store (it is left as it is): %w", dir, path, err)
 	}
+	if version == "1" {
+		if err := migrateLocalV1(db); err != nil {
+			_ = db.Close()
+			return nil, fmt.Errorf("open local store %s: migrate %s from schema version 1 (it is left at version 1): %w", dir, path, err)
+		}
+	}
 	return db, nil
+}
+
+// migrateLocalV1 migrates a version-1 database in one transaction: a crash or an error in the
+// middle leaves version 1, which the next open migrates again.
+func migrateLocalV1(db *sql.DB) (err error) {
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if _, err := tx.Exec(localMigrateV1); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // sqliteMagic opens every SQLite database file.
@@ -120,44 +163,44 @@ func checkLocalHeader(path string) error {
 	return nil
 }
 
-// checkLocalDB runs SQLite's quick_check and reads the schema version.
-func checkLocalDB(db *sql.DB) error {
+// checkLocalDB runs SQLite's quick_check and returns the schema version: this one or 1.
+func checkLocalDB(db *sql.DB) (string, error) {
 	var mode string
 	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
-		return err
+		return "", err
 	}
 	if mode != "wal" {
-		return fmt.Errorf("journal mode %q, want wal", mode)
+		return "", fmt.Errorf("journal mode %q, want wal", mode)
 	}
 	rows, err := db.Query(`PRAGMA quick_check`)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var problems []string
 	for rows.Next() {
 		var p string
 		if err := rows.Scan(&p); err != nil {
 			_ = rows.Close()
-			return err
+			return "", err
 		}
 		if p != "ok" && len(problems) < 5 {
 			problems = append(problems, p)
 		}
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		return err
+		return "", err
 	}
 	if len(problems) > 0 {
-		return fmt.Errorf("quick_check: %s", strings.Join(problems, "; "))
+		return "", fmt.Errorf("quick_check: %s", strings.Join(problems, "; "))
 	}
 	var v string
 	if err := db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v); err != nil {
-		return fmt.Errorf("schema version: %w", err)
+		return "", fmt.Errorf("schema version: %w", err)
 	}
-	if v != localSchemaVersion {
-		return fmt.Errorf("schema version %q, this build reads %q", v, localSchemaVersion)
+	if v != localSchemaVersion && v != "1" {
+		return "", fmt.Errorf("schema version %q, this build reads %q (and migrates \"1\")", v, localSchemaVersion)
 	}
-	return nil
+	return v, nil
 }
 
 // createLocalDB makes a new database under a temporary name and renames it into place, so that

@@ -22,6 +22,10 @@ type localWriter struct {
 	dir   string
 	stmts [localStmtCount]*sql.Stmt
 	args  []any // the writer goroutine's arguments of a multi-row INSERT, reused
+	seq   int64 // the writer goroutine's last win's seq (the wins table's key)
+	// next is each activity's next win index, for the writer goroutine: a win that is not its
+	// activity's next fails the commit, as a duplicate key did when the key was (activity, index).
+	next map[string]int
 
 	mu       sync.Mutex
 	pending  []memChange   // recorded, not yet taken by the writer
@@ -78,7 +82,7 @@ var localStmtText = [localStmtCount]string{
 	stmtDefine: `INSERT INTO activities (id, stock, lim, start_ms, end_ms, pay_ms, salt) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET stock = excluded.stock, lim = excluded.lim, start_ms = excluded.start_ms,
 		end_ms = excluded.end_ms, pay_ms = excluded.pay_ms, salt = excluded.salt`,
-	stmtWin:     `INSERT INTO wins (activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+	stmtWin:     `INSERT INTO wins (seq, activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 	stmtRelease: `INSERT INTO released (activity, id) VALUES (?, ?)`,
 	stmtResult: `INSERT INTO results (activity, user, code, reservation_id, order_id, pay_before_ms, after_wins, reservations) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (activity, user) DO UPDATE SET code = excluded.code, reservation_id = excluded.reservation_id,
@@ -106,29 +110,33 @@ var localStmtText = [localStmtCount]string{
 	stmtWins64:      winsInsert(64),
 }
 
-// winsInsert is the INSERT of n wins rows. OR FAIL: on a conflict (a bug: the index is the
-// activity's next) the statement stops and the commit rolls the whole batch back anyway; with the
-// default ABORT SQLite would copy every page the statement changes into a statement journal, to
-// undo the statement alone, which cost as much as the rows saved.
+// winsInsert is the INSERT of n wins rows. OR FAIL: on a conflict (a bug: seq is the writer's
+// next) the statement stops and the commit rolls the whole batch back anyway; with the default
+// ABORT SQLite would copy every page the statement changes into a statement journal, to undo the
+// statement alone, which cost as much as the rows saved.
 func winsInsert(n int) string {
 	var b strings.Builder
-	b.WriteString(`INSERT OR FAIL INTO wins (activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES `)
+	b.WriteString(`INSERT OR FAIL INTO wins (seq, activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES `)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?)")
+		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	return b.String()
 }
 
-func newLocalWriter(db *sql.DB, dir string) (*localWriter, error) {
+// newLocalWriter starts the writer of db, whose activities have next[id] wins each.
+func newLocalWriter(db *sql.DB, dir string, next map[string]int) (*localWriter, error) {
 	w := &localWriter{
-		db: db, dir: dir,
+		db: db, dir: dir, next: next,
 		gather: make(chan struct{}), flushing: make(chan struct{}),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	close(w.flushing) // nothing is being committed yet
+	if err := db.QueryRow(`SELECT COALESCE(MAX(seq), 0) FROM wins`).Scan(&w.seq); err != nil {
+		return nil, fmt.Errorf("open local store %s: last win: %w", dir, err)
+	}
 	for i, text := range localStmtText {
 		st, err := db.Prepare(text)
 		if err != nil {
@@ -349,9 +357,8 @@ func (w *localWriter) commit(batch []memChange) (err error) {
 	return tx.Commit()
 }
 
-// applyWins writes a run of wins: the largest multi-row INSERTs first, the odd one alone. The
-// order of the rows does not matter (their key is the activity and the index), and no other
-// change lies between them.
+// applyWins writes a run of wins: the largest multi-row INSERTs first, the odd one alone, in
+// the order they were recorded (seq).
 func (w *localWriter) applyWins(exec func(int, ...any) error, wins []memChange) error {
 	for len(wins) > 0 {
 		if len(wins) == 1 {
@@ -360,12 +367,15 @@ func (w *localWriter) applyWins(exec func(int, ...any) error, wins []memChange) 
 		k := min(bits.Len(uint(len(wins)))-2, localWinRuns-1) // 2 << k rows: the most that fit
 		n := 2 << k
 		args := w.args[:0]
+		var err error
 		for i := range wins[:n] {
-			c := &wins[i]
-			e := &c.entry
-			args = append(args, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining)
+			if args, err = w.winRow(args, &wins[i]); err != nil {
+				break
+			}
 		}
-		err := exec(stmtWins2+k, args...)
+		if err == nil {
+			err = exec(stmtWins2+k, args...)
+		}
 		clear(args) // let the strings go
 		w.args = args[:0]
 		if err != nil {
@@ -376,6 +386,18 @@ func (w *localWriter) applyWins(exec func(int, ...any) error, wins []memChange) 
 	return nil
 }
 
+// winRow appends win c's row to args, with the next seq. A win that is not its activity's next
+// is an error (a bug in the journal's order), which fails the commit.
+func (w *localWriter) winRow(args []any, c *memChange) ([]any, error) {
+	if n := w.next[c.act]; c.idx != n {
+		return args, fmt.Errorf("win %d of %s recorded where win %d was due", c.idx, c.act, n)
+	}
+	w.next[c.act] = c.idx + 1
+	w.seq++
+	e := &c.entry
+	return append(args, w.seq, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining), nil
+}
+
 // apply writes one change.
 func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 	switch c.kind {
@@ -383,6 +405,7 @@ func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 		d := c.def
 		return exec(stmtDefine, d.ID, d.Stock, d.Limit, d.Start.UnixMilli(), d.End.UnixMilli(), d.PayWithin.Milliseconds(), d.Salt)
 	case changeDelete:
+		delete(w.next, c.act)
 		for i := stmtDelActivity; i <= stmtDelDead; i++ {
 			if err := exec(i, c.act); err != nil {
 				return err
@@ -390,8 +413,13 @@ func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 		}
 		return nil
 	case changeWin:
-		e := &c.entry
-		return exec(stmtWin, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining)
+		args, err := w.winRow(w.args[:0], c)
+		if err == nil {
+			err = exec(stmtWin, args...)
+		}
+		clear(args)
+		w.args = args[:0]
+		return err
 	case changeRelease:
 		return exec(stmtRelease, c.act, c.entry.id)
 	case changeResult:

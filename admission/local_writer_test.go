@@ -9,10 +9,10 @@ import (
 )
 
 // TestLocalWinRuns checks how a run of n wins is cut into multi-row INSERTs: every win once, in
-// order, in statements of 2, 4, ... 64 rows and at most one single row.
+// order, with consecutive seqs, in statements of 2, 4, ... 64 rows and at most one single row.
 func TestLocalWinRuns(t *testing.T) {
-	w := &localWriter{}
 	for n := 1; n <= 200; n++ {
+		w := &localWriter{seq: 7, next: map[string]int{}}
 		wins := make([]memChange, n)
 		for i := range wins {
 			wins[i] = memChange{kind: changeWin, act: "a", idx: i, entry: memEntry{id: fmt.Sprint(i), user: "u", qty: 1, requestID: "r"}}
@@ -28,12 +28,15 @@ func TestLocalWinRuns(t *testing.T) {
 			default:
 				return fmt.Errorf("statement %d for a win", st)
 			}
-			if len(args) != rows*8 {
+			if len(args) != rows*9 {
 				return fmt.Errorf("statement of %d rows with %d arguments", rows, len(args))
 			}
 			for r := range rows {
-				if got := args[r*8+1]; got != next {
+				if got := args[r*9+2]; got != next {
 					return fmt.Errorf("row %d is win %v, want %d", r, got, next)
+				}
+				if got := args[r*9]; got != int64(8+next) {
+					return fmt.Errorf("row %d has seq %v, want %d", r, got, 8+next)
 				}
 				next++
 			}
@@ -42,8 +45,32 @@ func TestLocalWinRuns(t *testing.T) {
 		if err := w.applyWins(exec, wins); err != nil {
 			t.Fatalf("%d wins: %v", n, err)
 		}
-		if next != n || singles > 1 {
-			t.Fatalf("%d wins: %d written, %d alone", n, next, singles)
+		if next != n || singles > 1 || w.seq != int64(7+n) {
+			t.Fatalf("%d wins: %d written, %d alone, last seq %d", n, next, singles, w.seq)
+		}
+	}
+}
+
+// TestLocalWinOutOfOrder: a win that is not its activity's next (a bug in the journal's order)
+// is an error, which rolls the commit back, as a duplicate key did in schema version 1; another
+// activity's count does not matter.
+func TestLocalWinOutOfOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		idxs []int
+	}{
+		{"duplicate", []int{0, 1, 1}},
+		{"gap", []int{0, 2}},
+		{"alone", []int{1}},
+	} {
+		w := &localWriter{next: map[string]int{"b": 5}}
+		wins := make([]memChange, len(tc.idxs))
+		for i, idx := range tc.idxs {
+			wins[i] = memChange{kind: changeWin, act: "a", idx: idx}
+		}
+		exec := func(int, ...any) error { return nil }
+		if err := w.applyWins(exec, wins); err == nil {
+			t.Errorf("%s: applyWins accepted wins %v", tc.name, tc.idxs)
 		}
 	}
 }
