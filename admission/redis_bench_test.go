@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -178,23 +177,5 @@ func scriptUsec(b *testing.B, c *redis.Client) int64 {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total int64
-	for line := range strings.SplitSeq(info, "\r\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
-			v, ok := strings.CutPrefix(line, cmd)
-			if !ok {
-				continue
-			}
-			for kv := range strings.SplitSeq(v, ",") {
-				if u, ok := strings.CutPrefix(kv, "usec="); ok {
-					n, err := strconv.ParseInt(u, 10, 64)
-					if err != nil {
-						b.Fatalf("INFO commandstats %q: %v", line, err)
-					}
-					total += n
-				}
-			}
-		}
-	}
-	return total
+	return testsrv.RedisCommandUsec(b, info, "evalsha", "eval")
 }

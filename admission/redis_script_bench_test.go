@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -78,19 +76,10 @@ func redisBenchScript(b *testing.B, s *RedisStore, src string, stock int64, batc
 	if err != nil {
 		b.Fatal(err)
 	}
-	var usec int64
 	if os.Getenv("SECKILL_BENCH_CMDSTATS") != "" {
 		b.Log(info)
 	}
-	for line := range strings.SplitSeq(info, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
-			for kv := range strings.SplitSeq(v, ",") {
-				if u, ok := strings.CutPrefix(kv, "usec="); ok {
-					usec, _ = strconv.ParseInt(u, 10, 64)
-				}
-			}
-		}
-	}
+	usec := testsrv.RedisCommandUsec(b, info, "evalsha")
 	b.ReportMetric(float64(usec)/float64(b.N), "script_µs/admit")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "server_µs/admit")
 }
