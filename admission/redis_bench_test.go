@@ -25,8 +25,10 @@ const redisBenchClients = 64
 // redis-server and compares them with what the same server does for the cheapest possible script,
 // redis-benchmark -c 64 EVAL "return 1" 0: the ratio says how much of the server's script
 // throughput the admit script's work and the Go client leave. It also reports the p50 and p99
-// latency of one Admit, in µs, and the CPU time per Admit of this process (client_µs/op, the
-// benchmark's loop included) and of redis-server (server_µs/op, from INFO cpu).
+// latency of one Admit, in µs, the CPU time per Admit of this process (client_µs/op, the
+// benchmark's loop included) and of redis-server (server_µs/op, from INFO cpu), and the time
+// redis-server spent running admit.lua per Admit (script_µs/op: the usec of EVALSHA and EVAL in
+// INFO commandstats; the script alone, without parsing, the round trip or the reply).
 //
 // Each path runs in three modes: "single" (RedisOptions.AdmitBatch 1: one script call per Admit,
 // as a plain client would), "single_autopipeline" (the same through go-redis's auto-pipeliner)
@@ -90,7 +92,7 @@ func redisBenchAdmit(b *testing.B, addr string, baseline float64, opts admission
 	)
 	b.SetParallelism((redisBenchClients + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ReportAllocs()
-	server0, client0 := serverCPU(b, raw), testsrv.ProcessCPU(b)
+	server0, client0, script0 := serverCPU(b, raw), testsrv.ProcessCPU(b), scriptUsec(b, raw)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -106,11 +108,13 @@ func redisBenchAdmit(b *testing.B, addr string, baseline float64, opts admission
 	})
 	b.StopTimer()
 	client, server := testsrv.ProcessCPU(b)-client0, serverCPU(b, raw)-server0
+	script := scriptUsec(b, raw) - script0
 	if n := bad.Load(); n > 0 {
 		b.Fatalf("%d of %d admissions failed or had an unexpected outcome", n, b.N)
 	}
 	b.ReportMetric(float64(client.Nanoseconds())/1e3/float64(b.N), "client_µs/op")
 	b.ReportMetric(float64(server.Nanoseconds())/1e3/float64(b.N), "server_µs/op")
+	b.ReportMetric(float64(script)/float64(b.N), "script_µs/op")
 	perSec := float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(perSec, "admits/s")
 	slices.Sort(lat)
@@ -164,4 +168,14 @@ func serverCPU(b *testing.B, c *redis.Client) time.Duration {
 		b.Fatal(err)
 	}
 	return testsrv.RedisCPU(b, info)
+}
+
+// scriptUsec returns the µs redis-server has spent running scripts (EVALSHA and EVAL), from INFO
+// commandstats.
+func scriptUsec(b *testing.B, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return testsrv.RedisCommandUsec(b, info, "evalsha", "eval")
 }

@@ -42,3 +42,29 @@ func RedisCPU(tb testing.TB, info string) time.Duration {
 	}
 	return time.Duration(total * float64(time.Second))
 }
+
+// RedisCommandUsec returns the µs a redis-server has spent running the given commands (lower
+// case, as "evalsha"), from the text of its INFO commandstats answer (the usec of each).
+func RedisCommandUsec(tb testing.TB, info string, commands ...string) int64 {
+	tb.Helper()
+	var total int64
+	for line := range strings.SplitSeq(info, "\n") {
+		line = strings.TrimSpace(line)
+		for _, cmd := range commands {
+			v, ok := strings.CutPrefix(line, "cmdstat_"+cmd+":")
+			if !ok {
+				continue
+			}
+			for kv := range strings.SplitSeq(v, ",") {
+				if u, ok := strings.CutPrefix(kv, "usec="); ok {
+					n, err := strconv.ParseInt(u, 10, 64)
+					if err != nil {
+						tb.Fatalf("INFO commandstats %q: %v", line, err)
+					}
+					total += n
+				}
+			}
+		}
+	}
+	return total
+}
