@@ -50,6 +50,13 @@ type RedisOptions struct {
 	// ReplicasAckTimeout bounds the wait for ReplicasAck; default 100 ms. It must stay well
 	// below the client's read timeout, which also covers WAIT's reply.
 	ReplicasAckTimeout time.Duration
+
+	// RebalanceInterval is how often the store's rebalancer levels the stock of the split
+	// activities (Activity.Buckets) it has served and completes transfers left pending by a
+	// crashed runner; default 250 ms, negative turns it off (admissions still pull stock into a
+	// dry bucket themselves). The rebalancer runs inside the store, from its first split
+	// activity until Close.
+	RebalanceInterval time.Duration
 }
 
 // RedisStore is the production Store: all state lives in Redis and every decision is one Lua
@@ -77,6 +84,8 @@ type RedisStore struct {
 	ack *replicasAck // nil unless RedisOptions.ReplicasAck
 
 	keyCache redisKeyCache // per-activity prebuilt arguments of the hot calls
+
+	bucketCounters bucketCounters // BucketStats
 
 	closeOnce sync.Once
 	closed    chan struct{}
