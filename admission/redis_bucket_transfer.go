@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -236,8 +237,11 @@ func (s *RedisStore) rebalanceLoop() {
 		}
 		s.bucketCache.Range(func(k, v any) bool {
 			if n := v.(int); n > 1 {
-				// Errors are left for the next round: a failover or a deleted activity.
-				_ = s.RebalanceOnce(ctx, k.(string))
+				// Other errors are left for the next round (a failover); an activity another
+				// node deleted is forgotten.
+				if err := s.RebalanceOnce(ctx, k.(string)); errors.Is(err, ErrUnknownActivity) {
+					s.bucketCache.Delete(k)
+				}
 			}
 			return ctx.Err() == nil
 		})
