@@ -150,6 +150,9 @@ func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activ
 	if err != nil {
 		return Activity{}, fmt.Errorf("define: %w", err)
 	}
+	if a.Buckets > 1 {
+		return Activity{}, fmt.Errorf("define %s: %w", a.ID, errBucketsNeedRedis)
+	}
 	s.defMu.Lock()
 	defer s.defMu.Unlock()
 	if s.closed.Load() {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,6 +51,13 @@ type RedisOptions struct {
 	// ReplicasAckTimeout bounds the wait for ReplicasAck; default 100 ms. It must stay well
 	// below the client's read timeout, which also covers WAIT's reply.
 	ReplicasAckTimeout time.Duration
+
+	// RebalanceInterval is how often the store's rebalancer levels the stock of the split
+	// activities (Activity.Buckets) it has served and completes transfers left pending by a
+	// crashed runner; default 250 ms, negative turns it off (admissions still pull stock into a
+	// dry bucket themselves). The rebalancer runs inside the store, from its first split
+	// activity until Close.
+	RebalanceInterval time.Duration
 }
 
 // RedisStore is the production Store: all state lives in Redis and every decision is one Lua
@@ -77,6 +85,14 @@ type RedisStore struct {
 	ack *replicasAck // nil unless RedisOptions.ReplicasAck
 
 	keyCache redisKeyCache // per-activity prebuilt arguments of the hot calls
+
+	bucketCounters bucketCounters // BucketStats
+	bucketCache    sync.Map       // activity id -> its bucket count (int), see bucketCount
+	rebalance      bucketRebalancer
+	pulls          pullFlight
+	// bucketReadStart rotates the bucket a queue sweep starts at, so that a busy bucket does
+	// not starve the others of a reader asking for few entries.
+	bucketReadStart atomic.Uint32
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -146,6 +162,10 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) (*RedisStore
 		closed:      make(chan struct{}),
 		ack:         ack,
 	}
+	s.rebalance.interval = opts.RebalanceInterval
+	if s.rebalance.interval == 0 {
+		s.rebalance.interval = defaultRebalanceInterval
+	}
 	if opts.AdmitBatch > 1 {
 		s.groups = newAdmitGroups(opts.AdmitBatch, opts.AdmitInFlight, s.runAdmitBatch)
 	}
@@ -158,6 +178,11 @@ func (s *RedisStore) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		close(s.closed)
+		// No rebalancer starts after this; a running one ends before the client closes.
+		s.rebalance.once.Do(func() {})
+		if s.rebalance.done != nil {
+			<-s.rebalance.done
+		}
 		err = s.client.Close()
 	})
 	return err
@@ -194,6 +219,8 @@ func redisScriptErr(err error) error {
 		return ErrActivityRunning
 	case "BELOW_SOLD":
 		return ErrStockBelowSold
+	case "BUCKETS":
+		return fmt.Errorf("%w: bucket count: %s", ErrBadInput, strings.TrimPrefix(msg, "BUCKETS "))
 	case "NOGROUP":
 		return fmt.Errorf("%w: %s", ErrNotFound, msg)
 	}

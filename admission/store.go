@@ -131,6 +131,12 @@ type Activity struct {
 	End       time.Time     `json:"end"`        // the window closes (exclusive)
 	PayWithin time.Duration `json:"pay_within"` // how long a winner has to pay
 	Salt      string        `json:"salt"`       // per-activity secret salt; generated when empty
+
+	// Buckets splits the stock into that many buckets under their own Redis Cluster hash tags,
+	// so that one hot activity is decided on several shards (docs/admission.md, "Stock
+	// buckets"). 0 or 1 is not split; 2 to MaxBuckets, and never more than Stock. Only
+	// RedisStore splits; the count is fixed once defined.
+	Buckets int `json:"buckets,omitempty"`
 }
 
 // Snapshot is an activity's definition together with its live counters.

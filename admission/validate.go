@@ -13,6 +13,9 @@ const (
 	MaxActivityIDLen = 64
 	MaxUserIDLen     = 256
 	MaxRequestIDLen  = 128
+
+	// MaxBuckets is the most stock buckets one activity may be split into (Activity.Buckets).
+	MaxBuckets = 256
 )
 
 // ValidActivityID reports whether id may name an activity: 1 to 64 bytes of ASCII letters, digits,
@@ -46,6 +49,13 @@ func (a Activity) validate() (Activity, error) {
 		return a, badInput("activity %s: start and end are required", a.ID)
 	case a.PayWithin < 0:
 		return a, badInput("activity %s: pay window %s is negative", a.ID, a.PayWithin)
+	case a.Buckets < 0 || a.Buckets > MaxBuckets:
+		return a, badInput("activity %s: buckets %d: want 0 to %d", a.ID, a.Buckets, MaxBuckets)
+	case a.Buckets > 1 && int64(a.Buckets) > a.Stock:
+		return a, badInput("activity %s: %d buckets for a stock of %d: never more buckets than items", a.ID, a.Buckets, a.Stock)
+	}
+	if a.Buckets == 1 { // one bucket is no split
+		a.Buckets = 0
 	}
 	// Stores keep milliseconds; normalise so that a stored definition compares equal to its source,
 	// and before the order check, so that a window shorter than a millisecond cannot be stored empty.
@@ -61,7 +71,7 @@ func (a Activity) validate() (Activity, error) {
 
 // sameDefinition reports whether b redefines a without change; an empty salt in b means "keep".
 func sameDefinition(a, b Activity) bool {
-	return a.Stock == b.Stock && a.Limit == b.Limit && a.Start.Equal(b.Start) && a.End.Equal(b.End) &&
+	return a.Stock == b.Stock && a.Buckets == b.Buckets && a.Limit == b.Limit && a.Start.Equal(b.Start) && a.End.Equal(b.End) &&
 		a.PayWithin == b.PayWithin && (b.Salt == "" || a.Salt == b.Salt)
 }
 
