@@ -295,7 +295,7 @@ func (r *Redis) busPort() string {
 }
 
 // Running reports whether the server process is up (it may be paused).
-func (r *Redis) Running() bool { return r.cmd != nil }
+func (r *Redis) Running() bool { return r.proc != nil }
 
 // Client returns a go-redis client of this server alone that neither retries nor waits long; the
 // caller closes it.

@@ -177,8 +177,8 @@ func readReply(rd *bufio.Reader, name string) (string, error) {
 
 // PID returns the server's process id, 0 when it is not running.
 func (r *Redis) PID() int {
-	if r.cmd == nil {
+	if r.proc == nil {
 		return 0
 	}
-	return r.cmd.Process.Pid
+	return r.proc.Pid()
 }
