@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -315,11 +314,7 @@ func (p *server) failIfExited() {
 func (p *server) kill() { p.current().Kill() }
 
 // stop asks the process to exit (SIGTERM) and kills it after 10 s; safe to call when it is gone.
-func (p *server) stop() {
-	if pr := p.current(); pr != nil {
-		pr.Stop(syscall.SIGTERM, 10*time.Second)
-	}
-}
+func (p *server) stop() { p.current().Stop(10 * time.Second) }
 
 // gateway is a Caddy process running the seckill edge on the shared Redis.
 type gateway struct {

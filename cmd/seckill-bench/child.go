@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -61,7 +59,7 @@ func (c *child) stop(grace time.Duration) error {
 	if c.proc.Exited() {
 		return c.exitErr()
 	}
-	if !c.proc.Stop(syscall.SIGTERM, grace) {
+	if !c.proc.Stop(grace) {
 		return fmt.Errorf("%s did not stop within %s and was killed (log: %s)", c.name, grace, c.log)
 	}
 	return nil
@@ -96,13 +94,4 @@ func (c *child) waitHTTP(ctx context.Context, url string, want int, timeout time
 // waitTCP waits until addr accepts connections.
 func (c *child) waitTCP(ctx context.Context, addr string, timeout time.Duration) error {
 	return c.wait(ctx, "listening on "+addr, timeout, proc.Dial(addr))
-}
-
-// freePort returns a loopback address with a port nobody listens on right now.
-func freePort() (string, error) {
-	port, err := proc.FreePort()
-	if err != nil {
-		return "", err
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }

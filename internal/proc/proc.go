@@ -51,6 +51,20 @@ func Start(cmd *exec.Cmd) (*Proc, error) {
 	return p, nil
 }
 
+// StartReady starts cmd (as Start does) and waits until ready answers nil (as WaitReady does,
+// without a context); a process that is not ready in time is killed.
+func StartReady(cmd *exec.Cmd, timeout, interval time.Duration, ready func() error) (*Proc, error) {
+	p, err := Start(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.WaitReady(context.Background(), timeout, interval, ready); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
+}
+
 // Pid is the process id.
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
@@ -76,17 +90,25 @@ func (p *Proc) Err() error {
 	return p.err
 }
 
-// Kill sends SIGKILL, as a crash would, and waits until the process is gone.
+// Kill sends SIGKILL, as a crash would, and waits until the process is gone. A nil Proc (a
+// server that is not running) does nothing.
 func (p *Proc) Kill() {
+	if p == nil {
+		return
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGKILL)
 	<-p.done
 }
 
-// Stop asks the process to exit with sig (SIGTERM, or SIGINT for PostgreSQL's fast shutdown),
-// waits up to grace, and then kills it. It reports whether the process exited within grace.
-// SIGCONT follows sig, since a paused process cannot act on it. Safe on an exited process.
-func (p *Proc) Stop(sig syscall.Signal, grace time.Duration) bool {
-	if p.Exited() {
+// Stop is StopWith(syscall.SIGTERM, grace).
+func (p *Proc) Stop(grace time.Duration) bool { return p.StopWith(syscall.SIGTERM, grace) }
+
+// StopWith asks the process to exit with sig (SIGINT for PostgreSQL's fast shutdown), waits up
+// to grace, and then kills it. It reports whether the process exited within grace. SIGCONT
+// follows sig, since a paused process cannot act on it. Safe on an exited process; a nil Proc
+// does nothing.
+func (p *Proc) StopWith(sig syscall.Signal, grace time.Duration) bool {
+	if p == nil || p.Exited() {
 		return true
 	}
 	_ = p.cmd.Process.Signal(sig)
@@ -198,12 +220,29 @@ func WaitStopped(pid int, limit time.Duration) bool {
 // FreePort returns a loopback TCP port that was free a moment ago. Another process may take it
 // before the caller's child binds it, so callers retry a start that fails.
 func FreePort() (int, error) {
+	a, err := freeAddr()
+	if err != nil {
+		return 0, err
+	}
+	return a.Port, nil
+}
+
+// FreeAddr is FreePort as an address, 127.0.0.1:port.
+func FreeAddr() (string, error) {
+	a, err := freeAddr()
+	if err != nil {
+		return "", err
+	}
+	return a.String(), nil
+}
+
+func freeAddr() (*net.TCPAddr, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+		return nil, fmt.Errorf("find a free port: %w", err)
 	}
 	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return l.Addr().(*net.TCPAddr), nil
 }
 
 // Tail returns the last lines of the file at path (a child's log), for error messages; the read

@@ -74,14 +74,14 @@ func TestStartReadyStop(t *testing.T) {
 	if p.Exited() || p.Err() != nil {
 		t.Fatalf("exited %v, err %v while listening", p.Exited(), p.Err())
 	}
-	if !p.Stop(syscall.SIGTERM, time.Minute) {
+	if !p.Stop(time.Minute) {
 		t.Fatal("SIGTERM did not end the child within a minute")
 	}
 	var ee *exec.ExitError
 	if !errors.As(p.Err(), &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
 		t.Fatalf("exit error %v, want death by SIGTERM", p.Err())
 	}
-	if !p.Stop(syscall.SIGTERM, time.Second) {
+	if !p.Stop(time.Second) {
 		t.Fatal("Stop of an exited process must report it exited")
 	}
 }
@@ -91,7 +91,7 @@ func TestStopKillsAfterGrace(t *testing.T) {
 	if err := p.WaitReady(context.Background(), time.Minute, 10*time.Millisecond, Dial(addr)); err != nil {
 		t.Fatal(err)
 	}
-	if p.Stop(syscall.SIGTERM, 200*time.Millisecond) {
+	if p.Stop(200 * time.Millisecond) {
 		t.Fatal("a child ignoring SIGTERM was reported as exiting on it")
 	}
 	if !p.Exited() {
@@ -143,7 +143,7 @@ func TestPauseResume(t *testing.T) {
 	}
 	p.Pause()
 	// A paused child still ends on Stop: SIGCONT follows the signal.
-	if !p.Stop(syscall.SIGTERM, time.Minute) {
+	if !p.Stop(time.Minute) {
 		t.Fatal("a paused child did not end on SIGTERM")
 	}
 }
@@ -154,6 +154,54 @@ func TestWaitStoppedGone(t *testing.T) {
 	if WaitStopped(p.Pid(), time.Minute) {
 		t.Fatal("a process that is gone reported stopped")
 	}
+}
+
+func TestStartReady(t *testing.T) {
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=listen", helperPortEnv+"="+strconv.Itoa(port))
+	p, err := StartReady(cmd, time.Minute, 10*time.Millisecond, Dial(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Dial(addr)(); err != nil {
+		t.Fatalf("StartReady returned before %s listened: %v", addr, err)
+	}
+	if !p.Stop(time.Minute) {
+		t.Fatal("SIGTERM did not end the child")
+	}
+	var none *Proc
+	none.Kill()
+	if !none.Stop(time.Second) {
+		t.Fatal("a nil Proc must stop as a process that is gone")
+	}
+
+	// Not ready in time: killed, not left running.
+	cmd = exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=listen", helperPortEnv+"="+strconv.Itoa(port))
+	never := func() error { return errors.New("never ready") }
+	if p, err := StartReady(cmd, 200*time.Millisecond, 10*time.Millisecond, never); err == nil || p != nil {
+		t.Fatalf("StartReady with a check that never passes: %v, %v", p, err)
+	}
+	if cmd.ProcessState == nil {
+		t.Fatal("the child not ready in time was not waited for")
+	}
+}
+
+func TestFreeAddr(t *testing.T) {
+	addr, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("FreeAddr %s cannot be listened on: %v", addr, err)
+	}
+	_ = l.Close()
 }
 
 func TestTail(t *testing.T) {

@@ -1,7 +1,6 @@
 package testsrv
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -155,13 +154,9 @@ func (p *Postgres) start() error {
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=200")
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
-	pr, err := proc.Start(cmd)
-	if err != nil {
-		return err
-	}
 	ready := func() error { _, err := p.psql("postgres", "SELECT 1"); return err }
-	if err := pr.WaitReady(context.Background(), 30*time.Second, 50*time.Millisecond, ready); err != nil {
-		pr.Kill()
+	pr, err := proc.StartReady(cmd, 30*time.Second, 50*time.Millisecond, ready)
+	if err != nil {
 		return fmt.Errorf("postgres on port %d: %w:\n%s", p.Port, err, proc.Tail(filepath.Join(p.Dir, "postgres.log"), 5))
 	}
 	p.proc = pr
@@ -172,10 +167,8 @@ func (p *Postgres) start() error {
 // to exit, killing it after 30 s; it is safe to call twice. The data directory is kept, so Start
 // brings the same cluster back.
 func (p *Postgres) Stop() {
-	if p.proc != nil {
-		p.proc.Stop(syscall.SIGINT, 30*time.Second)
-		p.proc = nil
-	}
+	p.proc.StopWith(syscall.SIGINT, 30*time.Second)
+	p.proc = nil
 }
 
 // Start starts a stopped server again on the same port and data directory.
@@ -184,14 +177,9 @@ func (p *Postgres) Start() {
 	if p.proc != nil {
 		return
 	}
-	var err error
-	for attempt := 0; attempt < 50; attempt++ { // the port may linger briefly after a stop
-		if err = p.start(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := restart(p.start); err != nil {
+		p.t.Fatalf("restart postgres on port %d: %v", p.Port, err)
 	}
-	p.t.Fatalf("restart postgres on port %d: %v", p.Port, err)
 }
 
 // Database creates a fresh database in the cluster and returns its DSN, so that tests sharing one

@@ -1,7 +1,6 @@
 package testsrv
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -91,12 +89,8 @@ func (p *Prometheus) start(bin, cfgPath, addr string) error {
 		"--storage.tsdb.path="+filepath.Join(p.Dir, "data"), "--log.level=warn")
 	cmd.Dir = p.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	pr, err := proc.Start(cmd)
+	pr, err := proc.StartReady(cmd, 30*time.Second, 50*time.Millisecond, proc.HTTPStatus(p.URL+"/-/ready", http.StatusOK))
 	if err != nil {
-		return err
-	}
-	if err := pr.WaitReady(context.Background(), 30*time.Second, 50*time.Millisecond, proc.HTTPStatus(p.URL+"/-/ready", http.StatusOK)); err != nil {
-		pr.Kill()
 		return fmt.Errorf("prometheus on %s: %w:\n%s", addr, err, proc.Tail(filepath.Join(p.Dir, "prometheus.log"), 5))
 	}
 	p.proc = pr
@@ -105,10 +99,8 @@ func (p *Prometheus) start(bin, cfgPath, addr string) error {
 
 // Stop shuts the server down and waits, killing it after 10 s; it is safe to call twice.
 func (p *Prometheus) Stop() {
-	if p.proc != nil {
-		p.proc.Stop(syscall.SIGTERM, 10*time.Second)
-		p.proc = nil
-	}
+	p.proc.Stop(10 * time.Second)
+	p.proc = nil
 }
 
 // Sample is one series of an instant query's answer.

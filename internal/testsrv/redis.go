@@ -5,7 +5,6 @@ package testsrv
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -13,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -102,12 +100,8 @@ func startRedis(t testing.TB, dir string, args func(port int) (first, last []str
 func (r *Redis) start() error {
 	cmd := exec.Command(r.args[0], r.args[1:]...)
 	cmd.Dir = r.Dir
-	p, err := proc.Start(cmd)
+	p, err := proc.StartReady(cmd, 10*time.Second, 20*time.Millisecond, func() error { return pingRedis(r.Addr) })
 	if err != nil {
-		return err
-	}
-	if err := p.WaitReady(context.Background(), 10*time.Second, 20*time.Millisecond, func() error { return pingRedis(r.Addr) }); err != nil {
-		p.Kill()
 		return fmt.Errorf("redis-server on %s: %w:\n%s", r.Addr, err, r.logTail())
 	}
 	r.proc = p
@@ -118,19 +112,15 @@ func (r *Redis) logTail() string { return proc.Tail(filepath.Join(r.Dir, "redis.
 
 // Kill stops the server with SIGKILL, as a crash would, and waits for it to exit.
 func (r *Redis) Kill() {
-	if r.proc != nil {
-		r.proc.Kill()
-		r.proc = nil
-	}
+	r.proc.Kill()
+	r.proc = nil
 }
 
 // Stop shuts the server down (SIGTERM, a paused one too) and waits, killing it after 10 s; it
 // is safe to call twice.
 func (r *Redis) Stop() {
-	if r.proc != nil {
-		r.proc.Stop(syscall.SIGTERM, 10*time.Second)
-		r.proc = nil
-	}
+	r.proc.Stop(10 * time.Second)
+	r.proc = nil
 }
 
 // Pause stops the server process (SIGSTOP) without closing its sockets; Resume continues it. It
@@ -151,14 +141,22 @@ func (r *Redis) Resume() {
 // Restart starts the server again on the same address and directory after Kill or Stop.
 func (r *Redis) Restart() {
 	r.t.Helper()
+	if err := restart(r.start); err != nil {
+		r.t.Fatalf("restart redis-server on %s: %v", r.Addr, err)
+	}
+}
+
+// restart calls start until it succeeds, up to 50 times 100 ms apart: the port of a server that
+// was killed or stopped may linger briefly.
+func restart(start func() error) error {
 	var err error
-	for attempt := 0; attempt < 50; attempt++ { // the port may linger briefly after a kill
-		if err = r.start(); err == nil {
-			return
+	for attempt := 0; attempt < 50; attempt++ {
+		if err = start(); err == nil {
+			return nil
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	r.t.Fatalf("restart redis-server on %s: %v", r.Addr, err)
+	return err
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago (proc.FreePort).
