@@ -81,15 +81,7 @@ func (o ConsumerOptions) withDefaults() ConsumerOptions {
 	if o.Linger == 0 {
 		o.Linger = DefaultLinger
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = zap.NewNop()
-	}
-	if o.Metrics == nil {
-		o.Metrics = new(Metrics)
-	}
+	defaultRuntime(&o.Now, &o.Logger, &o.Metrics)
 	return o
 }
 

@@ -4,14 +4,12 @@
 package testsrv
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -56,11 +54,17 @@ func RedisServerPath() (string, error) {
 // StartRedis starts a private redis-server and registers its shutdown with t.Cleanup.
 func StartRedis(t testing.TB, opts ...RedisOption) *Redis {
 	t.Helper()
-	var extra []string
-	for _, o := range opts {
-		o(&extra)
-	}
+	extra := redisArgs(opts)
 	return startRedis(t, t.TempDir(), func(int) (first, last []string, err error) { return nil, extra, nil })
+}
+
+// redisArgs is the command line opts make.
+func redisArgs(opts []RedisOption) []string {
+	var args []string
+	for _, o := range opts {
+		o(&args)
+	}
+	return args
 }
 
 // startRedis starts a redis-server in dir on a free port. args returns, for the port chosen, the
@@ -161,24 +165,3 @@ func restart(start func() error) error {
 
 // FreePort returns a loopback TCP port that was free a moment ago (proc.FreePort).
 func FreePort() (int, error) { return proc.FreePort() }
-
-// pingRedis sends an inline PING and expects +PONG, without a client library.
-func pingRedis(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = c.Close() }()
-	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return err
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("unexpected PING reply %q", line)
-	}
-	return nil
-}
