@@ -69,7 +69,7 @@ type ReconcileStore interface {
 	DeadLetters(ctx context.Context, activity string, count int) ([]admission.Win, error)
 }
 
-// Reconcile checks the invariants of the design (§5) for one activity, across the store and the
+// Reconcile checks the README's promises for one activity, across the store and the
 // order database:
 //
 //   - never oversell: the items held (store and database) are within the stock, and no user holds
