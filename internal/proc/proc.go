@@ -146,7 +146,7 @@ func (p *Proc) WaitReady(ctx context.Context, timeout, interval time.Duration, r
 	for {
 		// Exit first: a process that died must not be reported as merely slow.
 		if p.Exited() {
-			return fmt.Errorf("%w before it was ready: %v", ErrExited, p.err)
+			return p.exitedEarly()
 		}
 		last := ready()
 		if last == nil {
@@ -154,12 +154,20 @@ func (p *Proc) WaitReady(ctx context.Context, timeout, interval time.Duration, r
 		}
 		select {
 		case <-p.done:
-			return fmt.Errorf("%w before it was ready: %v", ErrExited, p.err)
+			return p.exitedEarly()
 		case <-ctx.Done():
 			return fmt.Errorf("not ready within %s: %w", timeout, last)
 		case <-t.C:
 		}
 	}
+}
+
+// exitedEarly is WaitReady's error for a process that exited; p.done must be closed.
+func (p *Proc) exitedEarly() error {
+	if p.err == nil {
+		return fmt.Errorf("%w before it was ready (exit status 0)", ErrExited)
+	}
+	return fmt.Errorf("%w before it was ready: %w", ErrExited, p.err)
 }
 
 // Dial is a ready check: addr accepts a TCP connection.
