@@ -24,9 +24,8 @@ type RedisOptions struct {
 	// AutoPipeline sends the hot-path calls (Admit, Release, Remaining, GetResult) through the
 	// client's auto-pipeliner, which batches concurrent callers onto shared connections, so the
 	// client and the server pay the per-round-trip system calls once per batch instead of once
-	// per call. It helps most where the script is cheap: with 64 concurrent callers on two cores,
-	// sold-out answers ran about 1.8 times as fast, wins 1.1 to 1.9 times (see
-	// BenchmarkRedisAdmit). go-redis marks the auto-pipeliner experimental; a Ring has none.
+	// per call; it helps most where the script is cheap (figures: docs/admission.md, "Group
+	// admission"). go-redis marks the auto-pipeliner experimental; a Ring has none.
 	AutoPipeline bool
 
 	// AdmitBatch is the most Admit calls for one activity that share one script call (group

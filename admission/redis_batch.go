@@ -169,13 +169,8 @@ func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls [
 // RedisOptions.ReplicasAck how many replicas acknowledged the call (redis_ack.go).
 //
 // The command is built by hand rather than through redis.Script, to keep the client's share of a
-// call small: the keys come boxed from the activity's cache (hotKeys); each request's user and
-// request id go in as pointers into its call, which go-redis writes like strings and which box
-// without an allocation (a call is never modified, and the pointers keep it alive as long as
-// go-redis holds the command); qty is a small int64, which boxes without one; and the reply is
-// read as strings (StringSliceCmd: a one-digit integer costs nothing, where a []any reply boxes
-// every element). A call's arguments now cost their list and the command; they cost three boxes
-// per request and fifteen allocations for the keys on top.
+// call small (how, and what it saved: docs/admission.md, "Group admission"). A call is never
+// modified while go-redis holds the pointers into it.
 func (s *RedisStore) runAdmit(ctx context.Context, activity string, calls []*admitCall) ([]string, int64, error) {
 	keys := s.hotKeys(activity)
 	args := make([]any, len(keys.admitSha), len(keys.admitSha)+3*len(calls))

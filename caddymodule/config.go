@@ -51,9 +51,8 @@ type StoreConfig struct {
 	Cluster bool `json:"cluster,omitempty"`
 
 	// AutoPipeline batches concurrent hot-path calls (admit, release, remaining, results) onto
-	// shared connections with go-redis's auto-pipeliner: fewer round trips and syscalls when
-	// the network is the limit, no saving when redis-server's CPU is. go-redis marks the feature
-	// experimental, so it is off unless asked for.
+	// shared connections with go-redis's auto-pipeliner; off unless asked for, as go-redis marks
+	// it experimental (docs/admission.md, "The gateway's Redis client").
 	AutoPipeline bool `json:"auto_pipeline,omitempty"`
 
 	// AdmitBatch is the most concurrent buys for one activity that share one admission script
@@ -62,12 +61,9 @@ type StoreConfig struct {
 	// Redis shard admits per second; see docs/admission.md.
 	AdmitBatch int `json:"admit_batch,omitempty"`
 
-	// PoolSize is the size of this node's main connection pool to each Redis server (go-redis
-	// keeps a small pipeline pool and pub/sub connections beside it); default
-	// max(64, 10 × GOMAXPROCS). A buy holds a connection for its batch's round trip and a result poll
-	// for its own, and every busy activity keeps up to two admission calls in flight, so the
-	// library's default (10 per CPU: 20 on a 2-CPU node) is used up by ten busy activities alone,
-	// after which a buy waits for a connection behind the polls.
+	// PoolSize is the size of this node's main connection pool to each Redis server; default
+	// max(64, 10 × GOMAXPROCS), since the library's default is used up by ten busy activities
+	// (docs/admission.md, "The gateway's Redis client").
 	PoolSize int `json:"pool_size,omitempty"`
 
 	// ReplicasAck, when positive, makes every admission script call (one per group of buys) and
@@ -92,8 +88,8 @@ const maxReplicasAckTimeout = 500 * time.Millisecond
 // need (Redis's default maxclients, 10,000, is for every node together).
 const maxPoolSize = 4096
 
-// maxAdmitBatch bounds AdmitBatch: at about 10 µs per decision, 1024 hold the Redis server for
-// about 10 ms, longer than any other client of it should wait.
+// maxAdmitBatch bounds AdmitBatch: 1024 decisions hold the Redis server for about 10 ms, longer
+// than any other client of it should wait (docs/admission.md, "Group admission").
 const maxAdmitBatch = 1024
 
 // Store types.

@@ -154,17 +154,9 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 			MaxRetries:    1,
 			ReadTimeout:   redisIOTimeout,
 			WriteTimeout:  redisIOTimeout,
-			// go-redis (v9.23.0, internal/pool ConnPool.getConn → isHealthyConn → connCheck)
-			// health-checks every idle connection it hands out: it clears the deadline and
-			// peeks the socket with a non-blocking recvfrom, about 2 % of the gateway's CPU
-			// in the Redis bench. No option turns that off or skips it for a connection used a
-			// moment ago: ConnMaxIdleTime and ConnMaxLifetime only add checks before it.
-			// Only a connection that is not a syscall.Conn skips it (TLS, or a Dialer that
-			// wraps the socket); we do not wrap, since the check is what drops the
-			// connections a Redis restart or failover left dead before a command fails on
-			// them (and the breaker counts it, and a buyer gets 503). The supported way to
-			// pay for it less often is store redis { auto_pipeline }: one pool Get per
-			// batch of concurrent commands instead of one per command.
+			// go-redis's health check of every idle connection it hands out is kept on purpose: it
+			// drops the connections a restart or failover left dead (docs/admission.md, "The
+			// gateway's Redis client").
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := b.client.Ping(ctx).Err()

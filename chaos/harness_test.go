@@ -12,13 +12,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
@@ -237,25 +237,14 @@ func (e *env) storeLines() string {
 func (e *env) onFailure(name, path string) {
 	e.t.Cleanup(func() {
 		if e.t.Failed() {
-			e.t.Logf("--- last lines of %s (%s):\n%s", name, path, tail(path, 40))
+			e.t.Logf("--- last lines of %s (%s):\n%s", name, path, proc.Tail(path, 40))
 		}
 	})
 }
 
-func tail(path string, lines int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	ls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return strings.Join(ls, "\n")
-}
-
-// proc is a server process the test started from a built binary, with its output in a log file.
-type proc struct {
+// server is a process the test started from a built binary, with its output in a log file; it
+// may be killed and started again.
+type server struct {
 	t    *testing.T
 	name string
 	bin  string
@@ -265,16 +254,15 @@ type proc struct {
 	log  string
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when the current process has exited
+	proc *proc.Proc // the current process
 }
 
-func (e *env) newProc(name, bin string, args, env []string) *proc {
+func (e *env) newServer(name, bin string, args, env []string) *server {
 	dir := filepath.Join(e.dir, name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		e.t.Fatal(err)
 	}
-	p := &proc{t: e.t, name: name, bin: bin, args: args, dir: dir, log: filepath.Join(dir, name+".log"),
+	p := &server{t: e.t, name: name, bin: bin, args: args, dir: dir, log: filepath.Join(dir, name+".log"),
 		// HOME and XDG folders inside the test's folder: Caddy writes nothing into the real home.
 		env: append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir,
 			"XDG_CONFIG_HOME=" + filepath.Join(dir, "config"), "XDG_DATA_HOME=" + filepath.Join(dir, "data")}, env...)}
@@ -285,48 +273,37 @@ func (e *env) newProc(name, bin string, args, env []string) *proc {
 }
 
 // start runs the process (again, after a kill: same arguments, same log, appended).
-func (p *proc) start() {
+func (p *server) start() {
 	p.t.Helper()
 	f, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		p.t.Fatal(err)
 	}
+	defer func() { _ = f.Close() }() // the child holds its own descriptor
 	fmt.Fprintf(f, "=== %s start %s\n", p.name, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = p.dir, p.env, f, f
-	// Pdeathsig: a test binary that dies must not leave its servers behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		_ = f.Close()
+	pr, err := proc.Start(cmd)
+	if err != nil {
 		p.t.Fatalf("start %s: %v", p.name, err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); _ = f.Close(); close(done) }()
 	p.mu.Lock()
-	p.cmd, p.done = cmd, done
+	p.proc = pr
 	p.mu.Unlock()
 }
 
-func (p *proc) current() (*exec.Cmd, chan struct{}) {
+func (p *server) current() *proc.Proc {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cmd, p.done
+	return p.proc
 }
 
 // exited reports whether the current process has exited.
-func (p *proc) exited() bool {
-	_, done := p.current()
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *server) exited() bool { return p.current().Exited() }
 
 // failIfExited ends the test when the process has exited: a wait for it to be ready would only
 // time out. onFailure prints the end of its log.
-func (p *proc) failIfExited() {
+func (p *server) failIfExited() {
 	p.t.Helper()
 	if p.exited() {
 		p.t.Fatalf("%s exited at start", p.name)
@@ -334,30 +311,14 @@ func (p *proc) failIfExited() {
 }
 
 // kill sends SIGKILL, as a crash would, and waits until the process is gone.
-func (p *proc) kill() {
-	cmd, done := p.current()
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	<-done
-}
+func (p *server) kill() { p.current().Kill() }
 
 // stop asks the process to exit (SIGTERM) and kills it after 10 s; safe to call when it is gone.
-func (p *proc) stop() {
-	cmd, done := p.current()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
+func (p *server) stop() { p.current().Stop(10 * time.Second) }
 
 // gateway is a Caddy process running the seckill edge on the shared Redis.
 type gateway struct {
-	*proc
+	*server
 	base     string // http://127.0.0.1:port
 	activity string
 }
@@ -381,7 +342,7 @@ func (e *env) startGatewayCaptcha(name, captcha string) *gateway {
 		e.t.Fatal(err)
 	}
 	g := &gateway{base: fmt.Sprintf("http://127.0.0.1:%d", port), activity: e.act.id}
-	g.proc = e.newProc(name, bins.caddy, []string{"run", "--config", cfg, "--adapter", "caddyfile"}, nil)
+	g.server = e.newServer(name, bins.caddy, []string{"run", "--config", cfg, "--adapter", "caddyfile"}, nil)
 	g.waitReady()
 	return g
 }
@@ -509,7 +470,7 @@ func (g *gateway) watchBreaker(stop <-chan struct{}) <-chan bool {
 
 // backend is a standalone order backend process.
 type backend struct {
-	*proc
+	*server
 	consumer string
 	listen   string
 }
@@ -528,7 +489,7 @@ func (e *env) startBackend(name string, claimIdle time.Duration) *backend {
 	if e.topo == sentinel {
 		args = append(args, "-redis-sentinel", testsrv.SentinelMaster)
 	}
-	b.proc = e.newProc(name, bins.orderbackend, args,
+	b.server = e.newServer(name, bins.orderbackend, args,
 		[]string{"SECKILL_JWT_SECRET=" + jwtSecret})
 	e.waitConsumer(b)
 	return b
@@ -673,18 +634,6 @@ func (e *env) redisPID() int {
 		e.t.Fatalf("INFO server process_id %q: %v", m["process_id"], err)
 	}
 	return pid
-}
-
-// processStopped reports whether pid is in the stopped state (T) after a SIGSTOP.
-func processStopped(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// pid (comm) state ...: the command may hold spaces and parentheses, the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'T'
 }
 
 // backlog is the consumer group's work left: entries delivered but not acknowledged plus entries

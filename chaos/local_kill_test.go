@@ -57,7 +57,7 @@ func startLocalNode(t *testing.T, act activity) *localNode {
 		t.Fatal(err)
 	}
 	n.gateway = &gateway{base: fmt.Sprintf("http://127.0.0.1:%d", port), activity: act.id}
-	n.proc = e.newProc("node", bins.caddy, []string{"run", "--config", cfg, "--adapter", "caddyfile"}, nil)
+	n.server = e.newServer("node", bins.caddy, []string{"run", "--config", cfg, "--adapter", "caddyfile"}, nil)
 	n.waitReady()
 	return n
 }

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 )
 
 // Bounds of the gateway's Redis client and breaker (caddymodule/README.md, "Redis client"): one
@@ -49,7 +51,7 @@ func TestRedisPaused(t *testing.T) {
 		scripts0 := e.scriptCalls()
 		queued0 := e.queued()
 		e.redis.Pause()
-		waitFor(t, "redis-server stopped", 10*time.Second, func() bool { return processStopped(pid) })
+		waitFor(t, "redis-server stopped", 10*time.Second, func() bool { return proc.Stopped(pid) })
 		paused := time.Now()
 		stop := make(chan struct{})
 		opened := gw.watchBreaker(stop)

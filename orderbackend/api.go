@@ -45,15 +45,7 @@ func NewAPI(repo Repository, opts APIOptions) (*API, error) {
 	if opts.Payments == nil {
 		opts.Payments = new(MockPayments)
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = new(Metrics)
-	}
+	defaultRuntime(&opts.Now, &opts.Logger, &opts.Metrics)
 	if opts.OnChange == nil {
 		opts.OnChange = func() {}
 	}

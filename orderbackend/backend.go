@@ -13,9 +13,20 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
 
+// BackendStore is what a Backend needs of the store: what its consumers need, the list of
+// activities to start them for, and the queue's backlog for the metrics. An admission.Store is
+// one.
+type BackendStore interface {
+	ConsumerStore
+	Activities(ctx context.Context) ([]string, error)
+	Backlog(ctx context.Context, activity, group string) (int64, error)
+}
+
+var _ BackendStore = admission.Store(nil)
+
 // Config configures a Backend. Store and Repo are required; Auth is required for Handler.
 type Config struct {
-	Store    admission.Store
+	Store    BackendStore
 	Repo     Repository
 	Auth     Authenticator
 	Payments Payments // default: a MockPayments

@@ -30,10 +30,9 @@ const (
 // maxReason keeps dead-letter reasons within what the stores accept.
 const maxReason = 1000
 
-// DefaultLinger is ConsumerOptions.Linger's default. In a sale of 10 activities on SQLite it
-// halves the CPU per order at 1,000 wins/s per activity (0.50 of no linger) and takes a third off
-// at 200 (0.68), for about 10 ms more until an order shows, far below a buyer's first poll
-// (250 ms or later); it takes 0.92 of 5 ms's CPU per order (orderbackend/README.md, "Batches").
+// DefaultLinger is ConsumerOptions.Linger's default: bigger transactions during a sale for a few
+// milliseconds more until an order shows, far below a buyer's first poll. The measurements behind
+// it: orderbackend/README.md, "Batches" (Figures).
 const DefaultLinger = 10 * time.Millisecond
 
 // ConsumerOptions tunes a Consumer; zero values take the defaults shown.
@@ -82,16 +81,22 @@ func (o ConsumerOptions) withDefaults() ConsumerOptions {
 	if o.Linger == 0 {
 		o.Linger = DefaultLinger
 	}
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.Logger == nil {
-		o.Logger = zap.NewNop()
-	}
-	if o.Metrics == nil {
-		o.Metrics = new(Metrics)
-	}
+	defaultRuntime(&o.Now, &o.Logger, &o.Metrics)
 	return o
+}
+
+// ConsumerStore is what a Consumer needs of the store: its activity's queue, the definition (for
+// the pay window and the stock), the buyers' result records, and Release for a poison win.
+type ConsumerStore interface {
+	ResultStore
+	Activity(ctx context.Context, id string) (admission.Snapshot, error)
+	Release(ctx context.Context, activity, reservationID string) (bool, error)
+	EnsureGroup(ctx context.Context, activity, group string) error
+	ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]admission.Win, error)
+	Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]admission.Win, error)
+	Ack(ctx context.Context, activity, group string, ids ...string) error
+	DeadLetter(ctx context.Context, activity, group string, w admission.Win, reason string) error
+	DeadLetters(ctx context.Context, activity string, count int) ([]admission.Win, error)
 }
 
 // Consumer turns one activity's wins into orders as a member of the queue's consumer group.
@@ -103,7 +108,7 @@ func (o ConsumerOptions) withDefaults() ConsumerOptions {
 // reservation id makes the repetition harmless. Outages of the database or the store are waited
 // out; only an entry that fails for another reason MaxDeliveries times is dead-lettered.
 type Consumer struct {
-	store     admission.Store
+	store     ConsumerStore
 	repo      Repository
 	activity  string
 	opts      ConsumerOptions
@@ -112,7 +117,7 @@ type Consumer struct {
 }
 
 // NewConsumer returns a consumer of activity's wins; Run starts it.
-func NewConsumer(store admission.Store, repo Repository, activity string, opts ConsumerOptions) (*Consumer, error) {
+func NewConsumer(store ConsumerStore, repo Repository, activity string, opts ConsumerOptions) (*Consumer, error) {
 	if !admission.ValidActivityID(activity) {
 		return nil, fmt.Errorf("new consumer: %w: activity id %q", admission.ErrBadInput, activity)
 	}

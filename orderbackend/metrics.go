@@ -2,8 +2,10 @@ package orderbackend
 
 import (
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 // Metrics counts what the backend did, for logs, the admin API and Prometheus collectors (see
@@ -122,5 +124,19 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	m := c.snapshot()
 	for i, oc := range c.counters {
 		ch <- prometheus.MustNewConstMetric(c.descs[i], prometheus.CounterValue, float64(oc.Value(m)))
+	}
+}
+
+// defaultRuntime fills what every part of the backend takes and a caller may leave unset: the
+// clock, the logger and the metrics.
+func defaultRuntime(now *func() time.Time, log **zap.Logger, metrics **Metrics) {
+	if *now == nil {
+		*now = time.Now
+	}
+	if *log == nil {
+		*log = zap.NewNop()
+	}
+	if *metrics == nil {
+		*metrics = new(Metrics)
 	}
 }

@@ -62,7 +62,14 @@ func (r Report) String() string {
 	return b.String()
 }
 
-// Reconcile checks the invariants of the design (§5) for one activity, across the store and the
+// ReconcileStore is what Reconcile reads of the store: the activity's counters and its dead
+// letters.
+type ReconcileStore interface {
+	Activity(ctx context.Context, id string) (admission.Snapshot, error)
+	DeadLetters(ctx context.Context, activity string, count int) ([]admission.Win, error)
+}
+
+// Reconcile checks the README's promises for one activity, across the store and the
 // order database:
 //
 //   - never oversell: the items held (store and database) are within the stock, and no user holds
@@ -74,7 +81,7 @@ func (r Report) String() string {
 // The last two hold only once the queue has drained and the outbox has been relayed; a backlog is
 // itself reported as a violation, so run it after the sale (or retry until it passes). It reads
 // and never writes. An error means it could not look, not that an invariant failed.
-func Reconcile(ctx context.Context, store admission.Store, repo Repository, activity string) (Report, error) {
+func Reconcile(ctx context.Context, store ReconcileStore, repo Repository, activity string) (Report, error) {
 	r := Report{Activity: activity}
 	snap, err := store.Activity(ctx, activity)
 	if err != nil {

@@ -19,19 +19,26 @@ type RelayOptions struct {
 	Metrics *Metrics
 }
 
+// RelayStore is what a Relay needs of the store: a cancelled order's Release and the buyer's
+// result record.
+type RelayStore interface {
+	ResultStore
+	Release(ctx context.Context, activity, reservationID string) (bool, error)
+}
+
 // Relay carries committed order changes from the outbox to the store: a cancelled order's
 // reservation is released (the store's Release is exactly-once, so a row relayed twice is
 // harmless) and every change is written to the buyer's result record. A row is deleted only after
 // its effect is done.
 type Relay struct {
-	store admission.Store
+	store RelayStore
 	repo  Repository
 	opts  RelayOptions
 	wake  chan struct{}
 }
 
 // NewRelay returns a relay from repo's outbox to store; Run starts it.
-func NewRelay(store admission.Store, repo Repository, opts RelayOptions) *Relay {
+func NewRelay(store RelayStore, repo Repository, opts RelayOptions) *Relay {
 	if opts.Every <= 0 {
 		opts.Every = time.Second
 	}

@@ -23,6 +23,12 @@ func resultOf(o Order) admission.Result {
 	return r
 }
 
+// ResultStore is what publish needs of the store: the result records buyers poll.
+type ResultStore interface {
+	GetResult(ctx context.Context, activity, user string) (admission.Result, error)
+	SetResult(ctx context.Context, activity, user string, r admission.Result) error
+}
+
 // publish writes a buyer's result record of one reservation, unless the reservation's record
 // already says something this update must not overwrite: a final state (paid, cancelled, failed)
 // is never taken back to pending by a late redelivery, and an unchanged record is not written
@@ -30,7 +36,7 @@ func resultOf(o Order) admission.Result {
 // cancellation): the store keeps a record per reservation, and keeps a newer win still in flight
 // as the latest (Store.SetResult). The read-then-write is not atomic; the window only matters
 // for concurrent updates of one reservation.
-func publish(ctx context.Context, store admission.Store, activity, user string, r admission.Result) error {
+func publish(ctx context.Context, store ResultStore, activity, user string, r admission.Result) error {
 	cur, err := store.GetResult(ctx, activity, user)
 	switch {
 	case errors.Is(err, admission.ErrNotFound):

@@ -9,32 +9,12 @@ import (
 	"sync"
 )
 
-// Prepared statements of the SQLite repository.
-//
-// database/sql prepares a query string again on every Exec or Query with it, and SQLite's parser
-// and code generator (sqlite3_prepare) were about 11 % of the standalone backend's CPU during a
-// sale. So the statements the order path runs per win or per batch are prepared once:
-//
-//   - *sql.Stmt prepared on the *sql.DB at open. database/sql keeps the driver statement of each
-//     connection it has met and prepares on a new connection only; Tx.StmtContext on such a
-//     statement reuses the one already prepared on the transaction's connection (it looks it up
-//     in the statement's per-connection list) and only wraps it. The writer has a single
-//     connection, so a writer statement is parsed once; the readers' pool keeps its connections
-//     (SetMaxIdleConns), so each reader parses it once too.
-//   - modernc.org/sqlite has no statement cache of its own: only its driver statement keeps the
-//     sqlite3_stmt and resets it between runs, which is what these *sql.Stmt hold on to.
-//   - The multi-row statements (the insert of a batch's orders, the careful path's read of its
-//     existing orders) depend on the row count. Each count up to sqliteChunk has its statement,
-//     prepared after the first transaction that met the count (below); a larger batch runs in
-//     chunks of sqliteChunk rows.
-//     Measured on the 2-core machine (wall time of a transaction inserting n new orders, one
-//     run under load): exact-count statements were the cheapest at every n tried (1, 2, 7, 64,
-//     511); a prepared one-row insert run n times was dearer than the text from a few tens of
-//     rows (49 against 28 µs a row at 64), statements of power-of-two counts (several per batch)
-//     dearer at 2 and 7, a single json_each insert dearer at 64 and 511. A 64-row insert
-//     statement takes about 54 KB of SQLite's memory (512 rows: 360 KB, every count up to 512
-//     would be about 90 MB), so the counts up to sqliteChunk take at most about 2 MB, and only
-//     the counts met are prepared.
+// Prepared statements of the SQLite repository. database/sql prepares a query string again on
+// every call and modernc.org/sqlite keeps no statement cache, so the statements the order path runs
+// per win or per batch are prepared once: the fixed ones on the *sql.DB at open (Tx.StmtContext
+// reuses them on the transaction's connection), the multi-row ones once per row count up to
+// sqliteChunk. Why, and the measurements behind exact-count statements: orderbackend/README.md,
+// "Statements (SQLite)".
 //
 // A statement cannot be prepared on the *sql.DB while the writer's only connection is in a
 // transaction (preparing waits for a free connection: a deadlock), and the size of the careful

@@ -33,15 +33,7 @@ func NewSweeper(repo Repository, opts SweeperOptions) *Sweeper {
 	if opts.Batch <= 0 {
 		opts.Batch = 100
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
-	}
-	if opts.Logger == nil {
-		opts.Logger = zap.NewNop()
-	}
-	if opts.Metrics == nil {
-		opts.Metrics = new(Metrics)
-	}
+	defaultRuntime(&opts.Now, &opts.Logger, &opts.Metrics)
 	return &Sweeper{repo: repo, opts: opts}
 }
 

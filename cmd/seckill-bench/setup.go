@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 )
 
 // environment is the gateway under test and what it needs, started by the bench or given.
@@ -90,7 +92,7 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	if cfg.store == "redis" {
 		e.redisAddr = cfg.redisAddr
 		if e.redisAddr == "" {
-			if e.redisAddr, err = freePort(); err != nil {
+			if e.redisAddr, err = proc.FreeAddr(); err != nil {
 				return nil, err
 			}
 			_, port, _ := strings.Cut(e.redisAddr, ":")
@@ -106,11 +108,11 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 		}
 	}
 
-	listen, err := freePort()
+	listen, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
-	adminAddr, err := freePort()
+	adminAddr, err := proc.FreeAddr()
 	if err != nil {
 		return nil, err
 	}
@@ -142,12 +144,12 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	}
 
 	if cfg.orders == "standalone" {
-		ordersAddr, err := freePort()
+		ordersAddr, err := proc.FreeAddr()
 		if err != nil {
 			return nil, err
 		}
 		// Its metrics and pprof listener, for -pprof: the order backend's CPU profiles.
-		opsAddr, err := freePort()
+		opsAddr, err := proc.FreeAddr()
 		if err != nil {
 			return nil, err
 		}

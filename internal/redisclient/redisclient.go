@@ -2,14 +2,9 @@
 // that both survive a Redis Cluster failover within about a second of the promotion, and take no
 // answer from a master after its replica took over.
 //
-// go-redis (v9.23.0) re-reads a Cluster's slot map only when a node answers MOVED or READONLY, or
-// when the map is older than ClusterStateReloadInterval (60 s by default). A master killed by
-// SIGKILL answers nothing, so every command for its slots keeps going to the dead address until
-// the periodic reload: 30 to 60 s of failures after the replica took over (docs/failover.md). And
-// a master stopped (SIGSTOP, a frozen VM) longer than cluster-node-timeout runs the commands
-// waiting in its sockets when it continues, before it learns that it was replaced: an admission
-// it answers then is lost with its data, and a stream read it answers hands the order backend
-// wins the new master never made.
+// go-redis alone keeps sending a dead master's slots to its address until its periodic slot-map
+// reload (up to a minute), and takes the answers of a replaced master that continues after a
+// freeze; how, and what that costs a sale: docs/failover.md.
 //
 // New adds a monitor to a Cluster client. It re-reads the slot map every PollInterval, and every
 // WatchInterval while a node that failed at the connection (refused, reset, timed out) is still a

@@ -57,10 +57,7 @@ func StartCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	var extra []string
-	for _, o := range cfg.redis {
-		o(&extra)
-	}
+	extra := redisArgs(cfg.redis)
 	c := &Cluster{t: t, NodeTimeout: cfg.nodeTimeout}
 	for i := 0; i < 6; i++ {
 		n := startRedis(t, t.TempDir(), func(int) (first, last []string, err error) {
@@ -188,19 +185,25 @@ func (c *Cluster) WaitHealthy() {
 }
 
 // Addrs returns the address of every node, the seed list a client is given.
-func (c *Cluster) Addrs() []string {
-	a := make([]string, len(c.Nodes))
-	for i, n := range c.Nodes {
-		a[i] = n.Addr
+func (c *Cluster) Addrs() []string { return addrs(c.Nodes) }
+
+// Node returns the node listening on addr, or nil.
+func (c *Cluster) Node(addr string) *Redis { return byAddr(c.Nodes, addr) }
+
+// addrs lists the servers' addresses.
+func addrs(rs []*Redis) []string {
+	a := make([]string, len(rs))
+	for i, r := range rs {
+		a[i] = r.Addr
 	}
 	return a
 }
 
-// Node returns the node listening on addr, or nil.
-func (c *Cluster) Node(addr string) *Redis {
-	for _, n := range c.Nodes {
-		if n.Addr == addr {
-			return n
+// byAddr returns the server listening on addr, or nil.
+func byAddr(rs []*Redis, addr string) *Redis {
+	for _, r := range rs {
+		if r.Addr == addr {
+			return r
 		}
 	}
 	return nil
@@ -243,21 +246,31 @@ func (c *Cluster) masterOf(ctx context.Context, key string) (string, error) {
 // how long the wait took.
 func (c *Cluster) WaitFailover(old *Redis, key string, timeout time.Duration) (*Redis, time.Duration) {
 	c.t.Helper()
+	return waitPromoted(c.t, "a replica to take over "+key+" from "+old.Addr, timeout, old, c.Nodes, c.Nodes,
+		func(ctx context.Context, n *Redis) (string, error) { return n.slotMaster(ctx, key) })
+}
+
+// waitPromoted waits until every running asker but old names the same server, other than old
+// (ask returns the address it names), and that server reports role:master. It returns the
+// server and how long the wait took.
+func waitPromoted(t testing.TB, what string, timeout time.Duration, old *Redis, askers, servers []*Redis,
+	ask func(context.Context, *Redis) (string, error)) (*Redis, time.Duration) {
+	t.Helper()
 	began := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	var promoted *Redis
-	err := poll(ctx, "a replica to take over "+key+" from "+old.Addr, func() (bool, error) {
+	err := poll(ctx, what, func() (bool, error) {
 		promoted = nil
-		for _, n := range c.Nodes {
+		for _, n := range askers {
 			if n == old || !n.Running() {
 				continue
 			}
-			addr, err := n.slotMaster(ctx, key)
+			addr, err := ask(ctx, n)
 			if err != nil || addr == old.Addr || (promoted != nil && promoted.Addr != addr) {
 				return false, nil
 			}
-			promoted = c.Node(addr)
+			promoted = byAddr(servers, addr)
 		}
 		if promoted == nil {
 			return false, nil
@@ -266,7 +279,7 @@ func (c *Cluster) WaitFailover(old *Redis, key string, timeout time.Duration) (*
 		return err == nil && strings.Contains(repl, "role:master"), nil
 	})
 	if err != nil {
-		c.t.Fatal(err)
+		t.Fatal(err)
 	}
 	return promoted, time.Since(began)
 }
@@ -295,7 +308,7 @@ func (r *Redis) busPort() string {
 }
 
 // Running reports whether the server process is up (it may be paused).
-func (r *Redis) Running() bool { return r.cmd != nil }
+func (r *Redis) Running() bool { return r.proc != nil }
 
 // Client returns a go-redis client of this server alone that neither retries nor waits long; the
 // caller closes it.

@@ -8,10 +8,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 )
 
 // Postgres is a private PostgreSQL cluster: its own data directory, socket directory and loopback
@@ -23,8 +24,7 @@ type Postgres struct {
 	DSN    string // postgres://postgres@127.0.0.1:PORT/test?sslmode=disable
 	bin    string // directory of initdb, postgres, psql
 	cred   *syscall.Credential
-	cmd    *exec.Cmd
-	done   chan struct{} // closed when cmd has exited
+	proc   *proc.Proc // the postmaster; nil when stopped
 	stderr *os.File
 }
 
@@ -154,69 +154,32 @@ func (p *Postgres) start() error {
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=200")
 	cmd.Stdout, cmd.Stderr = p.stderr, p.stderr
-	if err := cmd.Start(); err != nil {
-		return err
+	ready := func() error { _, err := p.psql("postgres", "SELECT 1"); return err }
+	pr, err := proc.StartReady(cmd, 30*time.Second, 50*time.Millisecond, ready)
+	if err != nil {
+		return fmt.Errorf("postgres on port %d: %w:\n%s", p.Port, err, proc.Tail(filepath.Join(p.Dir, "postgres.log"), 5))
 	}
-	done := make(chan struct{})
-	var exitErr error
-	go func() { exitErr = cmd.Wait(); close(done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			return fmt.Errorf("postgres exited at start (%w): %s", exitErr, p.logTail())
-		default:
-		}
-		if _, err := p.psql("postgres", "SELECT 1"); err == nil {
-			p.cmd, p.done = cmd, done
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	_ = cmd.Process.Kill()
-	<-done
-	return fmt.Errorf("postgres did not answer on port %d: %s", p.Port, p.logTail())
+	p.proc = pr
+	return nil
 }
 
-func (p *Postgres) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(p.Dir, "postgres.log"))
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return strings.Join(lines, " | ")
-}
-
-// Stop shuts the server down (fast shutdown: clients are disconnected) and waits for it to exit;
-// it is safe to call twice. The data directory is kept, so Start brings the same cluster back.
+// Stop shuts the server down (SIGINT, fast shutdown: clients are disconnected) and waits for it
+// to exit, killing it after 30 s; it is safe to call twice. The data directory is kept, so Start
+// brings the same cluster back.
 func (p *Postgres) Stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.cmd = nil
+	p.proc.StopWith(syscall.SIGINT, 30*time.Second)
+	p.proc = nil
 }
 
 // Start starts a stopped server again on the same port and data directory.
 func (p *Postgres) Start() {
 	p.t.Helper()
-	if p.cmd != nil {
+	if p.proc != nil {
 		return
 	}
-	var err error
-	for attempt := 0; attempt < 50; attempt++ { // the port may linger briefly after a stop
-		if err = p.start(); err == nil {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
+	if err := restart(p.start); err != nil {
+		p.t.Fatalf("restart postgres on port %d: %v", p.Port, err)
 	}
-	p.t.Fatalf("restart postgres on port %d: %v", p.Port, err)
 }
 
 // Database creates a fresh database in the cluster and returns its DSN, so that tests sharing one

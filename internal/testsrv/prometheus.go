@@ -12,17 +12,17 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 )
 
 // Prometheus is a private Prometheus server scraping the given targets.
 type Prometheus struct {
 	URL  string // http://127.0.0.1:port
 	Dir  string // config, TSDB and log
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *proc.Proc
 }
 
 // PrometheusTool returns the path of a Prometheus binary ("prometheus" or "promtool"). When it is
@@ -89,56 +89,18 @@ func (p *Prometheus) start(bin, cfgPath, addr string) error {
 		"--storage.tsdb.path="+filepath.Join(p.Dir, "data"), "--log.level=warn")
 	cmd.Dir = p.Dir
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return err
+	pr, err := proc.StartReady(cmd, 30*time.Second, 50*time.Millisecond, proc.HTTPStatus(p.URL+"/-/ready", http.StatusOK))
+	if err != nil {
+		return fmt.Errorf("prometheus on %s: %w:\n%s", addr, err, proc.Tail(filepath.Join(p.Dir, "prometheus.log"), 5))
 	}
-	done := make(chan struct{})
-	var exitErr error
-	go func() { exitErr = cmd.Wait(); close(done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-done:
-			return fmt.Errorf("prometheus exited at start: %w: %s", exitErr, p.logTail())
-		default:
-		}
-		if res, err := http.Get(p.URL + "/-/ready"); err == nil {
-			_ = res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				p.cmd, p.done = cmd, done
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	_ = cmd.Process.Kill()
-	<-done
-	return fmt.Errorf("prometheus not ready on %s: %s", addr, p.logTail())
+	p.proc = pr
+	return nil
 }
 
-func (p *Prometheus) logTail() string {
-	b, _ := os.ReadFile(filepath.Join(p.Dir, "prometheus.log"))
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return strings.Join(lines, " | ")
-}
-
-// Stop shuts the server down and waits; it is safe to call twice.
+// Stop shuts the server down and waits, killing it after 10 s; it is safe to call twice.
 func (p *Prometheus) Stop() {
-	if p.cmd == nil {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-	p.cmd = nil
+	p.proc.Stop(10 * time.Second)
+	p.proc = nil
 }
 
 // Sample is one series of an instant query's answer.

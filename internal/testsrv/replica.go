@@ -17,17 +17,7 @@ import (
 // It sets master's repl-diskless-sync-delay to 0, so the first sync starts at once, not in 5 s.
 func StartReplica(t testing.TB, master *Redis, opts ...RedisOption) *Redis {
 	t.Helper()
-	noSyncDelay(t, master)
-	host, port, err := net.SplitHostPort(master.Addr)
-	if err != nil {
-		t.Fatalf("start replica: master address %q: %v", master.Addr, err)
-	}
-	opts = append([]RedisOption{WithArgs("--replicaof", host, port)}, opts...)
-	r := StartRedis(t, opts...)
-	if err := r.WaitLinkUp(10 * time.Second); err != nil {
-		t.Fatalf("start replica of %s: %v", master.Addr, err)
-	}
-	return r
+	return startReplica(t, master, master.Addr, "of", opts)
 }
 
 // StartReplicaVia is StartReplica with the replication link going through link, a Proxy in
@@ -38,15 +28,21 @@ func StartReplica(t testing.TB, master *Redis, opts ...RedisOption) *Redis {
 // applied when it continues.)
 func StartReplicaVia(t testing.TB, master *Redis, link *Proxy, opts ...RedisOption) *Redis {
 	t.Helper()
+	return startReplica(t, master, link.Addr, "via", opts)
+}
+
+// startReplica starts a replica of master that reaches it at addr (master's own, or a link's).
+func startReplica(t testing.TB, master *Redis, addr, how string, opts []RedisOption) *Redis {
+	t.Helper()
 	noSyncDelay(t, master)
-	host, port, err := net.SplitHostPort(link.Addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		t.Fatalf("start replica: link address %q: %v", link.Addr, err)
+		t.Fatalf("start replica: address %q: %v", addr, err)
 	}
 	opts = append([]RedisOption{WithArgs("--replicaof", host, port)}, opts...)
 	r := StartRedis(t, opts...)
 	if err := r.WaitLinkUp(10 * time.Second); err != nil {
-		t.Fatalf("start replica via %s: %v", link.Addr, err)
+		t.Fatalf("start replica %s %s: %v", how, addr, err)
 	}
 	return r
 }
@@ -177,8 +173,29 @@ func readReply(rd *bufio.Reader, name string) (string, error) {
 
 // PID returns the server's process id, 0 when it is not running.
 func (r *Redis) PID() int {
-	if r.cmd == nil {
+	if r.proc == nil {
 		return 0
 	}
-	return r.cmd.Process.Pid
+	return r.proc.Pid()
+}
+
+// pingRedis sends an inline PING and expects +PONG, without a client library.
+func pingRedis(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "+PONG") {
+		return fmt.Errorf("unexpected PING reply %q", line)
+	}
+	return nil
 }

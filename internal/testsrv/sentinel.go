@@ -62,10 +62,7 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	var extra []string
-	for _, o := range cfg.redis {
-		o(&extra)
-	}
+	extra := redisArgs(cfg.redis)
 	s := &Sentinel{t: t, DownAfter: cfg.downAfter}
 	master := StartRedis(t, WithArgs(extra...))
 	host, port, _ := net.SplitHostPort(master.Addr)
@@ -112,23 +109,10 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 }
 
 // Addrs returns the sentinels' addresses, what a client is given.
-func (s *Sentinel) Addrs() []string {
-	a := make([]string, len(s.Sentinels))
-	for i, n := range s.Sentinels {
-		a[i] = n.Addr
-	}
-	return a
-}
+func (s *Sentinel) Addrs() []string { return addrs(s.Sentinels) }
 
 // Server returns the master or replica listening on addr, or nil.
-func (s *Sentinel) Server(addr string) *Redis {
-	for _, n := range s.Servers {
-		if n.Addr == addr {
-			return n
-		}
-	}
-	return nil
-}
+func (s *Sentinel) Server(addr string) *Redis { return byAddr(s.Servers, addr) }
 
 // Master returns the server the running sentinels name as master (the first that answers).
 func (s *Sentinel) Master() *Redis {
@@ -150,32 +134,8 @@ func (s *Sentinel) Master() *Redis {
 // reports role:master; it returns the new master and how long the wait took.
 func (s *Sentinel) WaitFailover(old *Redis, timeout time.Duration) (*Redis, time.Duration) {
 	s.t.Helper()
-	began := time.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var promoted *Redis
-	err := poll(ctx, "the sentinels to promote a replica of "+old.Addr, func() (bool, error) {
-		promoted = nil
-		for _, sn := range s.Sentinels {
-			if !sn.Running() {
-				continue
-			}
-			addr, err := sn.masterAddr(ctx)
-			if err != nil || addr == old.Addr || (promoted != nil && promoted.Addr != addr) {
-				return false, nil
-			}
-			promoted = s.Server(addr)
-		}
-		if promoted == nil {
-			return false, nil
-		}
-		repl, err := promoted.cmd1(ctx, "INFO", "replication")
-		return err == nil && strings.Contains(repl, "role:master"), nil
-	})
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	return promoted, time.Since(began)
+	return waitPromoted(s.t, "the sentinels to promote a replica of "+old.Addr, timeout, old, s.Sentinels, s.Servers,
+		func(ctx context.Context, sn *Redis) (string, error) { return sn.masterAddr(ctx) })
 }
 
 // WaitReplicaOf waits until r (an old master, restarted) has been turned into a replica of master
