@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -86,6 +87,12 @@ type RedisStore struct {
 	keyCache redisKeyCache // per-activity prebuilt arguments of the hot calls
 
 	bucketCounters bucketCounters // BucketStats
+	bucketCache    sync.Map       // activity id -> its bucket count (int), see bucketCount
+	rebalance      bucketRebalancer
+	pulls          pullFlight
+	// bucketReadStart rotates the bucket a queue sweep starts at, so that a busy bucket does
+	// not starve the others of a reader asking for few entries.
+	bucketReadStart atomic.Uint32
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -155,6 +162,10 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) (*RedisStore
 		closed:      make(chan struct{}),
 		ack:         ack,
 	}
+	s.rebalance.interval = opts.RebalanceInterval
+	if s.rebalance.interval == 0 {
+		s.rebalance.interval = defaultRebalanceInterval
+	}
 	if opts.AdmitBatch > 1 {
 		s.groups = newAdmitGroups(opts.AdmitBatch, opts.AdmitInFlight, s.runAdmitBatch)
 	}
@@ -167,6 +178,11 @@ func (s *RedisStore) Close() error {
 	var err error
 	s.closeOnce.Do(func() {
 		close(s.closed)
+		// No rebalancer starts after this; a running one ends before the client closes.
+		s.rebalance.once.Do(func() {})
+		if s.rebalance.done != nil {
+			<-s.rebalance.done
+		}
 		err = s.client.Close()
 	})
 	return err
@@ -203,6 +219,8 @@ func redisScriptErr(err error) error {
 		return ErrActivityRunning
 	case "BELOW_SOLD":
 		return ErrStockBelowSold
+	case "BUCKETS":
+		return fmt.Errorf("%w: bucket count: %s", ErrBadInput, strings.TrimPrefix(msg, "BUCKETS "))
 	case "NOGROUP":
 		return fmt.Errorf("%w: %s", ErrNotFound, msg)
 	}

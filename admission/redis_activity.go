@@ -28,6 +28,12 @@ func (s *RedisStore) Define(ctx context.Context, a Activity, force bool) (Activi
 	if a.Stock > redisMaxCount || a.Limit > redisMaxCount {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, badInput("stock and limit must not exceed 2^53 (Lua numbers are doubles)"))
 	}
+	if a.Buckets > 1 {
+		return s.defineBuckets(ctx, a, force)
+	}
+	if err := s.refusePlainOverBuckets(ctx, a.ID); err != nil {
+		return Activity{}, err
+	}
 	reply, err := s.define.Run(ctx, s.client,
 		[]string{s.key(a.ID, "meta"), s.key(a.ID, "stock")},
 		a.Stock, a.Limit, a.Start.UnixMilli(), a.End.UnixMilli(), a.PayWithin.Milliseconds(), a.Salt,
@@ -74,6 +80,9 @@ func (s *RedisStore) Activity(ctx context.Context, id string) (Snapshot, error) 
 	if len(m) == 0 {
 		return Snapshot{}, fmt.Errorf("activity %s: %w", id, ErrUnknownActivity)
 	}
+	if m["buckets"] != "" {
+		return s.bucketSnapshot(ctx, id, m)
+	}
 	a, err := redisParseActivity(id, []string{m["stock_total"], m["limit"], m["start_ms"], m["end_ms"], m["pay_ms"], m["salt"]})
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("activity %s: %w", id, err)
@@ -107,11 +116,20 @@ func (s *RedisStore) Delete(ctx context.Context, id string, force bool) error {
 	if !ValidActivityID(id) {
 		return fmt.Errorf("delete: %w", badInput("activity id %q", id))
 	}
+	// Read now, not from the cache: another node may have deleted and defined it again.
+	s.bucketCache.Delete(id)
+	n, err := s.bucketCount(ctx, id)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	if n > 1 {
+		return s.deleteBuckets(ctx, id, n, force)
+	}
 	keys := make([]string, len(redisActivityKeyNames))
 	for i, name := range redisActivityKeyNames {
 		keys[i] = s.key(id, name)
 	}
-	err := redisScriptErr(s.del.Run(ctx, s.client, keys, redisFlag(force)).Err())
+	err = redisScriptErr(s.del.Run(ctx, s.client, keys, redisFlag(force)).Err())
 	if err != nil && !errors.Is(err, ErrUnknownActivity) {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
@@ -130,6 +148,15 @@ func (s *RedisStore) Remaining(ctx context.Context, activity string) (int64, err
 	if !ValidActivityID(activity) {
 		return 0, fmt.Errorf("remaining: %w", badInput("activity id %q", activity))
 	}
+	return bucketRetry(ctx, s, activity, func(n int) (int64, error) {
+		if n > 1 {
+			return s.bucketRemaining(ctx, activity, n)
+		}
+		return s.remainingOn(ctx, activity)
+	})
+}
+
+func (s *RedisStore) remainingOn(ctx context.Context, activity string) (int64, error) {
 	n, err := s.hot.Get(ctx, s.key(activity, "stock")).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, fmt.Errorf("remaining %s: %w", activity, ErrUnknownActivity)
@@ -146,6 +173,12 @@ func (s *RedisStore) Remaining(ctx context.Context, activity string) (int64, err
 func (s *RedisStore) Holders(ctx context.Context, activity string) ([]string, error) {
 	if !ValidActivityID(activity) {
 		return nil, fmt.Errorf("holders: %w", badInput("activity id %q", activity))
+	}
+	if n, err := s.bucketCount(ctx, activity); err != nil || n > 1 {
+		if err != nil {
+			return nil, fmt.Errorf("holders %s: %w", activity, err)
+		}
+		return s.bucketHolders(ctx, activity, n)
 	}
 	var (
 		exists *redis.IntCmd

@@ -13,6 +13,16 @@ func (s *RedisStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	if err := r.validate(); err != nil {
 		return Decision{}, fmt.Errorf("admit: %w", err)
 	}
+	return bucketRetry(ctx, s, r.Activity, func(n int) (Decision, error) {
+		if n > 1 {
+			return s.admitBuckets(ctx, r, n)
+		}
+		return s.admitOn(ctx, r)
+	})
+}
+
+// admitOn takes the decision on the key set of r.Activity: an activity or one bucket of one.
+func (s *RedisStore) admitOn(ctx context.Context, r Request) (Decision, error) {
 	if s.groups != nil {
 		return s.groups.admit(ctx, r)
 	}
@@ -66,9 +76,20 @@ func (s *RedisStore) Release(ctx context.Context, activity, reservationID string
 	if err := redisCheckName("reservation id", reservationID, MaxRequestIDLen); err != nil {
 		return false, fmt.Errorf("release %s: %w", activity, err)
 	}
+	return bucketRetry(ctx, s, activity, func(n int) (bool, error) {
+		if n > 1 {
+			return s.releaseBuckets(ctx, activity, reservationID, n)
+		}
+		return s.releaseOn(ctx, activity, activity, reservationID)
+	})
+}
+
+// releaseOn releases on the key set of on (activity, or one of its buckets); activity is
+// announced on the restock channel.
+func (s *RedisStore) releaseOn(ctx context.Context, activity, on, reservationID string) (bool, error) {
 	keys := []string{
-		s.key(activity, "meta"), s.key(activity, "stock"), s.key(activity, "buyers"),
-		s.key(activity, "released"), s.key(activity, "resv"),
+		s.key(on, "meta"), s.key(on, "stock"), s.key(on, "buyers"),
+		s.key(on, "released"), s.key(on, "resv"),
 	}
 	if s.ack != nil {
 		return s.releaseAcked(ctx, activity, reservationID, keys)

@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -75,4 +77,55 @@ func splitBucketEntryID(id string, n int) (raw string, i int, ok bool) {
 		return "", 0, false
 	}
 	return id[:dot], i, true
+}
+
+// bucketCount returns how many buckets activity is split into (1: not split), from the store's
+// cache or, the first time, from the parent's definition. An activity not defined yet is not
+// cached, so that its definition is seen once it exists. The count is fixed while an activity
+// exists (bucket_define.lua); a deletion and a redefinition with another count changes every
+// bucket key (bucketID), so a stale count meets an unknown bucket and is looked up again
+// (bucketRetry).
+func (s *RedisStore) bucketCount(ctx context.Context, activity string) (int, error) {
+	if v, ok := s.bucketCache.Load(activity); ok {
+		return v.(int), nil
+	}
+	vals, err := s.client.HMGet(ctx, s.key(activity, "meta"), "buckets", "start_ms").Result()
+	if err != nil {
+		return 0, fmt.Errorf("%s: read bucket count: %w", activity, err)
+	}
+	if len(vals) != 2 || vals[1] == nil { // not defined (yet)
+		return 1, nil
+	}
+	n := 1
+	if v, ok := vals[0].(string); ok {
+		if n, err = strconv.Atoi(v); err != nil || n < 2 || n > MaxBuckets {
+			return 0, fmt.Errorf("%s: malformed bucket count %q", activity, v)
+		}
+	}
+	s.bucketCache.Store(activity, n)
+	if n > 1 {
+		s.startRebalancer()
+	}
+	return n, nil
+}
+
+// bucketRetry runs f with activity's bucket count. When f finds the activity unknown, the count
+// may be stale (the activity was deleted and defined again with another count by another node):
+// it is looked up again, and f runs again if it changed.
+func bucketRetry[T any](ctx context.Context, s *RedisStore, activity string, f func(n int) (T, error)) (T, error) {
+	n, err := s.bucketCount(ctx, activity)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, err := f(n)
+	if !errors.Is(err, ErrUnknownActivity) {
+		return v, err
+	}
+	s.bucketCache.Delete(activity)
+	m, cerr := s.bucketCount(ctx, activity)
+	if cerr != nil || m == n {
+		return v, err
+	}
+	return f(m)
 }

@@ -22,7 +22,19 @@ func (s *RedisStore) EnsureGroup(ctx context.Context, activity, group string) er
 	if err := redisCheckQueue(activity, group, "-"); err != nil {
 		return fmt.Errorf("ensure group: %w", err)
 	}
-	err := s.ensureGroup.Run(ctx, s.client, []string{s.key(activity, "meta"), s.key(activity, "orders")}, group).Err()
+	_, err := bucketRetry(ctx, s, activity, func(n int) (struct{}, error) {
+		for _, on := range s.keySets(activity, n) {
+			if err := s.ensureGroupOn(ctx, activity, on, group); err != nil {
+				return struct{}{}, err
+			}
+		}
+		return struct{}{}, nil
+	})
+	return err
+}
+
+func (s *RedisStore) ensureGroupOn(ctx context.Context, activity, on, group string) error {
+	err := s.ensureGroup.Run(ctx, s.client, []string{s.key(on, "meta"), s.key(on, "orders")}, group).Err()
 	if err != nil {
 		return fmt.Errorf("ensure group %s %s: %w", activity, group, redisScriptErr(err))
 	}
@@ -39,8 +51,19 @@ func (s *RedisStore) ReadGroup(ctx context.Context, activity, group, consumer st
 	if count <= 0 || block < 0 {
 		return nil, fmt.Errorf("read group %s: %w", activity, badInput("count %d must be positive and block %s not negative", count, block))
 	}
+	return bucketRetry(ctx, s, activity, func(n int) ([]Win, error) {
+		if n > 1 {
+			return s.readGroupBuckets(ctx, activity, n, group, consumer, count, block, pending)
+		}
+		return s.readGroupOn(ctx, activity, activity, group, consumer, count, block, pending)
+	})
+}
+
+// readGroupOn reads from the wins stream of on: activity or one of its buckets (whose entries
+// the caller renames).
+func (s *RedisStore) readGroupOn(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
 	if pending {
-		reply, err := s.readPending.Run(ctx, s.client, []string{s.key(activity, "meta"), s.key(activity, "orders")},
+		reply, err := s.readPending.Run(ctx, s.client, []string{s.key(on, "meta"), s.key(on, "orders")},
 			group, consumer, count).Slice()
 		if err != nil {
 			return nil, fmt.Errorf("read pending %s %s: %w", activity, group, redisScriptErr(err))
@@ -52,9 +75,9 @@ func (s *RedisStore) ReadGroup(ctx context.Context, activity, group, consumer st
 		return wins, nil
 	}
 
-	streams, err := s.readNew(ctx, activity, group, consumer, count, block)
+	streams, err := s.readNew(ctx, on, group, consumer, count, block)
 	if err != nil {
-		return nil, fmt.Errorf("read group %s %s: %w", activity, group, s.noGroupErr(ctx, activity, err))
+		return nil, fmt.Errorf("read group %s %s: %w", activity, group, s.noGroupErr(ctx, on, err))
 	}
 	var wins []Win
 	for _, st := range streams {
@@ -117,7 +140,17 @@ func (s *RedisStore) Ack(ctx context.Context, activity, group string, ids ...str
 			return fmt.Errorf("ack %s: %w", activity, err)
 		}
 	}
-	if err := s.client.XAck(ctx, s.key(activity, "orders"), group, ids...).Err(); err != nil {
+	_, err := bucketRetry(ctx, s, activity, func(n int) (struct{}, error) {
+		if n > 1 {
+			return struct{}{}, s.ackBuckets(ctx, activity, n, group, ids)
+		}
+		return struct{}{}, s.ackOn(ctx, activity, activity, group, ids)
+	})
+	return err
+}
+
+func (s *RedisStore) ackOn(ctx context.Context, activity, on, group string, ids []string) error {
+	if err := s.client.XAck(ctx, s.key(on, "orders"), group, ids...).Err(); err != nil {
 		return fmt.Errorf("ack %s %s: %w", activity, group, err)
 	}
 	return nil
@@ -132,7 +165,16 @@ func (s *RedisStore) Claim(ctx context.Context, activity, group, consumer string
 	if count <= 0 || minIdle < 0 {
 		return nil, fmt.Errorf("claim %s: %w", activity, badInput("count %d must be positive and min idle %s not negative", count, minIdle))
 	}
-	reply, err := s.claim.Run(ctx, s.client, []string{s.key(activity, "meta"), s.key(activity, "orders")},
+	return bucketRetry(ctx, s, activity, func(n int) ([]Win, error) {
+		if n > 1 {
+			return s.claimBuckets(ctx, activity, n, group, consumer, minIdle, count)
+		}
+		return s.claimOn(ctx, activity, activity, group, consumer, minIdle, count)
+	})
+}
+
+func (s *RedisStore) claimOn(ctx context.Context, activity, on, group, consumer string, minIdle time.Duration, count int) ([]Win, error) {
+	reply, err := s.claim.Run(ctx, s.client, []string{s.key(on, "meta"), s.key(on, "orders")},
 		group, consumer, minIdle.Milliseconds(), count).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("claim %s %s: %w", activity, group, redisScriptErr(err))
@@ -157,9 +199,23 @@ func (s *RedisStore) DeadLetter(ctx context.Context, activity, group string, w W
 	if len(reason) > maxQueueReason {
 		return fmt.Errorf("dead letter %s: %w", activity, badInput("reason is longer than %d bytes", maxQueueReason))
 	}
-	keys := []string{s.key(activity, "meta"), s.key(activity, "orders"), s.key(activity, "dead")}
-	if err := s.deadLetter.Run(ctx, s.client, keys, group, w.ID, reason).Err(); err != nil {
-		return fmt.Errorf("dead letter %s %s: %w", activity, w.ID, redisScriptErr(err))
+	_, err := bucketRetry(ctx, s, activity, func(n int) (struct{}, error) {
+		if n > 1 {
+			raw, i, ok := splitBucketEntryID(w.ID, n)
+			if !ok {
+				return struct{}{}, nil // no entry of the activity: nothing pending to move
+			}
+			return struct{}{}, s.deadLetterOn(ctx, activity, bucketID(activity, i, n), group, raw, reason)
+		}
+		return struct{}{}, s.deadLetterOn(ctx, activity, activity, group, w.ID, reason)
+	})
+	return err
+}
+
+func (s *RedisStore) deadLetterOn(ctx context.Context, activity, on, group, id, reason string) error {
+	keys := []string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "dead")}
+	if err := s.deadLetter.Run(ctx, s.client, keys, group, id, reason).Err(); err != nil {
+		return fmt.Errorf("dead letter %s %s: %w", activity, id, redisScriptErr(err))
 	}
 	return nil
 }
@@ -173,12 +229,21 @@ func (s *RedisStore) DeadLetters(ctx context.Context, activity string, count int
 	if count <= 0 {
 		return nil, fmt.Errorf("dead letters %s: %w", activity, badInput("count %d must be positive", count))
 	}
-	msgs, err := s.client.XRangeN(ctx, s.key(activity, "dead"), "-", "+", int64(count)).Result()
+	return bucketRetry(ctx, s, activity, func(n int) ([]Win, error) {
+		if n > 1 {
+			return s.deadLettersBuckets(ctx, activity, n, count)
+		}
+		return s.deadLettersOn(ctx, activity, activity, count)
+	})
+}
+
+func (s *RedisStore) deadLettersOn(ctx context.Context, activity, on string, count int) ([]Win, error) {
+	msgs, err := s.client.XRangeN(ctx, s.key(on, "dead"), "-", "+", int64(count)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("dead letters %s: %w", activity, err)
 	}
 	if len(msgs) == 0 {
-		return nil, s.mustExist(ctx, "dead letters", activity)
+		return nil, s.mustExist(ctx, "dead letters", on)
 	}
 	wins := make([]Win, 0, len(msgs))
 	for _, m := range msgs {
@@ -289,10 +354,24 @@ func (s *RedisStore) Backlog(ctx context.Context, activity, group string) (int64
 	if err := redisCheckQueue(activity, group, "-"); err != nil {
 		return 0, fmt.Errorf("backlog: %w", err)
 	}
-	groups, err := s.client.XInfoGroups(ctx, s.key(activity, "orders")).Result()
+	return bucketRetry(ctx, s, activity, func(n int) (int64, error) {
+		var sum int64
+		for _, on := range s.keySets(activity, n) {
+			v, err := s.backlogOn(ctx, activity, on, group)
+			if err != nil {
+				return 0, err
+			}
+			sum += v
+		}
+		return sum, nil
+	})
+}
+
+func (s *RedisStore) backlogOn(ctx context.Context, activity, on, group string) (int64, error) {
+	groups, err := s.client.XInfoGroups(ctx, s.key(on, "orders")).Result()
 	if err != nil {
 		if strings.Contains(err.Error(), "no such key") {
-			if err := s.mustExist(ctx, "backlog", activity); err != nil {
+			if err := s.mustExist(ctx, "backlog", on); err != nil {
 				return 0, err
 			}
 			return 0, fmt.Errorf("backlog %s: consumer group %q %w", activity, group, ErrNotFound)
@@ -308,7 +387,7 @@ func (s *RedisStore) Backlog(ctx context.Context, activity, group string) (int64
 		}
 		return g.Lag + g.Pending, nil
 	}
-	if err := s.mustExist(ctx, "backlog", activity); err != nil {
+	if err := s.mustExist(ctx, "backlog", on); err != nil {
 		return 0, err
 	}
 	return 0, fmt.Errorf("backlog %s: consumer group %q %w", activity, group, ErrNotFound)

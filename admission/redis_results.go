@@ -18,9 +18,20 @@ func (s *RedisStore) SetResult(ctx context.Context, activity, user string, r Res
 	if err := checkResultRecord(r); err != nil {
 		return fmt.Errorf("set result %s: %w", activity, err)
 	}
+	_, err := bucketRetry(ctx, s, activity, func(n int) (struct{}, error) {
+		if n > 1 {
+			return struct{}{}, s.setResultBuckets(ctx, activity, user, r, n)
+		}
+		return struct{}{}, s.setResultOn(ctx, activity, activity, user, r)
+	})
+	return err
+}
+
+// setResultOn stores the record in the key set of on: activity or one of its buckets.
+func (s *RedisStore) setResultOn(ctx context.Context, activity, on, user string, r Result) error {
 	// encoding/json's encoding, written without reflection: the text polls hand on (AppendResult).
 	b := appendResultJSON(nil, withoutReservations(r))
-	err := s.setResult.Run(ctx, s.client, []string{s.key(activity, "meta"), s.key(activity, "results")},
+	err := s.setResult.Run(ctx, s.client, []string{s.key(on, "meta"), s.key(on, "results")},
 		user, b, r.ReservationID, MaxResultReservations).Err()
 	if err != nil {
 		return fmt.Errorf("set result %s: %w", activity, redisScriptErr(err))
@@ -34,7 +45,17 @@ func (s *RedisStore) GetResult(ctx context.Context, activity, user string) (Resu
 	if err := redisCheckResult(activity, user); err != nil {
 		return Result{}, fmt.Errorf("get result: %w", err)
 	}
-	vals, err := s.hot.HMGet(ctx, s.key(activity, "results"), user, user+"\x00").Result()
+	return bucketRetry(ctx, s, activity, func(n int) (Result, error) {
+		if n > 1 {
+			return s.getResultBuckets(ctx, activity, user, n)
+		}
+		return s.getResultOn(ctx, activity, activity, user)
+	})
+}
+
+// getResultOn reads the record from the key set of on: activity or one of its buckets.
+func (s *RedisStore) getResultOn(ctx context.Context, activity, on, user string) (Result, error) {
+	vals, err := s.hot.HMGet(ctx, s.key(on, "results"), user, user+"\x00").Result()
 	if err == nil && len(vals) != 2 {
 		err = fmt.Errorf("malformed hmget reply: %d elements", len(vals))
 	}
@@ -43,7 +64,7 @@ func (s *RedisStore) GetResult(ctx context.Context, activity, user string) (Resu
 	}
 	if errors.Is(err, redis.Nil) {
 		// Only a miss pays for the second round trip that tells "no result" from "no activity".
-		if err := s.mustExist(ctx, "get result", activity); err != nil {
+		if err := s.mustExist(ctx, "get result", on); err != nil {
 			return Result{}, err
 		}
 		return Result{}, fmt.Errorf("get result %s: %w", activity, ErrNotFound)
@@ -53,7 +74,7 @@ func (s *RedisStore) GetResult(ctx context.Context, activity, user string) (Resu
 	}
 	top, _ := vals[0].(string)
 	list, _ := vals[1].(string)
-	r, err := s.withReservations(ctx, activity, user, top, list)
+	r, err := s.withReservations(ctx, on, user, top, list)
 	if err != nil {
 		return Result{}, fmt.Errorf("get result %s: %w", activity, err)
 	}
@@ -103,6 +124,17 @@ func (s *RedisStore) withReservations(ctx context.Context, activity, user, top, 
 func (s *RedisStore) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
 	if err := redisCheckResult(activity, user); err != nil {
 		return dst, "", fmt.Errorf("get result: %w", err)
+	}
+	if n, err := s.bucketCount(ctx, activity); err != nil || n > 1 {
+		if err != nil {
+			return dst, "", fmt.Errorf("get result %s: %w", activity, err)
+		}
+		// A split activity's records are shown with other ids than stored: encoded again.
+		r, err := s.getResultBuckets(ctx, activity, user, n)
+		if err != nil {
+			return dst, "", err
+		}
+		return appendResultJSON(dst, r), r.Code, nil
 	}
 	cmd := redis.NewStringSliceCmd(ctx, "hmget", s.hotKeys(activity).results, user, user+"\x00")
 	cmd.SetFirstKeyPos(1)

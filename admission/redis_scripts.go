@@ -1,6 +1,10 @@
 package admission
 
-import _ "embed" // the Lua scripts ship inside the binary
+import (
+	_ "embed" // the Lua scripts ship inside the binary
+
+	"github.com/redis/go-redis/v9"
+)
 
 // The Redis store's scripts; each file's header documents its KEYS, ARGV and reply.
 var (
@@ -22,4 +26,28 @@ var (
 	luaDeadLetter string
 	//go:embed lua/set_result.lua
 	luaSetResult string
+
+	// Stock buckets (redis_bucket*.go).
+	//go:embed lua/bucket_define.lua
+	luaBucketDefine string
+	//go:embed lua/bucket_setup.lua
+	luaBucketSetup string
+	//go:embed lua/bucket_take.lua
+	luaBucketTake string
+	//go:embed lua/bucket_give.lua
+	luaBucketGive string
+	//go:embed lua/bucket_finish.lua
+	luaBucketFinish string
+	//go:embed lua/bucket_delete.lua
+	luaBucketDelete string
+)
+
+// Stock buckets' scripts: package-level, as a redis.Script is immutable and shared safely.
+var (
+	scriptBucketDefine = redis.NewScript(luaBucketDefine)
+	scriptBucketSetup  = redis.NewScript(luaBucketSetup)
+	scriptBucketTake   = redis.NewScript(luaBucketTake)
+	scriptBucketGive   = redis.NewScript(luaBucketGive)
+	scriptBucketFinish = redis.NewScript(luaBucketFinish)
+	scriptBucketDelete = redis.NewScript(luaBucketDelete)
 )

@@ -1,0 +1,58 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+)
+
+// admitBuckets is Admit for a split activity (r is validated): the decision is taken in the
+// user's home bucket; when it has too little stock, stock is pulled in from the others and the
+// decision taken again, so that sold_out is answered only when no other bucket has any.
+func (s *RedisStore) admitBuckets(ctx context.Context, r Request, n int) (Decision, error) {
+	home := homeBucket(r.User, n)
+	br := r
+	br.Activity = bucketID(r.Activity, home, n)
+	for pulls := 0; ; pulls++ {
+		d, err := s.admitOn(ctx, br)
+		if err != nil {
+			return Decision{}, fmt.Errorf("admit %s: bucket %d: %w", r.Activity, home, err)
+		}
+		if d.ReservationID != "" {
+			d.ReservationID = bucketEntryID(d.ReservationID, home)
+		}
+		switch {
+		case d.Replayed || (d.Outcome != SoldOut && d.Outcome != Won):
+			return d, nil
+		case d.Outcome == Won && d.Remaining > 0:
+			return d, nil
+		case d.Outcome == SoldOut && pulls < maxPulls:
+			moved, err := s.pullInto(ctx, r.Activity, n, home, r.Qty)
+			if err != nil {
+				return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+			}
+			if moved > 0 {
+				continue
+			}
+		}
+		// The home bucket is empty: Remaining is the activity's, so that a Guard flags the
+		// activity sold out only when every bucket is.
+		left, err := s.bucketRemaining(ctx, r.Activity, n)
+		if err != nil {
+			if d.Outcome == Won {
+				return d, nil // a win stands; its Remaining of 0 is the home bucket's
+			}
+			return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+		}
+		d.Remaining = left
+		return d, nil
+	}
+}
+
+// releaseBuckets is Release for a split activity: the reservation id names its bucket.
+func (s *RedisStore) releaseBuckets(ctx context.Context, activity, reservationID string, n int) (bool, error) {
+	raw, i, ok := splitBucketEntryID(reservationID, n)
+	if !ok {
+		return false, fmt.Errorf("release %s %s: %w", activity, reservationID, ErrNotFound)
+	}
+	return s.releaseOn(ctx, activity, bucketID(activity, i, n), raw)
+}

@@ -1,0 +1,251 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Stock transfers between the buckets of a split activity. One transfer moves items from bucket
+// `from` to bucket `to` (-1 is outside the buckets: a raise gives from outside, a cut takes to
+// outside) in four steps, each idempotent under the transfer's id:
+//
+//  1. the intent "from to qty ms" is recorded in the parent's intents hash;
+//  2. bucket_take.lua on the source takes min(qty, unsold) and logs the number under the id;
+//  3. bucket_give.lua on the destination adds that number, once, and logs the id;
+//  4. bucket_finish.lua removes the intent.
+//
+// A runner that dies between steps leaves the intent; recoverTransfers runs the steps again:
+// the take answers its logged number (or takes now, if it never ran), the give gives once. Two
+// runners of one transfer are therefore harmless, and no item is created or destroyed. The logs
+// are kept until the activity is deleted, so that a late runner never finds a step undone.
+
+const (
+	// defaultRebalanceInterval is RedisOptions.RebalanceInterval's default.
+	defaultRebalanceInterval = 250 * time.Millisecond
+	// recoverAfter is how old an intent must be before the rebalancer completes it: younger ones
+	// are most likely still being run by their owner (running them too would be harmless).
+	recoverAfter = 2 * time.Second
+	// maxPulls bounds the pulls one admission makes into its dry home bucket; every pull moves at
+	// least one item, so the bound only matters under heavy contention.
+	maxPulls = 8
+)
+
+// transfer moves up to qty unsold items of activity from bucket from to bucket to (either may be
+// -1, see above) and returns the number moved.
+func (s *RedisStore) transfer(ctx context.Context, activity string, n, from, to int, qty int64) (int64, error) {
+	id := NewSalt()[:16]
+	intent := fmt.Sprintf("%d %d %d %d", from, to, qty, time.Now().UnixMilli())
+	if err := s.client.HSet(ctx, s.intentsKey(activity), id, intent).Err(); err != nil {
+		return 0, fmt.Errorf("transfer %s: record intent: %w", activity, err)
+	}
+	q, err := s.runTransfer(ctx, activity, n, id, from, to, qty)
+	if err != nil {
+		return 0, err
+	}
+	s.bucketCounters.transfers.Add(1)
+	s.bucketCounters.moved.Add(q)
+	return q, nil
+}
+
+// runTransfer runs steps 2 to 4 of a recorded transfer.
+func (s *RedisStore) runTransfer(ctx context.Context, activity string, n int, id string, from, to int, qty int64) (int64, error) {
+	q := qty
+	if from >= 0 {
+		b := bucketID(activity, from, n)
+		var err error
+		q, err = scriptBucketTake.Run(ctx, s.client, []string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)},
+			id, qty).Int64()
+		if err != nil {
+			return 0, fmt.Errorf("transfer %s %s: take from bucket %d: %w", activity, id, from, redisScriptErr(err))
+		}
+	}
+	var delta int64
+	if to >= 0 {
+		b := bucketID(activity, to, n)
+		err := scriptBucketGive.Run(ctx, s.client, []string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)},
+			id, q, s.channel, activity).Err()
+		if err != nil {
+			return 0, fmt.Errorf("transfer %s %s: give to bucket %d: %w", activity, id, to, redisScriptErr(err))
+		}
+	} else {
+		delta = -q
+	}
+	err := scriptBucketFinish.Run(ctx, s.client, []string{s.key(activity, "meta"), s.intentsKey(activity)}, id, delta).Err()
+	if err != nil {
+		return 0, fmt.Errorf("transfer %s %s: finish: %w", activity, id, redisScriptErr(err))
+	}
+	return q, nil
+}
+
+// recoverTransfers completes activity's pending transfers recorded at least minAge ago.
+func (s *RedisStore) recoverTransfers(ctx context.Context, activity string, n int, minAge time.Duration) error {
+	intents, err := s.client.HGetAll(ctx, s.intentsKey(activity)).Result()
+	if err != nil {
+		return fmt.Errorf("recover transfers of %s: %w", activity, err)
+	}
+	now := time.Now()
+	for id, v := range intents {
+		f := strings.Fields(v)
+		if len(f) != 4 {
+			return fmt.Errorf("recover transfers of %s: malformed intent %s %q", activity, id, v)
+		}
+		var x [4]int64
+		for i := range x {
+			if x[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+				return fmt.Errorf("recover transfers of %s: malformed intent %s %q", activity, id, v)
+			}
+		}
+		if now.Sub(time.UnixMilli(x[3])) < minAge {
+			continue
+		}
+		q, err := s.runTransfer(ctx, activity, n, id, int(x[0]), int(x[1]), x[2])
+		if err != nil {
+			return fmt.Errorf("recover transfers of %s: %w", activity, err)
+		}
+		s.bucketCounters.recovered.Add(1)
+		s.bucketCounters.transfers.Add(1)
+		s.bucketCounters.moved.Add(q)
+	}
+	return nil
+}
+
+// pullInto moves stock into bucket home of a split activity, where an admission needing qty
+// found too little: half the richest other bucket's stock, and at least qty (or all it has).
+// Concurrent pulls into one bucket share one transfer (pullFlight). It returns the items moved:
+// 0 when no other bucket has any.
+func (s *RedisStore) pullInto(ctx context.Context, activity string, n, home int, qty int64) (int64, error) {
+	key := bucketID(activity, home, n)
+	return s.pulls.do(key, func() (int64, error) {
+		st, err := s.bucketStocks(ctx, activity, n)
+		if err != nil {
+			return 0, err
+		}
+		if st.buckets[home].stock >= qty {
+			return st.buckets[home].stock, nil // another pull (or a release) came first
+		}
+		from := st.richest(home)
+		if from < 0 {
+			return 0, nil
+		}
+		s.bucketCounters.dryPulls.Add(1)
+		return s.transfer(ctx, activity, n, from, home, max(qty, (st.buckets[from].stock+1)/2))
+	})
+}
+
+// pullFlight lets concurrent pulls into one bucket share one transfer.
+type pullFlight struct {
+	mu sync.Mutex
+	m  map[string]*pullCall
+}
+
+type pullCall struct {
+	done chan struct{}
+	n    int64
+	err  error
+}
+
+func (p *pullFlight) do(key string, f func() (int64, error)) (int64, error) {
+	p.mu.Lock()
+	if c, ok := p.m[key]; ok {
+		p.mu.Unlock()
+		<-c.done
+		return c.n, c.err
+	}
+	if p.m == nil {
+		p.m = map[string]*pullCall{}
+	}
+	c := &pullCall{done: make(chan struct{})}
+	p.m[key] = c
+	p.mu.Unlock()
+	c.n, c.err = f()
+	p.mu.Lock()
+	delete(p.m, key)
+	p.mu.Unlock()
+	close(c.done)
+	return c.n, c.err
+}
+
+// bucketRebalancer runs inside the store (RedisOptions.RebalanceInterval): from the first split
+// activity the store serves until Close.
+type bucketRebalancer struct {
+	interval time.Duration
+	once     sync.Once
+	done     chan struct{} // closed when the loop has ended
+}
+
+// startRebalancer starts the rebalancer once, unless it is turned off.
+func (s *RedisStore) startRebalancer() {
+	if s.rebalance.interval < 0 {
+		return
+	}
+	s.rebalance.once.Do(func() {
+		s.rebalance.done = make(chan struct{})
+		go s.rebalanceLoop()
+	})
+}
+
+func (s *RedisStore) rebalanceLoop() {
+	defer close(s.rebalance.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.closed:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	t := time.NewTicker(s.rebalance.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.bucketCache.Range(func(k, v any) bool {
+			if n := v.(int); n > 1 {
+				// Errors are left for the next round: a failover or a deleted activity.
+				_ = s.RebalanceOnce(ctx, k.(string))
+			}
+			return ctx.Err() == nil
+		})
+	}
+}
+
+// RebalanceOnce completes activity's transfers left pending for a while (a crashed runner) and
+// moves stock from its richest bucket to its poorest when the poorest has less than a quarter of
+// the richest: what the store's rebalancer does every RebalanceInterval. An activity that is not
+// split is left alone.
+func (s *RedisStore) RebalanceOnce(ctx context.Context, activity string) error {
+	n, err := s.bucketCount(ctx, activity)
+	if err != nil || n < 2 {
+		return err
+	}
+	if err := s.recoverTransfers(ctx, activity, n, recoverAfter); err != nil {
+		return err
+	}
+	st, err := s.bucketStocks(ctx, activity, n)
+	if err != nil {
+		return err
+	}
+	rich, poor := st.richest(-1), 0
+	for i, b := range st.buckets {
+		if b.stock < st.buckets[poor].stock {
+			poor = i
+		}
+	}
+	if rich < 0 || rich == poor {
+		return nil
+	}
+	hi, lo := st.buckets[rich].stock, st.buckets[poor].stock
+	if hi < 2 || lo*4 >= hi {
+		return nil
+	}
+	_, err = s.transfer(ctx, activity, n, rich, poor, (hi-lo)/2)
+	return err
+}
