@@ -35,6 +35,8 @@ func TestLocalHelperProcess(t *testing.T) {
 		err = helperScenario(dir)
 	case "rush":
 		err = helperRush(dir, os.Getenv(helperSyncEnv) == "1")
+	case "transfers": // dir is a Redis address (redis_bucket_crash_test.go)
+		err = helperTransfers(dir)
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}

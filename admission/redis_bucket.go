@@ -53,7 +53,7 @@ func bucketID(activity string, i, n int) string {
 // homeBucket is user's bucket among n: FNV-1a of the user id, mod n. Every admission and every
 // result record of the user lives there, so the per-user limit and request-id replay stay inside
 // one script.
-func homeBucket(user string, n int) int {
+func HomeBucket(user string, n int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(user))
 	return int(h.Sum32() % uint32(n))

@@ -9,7 +9,7 @@ import (
 // user's home bucket; when it has too little stock, stock is pulled in from the others and the
 // decision taken again, so that sold_out is answered only when no other bucket has any.
 func (s *RedisStore) admitBuckets(ctx context.Context, r Request, n int) (Decision, error) {
-	home := homeBucket(r.User, n)
+	home := HomeBucket(r.User, n)
 	br := r
 	br.Activity = bucketID(r.Activity, home, n)
 	for pulls := 0; ; pulls++ {

@@ -34,13 +34,13 @@ func shownResvID(id string, home int) string {
 }
 
 func (s *RedisStore) setResultBuckets(ctx context.Context, activity, user string, r Result, n int) error {
-	home := homeBucket(user, n)
+	home := HomeBucket(user, n)
 	r.ReservationID = storedResvID(r.ReservationID, home, n)
 	return s.setResultOn(ctx, activity, bucketID(activity, home, n), user, r)
 }
 
 func (s *RedisStore) getResultBuckets(ctx context.Context, activity, user string, n int) (Result, error) {
-	home := homeBucket(user, n)
+	home := HomeBucket(user, n)
 	r, err := s.getResultOn(ctx, activity, bucketID(activity, home, n), user)
 	if err != nil {
 		return Result{}, err

@@ -29,9 +29,10 @@ const (
 	// recoverAfter is how old an intent must be before the rebalancer completes it: younger ones
 	// are most likely still being run by their owner (running them too would be harmless).
 	recoverAfter = 2 * time.Second
-	// maxPulls bounds the pulls one admission makes into its dry home bucket; every pull moves at
-	// least one item, so the bound only matters under heavy contention.
-	maxPulls = 8
+	// maxPulls bounds the pulls one admission makes into its dry home bucket. Every pull moves at
+	// least one item, but under contention others may win it before this admission's next try
+	// (at the end of a skewed sale, 32 buyers racing for single items needed more than 8).
+	maxPulls = 64
 )
 
 // transfer moves up to qty unsold items of activity from bucket from to bucket to (either may be
