@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
-	"hash/fnv"
 )
 
 // bucketSale is the Caddyfile block of an activity open now, with its stock split into buckets
@@ -69,7 +69,7 @@ func TestClusterBuckets(t *testing.T) {
 		// 100 buyers whose home bucket is bucket 3: they alone must buy the whole stock.
 		var users []string
 		for i := 0; len(users) < 100; i++ {
-			if u := fmt.Sprintf("skew-%d", i); homeBucketTmp(u, 8) == 3 {
+			if u := fmt.Sprintf("skew-%d", i); admission.HomeBucket(u, 8) == 3 {
 				users = append(users, u)
 			}
 		}
@@ -251,10 +251,4 @@ func bucketMetrics(t *testing.T, c *client) map[string]int64 {
 		}
 	}
 	return m
-}
-
-func homeBucketTmp(user string, n int) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(user))
-	return int(h.Sum32() % uint32(n))
 }
