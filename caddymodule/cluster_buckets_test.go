@@ -33,6 +33,7 @@ func bucketSale(id string, stock, limit, buckets int) string {
 //     buyer, reconcile passes, and the status, admin API and metrics show one sold-out activity;
 //   - "skew", 8 buckets: every buyer's home bucket is the same one, and the sale still sells out
 //     (the stock of the other seven is pulled in);
+//   - "whole", 8 buckets: a 202 and the status give the activity's remaining stock, not a bucket's;
 //   - "pair", 2 items in 2 buckets: the order flow (pay, the payment window's release back to the
 //     win's bucket, a cancel) with the stock coming back and being sold again.
 func TestClusterBuckets(t *testing.T) {
@@ -44,7 +45,8 @@ func TestClusterBuckets(t *testing.T) {
 	// pair keeps the short payment window of the order flow.
 	pair := strings.Replace(saleBlock("pair", 2), "}\n", "\tbuckets 2\n}\n", 1)
 	seckill := jwtBlock + "captcha off\nurl_secret u\nstore redis " + strings.Join(cl.Addrs(), " ") + " {\n\tcluster\n}\n" +
-		ordersOption("sqlite "+db) + bucketSale("hot", 120, 2, 8) + bucketSale("skew", 64, 1, 8) + pair
+		ordersOption("sqlite "+db) + bucketSale("hot", 120, 2, 8) + bucketSale("skew", 64, 1, 8) + pair +
+		bucketSale("whole", 80, 1, 8)
 	s := startSale(t, seckill)
 
 	masters := map[string]bool{}
@@ -82,6 +84,22 @@ func TestClusterBuckets(t *testing.T) {
 		// The seven other buckets held 56 items; all of them reached bucket 3.
 		if moved := after["items_moved"] - before["items_moved"]; moved < 56 {
 			t.Errorf("%d items moved between buckets, want at least the 56 of the other buckets", moved)
+		}
+	})
+
+	// The answers give the whole activity's stock, never a bucket's.
+	t.Run("whole", func(t *testing.T) {
+		expect(t, "status", s.c.get("/seckill/whole", ""), http.StatusOK, "ok")
+		alice := token(t, "alice")
+		path := buyPath(t, s.c, "whole", alice)
+		won := s.c.post(path, alice, "", "Idempotency-Key", "a1")
+		expect(t, "alice buys", won, http.StatusAccepted, "queued")
+		if n := won.num("remaining"); n != 79 {
+			t.Errorf("the 202 says %d remaining, want 79 of the activity's 80", n)
+		}
+		expect(t, "alice again", s.c.post(path, alice, "", "Idempotency-Key", "a2"), http.StatusConflict, "limit_reached")
+		if st := s.c.get("/seckill/whole", ""); st.num("remaining") != 79 || st.str("state") != "open" {
+			t.Errorf("status after a win and a refusal: %s, want open with 79 remaining", st)
 		}
 	})
 
