@@ -133,6 +133,7 @@ func (s *RedisStore) Delete(ctx context.Context, id string, force bool) error {
 	if err != nil && !errors.Is(err, ErrUnknownActivity) {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
+	s.bucketCache.Delete(id)
 	// Also for an unknown activity: that heals an id listed by a define whose keys are gone.
 	if serr := s.client.SRem(ctx, s.activitiesKey(), id).Err(); serr != nil {
 		return fmt.Errorf("delete %s: unlist activity: %w", id, serr)

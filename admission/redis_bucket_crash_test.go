@@ -17,7 +17,7 @@ import (
 
 const (
 	xferActivity = "xfer"
-	xferStock    = 400
+	xferStock    = 2000
 	xferBuckets  = 4
 	xferPrefix   = "crash"
 )

@@ -1,7 +1,10 @@
 package admission_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -49,4 +52,71 @@ func TestRedisBucketsCluster(t *testing.T) {
 		}
 		return s
 	})
+}
+
+// TestBucketsNeedRedis: one node has no shards to spread a split activity over, so the memory
+// and local stores refuse it; every store refuses a count out of range or above the stock.
+func TestBucketsNeedRedis(t *testing.T) {
+	local, err := admission.OpenLocalStore(t.TempDir(), admission.LocalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = local.Close() })
+	mem := admission.NewMemoryStore(admission.MemoryOptions{})
+	t.Cleanup(func() { _ = mem.Close() })
+	ctx := context.Background()
+	for _, s := range []admission.Store{mem, local} {
+		a := redisOpen("split", 10, 1)
+		a.Buckets = 2
+		_, err := s.Define(ctx, a, false)
+		if !errors.Is(err, admission.ErrBadInput) || !strings.Contains(err.Error(), "buckets needs store redis") {
+			t.Errorf("%T: define with buckets 2: %v", s, err)
+		}
+		a.Buckets = 1 // one bucket is no split
+		if got, err := s.Define(ctx, a, false); err != nil || got.Buckets != 0 {
+			t.Errorf("%T: define with buckets 1: %+v, %v", s, got, err)
+		}
+	}
+	srv := testsrv.StartRedis(t)
+	rs, _ := redisTestStore(t, srv.Addr, admission.RedisOptions{}, nil)
+	for _, n := range []int{-1, admission.MaxBuckets + 1, 11} {
+		a := redisOpen("bad", 10, 1)
+		a.Buckets = n
+		if _, err := rs.Define(ctx, a, false); !errors.Is(err, admission.ErrBadInput) {
+			t.Errorf("buckets %d of a stock of 10: %v; want ErrBadInput", n, err)
+		}
+	}
+}
+
+// TestRedisBucketsStaleCount: a store that cached an activity's bucket count follows another
+// store's deletion and redefinition with another count at its next call.
+func TestRedisBucketsStaleCount(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	ctx := context.Background()
+	a, _ := redisTestStore(t, srv.Addr, admission.RedisOptions{RebalanceInterval: -1}, nil)
+	b, _ := redisTestStore(t, srv.Addr, admission.RedisOptions{RebalanceInterval: -1}, nil)
+	act := redisOpen("stale", 40, 1)
+	for round, n := range []int{0, 4, 2, 0} {
+		if round > 0 {
+			if err := a.Delete(ctx, act.ID, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		act.Buckets = n
+		redisDefine(t, a, act)
+		for i := range 3 {
+			u := fmt.Sprintf("r%du%d", round, i)
+			d, err := b.Admit(ctx, admission.Request{Activity: act.ID, User: u, Qty: 1, RequestID: "x"})
+			if err != nil || d.Outcome != admission.Won {
+				t.Fatalf("round %d (%d buckets): admit on the other store: %+v, %v", round, n, d, err)
+			}
+			if ok, err := b.Release(ctx, act.ID, d.ReservationID); err != nil || !ok {
+				t.Fatalf("round %d: release %s: %v, %v", round, d.ReservationID, ok, err)
+			}
+		}
+		snap, err := b.Activity(ctx, act.ID)
+		if err != nil || snap.Buckets != n || snap.Remaining != 40 {
+			t.Errorf("round %d: snapshot %+v, %v", round, snap, err)
+		}
+	}
 }

@@ -2,11 +2,14 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Stock transfers between the buckets of a split activity. One transfer moves items from bucket
@@ -52,32 +55,56 @@ func (s *RedisStore) transfer(ctx context.Context, activity string, n, from, to 
 	return q, nil
 }
 
+// transferStep runs one step's script. With RedisOptions.ReplicasAck a step counts as done only
+// once the replicas have it: the next step never runs after one a failover could lose (a lost
+// take loses its log with it, so the recovery takes again, consistently).
+func (s *RedisStore) transferStep(ctx context.Context, script *redis.Script, src string, keys []string, args ...any) (*redis.Cmd, error) {
+	if s.ack == nil {
+		cmd := script.Run(ctx, s.client, keys, args...)
+		return cmd, redisScriptErr(cmd.Err())
+	}
+	cmd, acked, err := s.evalAcked(ctx, script, src, keys, args...)
+	if cmd.Err() != nil {
+		return cmd, redisScriptErr(cmd.Err())
+	}
+	if err != nil {
+		return cmd, err
+	}
+	if acked < s.ack.n {
+		return cmd, &ReplicationError{Op: "transfer", Activity: keys[0], Wanted: s.ack.n, Acked: acked}
+	}
+	return cmd, nil
+}
+
 // runTransfer runs steps 2 to 4 of a recorded transfer.
 func (s *RedisStore) runTransfer(ctx context.Context, activity string, n int, id string, from, to int, qty int64) (int64, error) {
 	q := qty
 	if from >= 0 {
 		b := bucketID(activity, from, n)
-		var err error
-		q, err = scriptBucketTake.Run(ctx, s.client, []string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)},
-			id, qty).Int64()
+		cmd, err := s.transferStep(ctx, scriptBucketTake, luaBucketTake,
+			[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, qty)
+		if err == nil {
+			q, err = cmd.Int64()
+		}
 		if err != nil {
-			return 0, fmt.Errorf("transfer %s %s: take from bucket %d: %w", activity, id, from, redisScriptErr(err))
+			return 0, fmt.Errorf("transfer %s %s: take from bucket %d: %w", activity, id, from, err)
 		}
 	}
 	var delta int64
 	if to >= 0 {
 		b := bucketID(activity, to, n)
-		err := scriptBucketGive.Run(ctx, s.client, []string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)},
-			id, q, s.channel, activity).Err()
+		_, err := s.transferStep(ctx, scriptBucketGive, luaBucketGive,
+			[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, q, s.channel, activity)
 		if err != nil {
-			return 0, fmt.Errorf("transfer %s %s: give to bucket %d: %w", activity, id, to, redisScriptErr(err))
+			return 0, fmt.Errorf("transfer %s %s: give to bucket %d: %w", activity, id, to, err)
 		}
 	} else {
 		delta = -q
 	}
-	err := scriptBucketFinish.Run(ctx, s.client, []string{s.key(activity, "meta"), s.intentsKey(activity)}, id, delta).Err()
+	_, err := s.transferStep(ctx, scriptBucketFinish, luaBucketFinish,
+		[]string{s.key(activity, "meta"), s.intentsKey(activity)}, id, delta)
 	if err != nil {
-		return 0, fmt.Errorf("transfer %s %s: finish: %w", activity, id, redisScriptErr(err))
+		return 0, fmt.Errorf("transfer %s %s: finish: %w", activity, id, err)
 	}
 	return q, nil
 }
@@ -210,8 +237,11 @@ func (s *RedisStore) rebalanceLoop() {
 		}
 		s.bucketCache.Range(func(k, v any) bool {
 			if n := v.(int); n > 1 {
-				// Errors are left for the next round: a failover or a deleted activity.
-				_ = s.RebalanceOnce(ctx, k.(string))
+				// Other errors are left for the next round (a failover); an activity another
+				// node deleted is forgotten.
+				if err := s.RebalanceOnce(ctx, k.(string)); errors.Is(err, ErrUnknownActivity) {
+					s.bucketCache.Delete(k)
+				}
 			}
 			return ctx.Err() == nil
 		})

@@ -20,6 +20,17 @@ func TestRedisPostgres(t *testing.T) {
 	t.Run("PostgresOutage", func(t *testing.T) { testPostgresOutage(t, newRedisPostgres(t, pg)) })
 }
 
+// TestRedisPostgresBuckets runs them with every activity split into 4 stock buckets (fewer when
+// the stock is smaller): the order path sees a split activity as one.
+func TestRedisPostgresBuckets(t *testing.T) {
+	pg := testsrv.StartPostgres(t)
+	runScenarios(t, func(t *testing.T) *env {
+		e := newRedisPostgres(t, pg)
+		e.buckets = 4
+		return e
+	}, allScenarios())
+}
+
 func allScenarios() []scenario {
 	var all []scenario
 	all = append(all, repositoryScenarios...)

@@ -29,6 +29,8 @@ type env struct {
 	dsn    string            // PostgreSQL DSN or SQLite path
 	log    *zap.Logger
 	client *redis.Client
+
+	buckets int // split activities into this many stock buckets (at most one per item)
 }
 
 var dbSeq atomic.Int64
@@ -119,6 +121,7 @@ func (e *env) openActivity(t *testing.T, id string, stock, limit int64, payWithi
 	now := time.Now()
 	a, err := e.store.Define(context.Background(), admission.Activity{
 		ID: id, Stock: stock, Limit: limit, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: payWithin,
+		Buckets: int(min(int64(e.buckets), stock)),
 	}, false)
 	if err != nil {
 		t.Fatal(err)
