@@ -174,6 +174,22 @@ func (c *activities) setStock(id string, remaining int64, at time.Time) {
 	c.stockMu.Unlock()
 }
 
+// took counts a win of qty in a split activity on this node: its decision carries only the
+// buyer's bucket's stock (floor, a lower bound of the activity's), so the node's last reading is
+// lowered by qty, never below floor, and keeps its age (the status call reads the store again on
+// time). It returns the new reading; ok is false before the first reading.
+func (c *activities) took(id string, qty, floor int64) (n int64, ok bool) {
+	c.stockMu.Lock()
+	defer c.stockMu.Unlock()
+	r, ok := c.stock[id]
+	if !ok {
+		return 0, false
+	}
+	r.remaining = max(r.remaining-qty, floor)
+	c.stock[id] = r
+	return r.remaining, true
+}
+
 // remaining returns the activity's remaining stock, read from the store at most once per
 // stockMaxAge: the status call is public and cacheable, and must not become a store flood. While
 // one caller reads a stale value from the store, the others answer with the stale value; when the

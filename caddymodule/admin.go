@@ -58,6 +58,7 @@ type adminActivity struct {
 	Start     time.Time `json:"start"`
 	End       time.Time `json:"end"`
 	PayWithin string    `json:"pay_within"`
+	Buckets   int       `json:"buckets,omitempty"` // the stock's split (store redis); the counters are the sums
 	Remaining int64     `json:"remaining"`
 	Sold      int64     `json:"sold"`
 	Buyers    int64     `json:"buyers"`
@@ -73,6 +74,7 @@ type adminDefinition struct {
 	Start     time.Time      `json:"start"`
 	End       time.Time      `json:"end"`
 	PayWithin caddy.Duration `json:"pay_within,omitempty"`
+	Buckets   int            `json:"buckets,omitempty"`
 }
 
 const adminMaxBody = 64 << 10
@@ -151,8 +153,11 @@ func (adminAPI) define(w http.ResponseWriter, r *http.Request, app *App, id stri
 	if err := decodeJSON(body, &d); err != nil {
 		return apiErr(http.StatusBadRequest, fmt.Errorf("body: %w", err))
 	}
-	c := &ActivityConfig{Stock: d.Stock, Limit: d.Limit, Start: d.Start, End: d.End, PayWithin: d.PayWithin}
+	c := &ActivityConfig{Stock: d.Stock, Limit: d.Limit, Start: d.Start, End: d.End, PayWithin: d.PayWithin, Buckets: d.Buckets}
 	if err := c.validate(id); err != nil {
+		return apiErr(http.StatusBadRequest, err)
+	}
+	if err := c.validateStore(id, app.Store); err != nil {
 		return apiErr(http.StatusBadRequest, err)
 	}
 	force := forced(r)
@@ -261,7 +266,7 @@ func showActivity(app *App, s admission.Snapshot) adminActivity {
 	app.acts.setQueues(s.ID, s.Queued, s.Dead)
 	return adminActivity{
 		ID: s.ID, Stock: s.Stock, Limit: s.Limit, Start: s.Start, End: s.End,
-		PayWithin: s.PayWithin.String(), Remaining: s.Remaining, Sold: s.Sold, Buyers: s.Buyers,
+		PayWithin: s.PayWithin.String(), Buckets: s.Buckets, Remaining: s.Remaining, Sold: s.Sold, Buyers: s.Buyers,
 		Queued: s.Queued, Dead: s.Dead, SoldOut: app.backend.guard.SoldOut(s.ID),
 	}
 }

@@ -115,6 +115,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if err := act.validate(id); err != nil {
 			return err
 		}
+		if err := act.validateStore(id, store); err != nil {
+			return err
+		}
 	}
 
 	if a.JWT != nil {
@@ -182,11 +185,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 		reveal[id] = time.Duration(act.Reveal)
 	}
 	a.acts = newActivities(b.guard, reveal)
-	var acks replicaAcks
-	if rs, ok := b.store.(*admission.RedisStore); ok && rs.ReplicasAckEnabled() {
-		acks = rs.ReplicaAcks
-	}
-	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, acks); err != nil {
+	rs, _ := b.store.(*admission.RedisStore) // nil unless store redis
+	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, rs); err != nil {
 		return err
 	}
 	if a.orders != nil {

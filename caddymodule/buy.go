@@ -80,8 +80,18 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	}
 	end := time.Now()
 	q.h.app.metrics.observeAdmission(a.ID, d.Outcome.String(), end.Sub(began))
-	if !d.Replayed { // a replay carries the stock of its first answer, which may be stale
+	remaining := d.Remaining
+	switch {
+	case d.Replayed: // a replay carries the stock of its first answer, which may be stale
+	case a.Buckets < 2 || d.Outcome == admission.SoldOut || (d.Outcome == admission.Won && d.Remaining == 0):
 		q.h.app.acts.setStock(a.ID, d.Remaining, end)
+	case d.Outcome == admission.Won:
+		// A split activity's win carries its buyer's bucket's stock (the whole activity's only
+		// when it emptied that bucket): the node's reading of the whole goes down by the win,
+		// and the answer gives it.
+		if n, ok := q.h.app.acts.took(a.ID, qty, d.Remaining); ok {
+			remaining = n
+		}
 	}
 	switch d.Outcome {
 	case admission.Won:
@@ -114,7 +124,7 @@ func (q *request) buy(next caddyhttp.Handler) error {
 		return next.ServeHTTP(q.w, q.r)
 	}
 	return q.ok(http.StatusAccepted, codeQueued, buyAnswer{
-		Code: codeQueued, ReservationID: d.ReservationID, Remaining: d.Remaining,
+		Code: codeQueued, ReservationID: d.ReservationID, Remaining: remaining,
 	})
 }
 

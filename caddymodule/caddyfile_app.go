@@ -71,6 +71,7 @@ func init() {
 //			end        <RFC 3339 time>
 //			reveal     <duration>
 //			pay_within <duration>
+//			buckets    <n>              # store redis: split the stock over n shards (2-256)
 //		}
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
@@ -518,6 +519,12 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 			} else {
 				c.End = t
 			}
+		case "buckets":
+			n, err := parseBuckets(d, id)
+			if err != nil {
+				return nil, err
+			}
+			c.Buckets = n
 		case "reveal", "pay_within", "start_in":
 			dur, err := durationArg(d, "activity "+id+" "+sub)
 			if err != nil {
@@ -545,6 +552,24 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 		return nil, d.Errf("seckill: %v", err)
 	}
 	return c, nil
+}
+
+// parseBuckets reads the argument of an activity's
+//
+//	buckets <n>
+//
+// which splits the stock into n buckets spread over a Redis Cluster's shards (2 to
+// admission.MaxBuckets; never more than the stock, checked once the block is read).
+func parseBuckets(d *caddyfile.Dispenser, id string) (int, error) {
+	var v string
+	if !d.AllArgs(&v) {
+		return 0, d.ArgErr()
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < minBuckets || n > admission.MaxBuckets {
+		return 0, d.Errf("seckill: activity %s: buckets %q: want %d to %d (leave it out for one)", id, v, minBuckets, admission.MaxBuckets)
+	}
+	return n, nil
 }
 
 // durationArg reads one non-negative duration argument.

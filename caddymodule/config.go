@@ -294,7 +294,16 @@ type ActivityConfig struct {
 
 	// PayWithin is how long a winner has to pay; default 15m.
 	PayWithin caddy.Duration `json:"pay_within,omitempty"`
+
+	// Buckets splits the stock into this many buckets under as many Redis hash tags, so that one
+	// hot activity's admissions spread over a Redis Cluster's shards instead of one (store redis
+	// only; 2 to 256, at most the stock). Every call still sees one activity; see README.
+	Buckets int `json:"buckets,omitempty"`
 }
+
+// minBuckets is the least split of ActivityConfig.Buckets (at most admission.MaxBuckets); left
+// out, the stock stays in one place.
+const minBuckets = 2
 
 // Defaults of an activity definition.
 const (
@@ -311,6 +320,7 @@ func (c *ActivityConfig) definition(id string) admission.Activity {
 		Start:     c.Start,
 		End:       c.End,
 		PayWithin: time.Duration(c.PayWithin),
+		Buckets:   c.Buckets,
 	}
 	if a.Limit == 0 {
 		a.Limit = defaultLimit
@@ -349,6 +359,28 @@ func (c *ActivityConfig) validate(id string) error {
 		return fmt.Errorf("activity %s: reveal %s is negative", id, time.Duration(c.Reveal))
 	case c.PayWithin < 0:
 		return fmt.Errorf("activity %s: pay_within %s is negative", id, time.Duration(c.PayWithin))
+	}
+	return c.validateBuckets(id)
+}
+
+// validateBuckets checks the bucket count against its bounds and the stock.
+func (c *ActivityConfig) validateBuckets(id string) error {
+	switch {
+	case c.Buckets == 0:
+		return nil
+	case c.Buckets < minBuckets || c.Buckets > admission.MaxBuckets:
+		return fmt.Errorf("activity %s: buckets %d: want %d to %d (leave it out for one)", id, c.Buckets, minBuckets, admission.MaxBuckets)
+	case int64(c.Buckets) > c.Stock:
+		return fmt.Errorf("activity %s: buckets %d is more than the stock %d: every bucket needs an item", id, c.Buckets, c.Stock)
+	}
+	return nil
+}
+
+// validateStore checks what the activity needs of the store: buckets live in Redis.
+func (c *ActivityConfig) validateStore(id string, s *StoreConfig) error {
+	if c.Buckets > 1 && s.typ() != storeRedis {
+		return fmt.Errorf("activity %s: buckets %d needs store redis (it spreads the stock over Redis "+
+			"shards); %s keeps an activity in one place: remove buckets", id, c.Buckets, s.directive())
 	}
 	return nil
 }

@@ -30,6 +30,14 @@ func activityBlock(id string, stock, limit int, start, end time.Time, reveal tim
 		id, stock, limit, rfc3339(start), rfc3339(end), reveal)
 }
 
+// bucketsBlock is the Caddyfile block of an open activity (limit 1) whose stock is split into
+// buckets.
+func bucketsBlock(id string, stock, buckets int) string {
+	now := time.Now()
+	return fmt.Sprintf("activity %s {\n\tstock %d\n\tstart %s\n\tend %s\n\tbuckets %d\n}\n",
+		id, stock, rfc3339(now.Add(-time.Minute)), rfc3339(now.Add(time.Hour)), buckets)
+}
+
 // jwtBlock is the seckill app's jwt block for jwtSecret.
 const jwtBlock = "jwt {\n\talgorithms HS256\n\thmac_secret test-jwt-secret-0123456789abcdef\n}\n"
 

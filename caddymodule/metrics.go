@@ -89,13 +89,10 @@ const (
 	metricsSubsystem = "seckill"
 )
 
-// replicaAcks reads a Redis store's WAIT counters (admission.RedisStore.ReplicaAcks).
-type replicaAcks func() (waits, shortfalls uint64)
-
 // newMetrics creates the metrics and registers them, with the collectors of the activities, the
-// breaker state and the JWKS refresh failures (verifier may be nil), on reg; and with the store's
-// WAIT counters when acks is not nil (store redis { replicas_ack }).
-func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, verifier *jwtauth.Verifier, acks replicaAcks) (*metrics, error) {
+// breaker state and the JWKS refresh failures (verifier may be nil), on reg; and with store
+// redis (rs not nil) its bucket transfer counters and, with replicas_ack, its WAIT counters.
+func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, verifier *jwtauth.Verifier, rs *admission.RedisStore) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
@@ -143,7 +140,11 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 		Help:      "State of the admission store's circuit breaker: 0 closed, 1 half-open, 2 open.",
 	}, func() float64 { return breakerValue(guard.BreakerState()) })
 	collectors := []prometheus.Collector{m.requests, m.admission, m.rejectedVec, breaker, jwks, m.reconcileVec, &activityCollector{acts: acts}}
-	if acks != nil {
+	if rs != nil {
+		collectors = append(collectors, bucketCollectors(rs)...)
+	}
+	if rs != nil && rs.ReplicasAckEnabled() {
+		acks := rs.ReplicaAcks
 		collectors = append(collectors,
 			prometheus.NewCounterFunc(prometheus.CounterOpts{
 				Namespace: metricsNamespace,
@@ -169,6 +170,30 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 		}
 	}
 	return m, nil
+}
+
+// bucketCollectors export a Redis store's stock transfers between the buckets of its split
+// activities (activity { buckets }), counted by this node since the store was created.
+func bucketCollectors(rs *admission.RedisStore) []prometheus.Collector {
+	counter := func(name, help string, v func(admission.BucketStats) int64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Subsystem: metricsSubsystem,
+			Name:      name,
+			Help:      help,
+		}, func() float64 { return float64(v(rs.BucketStats())) })
+	}
+	return []prometheus.Collector{
+		counter("bucket_transfers_total", "Stock transfers between the buckets of split activities completed by this node: "+
+			"pulls into a dry bucket, rebalancing and recovered transfers.",
+			func(s admission.BucketStats) int64 { return s.Transfers }),
+		counter("bucket_items_moved_total", "Items those bucket transfers moved.",
+			func(s admission.BucketStats) int64 { return s.Moved }),
+		counter("bucket_transfers_recovered_total", "Bucket transfers a crashed or slow runner left pending that this node completed.",
+			func(s admission.BucketStats) int64 { return s.Recovered }),
+		counter("bucket_dry_pulls_total", "Admissions whose buyer's home bucket had too little stock, so that stock was pulled in from another bucket.",
+			func(s admission.BucketStats) int64 { return s.DryPulls }),
+	}
 }
 
 // rejectedHelp is the help text of rejected_total. It lists the layers in funnel order, cheapest

@@ -108,6 +108,7 @@ type activity struct {
 	id           string
 	stock, limit int64
 	start, end   time.Time
+	buckets      int // the stock split over this many buckets (activity { buckets }); 0 for none
 }
 
 func newActivity(id string, stock, limit int64) activity {
@@ -372,7 +373,7 @@ func (e *env) caddyfile(port int, captcha string) string {
 			limit %d
 			start %s
 			end %s
-			pay_within 15m
+			pay_within 15m%s
 		}%s
 	}
 }
@@ -385,7 +386,15 @@ http://:%d {
 	metrics /metrics
 }
 `, strings.Join(e.redisAddrs(), " "), e.storeLines(), e.seckillOptions, jwtSecret, urlSecret, captcha, a.id, a.stock, a.limit,
-		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), captchaActivity(captcha, a), port)
+		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), bucketsLine(a), captchaActivity(captcha, a), port)
+}
+
+// bucketsLine is the activity block's buckets option, when the activity is split.
+func bucketsLine(a activity) string {
+	if a.buckets < 2 {
+		return ""
+	}
+	return fmt.Sprintf("\n\t\t\tbuckets %d", a.buckets)
 }
 
 // captchaActivity is, for a gateway with captcha on, a second activity that nobody buys, so that
@@ -507,7 +516,8 @@ func (e *env) waitConsumer(b *backend) {
 	e.t.Helper()
 	waitFor(e.t, b.name+" joining the consumer group", time.Minute, func() bool {
 		b.failIfExited()
-		cs, _ := e.rdb.XInfoConsumers(context.Background(), e.streamKey(), group).Result() // NOGROUP until the first read
+		// A split activity's consumer reads every bucket's stream: the first one shows it joined.
+		cs, _ := e.rdb.XInfoConsumers(context.Background(), e.streamKeys()[0], group).Result() // NOGROUP until the first read
 		for _, c := range cs {
 			if c.Name == b.consumer {
 				return true
@@ -534,18 +544,51 @@ func (e *env) waitListening(b *backend) {
 // streamKey is the activity's wins queue (docs/admission.md).
 func (e *env) streamKey() string { return keyPrefix + ":{" + e.act.id + "}:orders" }
 
+// bucketKey is the wins queue of bucket i of a split activity: each bucket is a complete key set
+// under its own hash tag (docs/admission.md, "Stock buckets").
+func (e *env) bucketKey(i int) string {
+	return fmt.Sprintf("%s:{%s#%d/%d}:orders", keyPrefix, e.act.id, i, e.act.buckets)
+}
+
+// streamKeys are the activity's wins queues: one, or one per bucket.
+func (e *env) streamKeys() []string {
+	if e.act.buckets < 2 {
+		return []string{e.streamKey()}
+	}
+	keys := make([]string, e.act.buckets)
+	for i := range keys {
+		keys[i] = e.bucketKey(i)
+	}
+	return keys
+}
+
+// entryOf is the stream and the entry id of a reservation: a split activity's reservation is
+// its bucket's entry id with "." and the bucket appended.
+func (e *env) entryOf(resv string) (stream, id string) {
+	if e.act.buckets < 2 {
+		return e.streamKey(), resv
+	}
+	raw, b, ok := strings.Cut(resv, ".")
+	i, err := strconv.Atoi(b)
+	if !ok || err != nil || i < 0 || i >= e.act.buckets {
+		e.t.Fatalf("reservation %q names no bucket of %d", resv, e.act.buckets)
+	}
+	return e.bucketKey(i), raw
+}
+
 // missingFromStream returns the reservations among wins that are not entries of the activity's
 // queue: a reservation id is the id of its win's queue entry (docs/admission.md).
 func (e *env) missingFromStream(wins map[userKey]string) []string {
 	e.t.Helper()
 	var missing []string
-	for _, id := range wins {
-		xs, err := e.rdb.XRange(context.Background(), e.streamKey(), id, id).Result()
+	for _, resv := range wins {
+		stream, id := e.entryOf(resv)
+		xs, err := e.rdb.XRange(context.Background(), stream, id, id).Result()
 		if err != nil {
-			e.t.Fatalf("XRANGE %s: %v", id, err)
+			e.t.Fatalf("XRANGE %s %s: %v", stream, id, err)
 		}
 		if len(xs) != 1 {
-			missing = append(missing, id)
+			missing = append(missing, resv)
 		}
 	}
 	return missing

@@ -21,9 +21,15 @@ import (
 // TestRunAndReconcile runs the command as an operator would, against a private redis-server and
 // an SQLite file: wins become orders served over HTTP, reconcile passes, and a win nobody
 // processes makes reconcile exit 1.
-func TestRunAndReconcile(t *testing.T) {
+func TestRunAndReconcile(t *testing.T) { runAndReconcile(t, 0) }
+
+// TestRunAndReconcileBuckets is TestRunAndReconcile on an activity split into 4 buckets: the
+// command needs nothing to know of them, the store shows it one activity.
+func TestRunAndReconcileBuckets(t *testing.T) { runAndReconcile(t, 4) }
+
+func runAndReconcile(t *testing.T, buckets int) {
 	ctx := context.Background()
-	srv, store := saleWithWins(t, "alice", "bob")
+	srv, store := saleWithWins(t, buckets, "alice", "bob")
 
 	secret := "0123456789abcdef0123456789abcdef"
 	t.Setenv("TEST_JWT_SECRET", secret)
@@ -113,8 +119,9 @@ func TestUsage(t *testing.T) {
 }
 
 // saleWithWins starts a private redis-server holding the open activity phone-1001 (5 items, limit
-// 1) and one win for each of users, as the edge would have left them for the order backend.
-func saleWithWins(t *testing.T, users ...string) (*testsrv.Redis, *admission.RedisStore) {
+// 1, split into buckets when buckets > 1) and one win for each of users, as the edge would have
+// left them for the order backend.
+func saleWithWins(t *testing.T, buckets int, users ...string) (*testsrv.Redis, *admission.RedisStore) {
 	t.Helper()
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
@@ -125,9 +132,10 @@ func saleWithWins(t *testing.T, users ...string) (*testsrv.Redis, *admission.Red
 		t.Fatal(err)
 	}
 	now := time.Now()
-	if _, err := store.Define(ctx, admission.Activity{ID: "phone-1001", Stock: 5, Limit: 1,
-		Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}, false); err != nil {
-		t.Fatal(err)
+	def, err := store.Define(ctx, admission.Activity{ID: "phone-1001", Stock: 5, Limit: 1,
+		Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute, Buckets: buckets}, false)
+	if err != nil || (buckets > 1 && def.Buckets != buckets) {
+		t.Fatalf("define = %+v, %v", def, err)
 	}
 	for _, u := range users {
 		if d, err := store.Admit(ctx, admission.Request{Activity: "phone-1001", User: u, Qty: 1, RequestID: "r"}); err != nil || d.Outcome != admission.Won {

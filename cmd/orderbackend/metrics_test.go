@@ -45,7 +45,7 @@ func freeAddr(t *testing.T) string {
 // API's listener serves neither; both close when the process stops.
 func TestMetricsListen(t *testing.T) {
 	ctx := context.Background()
-	srv, _ := saleWithWins(t, "alice")
+	srv, _ := saleWithWins(t, 0, "alice")
 
 	t.Setenv("TEST_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	apiAddr, metricsAddr := freeAddr(t), freeAddr(t)
