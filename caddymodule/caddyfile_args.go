@@ -38,6 +38,14 @@ func someArgs(d *caddyfile.Dispenser) ([]string, error) {
 	return args, nil
 }
 
+// appendArgs appends the one or more arguments of a repeatable list option (e.g. "address a:1
+// b:2") to list.
+func appendArgs(d *caddyfile.Dispenser, list *[]string) error {
+	args, err := someArgs(d)
+	*list = append(*list, args...)
+	return err
+}
+
 // intArg reads one whole-number argument between lo and hi; outside, or not a number, the error
 // is "seckill: <what> "<arg>": <want>".
 func intArg[T int | int64](d *caddyfile.Dispenser, what string, lo, hi T, want string) (T, error) {

@@ -31,9 +31,7 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 		case "hmac_secret":
 			j.HMACSecret, err = oneArg(d)
 		case "public_key_file":
-			var files []string
-			files, err = someArgs(d)
-			j.PublicKeyFiles = append(j.PublicKeyFiles, files...)
+			err = appendArgs(d, &j.PublicKeyFiles)
 		case "jwks_url":
 			j.JWKSURL, err = oneArg(d)
 		case "jwks_min_refresh":

@@ -94,9 +94,7 @@ func parseStoreRedis(d *caddyfile.Dispenser, s *StoreConfig) error {
 	err := parseBlock(d, "seckill", "store redis ", func(opt string) (err error) {
 		switch opt {
 		case "address":
-			var more []string
-			more, err = someArgs(d)
-			s.Addresses = append(s.Addresses, more...)
+			err = appendArgs(d, &s.Addresses)
 		case "username":
 			s.Username, err = oneArg(d)
 		case "password":
