@@ -8,34 +8,15 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/caddyserver/caddy/v2"
-
-	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // TestAdminAPI manages activities through Caddy's admin endpoint.
 func TestAdminAPI(t *testing.T) {
-	adminPort, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
-	cfg, err := adapt(t, caddyfileAdmin(t, fmt.Sprintf("127.0.0.1:%d", adminPort), port,
-		jwtBlock+"captcha off\n"+activityBlock("adm", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := caddy.Load([]byte(cfg), true); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = caddy.Stop() })
-	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
-	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+	base, adminAddr := startCaddyAdmin(t,
+		jwtBlock+"captcha off\n"+activityBlock("adm", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	admin := "http://" + adminAddr
+	c := newClient(t, base)
 
 	call := func(method, path, body string) (int, string) {
 		t.Helper()

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/caddymodule/forwardsig"
+	"github.com/caddy-seckill/caddy-seckill/forwardsig"
 )
 
 // buyRequest is the optional body of POST {prefix}/{activity}/buy/{hash}.

@@ -1,27 +1,27 @@
 package caddymodule
 
 import (
-	"strconv"
+	"math"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 )
 
-// parseCaptcha parses "captcha on|off [{ ... }]" into a. Syntax:
+// parseCaptcha parses the captcha option of the global seckill block into a. Syntax:
 //
-//	captcha on {
+//	captcha off
+//	captcha on [{
 //		length      <digits>
 //		ttl         <duration>
 //		max_fetches <n>
 //		issue_rate  <events>/<period> [burst <n>]
-//	}
+//	}]
 func parseCaptcha(d *caddyfile.Dispenser, a *App) error {
 	if !d.NextArg() {
 		return d.Err("seckill: captcha needs on or off (e.g. captcha on { length 6 })")
 	}
 	v := d.Val()
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := noArg(d); err != nil {
+		return err
 	}
 	switch v {
 	case "on":
@@ -36,45 +36,23 @@ func parseCaptcha(d *caddyfile.Dispenser, a *App) error {
 		return d.Errf("seckill: captcha %q: want on or off", v)
 	}
 	c := new(CaptchaConfig)
-	seen := optionSet{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		sub := d.Val()
-		if err := seen.once(d, "captcha "+sub); err != nil {
-			return err
-		}
-		switch sub {
-		case "length", "max_fetches":
-			var arg string
-			if !d.AllArgs(&arg) {
-				return d.ArgErr()
-			}
-			n, err := strconv.Atoi(arg)
-			if err != nil || n <= 0 {
-				return d.Errf("seckill: captcha %s %q: want a positive whole number", sub, arg)
-			}
-			if sub == "length" {
-				c.Length = n
-			} else {
-				c.MaxFetches = int64(n)
-			}
+	err := parseBlock(d, "seckill", "captcha ", func(opt string) (err error) {
+		switch opt {
+		case "length":
+			c.Length, err = intArg(d, "captcha length", 1, math.MaxInt, "want a positive whole number")
 		case "ttl":
-			dur, err := durationArg(d, "captcha ttl")
-			if err != nil {
-				return err
-			}
-			if dur == 0 {
-				return d.Err("seckill: captcha ttl must be positive")
-			}
-			c.TTL = caddy.Duration(dur)
+			c.TTL, err = positiveDurationArg(d, "captcha ttl")
+		case "max_fetches":
+			c.MaxFetches, err = intArg[int64](d, "captcha max_fetches", 1, math.MaxInt64, "want a positive whole number")
 		case "issue_rate":
-			r, err := parseRateArgs(d, "captcha issue_rate", d.RemainingArgs())
-			if err != nil {
-				return err
-			}
-			c.IssueRate = r
+			c.IssueRate, err = parseRateArgs(d, "captcha issue_rate", d.RemainingArgs())
 		default:
-			return d.Errf("seckill: unrecognized captcha option %q", sub)
+			err = d.Errf("seckill: unrecognized captcha option %q", opt)
 		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if *c == (CaptchaConfig{}) {
 		return nil // "captcha on {}": every default

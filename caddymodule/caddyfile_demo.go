@@ -1,21 +1,6 @@
 package caddymodule
 
-import (
-	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-)
-
-func init() {
-	httpcaddyfile.RegisterHandlerDirective("seckill_demo_signin", parseDemoDirective)
-	httpcaddyfile.RegisterDirectiveOrder("seckill_demo_signin", httpcaddyfile.Before, "reverse_proxy")
-}
-
-func parseDemoDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	hd := new(DemoSignin)
-	err := hd.UnmarshalCaddyfile(h.Dispenser)
-	return hd, err
-}
+import "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
@@ -24,22 +9,16 @@ func parseDemoDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, er
 //	}
 func (h *DemoSignin) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
-	if d.NextArg() {
-		return d.ArgErr()
+	if err := noArg(d); err != nil {
+		return err
 	}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		switch sub := d.Val(); sub {
+	return parseBlock(d, "seckill_demo_signin", "", func(sub string) (err error) {
+		switch sub {
 		case "allow_remote":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
-			if h.AllowRemote {
-				return d.Err("seckill_demo_signin: allow_remote is given twice")
-			}
-			h.AllowRemote = true
+			h.AllowRemote, err = true, noArg(d)
 		default:
-			return d.Errf("seckill_demo_signin: unrecognized subdirective %q", sub)
+			err = d.Errf("seckill_demo_signin: unrecognized subdirective %q", sub)
 		}
-	}
-	return nil
+		return err
+	})
 }

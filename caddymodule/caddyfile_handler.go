@@ -7,16 +7,26 @@ import (
 )
 
 func init() {
-	httpcaddyfile.RegisterHandlerDirective("seckill", parseHandlerDirective)
-	// Before reverse_proxy, so that "seckill { forward }" followed by reverse_proxy works in a site
-	// block without a route; inside route blocks the written order applies anyway.
-	httpcaddyfile.RegisterDirectiveOrder("seckill", httpcaddyfile.Before, "reverse_proxy")
+	registerDirective[Handler]("seckill")
+	registerDirective[OrdersHandler]("seckill_orders")
+	registerDirective[DemoSignin]("seckill_demo_signin")
 }
 
-func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	hd := new(Handler)
-	err := hd.UnmarshalCaddyfile(h.Dispenser)
-	return hd, err
+// registerDirective registers the handler directive name, parsed by the handler's
+// UnmarshalCaddyfile. It is ordered before reverse_proxy, so that "seckill { forward }" followed by
+// reverse_proxy works in a site block without a route; inside route blocks the written order
+// applies anyway.
+func registerDirective[T any, P interface {
+	*T
+	caddyhttp.MiddlewareHandler
+	caddyfile.Unmarshaler
+}](name string) {
+	httpcaddyfile.RegisterHandlerDirective(name, func(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+		hd := P(new(T))
+		err := hd.UnmarshalCaddyfile(h.Dispenser)
+		return hd, err
+	})
+	httpcaddyfile.RegisterDirectiveOrder(name, httpcaddyfile.Before, "reverse_proxy")
 }
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
@@ -27,55 +37,59 @@ func parseHandlerDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler,
 //		errors  auto|write|return
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // consume directive name
-	if d.NextArg() {
-		return d.ArgErr()
-	}
-	seen := optionSet{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		sub := d.Val()
-		if err := seen.once(d, sub); err != nil {
-			return err
-		}
-		if ok, err := parseMountSubdirective(d, "seckill", &h.Prefix, &h.Errors); ok {
-			if err != nil {
-				return err
-			}
-			continue
-		}
+	return parseMount(d, "seckill", &h.Prefix, &h.Errors, func(sub string) (bool, error) {
 		switch sub {
 		case "forward":
-			if d.NextArg() {
-				return d.ArgErr()
-			}
 			h.Forward = true
-		default:
-			return d.Errf("seckill: unrecognized subdirective %q", sub)
+			return true, noArg(d)
 		}
-	}
-	return nil
+		return false, nil
+	})
 }
 
-// parseMountSubdirective parses the subdirectives every handler of this plugin shares, prefix and
-// errors, at the dispenser's current token. It reports whether the token was one of them.
-func parseMountSubdirective(d *caddyfile.Dispenser, directive string, prefix, errorsMode *string) (bool, error) {
-	switch d.Val() {
-	case "prefix":
-		if !d.AllArgs(prefix) {
-			return true, d.ArgErr()
-		}
-		if *prefix == "" || (*prefix)[0] != '/' {
-			return true, d.Errf("%s: prefix %q must start with /", directive, *prefix)
-		}
-		return true, nil
-	case "errors":
-		if !d.AllArgs(errorsMode) {
-			return true, d.ArgErr()
-		}
-		if err := validErrorsMode(*errorsMode); err != nil {
-			return true, d.Errf("%s: %v", directive, err)
-		}
-		return true, nil
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+//
+//	seckill_orders {
+//		prefix <path>             # default /orders
+//		errors auto|write|return
+//	}
+func (h *OrdersHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	return parseMount(d, "seckill_orders", &h.Prefix, &h.Errors, nil)
+}
+
+// parseMount parses the block of a handler directive mounted under a prefix (seckill,
+// seckill_orders): no arguments, each subdirective at most once, prefix and errors shared by all;
+// any other subdirective goes to more (when not nil), which reports whether it knows it.
+func parseMount(d *caddyfile.Dispenser, directive string, prefix, errorsMode *string,
+	more func(sub string) (bool, error),
+) error {
+	d.Next() // consume directive name
+	if err := noArg(d); err != nil {
+		return err
 	}
-	return false, nil
+	return parseBlock(d, directive, "", func(sub string) (err error) {
+		switch sub {
+		case "prefix":
+			*prefix, err = oneArg(d)
+			if err == nil && (*prefix == "" || (*prefix)[0] != '/') {
+				err = d.Errf("%s: prefix %q must start with /", directive, *prefix)
+			}
+		case "errors":
+			*errorsMode, err = oneArg(d)
+			if err == nil {
+				if bad := validErrorsMode(*errorsMode); bad != nil {
+					err = d.Errf("%s: %v", directive, bad)
+				}
+			}
+		default:
+			known := false
+			if more != nil {
+				known, err = more(sub)
+			}
+			if !known {
+				err = d.Errf("%s: unrecognized subdirective %q", directive, sub)
+			}
+		}
+		return err
+	})
 }

@@ -1,47 +1,49 @@
 package caddymodule
 
 import (
+	"math"
+
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
-	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-func init() {
-	httpcaddyfile.RegisterHandlerDirective("seckill_orders", parseOrdersDirective)
-	httpcaddyfile.RegisterDirectiveOrder("seckill_orders", httpcaddyfile.Before, "reverse_proxy")
-}
-
-func parseOrdersDirective(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
-	hd := new(OrdersHandler)
-	err := hd.UnmarshalCaddyfile(h.Dispenser)
-	return hd, err
-}
-
-// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
+// parseOrders parses the orders option of the global seckill block. Syntax:
 //
-//	seckill_orders {
-//		prefix <path>             # default /orders
-//		errors auto|write|return
+//	orders sqlite|postgres <file or dsn> {
+//		sweep_every    <duration>
+//		consumer_name  <name>
+//		max_deliveries <n>
+//		claim_idle     <duration>
 //	}
-func (h *OrdersHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
-	d.Next() // consume directive name
+func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
+	var typ, dsn string
+	if !d.Args(&typ, &dsn) {
+		return nil, d.Err("seckill: want orders sqlite <file> or orders postgres <dsn>")
+	}
 	if d.NextArg() {
-		return d.ArgErr()
+		return nil, d.Errf("seckill: orders %s: unexpected %q (quote a DSN that has spaces)", typ, d.Val())
 	}
-	seen := map[string]bool{}
-	for nesting := d.Nesting(); d.NextBlock(nesting); {
-		sub := d.Val()
-		if seen[sub] {
-			return d.Errf("seckill_orders: %s is given twice", sub)
+	o := &OrdersConfig{Type: typ, DSN: dsn}
+	err := parseBlock(d, "seckill", "orders ", func(opt string) (err error) {
+		switch opt {
+		case "sweep_every":
+			o.SweepEvery, err = positiveDurationArg(d, "orders sweep_every")
+		case "consumer_name":
+			o.ConsumerName, err = oneArg(d)
+		case "max_deliveries":
+			o.MaxDeliveries, err = intArg[int64](d, "orders max_deliveries", 1, math.MaxInt64,
+				"want a whole number of at least 1")
+		case "claim_idle":
+			o.ClaimIdle, err = positiveDurationArg(d, "orders claim_idle")
+		default:
+			err = d.Errf("seckill: unrecognized orders option %q", opt)
 		}
-		seen[sub] = true
-		if ok, err := parseMountSubdirective(d, "seckill_orders", &h.Prefix, &h.Errors); ok {
-			if err != nil {
-				return err
-			}
-			continue
-		}
-		return d.Errf("seckill_orders: unrecognized subdirective %q", sub)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	if err := o.validate(); err != nil {
+		return nil, d.Errf("seckill: %v", err)
+	}
+	return o, nil
 }

@@ -3,15 +3,11 @@ package caddymodule_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
-	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
 
@@ -38,25 +34,8 @@ func TestCommands(t *testing.T) {
 		t.Error("a token without --user was minted")
 	}
 
-	adminPort, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
-	cfg, err := adapt(t, caddyfileAdmin(t, fmt.Sprintf("127.0.0.1:%d", adminPort), port,
-		jwtBlock+activityBlock("cli", 7, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := caddy.Load([]byte(cfg), true); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = caddy.Stop() })
-	addr := fmt.Sprintf("127.0.0.1:%d", adminPort)
+	_, addr := startCaddyAdmin(t, jwtBlock+activityBlock("cli", 7, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
 
 	out, err = exec.Command(bin, "seckill", "status", "--address", addr).Output()
 	if err != nil {

@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // TestTokenFromConfig mints tokens with `caddy seckill token --config` from a Caddyfile whose jwt
@@ -26,10 +23,7 @@ func TestTokenFromConfig(t *testing.T) {
 	secret := "token-test-secret-0123456789abcdef0123456789abcdef" // 50 bytes: enough for HS384
 	t.Setenv(secretVar, secret)
 
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	now := time.Now()
 	jwtConf := fmt.Sprintf("jwt {\n\talgorithms ES256 HS384\n\tpublic_key_file %s\n\thmac_secret {env.%s}\n"+
 		"\tissuer shop\n\taudience seckill\n\tuser_claim uid\n}\n", ecKeyFile(t), secretVar)
@@ -65,14 +59,11 @@ func TestTokenFromConfig(t *testing.T) {
 		t.Errorf("minted token: alg %s, claims %v", parsed.Method.Alg(), claims)
 	}
 
-	cfg, err := adapt(t, content)
+	runCaddyfile(t, content)
+	cfg, err := adapt(t, content) // the same configuration as JSON, for --config below
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := caddy.Load([]byte(cfg), true); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = caddy.Stop() })
 	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
 	expect(t, "result with the minted token", c.get("/seckill/tk/result", tok), http.StatusOK, "none")
 	b := c.post(buyPath(t, c, "tk", tok), tok, "")

@@ -101,8 +101,7 @@ type demoAnswer struct {
 
 // ServeHTTP signs the caller in as the user it names.
 func (h *DemoSignin) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	if err, ok := r.Context().Value(caddyhttp.ErrorCtxKey).(error); ok {
-		serveError(w, err)
+	if servedError(w, r) {
 		return nil
 	}
 	// The client check comes first: a remote client learns nothing else about this endpoint.

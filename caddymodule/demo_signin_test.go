@@ -8,9 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
-	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
 
@@ -18,10 +15,7 @@ import (
 // audience and user claim and the edge accepts it; remote clients are refused unless allow_remote;
 // bad input is a 4xx.
 func TestDemoSignin(t *testing.T) {
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	now := time.Now()
 	jwt := "jwt {\n\talgorithms HS256\n\thmac_secret test-jwt-secret-0123456789abcdef\n\tissuer shop\n\taudience seckill\n\tuser_claim uid\n}\n"
 	text := fmt.Sprintf(`{
@@ -54,14 +48,7 @@ http://127.0.0.1:%d {
 	}
 }
 `, port, t.TempDir(), jwt+"captcha off\n"+activityBlock("d", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), port, route)
-	cfg, err := adapt(t, text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := caddy.Load([]byte(cfg), true); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = caddy.Stop() })
+	runCaddyfile(t, text)
 	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
 
 	r := c.post("/demo/token", "", `{"user":"alice.b_1-x"}`)

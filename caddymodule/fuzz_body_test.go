@@ -16,7 +16,6 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
-	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // The targets below drive request bodies through a Caddy running in this process, over loopback,
@@ -42,27 +41,6 @@ var documented = map[int][]string{
 	http.StatusRequestEntityTooLarge: {"bad_request"},
 	http.StatusTooManyRequests:       {"rate_limited"},
 	http.StatusServiceUnavailable:    {"busy"},
-}
-
-// startAdminCaddy is startCaddy with Caddy's admin endpoint on admin (host:port).
-func startAdminCaddy(f *testing.F, admin, seckill string) {
-	f.Helper()
-	port, err := testsrv.FreePort()
-	if err != nil {
-		f.Fatal(err)
-	}
-	cfg, err := adapt(f, caddyfileAdmin(f, admin, port, seckill, route))
-	if err != nil {
-		f.Fatalf("adapt: %v", err)
-	}
-	if err := caddy.Load([]byte(cfg), true); err != nil {
-		f.Fatalf("load: %v", err)
-	}
-	f.Cleanup(func() {
-		if err := caddy.Stop(); err != nil {
-			f.Errorf("stop: %v", err)
-		}
-	})
 }
 
 // fuzzClient returns a client for one input that shares hc's connections with the others.
@@ -328,14 +306,10 @@ type adminDefinition struct {
 // activity exactly as it was; an accepted definition must be stored as sent, with its end after
 // its start, and is undone afterwards.
 func FuzzAdminActivityBody(f *testing.F) {
-	adminPort, err := testsrv.FreePort()
-	if err != nil {
-		f.Fatal(err)
-	}
 	now := time.Now()
-	startAdminCaddy(f, fmt.Sprintf("127.0.0.1:%d", adminPort), jwtBlock+"captcha off\n"+
-		activityBlock("fza", 10, 2, now.Add(-time.Minute), now.Add(24*time.Hour), 0))
-	admin := fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	_, adminAddr := startCaddyAdmin(f, jwtBlock+"captcha off\n"+
+		activityBlock("fza", 10, 2, now.Add(-time.Minute), now.Add(24*time.Hour), 0), route)
+	admin := "http://" + adminAddr
 	hc := newClient(f, admin).http
 
 	for _, s := range []string{

@@ -80,9 +80,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 
 // ServeHTTP answers one call of the public API.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	// Inside handle_errors, write the default JSON body of the error being handled.
-	if err, ok := r.Context().Value(caddyhttp.ErrorCtxKey).(error); ok {
-		serveError(w, err)
+	if servedError(w, r) {
 		return nil
 	}
 	stripSeckillHeaders(r.Header)
@@ -185,6 +183,16 @@ var (
 	_ caddy.Provisioner           = (*Handler)(nil)
 	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
 )
+
+// servedError writes, inside handle_errors, the default JSON body of the error being handled and
+// reports whether it did so; every handler of this plugin starts with it.
+func servedError(w http.ResponseWriter, r *http.Request) bool {
+	err, ok := r.Context().Value(caddyhttp.ErrorCtxKey).(error)
+	if ok {
+		serveError(w, err)
+	}
+	return ok
+}
 
 // provisionMount checks the options every handler of this plugin shares and returns the path
 // prefix it serves (def when none is configured, without a trailing slash) and the seckill app.

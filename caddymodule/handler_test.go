@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-seckill/caddy-seckill/caddymodule/forwardsig"
+	"github.com/caddy-seckill/caddy-seckill/forwardsig"
 )
 
 // buyPath asks for the user's buy path (captcha off).

@@ -15,7 +15,6 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/caddy-seckill/caddy-seckill/caddymodule"
-	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // jwtSecret is the HS256 secret of every test sale.
@@ -40,63 +39,6 @@ func bucketsBlock(id string, stock, buckets int) string {
 
 // jwtBlock is the seckill app's jwt block for jwtSecret.
 const jwtBlock = "jwt {\n\talgorithms HS256\n\thmac_secret test-jwt-secret-0123456789abcdef\n}\n"
-
-// caddyfile returns a complete Caddyfile serving the seckill handler on port, with the given
-// seckill app body and site body.
-func caddyfile(t testing.TB, port int, seckill, site string) string {
-	return caddyfileAdmin(t, "off", port, seckill, site)
-}
-
-// caddyfileAdmin is caddyfile with the admin endpoint at admin ("off" for none).
-func caddyfileAdmin(t testing.TB, admin string, port int, seckill, site string) string {
-	return fmt.Sprintf(`{
-	admin %s
-	auto_https off
-	persist_config off
-	http_port %d
-	storage file_system %s
-	log {
-		level ERROR
-	}
-	seckill {
-%s
-	}
-}
-
-http://127.0.0.1:%d {
-%s
-}
-`, admin, port, t.TempDir(), seckill, port, site)
-}
-
-// startCaddy runs Caddy in this process with the Caddyfile and returns the base URL. Caddy's
-// state is global: tests that call it must not run in parallel.
-func startCaddy(t testing.TB, seckill, site string) string {
-	t.Helper()
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := loadCaddy(t, port, seckill, site); err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := caddy.Stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
-	return fmt.Sprintf("http://127.0.0.1:%d", port)
-}
-
-// loadCaddy loads (or reloads) the configuration into the Caddy of this process.
-func loadCaddy(t testing.TB, port int, seckill, site string) error {
-	t.Helper()
-	cfg, err := adapt(t, caddyfile(t, port, seckill, site))
-	if err != nil {
-		return fmt.Errorf("adapt: %w", err)
-	}
-	return caddy.Load([]byte(cfg), true)
-}
 
 // app returns the running seckill app.
 func app(t testing.TB) *caddymodule.App {

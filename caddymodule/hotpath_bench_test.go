@@ -58,10 +58,7 @@ type hotUser struct {
 // store is the seckill app's store line ("" for the memory store).
 func startHotSale(b *testing.B, store string) *hotSale {
 	b.Helper()
-	port, err := testsrv.FreePort()
-	if err != nil {
-		b.Fatal(err)
-	}
+	port := freePort(b)
 	now := time.Now()
 	start, end := now.Add(-time.Minute), now.Add(24*time.Hour)
 	cf := fmt.Sprintf(`{
@@ -98,18 +95,7 @@ http://:%d {
 }
 `, b.TempDir(), store, jwtBlock, activityBlock("open", 1_000_000_000, 1_000_000_000, start, end, 0),
 		activityBlock("gone", 0, 1, start, end, 0), port)
-	cfg, err := adapt(b, cf)
-	if err != nil {
-		b.Fatalf("adapt: %v", err)
-	}
-	if err := caddy.Load([]byte(cfg), true); err != nil {
-		b.Fatalf("load: %v", err)
-	}
-	b.Cleanup(func() {
-		if err := caddy.Stop(); err != nil {
-			b.Errorf("stop: %v", err)
-		}
-	})
+	runCaddyfile(b, cf)
 	v, err := caddy.ActiveContext().App("http")
 	if err != nil {
 		b.Fatal(err)

@@ -69,8 +69,7 @@ func (h *OrdersHandler) Provision(ctx caddy.Context) error {
 // are turned into this package's errors, so that handle_errors and {http.seckill.code} work as
 // for the seckill handler.
 func (h *OrdersHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	if err, ok := r.Context().Value(caddyhttp.ErrorCtxKey).(error); ok {
-		serveError(w, err)
+	if servedError(w, r) {
 		return nil
 	}
 	tail, ok := strings.CutPrefix(r.URL.Path, h.prefix)

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -51,33 +49,15 @@ type sale struct {
 // startSale loads a Caddyfile with the admin endpoint on, serving ordersSite.
 func startSale(t *testing.T, seckill string) sale {
 	t.Helper()
-	adminPort, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := sale{adminAddr: fmt.Sprintf("127.0.0.1:%d", adminPort)}
+	port := freePort(t)
+	s := sale{adminAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 	s.admin = "http://" + s.adminAddr
 	text := caddyfileAdmin(t, s.adminAddr, port, seckill, ordersSite)
 	s.caddyfile = filepath.Join(t.TempDir(), "Caddyfile")
 	if err := os.WriteFile(s.caddyfile, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := adapt(t, text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := caddy.Load([]byte(cfg), true); err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := caddy.Stop(); err != nil {
-			t.Errorf("stop: %v", err)
-		}
-	})
+	runCaddyfile(t, text)
 	s.c = newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
 	return s
 }

@@ -1,6 +1,7 @@
 // Package forwardsig signs and verifies the Seckill-* headers with which the seckill handler
 // forwards a winner's request to the next handler (for example a shop's order API behind
-// reverse_proxy). It has no dependencies, so an order backend can verify without importing Caddy.
+// reverse_proxy). It imports only the standard library, so the edge, the order backend and a
+// shop's own Go service share it without importing Caddy.
 //
 // The signature is hex(HMAC-SHA256(secret, m)) where m is the netstring encoding of the version
 // "v1", the reservation id, the activity id, the user id and the decimal quantity, in this order:

@@ -1,0 +1,97 @@
+package caddymodule
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// addActivity parses one activity option of the global seckill block into a.Activities: its id,
+// which must be new, then its block (parseActivity).
+func addActivity(d *caddyfile.Dispenser, a *App) error {
+	if !d.NextArg() {
+		return d.ArgErr()
+	}
+	id := d.Val()
+	if !admission.ValidActivityID(id) {
+		return d.Errf("seckill: activity id %q: want 1-%d of [A-Za-z0-9._-]", id, admission.MaxActivityIDLen)
+	}
+	if _, dup := a.Activities[id]; dup {
+		return d.Errf("seckill: activity %s is defined twice", id)
+	}
+	if err := noArg(d); err != nil {
+		return err
+	}
+	act, err := parseActivity(d, id)
+	if err != nil {
+		return err
+	}
+	if a.Activities == nil {
+		a.Activities = map[string]*ActivityConfig{}
+	}
+	a.Activities[id] = act
+	return nil
+}
+
+// parseActivity parses the block of "activity <id>". Syntax:
+//
+//	activity <id> {
+//		stock      <n>
+//		limit      <n>
+//		start      <RFC 3339 time>
+//		start_in   <duration>       # instead of start: after the first definition
+//		end        <RFC 3339 time>
+//		reveal     <duration>
+//		pay_within <duration>
+//		buckets    <n>              # store redis: split the stock over n shards (2-256)
+//	}
+func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
+	c := new(ActivityConfig)
+	what := "activity " + id + ": "
+	haveStock := false
+	err := parseBlock(d, "seckill", what, func(opt string) (err error) {
+		switch opt {
+		case "stock":
+			c.Stock, err = intArg[int64](d, what+"stock", 0, math.MaxInt64, "want a whole number")
+			haveStock = true
+		case "limit":
+			c.Limit, err = intArg[int64](d, what+"limit", 0, math.MaxInt64, "want a whole number")
+			if err == nil && c.Limit == 0 {
+				err = d.Errf("seckill: %slimit must be at least 1", what)
+			}
+		case "start":
+			c.Start, err = timeArg(d, what+"start")
+		case "start_in":
+			c.StartIn, err = durationArg(d, what+"start_in")
+			if err == nil && c.StartIn == 0 {
+				err = d.Errf("seckill: %sstart_in must be positive (for a sale open at once, give a start in the past)", what)
+			}
+		case "end":
+			c.End, err = timeArg(d, what+"end")
+		case "reveal":
+			c.Reveal, err = durationArg(d, what+"reveal")
+		case "pay_within":
+			c.PayWithin, err = durationArg(d, what+"pay_within")
+		case "buckets":
+			// The stock bound is checked once the block is read (validate).
+			c.Buckets, err = intArg(d, what+"buckets", minBuckets, admission.MaxBuckets,
+				fmt.Sprintf("want %d to %d (leave it out for one)", minBuckets, admission.MaxBuckets))
+		default:
+			err = d.Errf("seckill: %sunrecognized option %q", what, opt)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !haveStock {
+		return nil, d.Errf("seckill: %sstock is required", what)
+	}
+	if err := c.validate(id); err != nil {
+		return nil, d.Errf("seckill: %v", err)
+	}
+	return c, nil
+}

@@ -1,0 +1,62 @@
+package caddymodule
+
+import (
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+)
+
+// parseJWT parses the jwt option of the global seckill block. Syntax:
+//
+//	jwt {
+//		algorithms       <alg>...
+//		hmac_secret      <secret>
+//		public_key_file  <pem file>...
+//		jwks_url         <url>
+//		jwks_min_refresh <duration>
+//		issuer           <iss>
+//		audience         <aud>
+//		leeway           <duration>
+//		user_claim       <claim>
+//	}
+//
+// public_key_file may be given several times: the keys add up.
+func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
+	if err := noArg(d); err != nil {
+		return nil, err
+	}
+	j := new(JWTConfig)
+	err := parseBlock(d, "seckill", "jwt ", func(opt string) (err error) {
+		switch opt {
+		case "algorithms":
+			j.Algorithms, err = someArgs(d)
+		case "hmac_secret":
+			j.HMACSecret, err = oneArg(d)
+		case "public_key_file":
+			err = appendArgs(d, &j.PublicKeyFiles)
+		case "jwks_url":
+			j.JWKSURL, err = oneArg(d)
+		case "jwks_min_refresh":
+			j.JWKSMinRefresh, err = positiveDurationArg(d, "jwt jwks_min_refresh")
+		case "issuer":
+			j.Issuer, err = oneArg(d)
+		case "audience":
+			j.Audience, err = oneArg(d)
+		case "leeway":
+			j.Leeway, err = durationArg(d, "jwt leeway")
+		case "user_claim":
+			j.UserClaim, err = oneArg(d)
+		default:
+			err = d.Errf("seckill: unrecognized jwt option %q", opt)
+		}
+		return err
+	}, "public_key_file")
+	if err != nil {
+		return nil, err
+	}
+	if len(j.Algorithms) == 0 {
+		return nil, d.Err("seckill: jwt needs algorithms (e.g. algorithms HS256)")
+	}
+	if j.JWKSMinRefresh != 0 && j.JWKSURL == "" {
+		return nil, d.Err("seckill: jwt jwks_min_refresh needs a jwks_url")
+	}
+	return j, nil
+}

@@ -1,0 +1,52 @@
+package forwardsig_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+
+	"github.com/caddy-seckill/caddy-seckill/forwardsig"
+)
+
+// A shop's order API behind `seckill { forward }` and reverse_proxy: it trusts the Seckill-*
+// headers only once they verify under the Caddyfile's forward_secret. The reservation id is unique
+// per win, so it is also the key that makes a repeated delivery harmless (insert the order ON
+// CONFLICT (reservation) DO NOTHING).
+func Example() {
+	secret := []byte("the forward_secret of the Caddyfile")
+	orders := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		win, ok := forwardsig.Verify(r.Header, secret)
+		if !ok {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		fmt.Fprintf(w, "order %s: %d of %s for %s", win.Reservation, win.Qty, win.Activity, win.User)
+	})
+
+	// What the edge does to a winner's request before passing it on.
+	r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(`{"qty":1}`))
+	forwardsig.Set(r.Header, secret, forwardsig.Win{
+		Reservation: "1795958876709-0", Activity: "phone-1001", User: "alice", Qty: 1,
+	})
+	w := httptest.NewRecorder()
+	orders.ServeHTTP(w, r)
+	fmt.Println(w.Code, w.Body.String())
+
+	// A changed header (here the quantity) no longer verifies.
+	r.Header.Set(forwardsig.HeaderQty, "2")
+	w = httptest.NewRecorder()
+	orders.ServeHTTP(w, r)
+	fmt.Println(w.Code)
+	// Output:
+	// 200 order 1795958876709-0: 1 of phone-1001 for alice
+	// 403
+}
+
+// The message signed for reservation "r1", activity "a", user "u" and quantity 2 is
+// "2:v1,2:r1,1:a,1:u,1:2,"; a service in another language checks its implementation against
+// `printf '2:v1,2:r1,1:a,1:u,1:2,' | openssl dgst -sha256 -hmac k`.
+func ExampleSign() {
+	fmt.Println(forwardsig.Sign([]byte("k"), forwardsig.Win{Reservation: "r1", Activity: "a", User: "u", Qty: 2}))
+	// Output: 50bea11ecbe2d1fc35cf272e69993c9e225172357fbf485ddf5d930807aca9ea
+}
