@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// TestFlowWithCaptcha walks the whole public flow of §2: status, captcha, image, path, buy,
+// TestFlowWithCaptcha walks the whole public flow of docs/api.md: status, captcha, image, path, buy,
 // result, with the captcha on.
 func TestFlowWithCaptcha(t *testing.T) {
 	now := time.Now()

@@ -14,8 +14,8 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 )
 
-// Error is a refusal of the public API: an HTTP status and the stable machine word of §2 of the
-// design ("sold_out", "bad_path", ...). Handlers return it wrapped in a caddyhttp.HandlerError, so
+// Error is a refusal of the public API: an HTTP status and the stable machine word of docs/api.md
+// ("sold_out", "bad_path", ...). Handlers return it wrapped in a caddyhttp.HandlerError, so
 // handle_errors routes can find it with errors.As.
 type Error struct {
 	Status  int    `json:"-"`
@@ -64,8 +64,8 @@ const (
 	codeForbidden        = "forbidden"
 )
 
-// layer is a layer of the funnel (§1 of the design) that can refuse a call of the public API, for
-// caddy_seckill_rejected_total{layer}. The constants are in the funnel order of the design's §1
+// layer is a layer of the funnel (caddymodule/README.md) that can refuse a call of the public API, for
+// caddy_seckill_rejected_total{layer}. The constants are in the funnel order
 // (a call meets only some, not always in exactly this order; caddymodule/README.md); each
 // layer's counter is resolved once, when the metrics are registered (metrics.rejected).
 type layer uint8

@@ -19,7 +19,7 @@ func init() {
 	caddy.RegisterModule(Handler{})
 }
 
-// Handler answers the public flash-sale API (§2 of the design) under Prefix:
+// Handler answers the public flash-sale API (docs/api.md) under Prefix:
 //
 //	GET  {prefix}/{activity}                  status (no auth, cacheable 1 s)
 //	POST {prefix}/{activity}/captcha          a captcha for the caller (JWT)

@@ -7,7 +7,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
 
-// callKind is one of the calls of the public API (§2 of the design).
+// callKind is one of the calls of the public API (docs/api.md).
 type callKind uint8
 
 const (

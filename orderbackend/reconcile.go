@@ -10,8 +10,8 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
 
-// Report is what Reconcile found for one activity. Violations is empty when every invariant of
-// the design (§5) holds.
+// Report is what Reconcile found for one activity. Violations is empty when every promise of
+// the README (never oversell, never lose a win, never undersell) holds.
 type Report struct {
 	Activity string `json:"activity"`
 
