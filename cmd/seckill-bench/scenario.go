@@ -16,6 +16,33 @@ type userFunc func(ctx context.Context, p *phase, u int, intended time.Time)
 // closedLoop runs fn for users lo..hi-1 on conc clients, each starting its next user as soon as
 // the previous one is done.
 func (b *bench) closedLoop(ctx context.Context, p *phase, lo, hi, conc int, fn userFunc) {
+	eachUser(ctx, lo, hi, conc, func(u int) bool {
+		fn(ctx, p, u, time.Now())
+		return true
+	})
+}
+
+// openLoop starts user lo+i at t0 + i/rate whatever the answers (rate 0: every user at t0), with
+// at most inflight users running at once. A user that could not start on time is charged the
+// delay: its latency runs from its intended start, so a slow gateway cannot hide behind a slow
+// client (coordinated omission).
+func (b *bench) openLoop(ctx context.Context, p *phase, lo, hi int, t0 time.Time, rate float64, inflight int, fn userFunc) {
+	eachUser(ctx, lo, hi, inflight, func(u int) bool {
+		intended := t0
+		if rate > 0 {
+			intended = t0.Add(time.Duration(float64(u-lo) / rate * float64(time.Second)))
+		}
+		if !sleep(ctx, time.Until(intended)) {
+			return false
+		}
+		fn(ctx, p, u, intended)
+		return true
+	})
+}
+
+// eachUser hands users lo..hi-1 out to up to conc goroutines, each taking the next user once its
+// previous one is done, until the users run out, ctx is done or one's run returns false.
+func eachUser(ctx context.Context, lo, hi, conc int, run func(u int) bool) {
 	var next atomic.Int64
 	next.Store(int64(lo))
 	var wg sync.WaitGroup
@@ -25,41 +52,9 @@ func (b *bench) closedLoop(ctx context.Context, p *phase, lo, hi, conc int, fn u
 			defer wg.Done()
 			for ctx.Err() == nil {
 				u := int(next.Add(1) - 1)
-				if u >= hi {
+				if u >= hi || !run(u) {
 					return
 				}
-				fn(ctx, p, u, time.Now())
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// openLoop starts user lo+i at t0 + i/rate whatever the answers (rate 0: every user at t0), with
-// at most inflight users running at once. A user that could not start on time is charged the
-// delay: its latency runs from its intended start, so a slow gateway cannot hide behind a slow
-// client (coordinated omission).
-func (b *bench) openLoop(ctx context.Context, p *phase, lo, hi int, t0 time.Time, rate float64, inflight int, fn userFunc) {
-	var next atomic.Int64
-	next.Store(int64(lo))
-	var wg sync.WaitGroup
-	for w := 0; w < min(inflight, hi-lo); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				u := int(next.Add(1) - 1)
-				if u >= hi {
-					return
-				}
-				intended := t0
-				if rate > 0 {
-					intended = t0.Add(time.Duration(float64(u-lo) / rate * float64(time.Second)))
-				}
-				if !sleep(ctx, time.Until(intended)) {
-					return
-				}
-				fn(ctx, p, u, intended)
 			}
 		}()
 	}
