@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -189,12 +190,7 @@ func (rep *waitReport) print(w io.Writer) {
 	_, _ = fmt.Fprintln(w, "\nqueued for a processor (runnable → running), by what made the goroutine runnable")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	_, _ = fmt.Fprintln(tw, "made runnable\tcount\tmean\tp50\tp99\tmax\t")
-	var names []string
-	for k := range rep.Queued {
-		names = append(names, k)
-	}
-	slices.Sort(names)
-	for _, k := range names {
+	for _, k := range slices.Sorted(maps.Keys(rep.Queued)) {
 		printWaitRow(tw, k, rep.Queued[k])
 	}
 	_ = tw.Flush()
@@ -205,12 +201,7 @@ func (rep *waitReport) print(w io.Writer) {
 	}
 	if total > 0 {
 		_, _ = fmt.Fprint(w, "\nprocessors (Ps) running goroutines, share of the time:")
-		var ns []int
-		for n := range rep.ProcsRunning {
-			ns = append(ns, n)
-		}
-		slices.Sort(ns)
-		for _, n := range ns {
+		for _, n := range slices.Sorted(maps.Keys(rep.ProcsRunning)) {
 			_, _ = fmt.Fprintf(w, " %d: %.0f%%", n, 100*float64(rep.ProcsRunning[n])/float64(total))
 		}
 		_, _ = fmt.Fprintln(w, "\n(a P counts as running while its goroutine runs or is in a system call, and while the kernel has")
