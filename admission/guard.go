@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/ticker"
 )
 
 // DefaultProbeInterval is how often a Guard re-checks the stock of activities it believes sold out.
@@ -294,16 +296,7 @@ func (g *Guard) drain(ctx context.Context, ch <-chan string) {
 
 // probeLoop probes the flagged activities every probe interval until ctx is done.
 func (g *Guard) probeLoop(ctx context.Context) {
-	t := time.NewTicker(g.probe)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			g.probeFlagged(ctx)
-		}
-	}
+	ticker.Every(ctx, g.probe, func() { g.probeFlagged(ctx) })
 }
 
 // probeFlagged asks the store for the stock of every flagged activity and clears the flags of

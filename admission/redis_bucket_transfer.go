@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/ticker"
 )
 
 // Stock transfers between the buckets of a split activity. One transfer moves items from bucket
@@ -227,14 +229,7 @@ func (s *RedisStore) rebalanceLoop() {
 		case <-ctx.Done():
 		}
 	}()
-	t := time.NewTicker(s.rebalance.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	ticker.Every(ctx, s.rebalance.interval, func() {
 		s.bucketCache.Range(func(k, v any) bool {
 			if n := v.(int); n > 1 {
 				// Other errors are left for the next round (a failover); an activity another
@@ -245,7 +240,7 @@ func (s *RedisStore) rebalanceLoop() {
 			}
 			return ctx.Err() == nil
 		})
-	}
+	})
 }
 
 // RebalanceOnce completes activity's transfers left pending for a while (a crashed runner) and

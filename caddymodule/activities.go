@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/ticker"
 )
 
 // How the node-local view of the activities follows the store. The handler needs an activity's
@@ -138,20 +139,13 @@ func (c *activities) refresh(ctx context.Context) error {
 
 // refreshLoop refreshes the view every refreshEvery until ctx is done.
 func (c *activities) refreshLoop(ctx context.Context, logger *zap.Logger) {
-	t := time.NewTicker(refreshEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			rctx, cancel := context.WithTimeout(ctx, refreshEvery)
-			if err := c.refresh(rctx); err != nil && ctx.Err() == nil {
-				logger.Warn("refreshing activities", zap.Error(err))
-			}
-			cancel()
+	ticker.Every(ctx, refreshEvery, func() {
+		rctx, cancel := context.WithTimeout(ctx, refreshEvery)
+		defer cancel()
+		if err := c.refresh(rctx); err != nil && ctx.Err() == nil {
+			logger.Warn("refreshing activities", zap.Error(err))
 		}
-	}
+	})
 }
 
 // setStock records a reading of the remaining stock of a known activity.
