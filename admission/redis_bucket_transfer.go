@@ -159,7 +159,28 @@ func (s *RedisStore) pullInto(ctx context.Context, activity string, n, home int,
 		}
 		from := st.richest(home)
 		if from < 0 {
-			return 0, nil
+			// Items a transfer took and has not given yet (its runner failed, say on a
+			// failover, or died) are in no bucket: complete such transfers before the
+			// activity may be called sold out. An error here is a 503, never a sold_out.
+			pending, err := s.client.HLen(ctx, s.intentsKey(activity)).Result()
+			if err != nil {
+				return 0, fmt.Errorf("pull into %s: pending transfers: %w", key, err)
+			}
+			if pending == 0 {
+				return 0, nil
+			}
+			if err := s.recoverTransfers(ctx, activity, n, 0); err != nil {
+				return 0, err
+			}
+			if st, err = s.bucketStocks(ctx, activity, n); err != nil {
+				return 0, err
+			}
+			if st.buckets[home].stock >= qty {
+				return st.buckets[home].stock, nil
+			}
+			if from = st.richest(home); from < 0 {
+				return 0, nil
+			}
 		}
 		s.bucketCounters.dryPulls.Add(1)
 		return s.transfer(ctx, activity, n, from, home, max(qty, (st.buckets[from].stock+1)/2))
