@@ -39,7 +39,8 @@ func (s *RedisStore) admitBuckets(ctx context.Context, r Request, n int) (Decisi
 		left, err := s.bucketRemaining(ctx, r.Activity, n)
 		if err != nil {
 			if d.Outcome == Won {
-				return d, nil // a win stands; its Remaining of 0 is the home bucket's
+				d.RemainingUnknown = true // a win stands; its Remaining of 0 is the home bucket's
+				return d, nil
 			}
 			return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
 		}

@@ -198,6 +198,11 @@ type Decision struct {
 	ReservationID string // set when Won
 	Remaining     int64  // stock left after this decision
 	Replayed      bool   // true when this is the stored first answer to a repeated request id
+
+	// RemainingUnknown marks a win whose Remaining is its bucket's, not the activity's: a split
+	// activity's win emptied its home bucket and the other buckets could not be read (a
+	// failover). The activity must not be taken for sold out on it.
+	RemainingUnknown bool
 }
 
 // Win is one entry of the wins queue: an admitted buyer waiting to become an order.
