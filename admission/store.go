@@ -202,7 +202,7 @@ type Decision struct {
 	// RemainingUnknown marks a win whose Remaining is its bucket's, not the activity's: a split
 	// activity's win emptied its home bucket and the other buckets could not be read (a
 	// failover). The activity must not be taken for sold out on it.
-	RemainingUnknown bool
+	RemainingUnknown bool `json:",omitempty"`
 }
 
 // Win is one entry of the wins queue: an admitted buyer waiting to become an order.
