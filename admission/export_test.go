@@ -31,5 +31,6 @@ func (s *RedisStore) RecoverTransfers(ctx context.Context, activity string) erro
 	if err != nil {
 		return err
 	}
-	return s.recoverTransfers(ctx, activity, n, 0)
+	_, err = s.recoverTransfers(ctx, activity, n, 0)
+	return err
 }

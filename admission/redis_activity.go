@@ -31,9 +31,6 @@ func (s *RedisStore) Define(ctx context.Context, a Activity, force bool) (Activi
 	if a.Buckets > 1 {
 		return s.defineBuckets(ctx, a, force)
 	}
-	if err := s.refusePlainOverBuckets(ctx, a.ID); err != nil {
-		return Activity{}, err
-	}
 	reply, err := s.define.Run(ctx, s.client,
 		[]string{s.key(a.ID, "meta"), s.key(a.ID, "stock")},
 		a.Stock, a.Limit, a.Start.UnixMilli(), a.End.UnixMilli(), a.PayWithin.Milliseconds(), a.Salt,

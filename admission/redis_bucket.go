@@ -50,7 +50,7 @@ func bucketID(activity string, i, n int) string {
 	return activity + "#" + strconv.Itoa(i) + "/" + strconv.Itoa(n)
 }
 
-// homeBucket is user's bucket among n: FNV-1a of the user id, mod n. Every admission and every
+// HomeBucket is user's bucket among n: FNV-1a of the user id, mod n. Every admission and every
 // result record of the user lives there, so the per-user limit and request-id replay stay inside
 // one script.
 func HomeBucket(user string, n int) int {

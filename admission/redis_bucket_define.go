@@ -53,7 +53,7 @@ func (s *RedisStore) defineBuckets(ctx context.Context, a Activity, force bool) 
 		}
 	}
 	// A raise is recorded as intents: complete them (and any left by an earlier attempt).
-	if err := s.recoverTransfers(ctx, a.ID, n, 0); err != nil {
+	if _, err := s.recoverTransfers(ctx, a.ID, n, 0); err != nil {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
 	}
 	if reply[0] == "shrink" {
@@ -96,18 +96,6 @@ func (s *RedisStore) shrinkBuckets(ctx context.Context, activity string, n int, 
 		st.buckets[i].stock = 0 // taken all it had, or all that was needed
 	}
 	return nil
-}
-
-// refusePlainOverBuckets refuses a definition without buckets of an activity defined with them.
-func (s *RedisStore) refusePlainOverBuckets(ctx context.Context, id string) error {
-	v, err := s.client.HGet(ctx, s.key(id, "meta"), "buckets").Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil
-	case err != nil:
-		return fmt.Errorf("define %s: %w", id, err)
-	}
-	return fmt.Errorf("define %s: %w: bucket count: defined with %s buckets, not 1: delete the activity first", id, ErrBadInput, v)
 }
 
 // bucketState is one bucket's counters.
@@ -230,7 +218,7 @@ func (s *RedisStore) bucketSnapshot(ctx context.Context, id string, m map[string
 func (s *RedisStore) bucketRemaining(ctx context.Context, activity string, n int) (int64, error) {
 	st, err := s.bucketStocks(ctx, activity, n)
 	if err != nil {
-		return 0, fmt.Errorf("remaining %w", err)
+		return 0, fmt.Errorf("remaining: %w", err)
 	}
 	return st.total - st.sold(), nil
 }

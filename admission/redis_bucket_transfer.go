@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -111,36 +109,33 @@ func (s *RedisStore) runTransfer(ctx context.Context, activity string, n int, id
 	return q, nil
 }
 
-// recoverTransfers completes activity's pending transfers recorded at least minAge ago.
-func (s *RedisStore) recoverTransfers(ctx context.Context, activity string, n int, minAge time.Duration) error {
+// recoverTransfers completes activity's pending transfers recorded at least minAge ago, and
+// returns how many it completed.
+func (s *RedisStore) recoverTransfers(ctx context.Context, activity string, n int, minAge time.Duration) (int, error) {
 	intents, err := s.client.HGetAll(ctx, s.intentsKey(activity)).Result()
 	if err != nil {
-		return fmt.Errorf("recover transfers of %s: %w", activity, err)
+		return 0, fmt.Errorf("recover transfers of %s: %w", activity, err)
 	}
-	now := time.Now()
+	now, done := time.Now(), 0
 	for id, v := range intents {
-		f := strings.Fields(v)
-		if len(f) != 4 {
-			return fmt.Errorf("recover transfers of %s: malformed intent %s %q", activity, id, v)
+		var from, to int
+		var qty, ms int64
+		if k, err := fmt.Sscanf(v, "%d %d %d %d", &from, &to, &qty, &ms); err != nil || k != 4 {
+			return done, fmt.Errorf("recover transfers of %s: malformed intent %s %q", activity, id, v)
 		}
-		var x [4]int64
-		for i := range x {
-			if x[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
-				return fmt.Errorf("recover transfers of %s: malformed intent %s %q", activity, id, v)
-			}
-		}
-		if now.Sub(time.UnixMilli(x[3])) < minAge {
+		if now.Sub(time.UnixMilli(ms)) < minAge {
 			continue
 		}
-		q, err := s.runTransfer(ctx, activity, n, id, int(x[0]), int(x[1]), x[2])
+		q, err := s.runTransfer(ctx, activity, n, id, from, to, qty)
 		if err != nil {
-			return fmt.Errorf("recover transfers of %s: %w", activity, err)
+			return done, fmt.Errorf("recover transfers of %s: %w", activity, err)
 		}
+		done++
 		s.bucketCounters.recovered.Add(1)
 		s.bucketCounters.transfers.Add(1)
 		s.bucketCounters.moved.Add(q)
 	}
-	return nil
+	return done, nil
 }
 
 // pullInto moves stock into bucket home of a split activity, where an admission needing qty
@@ -162,14 +157,7 @@ func (s *RedisStore) pullInto(ctx context.Context, activity string, n, home int,
 			// Items a transfer took and has not given yet (its runner failed, say on a
 			// failover, or died) are in no bucket: complete such transfers before the
 			// activity may be called sold out. An error here is a 503, never a sold_out.
-			pending, err := s.client.HLen(ctx, s.intentsKey(activity)).Result()
-			if err != nil {
-				return 0, fmt.Errorf("pull into %s: pending transfers: %w", key, err)
-			}
-			if pending == 0 {
-				return 0, nil
-			}
-			if err := s.recoverTransfers(ctx, activity, n, 0); err != nil {
+			if done, err := s.recoverTransfers(ctx, activity, n, 0); err != nil || done == 0 {
 				return 0, err
 			}
 			if st, err = s.bucketStocks(ctx, activity, n); err != nil {
@@ -273,7 +261,7 @@ func (s *RedisStore) RebalanceOnce(ctx context.Context, activity string) error {
 	if err != nil || n < 2 {
 		return err
 	}
-	if err := s.recoverTransfers(ctx, activity, n, recoverAfter); err != nil {
+	if _, err := s.recoverTransfers(ctx, activity, n, recoverAfter); err != nil {
 		return err
 	}
 	st, err := s.bucketStocks(ctx, activity, n)

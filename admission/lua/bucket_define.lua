@@ -1,7 +1,7 @@
 -- Creates or redefines a split activity's parent (the definition, under the activity's own hash
 -- tag; the buckets are set up by bucket_setup.lua). Every check runs before the first write. The
--- parent has no 'limit' or 'stock_total' field, so admit.lua and define.lua never take it for an
--- activity of their own.
+-- parent has no 'limit' or 'stock_total' field, so admit.lua never takes it for an activity of
+-- its own, and define.lua refuses it (its 'buckets' field).
 -- KEYS: parent meta, parent intents (hash transfer id -> "from to qty ms")
 -- ARGV: stock_total, limit, start_ms, end_ms, pay_ms, salt ('' keeps the stored one), new_salt,
 --       force ('1' redefines an activity whose window has opened), buckets, raise id (the

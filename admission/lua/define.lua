@@ -4,10 +4,15 @@
 --       (taken when creating with an empty salt), force ('1' redefines an activity whose window
 --       has opened), restock channel, activity id (published when the total rises, so that nodes
 --       that flagged the activity sold out look again at once)
--- Reply: {stock_total, limit, start_ms, end_ms, pay_ms, salt} as stored; errors RUNNING, BELOW_SOLD.
+-- Reply: {stock_total, limit, start_ms, end_ms, pay_ms, salt} as stored; errors RUNNING, BELOW_SOLD,
+-- BUCKETS (the id is a split activity's parent: bucket_define.lua).
 local meta, stock = KEYS[1], KEYS[2]
 local total, salt = ARGV[1], ARGV[6]
-local old = redis.call('HMGET', meta, 'stock_total', 'limit', 'start_ms', 'end_ms', 'pay_ms', 'salt')
+local old = redis.call('HMGET', meta, 'stock_total', 'limit', 'start_ms', 'end_ms', 'pay_ms', 'salt', 'buckets')
+if old[7] then
+  return redis.error_reply('BUCKETS defined with ' .. old[7] .. ' buckets, not 1: delete the activity first')
+end
+old[7] = nil
 
 if not old[1] then
   if salt == '' then salt = ARGV[7] end
