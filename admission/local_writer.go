@@ -152,18 +152,7 @@ func newLocalWriter(db *sql.DB, dir string, next map[string]int) (*localWriter, 
 // record implements memJournal. Changes recorded after a failure or after the writer stopped are
 // dropped: their callers get the writer's error from wait.
 func (w *localWriter) record(c memChange) {
-	w.mu.Lock()
-	if w.err != nil {
-		w.mu.Unlock()
-		return
-	}
-	w.pending = append(w.pending, c)
-	w.enq.Add(1)
-	w.mu.Unlock()
-	select {
-	case w.wake <- struct{}{}:
-	default:
-	}
+	w.recordAll([]memChange{c}) // cs does not escape: no allocation
 }
 
 // recordAll records the changes of one operation under one lock, so that the writer's next batch
