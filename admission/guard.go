@@ -250,7 +250,7 @@ func (g *Guard) Decide(ctx context.Context, r Request) (d Decision, flagged bool
 		return Decision{}, false, err
 	}
 	// A replay carries the remaining stock of its first answer, which may be stale.
-	if d.Remaining == 0 && !d.Replayed && !d.RemainingUnknown && (d.Outcome == SoldOut || d.Outcome == Won) {
+	if d.Remaining == 0 && !d.Replayed && !d.RemainingPartial && (d.Outcome == SoldOut || d.Outcome == Won) {
 		g.soldOut(r.Activity, f, before)
 	}
 	return d, false, nil

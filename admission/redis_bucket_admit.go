@@ -22,8 +22,10 @@ func (s *RedisStore) admitBuckets(ctx context.Context, r Request, n int) (Decisi
 		}
 		switch {
 		case d.Replayed || (d.Outcome != SoldOut && d.Outcome != Won):
+			d.RemainingPartial = true
 			return d, nil
 		case d.Outcome == Won && d.Remaining > 0:
+			d.RemainingPartial = true
 			return d, nil
 		case d.Outcome == SoldOut && pulls < maxPulls:
 			moved, err := s.pullInto(ctx, r.Activity, n, home, r.Qty)
@@ -39,7 +41,7 @@ func (s *RedisStore) admitBuckets(ctx context.Context, r Request, n int) (Decisi
 		left, err := s.bucketRemaining(ctx, r.Activity, n)
 		if err != nil {
 			if d.Outcome == Won {
-				d.RemainingUnknown = true // a win stands; its Remaining of 0 is the home bucket's
+				d.RemainingPartial = true // a win stands; its Remaining of 0 is the home bucket's
 				return d, nil
 			}
 			return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)

@@ -199,10 +199,11 @@ type Decision struct {
 	Remaining     int64  // stock left after this decision
 	Replayed      bool   // true when this is the stored first answer to a repeated request id
 
-	// RemainingUnknown marks a win whose Remaining is its bucket's, not the activity's: a split
-	// activity's win emptied its home bucket and the other buckets could not be read (a
-	// failover). The activity must not be taken for sold out on it.
-	RemainingUnknown bool `json:",omitempty"`
+	// RemainingPartial marks a Remaining that is only the buyer's bucket's stock, a lower bound of
+	// the activity's: a split activity's decision taken in a home bucket that still has stock, a
+	// refusal there, or a win that emptied it while the other buckets could not be read (a
+	// failover). Such a Remaining of 0 does not mean the activity is sold out.
+	RemainingPartial bool `json:",omitempty"`
 }
 
 // Win is one entry of the wins queue: an admitted buyer waiting to become an order.

@@ -83,12 +83,11 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	remaining := d.Remaining
 	switch {
 	case d.Replayed: // a replay carries the stock of its first answer, which may be stale
-	case a.Buckets < 2 || d.Outcome == admission.SoldOut || (d.Outcome == admission.Won && d.Remaining == 0 && !d.RemainingUnknown):
+	case !d.RemainingPartial:
 		q.h.app.acts.setStock(a.ID, d.Remaining, end)
 	case d.Outcome == admission.Won:
-		// A split activity's win carries its buyer's bucket's stock (the whole activity's only
-		// when it emptied that bucket and the others could be read): the node's reading of the
-		// whole goes down by the win, and the answer gives it.
+		// A split activity's win carries only its buyer's bucket's stock: the node's reading
+		// of the whole goes down by the win, and the answer gives it.
 		if n, ok := q.h.app.acts.took(a.ID, qty, d.Remaining); ok {
 			remaining = n
 		}
