@@ -827,3 +827,24 @@ func (s *wrappedStore) Backlog(ctx context.Context, activity, group string) (int
 	}
 	return s.MemoryStore.Backlog(ctx, activity, group)
 }
+
+// partialStore marks every decision's Remaining as only a bucket's (RemainingPartial), as a
+// split activity's RedisStore does for a win in a home bucket.
+type partialStore struct{ *MemoryStore }
+
+func (s partialStore) Admit(ctx context.Context, r Request) (Decision, error) {
+	d, err := s.MemoryStore.Admit(ctx, r)
+	d.RemainingPartial = true
+	return d, err
+}
+
+// TestGuardNoFlagOnPartialRemaining: a win that leaves its bucket at 0 is not the activity's
+// sell-out, so the Guard does not flag it (chaos scenario 11 undersold before it).
+func TestGuardNoFlagOnPartialRemaining(t *testing.T) {
+	store := newMemory(t, nil)
+	mustDefine(t, store, openAt(time.Now(), "a", 1, 1))
+	g := NewGuard(partialStore{store}, GuardOptions{})
+	if d := mustAdmit(t, g, "a", "u1", 1, "r1"); d.Outcome != Won || d.Remaining != 0 || g.SoldOut("a") {
+		t.Fatalf("win with a partial 0 = %+v, flag %v; want no flag", d, g.SoldOut("a"))
+	}
+}
