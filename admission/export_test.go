@@ -1,6 +1,10 @@
 package admission
 
-import "context"
+import (
+	"context"
+	"fmt"
+	"time"
+)
 
 // AdmitQueue reports, for tests, how many Admit calls for activity wait in the store's group
 // admission queue and how many script calls for it are in flight.
@@ -32,5 +36,23 @@ func (s *RedisStore) RecoverTransfers(ctx context.Context, activity string) erro
 		return err
 	}
 	_, err = s.recoverTransfers(ctx, activity, n, 0)
+	return err
+}
+
+// HalfTransfer records a transfer between buckets of a split activity and runs only its take, as
+// a runner that died after the take (or whose give failed on a failover) leaves it, for tests.
+func (s *RedisStore) HalfTransfer(ctx context.Context, activity string, from, to int, qty int64) error {
+	n, err := s.bucketCount(ctx, activity)
+	if err != nil {
+		return err
+	}
+	id := NewSalt()[:16]
+	intent := fmt.Sprintf("%d %d %d %d", from, to, qty, time.Now().UnixMilli())
+	if err := s.client.HSet(ctx, s.intentsKey(activity), id, intent).Err(); err != nil {
+		return err
+	}
+	b := bucketID(activity, from, n)
+	_, err = s.transferStep(ctx, scriptBucketTake, luaBucketTake,
+		[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, qty)
 	return err
 }

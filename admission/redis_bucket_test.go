@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -118,5 +119,40 @@ func TestRedisBucketsStaleCount(t *testing.T) {
 		if err != nil || snap.Buckets != n || snap.Remaining != 40 {
 			t.Errorf("round %d: snapshot %+v, %v", round, snap, err)
 		}
+	}
+}
+
+// TestRedisBucketsHalfTransferNotSoldOut: an item a transfer has taken and not yet given is in no
+// bucket; a buyer whose home bucket is empty must win it (the pull completes the transfer), not
+// be told sold_out while it is in flight.
+func TestRedisBucketsHalfTransferNotSoldOut(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	s, _ := redisTestStore(t, srv.Addr, admission.RedisOptions{RebalanceInterval: -1}, nil)
+	ctx := context.Background()
+	a := admission.Activity{ID: "half", Stock: 2, Limit: 1, Buckets: 2,
+		Start: time.Now().Add(-time.Minute), End: time.Now().Add(time.Hour), PayWithin: time.Minute}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	// Two buyers of the same home bucket: the first takes its one item.
+	var users []string
+	for i := 0; len(users) < 2; i++ {
+		if u := fmt.Sprintf("u%d", i); admission.HomeBucket(u, 2) == 0 {
+			users = append(users, u)
+		}
+	}
+	if d, err := s.Admit(ctx, admission.Request{Activity: "half", User: users[0], Qty: 1, RequestID: "r"}); err != nil || d.Outcome != admission.Won {
+		t.Fatalf("first buyer: %+v, %v", d, err)
+	}
+	// Bucket 1's item is taken towards bucket 0 and not given.
+	if err := s.HalfTransfer(ctx, "half", 1, 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Admit(ctx, admission.Request{Activity: "half", User: users[1], Qty: 1, RequestID: "r"})
+	if err != nil || d.Outcome != admission.Won {
+		t.Fatalf("second buyer with the last item in flight: %+v, %v; want won", d, err)
+	}
+	if n, err := s.Remaining(ctx, "half"); err != nil || n != 0 {
+		t.Errorf("remaining %d, %v; want 0", n, err)
 	}
 }
