@@ -12,8 +12,7 @@ import (
 // this project's two cores): MemoryStore, and LocalStore with group commit, with and without
 // fsync. Every call is a new user taking one item from a stock that never runs out. wins/commit is
 // the mean group-commit batch. local-10-activities spreads the wins over ten activities, as the
-// gateway benchmarks do (seckill-bench, scripts/bench-wrk.sh): a commit then writes ten places of
-// the wins table.
+// gateway benchmarks do (seckill-bench, scripts/bench-wrk.sh).
 func BenchmarkLocalAdmitWon(b *testing.B) {
 	for _, bc := range []struct {
 		name string

@@ -34,31 +34,37 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 	}
 
 	// In seq order each activity's wins come in index order (the writer checked it).
-	err = eachRow(db, `SELECT activity, idx, id, user, qty, request_id, at_ms, remaining FROM wins ORDER BY seq`, func(rows *sql.Rows) error {
-		var act string
-		var idx int
-		var e memEntry
-		var remaining int64
-		if err := rows.Scan(&act, &idx, &e.id, &e.user, &e.qty, &e.requestID, &e.atMS, &remaining); err != nil {
-			return err
-		}
-		a, err := find("wins", act)
+	win := func(w *packedWin) error {
+		a, err := find("wins", w.act)
 		if err != nil {
 			return err
 		}
+		idx, e := w.idx, w.entry
 		if idx != len(a.entries) {
-			return fmt.Errorf("wins of %s: entry %d follows %d", act, idx, len(a.entries)-1)
+			return fmt.Errorf("wins of %s: entry %d follows %d", w.act, idx, len(a.entries)-1)
 		}
 		ms, seq, ok := parseEntryID(e.id)
 		if !ok || ms < a.lastMS || (ms == a.lastMS && idx > 0 && seq <= a.seq) {
-			return fmt.Errorf("wins of %s: entry id %q out of order", act, e.id)
+			return fmt.Errorf("wins of %s: entry id %q out of order", w.act, e.id)
 		}
 		a.lastMS, a.seq = ms, seq
 		a.byID[e.id] = idx
 		a.entries = append(a.entries, e)
-		a.answers[reqKey{e.user, e.requestID}] = Decision{Outcome: Won, ReservationID: e.id, Remaining: remaining}
+		a.answers[reqKey{e.user, e.requestID}] = Decision{Outcome: Won, ReservationID: e.id, Remaining: w.remaining}
 		a.buyers[e.user] += e.qty
 		a.stock -= e.qty
+		return nil
+	}
+	err = eachRow(db, `SELECT seq, n, data FROM win_log ORDER BY seq`, func(rows *sql.Rows) error {
+		var seq int64
+		var n int
+		var data sql.RawBytes
+		if err := rows.Scan(&seq, &n, &data); err != nil {
+			return err
+		}
+		if err := decodeWins(data, n, win); err != nil {
+			return fmt.Errorf("win_log row %d: %w", seq, err)
+		}
 		return nil
 	})
 	if err != nil {
@@ -218,7 +224,16 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 
 // eachRow runs query and calls fn for every row.
 func eachRow(db *sql.DB, query string, fn func(*sql.Rows) error) error {
-	rows, err := db.Query(query)
+	return scanRows(db.Query, query, fn)
+}
+
+// eachTxRow is eachRow inside a transaction.
+func eachTxRow(tx *sql.Tx, query string, fn func(*sql.Rows) error) error {
+	return scanRows(tx.Query, query, fn)
+}
+
+func scanRows(q func(string, ...any) (*sql.Rows, error), query string, fn func(*sql.Rows) error) error {
+	rows, err := q(query)
 	if err != nil {
 		return err
 	}

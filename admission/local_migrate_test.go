@@ -10,16 +10,16 @@ import (
 	"time"
 )
 
-// The folders in testdata/local-v1 were written by the store of schema version 1 (commit 9407f72)
-// running scenario: closed/ after Close (the WAL folded in), killed/ by SIGKILL
-// (TestLocalReopenAfterKill's child: the commits still in seckill.db-wal). dump.json is the
-// child's state (dumpMemory) before the close or the kill.
+// The folders in testdata/local-v1 and local-v2 were written by the store of schema version 1
+// (commit 9407f72) and version 2 (commit 55de599) running scenario: closed/ after Close (the WAL
+// folded in), killed/ by SIGKILL (TestLocalReopenAfterKill's child: the commits still in
+// seckill.db-wal). dump.json is the child's state (dumpMemory) before the close or the kill.
 
-// v1Folder copies the version-1 folder name into a new temporary folder and returns it with the
-// state dumped before.
-func v1Folder(t *testing.T, name string) (dir, dump string) {
+// oldFolder copies the folder name of schema version v into a new temporary folder and returns it
+// with the state dumped before.
+func oldFolder(t *testing.T, v, name string) (dir, dump string) {
 	t.Helper()
-	src := filepath.Join("testdata", "local-v1", name)
+	src := filepath.Join("testdata", "local-v"+v, name)
 	dir = t.TempDir()
 	ents, err := os.ReadDir(src)
 	if err != nil {
@@ -41,8 +41,10 @@ func v1Folder(t *testing.T, name string) (dir, dump string) {
 	return dir, dump
 }
 
-// localVersion reads the schema version and the wins table's columns of dir's database.
-func localVersion(t *testing.T, dir string) (version string, columns []string) {
+// localLayout reads the schema version of dir's database and the first column of its wins table
+// ("activity" in version 1, "seq" in version 2, none in version 3), or win_log's when there is
+// no wins table.
+func localLayout(t *testing.T, dir string) (version, first string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", filepath.Join(dir, localDBName))
 	if err != nil {
@@ -52,82 +54,91 @@ func localVersion(t *testing.T, dir string) (version string, columns []string) {
 	if err := db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
-	err = eachRow(db, `SELECT name FROM pragma_table_info('wins')`, func(rows *sql.Rows) error {
-		var c string
-		err := rows.Scan(&c)
-		columns = append(columns, c)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return version, columns
-}
-
-// TestLocalMigrateV1 opens folders written by schema version 1: the open migrates them to version
-// 2 and loads the very state version 1 had, which then carries on (new wins after the migrated
-// ones, replays, releases, redeliveries) and survives another close.
-func TestLocalMigrateV1(t *testing.T) {
-	for _, name := range []string{"closed", "killed"} {
-		t.Run(name, func(t *testing.T) {
-			dir, want := v1Folder(t, name)
-			if v, cols := localVersion(t, dir); v != "1" || cols[0] != "activity" {
-				t.Fatalf("fixture: version %q, wins columns %v; want version 1", v, cols)
-			}
-			clock := newFakeClock()
-			clock.Add(2 * time.Minute)
-			s := openLocal(t, dir, clock)
-			if got := dumpJSON(t, s.mem); got != want {
-				_ = s.Close()
-				t.Fatalf("state after the migration:\n%s\nversion 1's:\n%s", got, want)
-			}
-			checkAfterReopen(t, s, clock)
-			after := dumpJSON(t, s.mem)
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if v, cols := localVersion(t, dir); v != localSchemaVersion || cols[0] != "seq" {
-				t.Fatalf("after the migration: version %q, wins columns %v", v, cols)
-			}
-			s = openLocal(t, dir, clock)
-			defer s.Close()
-			if got := dumpJSON(t, s.mem); got != after {
-				t.Fatalf("state after a second open:\n%s\nbefore its close:\n%s", got, after)
-			}
-		})
-	}
-}
-
-// TestLocalMigrateV1Fails makes the migration's last statement fail (a trigger refuses the new
-// version): the open fails naming the folder, the database is left at version 1 with its wins, and
-// once the cause is gone the next open migrates it.
-func TestLocalMigrateV1Fails(t *testing.T) {
-	dir, want := v1Folder(t, "closed")
-	path := filepath.Join(dir, localDBName)
-	exec := func(q string) {
-		t.Helper()
-		db, err := sql.Open("sqlite", path)
+	for _, table := range []string{"wins", "win_log"} {
+		err := db.QueryRow(`SELECT name FROM pragma_table_info('` + table + `') WHERE cid = 0`).Scan(&first)
 		if err == nil {
-			_, err = db.Exec(q)
-			err = errors.Join(err, db.Close())
+			return version, table + "." + first
 		}
-		if err != nil {
+		if !errors.Is(err, sql.ErrNoRows) {
 			t.Fatal(err)
 		}
 	}
-	exec(`CREATE TRIGGER no_v2 BEFORE UPDATE ON meta BEGIN SELECT RAISE(FAIL, 'no version 2 here'); END`)
-	_, err := OpenLocalStore(dir, LocalOptions{})
-	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "migrate") {
-		t.Fatalf("open with a failing migration = %v, want a migration error naming the folder", err)
+	return version, ""
+}
+
+// layouts is the first column each schema version's wins table starts with (localLayout).
+var layouts = map[string]string{"1": "wins.activity", "2": "wins.seq", localSchemaVersion: "win_log.seq"}
+
+// TestLocalMigrate opens folders written by schema versions 1 and 2: the open migrates them to
+// this version and loads the very state the old store had, which then carries on (new wins after
+// the migrated ones, replays, releases, redeliveries) and survives another close.
+func TestLocalMigrate(t *testing.T) {
+	for _, v := range []string{"1", "2"} {
+		for _, name := range []string{"closed", "killed"} {
+			t.Run("v"+v+"/"+name, func(t *testing.T) {
+				dir, want := oldFolder(t, v, name)
+				if got, layout := localLayout(t, dir); got != v || layout != layouts[v] {
+					t.Fatalf("fixture: version %q, layout %s; want version %s", got, layout, v)
+				}
+				clock := newFakeClock()
+				clock.Add(2 * time.Minute)
+				s := openLocal(t, dir, clock)
+				if got := dumpJSON(t, s.mem); got != want {
+					_ = s.Close()
+					t.Fatalf("state after the migration:\n%s\nversion %s's:\n%s", got, v, want)
+				}
+				checkAfterReopen(t, s, clock)
+				after := dumpJSON(t, s.mem)
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if got, layout := localLayout(t, dir); got != localSchemaVersion || layout != layouts[localSchemaVersion] {
+					t.Fatalf("after the migration: version %q, layout %s", got, layout)
+				}
+				s = openLocal(t, dir, clock)
+				defer s.Close()
+				if got := dumpJSON(t, s.mem); got != after {
+					t.Fatalf("state after a second open:\n%s\nbefore its close:\n%s", got, after)
+				}
+			})
+		}
 	}
-	t.Logf("open: %v", err)
-	if v, cols := localVersion(t, dir); v != "1" || cols[0] != "activity" {
-		t.Fatalf("after the failed migration: version %q, wins columns %v; want version 1 as it was", v, cols)
-	}
-	exec(`DROP TRIGGER no_v2`)
-	s := openLocal(t, dir, nil)
-	defer s.Close()
-	if got := dumpJSON(t, s.mem); got != want {
-		t.Fatalf("state after the migration:\n%s\nversion 1's:\n%s", got, want)
+}
+
+// TestLocalMigrateFails makes the migration's last statement fail (a trigger refuses the new
+// version): the open fails naming the folder, the database is left at its version with its wins,
+// and once the cause is gone the next open migrates it.
+func TestLocalMigrateFails(t *testing.T) {
+	for _, v := range []string{"1", "2"} {
+		t.Run("v"+v, func(t *testing.T) {
+			dir, want := oldFolder(t, v, "closed")
+			path := filepath.Join(dir, localDBName)
+			exec := func(q string) {
+				t.Helper()
+				db, err := sql.Open("sqlite", path)
+				if err == nil {
+					_, err = db.Exec(q)
+					err = errors.Join(err, db.Close())
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			exec(`CREATE TRIGGER no_upgrade BEFORE UPDATE ON meta BEGIN SELECT RAISE(FAIL, 'no upgrade here'); END`)
+			_, err := OpenLocalStore(dir, LocalOptions{})
+			if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "migrate") {
+				t.Fatalf("open with a failing migration = %v, want a migration error naming the folder", err)
+			}
+			t.Logf("open: %v", err)
+			if got, layout := localLayout(t, dir); got != v || layout != layouts[v] {
+				t.Fatalf("after the failed migration: version %q, layout %s; want version %s as it was", got, layout, v)
+			}
+			exec(`DROP TRIGGER no_upgrade`)
+			s := openLocal(t, dir, nil)
+			defer s.Close()
+			if got := dumpJSON(t, s.mem); got != want {
+				t.Fatalf("state after the migration:\n%s\nversion %s's:\n%s", got, v, want)
+			}
+		})
 	}
 }

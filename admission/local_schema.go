@@ -12,9 +12,10 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 )
 
-// localSchemaVersion is the layout below. A version-1 database (wins keyed by activity and index)
-// is migrated at open (migrateLocalV1); any other version is refused.
-const localSchemaVersion = "2"
+// localSchemaVersion is the layout below. A database of version 1 (a row per win, keyed by
+// activity and index) or 2 (a row per win, keyed by seq) is migrated at open (migrateLocal); any
+// other version is refused.
+const localSchemaVersion = "3"
 
 // localDBName is the database file in the store's folder (with its -wal and -shm files).
 const localDBName = "seckill.db"
@@ -24,17 +25,16 @@ const localDBName = "seckill.db"
 // releases. Neither is a winner's "queued" result: results holds what SetResult stored, with the
 // number of wins the activity had then (after_wins) and the user's per-reservation records then
 // (reservations: JSON, empty before a second reservation); the user's later wins are folded in
-// at load. So a win writes one row at the end of one table, not a row at a random place in a
-// second. The wins are keyed by seq, the writer's count of wins: a batch appends to the table's
-// last page whichever activities it touches, where a key of (activity, index) dirtied a page per
-// activity. The load reads them in seq order, in which each activity's wins come in index order.
+// at load. So a commit's wins go to the end of one table and nowhere else: one win_log row holds
+// them all, packed (local_winlog.go), keyed by seq, the writer's count of wins at the first of
+// them. The load reads the rows in seq order, in which each activity's wins come in index order.
 const localSchema = `
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE activities (
 	id TEXT PRIMARY KEY, stock INTEGER NOT NULL, lim INTEGER NOT NULL,
 	start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, pay_ms INTEGER NOT NULL, salt TEXT NOT NULL
 ) WITHOUT ROWID;
-CREATE TABLE wins (` + localWinsColumns + `);
+CREATE TABLE win_log (seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, data BLOB NOT NULL);
 CREATE TABLE released (activity TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (activity, id)) WITHOUT ROWID;
 CREATE TABLE results (
 	activity TEXT NOT NULL, user TEXT NOT NULL, code TEXT NOT NULL, reservation_id TEXT NOT NULL,
@@ -51,7 +51,7 @@ CREATE TABLE dead (activity TEXT NOT NULL, idx INTEGER NOT NULL, deliveries INTE
 CREATE INDEX dead_activity ON dead (activity);
 `
 
-// localWinsColumns are the columns of the wins table (version 2).
+// localWinsColumns are the columns of version 2's wins table, a row per win.
 const localWinsColumns = `
 	seq INTEGER PRIMARY KEY, activity TEXT NOT NULL, idx INTEGER NOT NULL, id TEXT NOT NULL, user TEXT NOT NULL,
 	qty INTEGER NOT NULL, request_id TEXT NOT NULL, at_ms INTEGER NOT NULL, remaining INTEGER NOT NULL
@@ -115,18 +115,18 @@ func openLocalDB(dir string, fsyncAlways bool) (*sql.DB, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open local store %s: %s is damaged or not a seckill store (it is left as it is): %w", dir, path, err)
 	}
-	if version == "1" {
-		if err := migrateLocalV1(db); err != nil {
+	if version != localSchemaVersion {
+		if err := migrateLocal(db, version); err != nil {
 			_ = db.Close()
-			return nil, fmt.Errorf("open local store %s: migrate %s from schema version 1 (it is left at version 1): %w", dir, path, err)
+			return nil, fmt.Errorf("open local store %s: migrate %s from schema version %s (it is left at version %s): %w", dir, path, version, version, err)
 		}
 	}
 	return db, nil
 }
 
-// migrateLocalV1 migrates a version-1 database in one transaction: a crash or an error in the
-// middle leaves version 1, which the next open migrates again.
-func migrateLocalV1(db *sql.DB) (err error) {
+// migrateLocal brings a database of version 1 or 2 to this version in one transaction: a crash or
+// an error in the middle leaves the old version, which the next open migrates again.
+func migrateLocal(db *sql.DB, version string) (err error) {
 	tx, err := db.Begin()
 	if err != nil {
 		return err
@@ -136,10 +136,68 @@ func migrateLocalV1(db *sql.DB) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	if _, err := tx.Exec(localMigrateV1); err != nil {
-		return err
+	if version == "1" {
+		if _, err := tx.Exec(localMigrateV1); err != nil {
+			return fmt.Errorf("to version 2: %w", err)
+		}
+	}
+	if err := migrateLocalV2(tx); err != nil {
+		return fmt.Errorf("to version 3: %w", err)
 	}
 	return tx.Commit()
+}
+
+// migrateLocalV2 packs version 2's wins, a row each, into win_log rows in seq order, numbered
+// again from 1 (seq only orders them), and drops the old table.
+func migrateLocalV2(tx *sql.Tx) error {
+	if _, err := tx.Exec(`CREATE TABLE win_log (seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, data BLOB NOT NULL)`); err != nil {
+		return err
+	}
+	var log []byte
+	var seq, first int64
+	n := 0
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		_, err := tx.Exec(`INSERT INTO win_log (seq, n, data) VALUES (?, ?, ?)`, first, n, log)
+		log, n = log[:0], 0
+		return err
+	}
+	rows, err := tx.Query(`SELECT activity, idx, id, user, qty, request_id, at_ms, remaining FROM wins ORDER BY seq`)
+	if err != nil {
+		return err
+	}
+	var wins []packedWin
+	for rows.Next() {
+		var w packedWin
+		if err := rows.Scan(&w.act, &w.idx, &w.entry.id, &w.entry.user, &w.entry.qty, &w.entry.requestID, &w.entry.atMS, &w.remaining); err != nil {
+			_ = rows.Close()
+			return err
+		}
+		wins = append(wins, w)
+	}
+	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+		return err
+	}
+	for i := range wins {
+		seq++
+		if n == 0 {
+			first = seq
+		}
+		log = appendWin(log, wins[i].act, wins[i].idx, &wins[i].entry, wins[i].remaining)
+		n++
+		if len(log) >= localWinLogMax {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	_, err = tx.Exec(`DROP TABLE wins; UPDATE meta SET value = '` + localSchemaVersion + `' WHERE key = 'schema_version';`)
+	return err
 }
 
 // sqliteMagic opens every SQLite database file.
@@ -163,7 +221,7 @@ func checkLocalHeader(path string) error {
 	return nil
 }
 
-// checkLocalDB runs SQLite's quick_check and returns the schema version: this one or 1.
+// checkLocalDB runs SQLite's quick_check and returns the schema version: this one, 1 or 2.
 func checkLocalDB(db *sql.DB) (string, error) {
 	var mode string
 	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
@@ -197,8 +255,8 @@ func checkLocalDB(db *sql.DB) (string, error) {
 	if err := db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v); err != nil {
 		return "", fmt.Errorf("schema version: %w", err)
 	}
-	if v != localSchemaVersion && v != "1" {
-		return "", fmt.Errorf("schema version %q, this build reads %q (and migrates \"1\")", v, localSchemaVersion)
+	if v != localSchemaVersion && v != "1" && v != "2" {
+		return "", fmt.Errorf("schema version %q, this build reads %q (and migrates \"1\" and \"2\")", v, localSchemaVersion)
 	}
 	return v, nil
 }

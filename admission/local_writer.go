@@ -6,9 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/bits"
 	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -21,8 +19,12 @@ type localWriter struct {
 	db    *sql.DB
 	dir   string
 	stmts [localStmtCount]*sql.Stmt
-	args  []any // the writer goroutine's arguments of a multi-row INSERT, reused
-	seq   int64 // the writer goroutine's last win's seq (the wins table's key)
+	seq   int64 // the writer goroutine's last win's number (win_log's key counts wins)
+	// The wins of the commit being written, packed into one win_log row (local_winlog.go):
+	// logN of them, the first numbered logSeq.
+	log    []byte
+	logN   int
+	logSeq int64
 	// next is each activity's next win index, for the writer goroutine: a win that is not its
 	// activity's next fails the commit, as a duplicate key did when the key was (activity, index).
 	next map[string]int
@@ -49,7 +51,7 @@ type localWriter struct {
 // The writer's prepared statements.
 const (
 	stmtDefine = iota
-	stmtWin
+	stmtWinLog
 	stmtRelease
 	stmtResult
 	stmtGroup
@@ -58,31 +60,21 @@ const (
 	stmtAck
 	stmtDead
 	stmtDelActivity
-	stmtDelWins
 	stmtDelReleased
 	stmtDelResults
 	stmtDelGroups
 	stmtDelPending
 	stmtDelDead
-	stmtWins2 // stmtWins2 + k inserts 2 << k wins in one statement (localWinRuns)
-	stmtWins4
-	stmtWins8
-	stmtWins16
-	stmtWins32
-	stmtWins64
+	stmtWinLogUpdate
+	stmtWinLogDelete
 	localStmtCount
 )
-
-// localWinRuns is how many multi-row INSERTs of wins there are (2, 4, ... 64 rows): a run of
-// consecutive wins in a batch is written with one statement per set bit of its length, since
-// each statement's fixed cost (database/sql, binding, the VDBE's start) was a third of a commit.
-const localWinRuns = stmtWins64 - stmtWins2 + 1
 
 var localStmtText = [localStmtCount]string{
 	stmtDefine: `INSERT INTO activities (id, stock, lim, start_ms, end_ms, pay_ms, salt) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET stock = excluded.stock, lim = excluded.lim, start_ms = excluded.start_ms,
 		end_ms = excluded.end_ms, pay_ms = excluded.pay_ms, salt = excluded.salt`,
-	stmtWin:     `INSERT INTO wins (seq, activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	stmtWinLog:  `INSERT INTO win_log (seq, n, data) VALUES (?, ?, ?)`,
 	stmtRelease: `INSERT INTO released (activity, id) VALUES (?, ?)`,
 	stmtResult: `INSERT INTO results (activity, user, code, reservation_id, order_id, pay_before_ms, after_wins, reservations) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (activity, user) DO UPDATE SET code = excluded.code, reservation_id = excluded.reservation_id,
@@ -92,38 +84,17 @@ var localStmtText = [localStmtCount]string{
 	stmtPending: `INSERT INTO pending (activity, grp, idx, consumer, deliveries, at_ns) VALUES (?, ?, ?, ?, ?, ?)
 		ON CONFLICT (activity, grp, idx) DO UPDATE SET consumer = excluded.consumer,
 		deliveries = excluded.deliveries, at_ns = excluded.at_ns`,
-	stmtNext:        `UPDATE groups SET next = ? WHERE activity = ? AND name = ?`,
-	stmtAck:         `DELETE FROM pending WHERE activity = ? AND grp = ? AND idx = ?`,
-	stmtDead:        `INSERT INTO dead (activity, idx, deliveries, reason) VALUES (?, ?, ?, ?)`,
-	stmtDelActivity: `DELETE FROM activities WHERE id = ?`,
-	stmtDelWins:     `DELETE FROM wins WHERE activity = ?`,
-	stmtDelReleased: `DELETE FROM released WHERE activity = ?`,
-	stmtDelResults:  `DELETE FROM results WHERE activity = ?`,
-	stmtDelGroups:   `DELETE FROM groups WHERE activity = ?`,
-	stmtDelPending:  `DELETE FROM pending WHERE activity = ?`,
-	stmtDelDead:     `DELETE FROM dead WHERE activity = ?`,
-	stmtWins2:       winsInsert(2),
-	stmtWins4:       winsInsert(4),
-	stmtWins8:       winsInsert(8),
-	stmtWins16:      winsInsert(16),
-	stmtWins32:      winsInsert(32),
-	stmtWins64:      winsInsert(64),
-}
-
-// winsInsert is the INSERT of n wins rows. OR FAIL: on a conflict (a bug: seq is the writer's
-// next) the statement stops and the commit rolls the whole batch back anyway; with the default
-// ABORT SQLite would copy every page the statement changes into a statement journal, to undo the
-// statement alone, which cost as much as the rows saved.
-func winsInsert(n int) string {
-	var b strings.Builder
-	b.WriteString(`INSERT OR FAIL INTO wins (seq, activity, idx, id, user, qty, request_id, at_ms, remaining) VALUES `)
-	for i := range n {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
-	}
-	return b.String()
+	stmtNext:         `UPDATE groups SET next = ? WHERE activity = ? AND name = ?`,
+	stmtAck:          `DELETE FROM pending WHERE activity = ? AND grp = ? AND idx = ?`,
+	stmtDead:         `INSERT INTO dead (activity, idx, deliveries, reason) VALUES (?, ?, ?, ?)`,
+	stmtDelActivity:  `DELETE FROM activities WHERE id = ?`,
+	stmtDelReleased:  `DELETE FROM released WHERE activity = ?`,
+	stmtDelResults:   `DELETE FROM results WHERE activity = ?`,
+	stmtDelGroups:    `DELETE FROM groups WHERE activity = ?`,
+	stmtDelPending:   `DELETE FROM pending WHERE activity = ?`,
+	stmtDelDead:      `DELETE FROM dead WHERE activity = ?`,
+	stmtWinLogUpdate: `UPDATE win_log SET n = ?, data = ? WHERE seq = ?`,
+	stmtWinLogDelete: `DELETE FROM win_log WHERE seq = ?`,
 }
 
 // newLocalWriter starts the writer of db, whose activities have next[id] wins each.
@@ -134,7 +105,7 @@ func newLocalWriter(db *sql.DB, dir string, next map[string]int) (*localWriter, 
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	close(w.flushing) // nothing is being committed yet
-	if err := db.QueryRow(`SELECT COALESCE(MAX(seq), 0) FROM wins`).Scan(&w.seq); err != nil {
+	if err := db.QueryRow(`SELECT COALESCE((SELECT seq + n - 1 FROM win_log ORDER BY seq DESC LIMIT 1), 0)`).Scan(&w.seq); err != nil {
 		return nil, fmt.Errorf("open local store %s: last win: %w", dir, err)
 	}
 	for i, text := range localStmtText {
@@ -318,6 +289,7 @@ func (w *localWriter) commit(batch []memChange) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
+	w.log, w.logN = w.log[:0], 0
 	var st [localStmtCount]*sql.Stmt
 	exec := func(i int, args ...any) error {
 		if st[i] == nil {
@@ -326,65 +298,115 @@ func (w *localWriter) commit(batch []memChange) (err error) {
 		_, err := st[i].Exec(args...)
 		return err
 	}
-	for i := 0; i < len(batch); {
-		if batch[i].kind != changeWin {
-			if err := w.apply(exec, &batch[i]); err != nil {
+	for i := range batch {
+		c := &batch[i]
+		switch c.kind {
+		case changeWin:
+			if err := w.packWin(c); err != nil {
 				return err
 			}
-			i++
+			if len(w.log) >= localWinLogMax {
+				if err := w.flushWins(exec); err != nil {
+					return err
+				}
+			}
 			continue
+		case changeDelete:
+			// The wins packed so far may be the deleted activity's: write them first, so the
+			// delete finds them.
+			if err := w.flushWins(exec); err != nil {
+				return err
+			}
+			if err := w.deleteWins(tx, exec, c.act); err != nil {
+				return err
+			}
 		}
-		j := i + 1
-		for j < len(batch) && batch[j].kind == changeWin {
-			j++
-		}
-		if err := w.applyWins(exec, batch[i:j]); err != nil {
+		if err := w.apply(exec, c); err != nil {
 			return err
 		}
-		i = j
+	}
+	if err := w.flushWins(exec); err != nil {
+		return err
 	}
 	return tx.Commit()
 }
 
-// applyWins writes a run of wins: the largest multi-row INSERTs first, the odd one alone, in
-// the order they were recorded (seq).
-func (w *localWriter) applyWins(exec func(int, ...any) error, wins []memChange) error {
-	for len(wins) > 0 {
-		if len(wins) == 1 {
-			return w.apply(exec, &wins[0])
-		}
-		k := min(bits.Len(uint(len(wins)))-2, localWinRuns-1) // 2 << k rows: the most that fit
-		n := 2 << k
-		args := w.args[:0]
-		var err error
-		for i := range wins[:n] {
-			if args, err = w.winRow(args, &wins[i]); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			err = exec(stmtWins2+k, args...)
-		}
-		clear(args) // let the strings go
-		w.args = args[:0]
-		if err != nil {
-			return err
-		}
-		wins = wins[n:]
-	}
-	return nil
-}
-
-// winRow appends win c's row to args, with the next seq. A win that is not its activity's next
-// is an error (a bug in the journal's order), which fails the commit.
-func (w *localWriter) winRow(args []any, c *memChange) ([]any, error) {
+// packWin adds win c to the commit's win_log row, numbering it. A win that is not its activity's
+// next is an error (a bug in the journal's order), which fails the commit.
+func (w *localWriter) packWin(c *memChange) error {
 	if n := w.next[c.act]; c.idx != n {
-		return args, fmt.Errorf("win %d of %s recorded where win %d was due", c.idx, c.act, n)
+		return fmt.Errorf("win %d of %s recorded where win %d was due", c.idx, c.act, n)
 	}
 	w.next[c.act] = c.idx + 1
 	w.seq++
-	e := &c.entry
-	return append(args, w.seq, c.act, c.idx, e.id, e.user, e.qty, e.requestID, e.atMS, c.remaining), nil
+	if w.logN == 0 {
+		w.logSeq = w.seq
+	}
+	w.log = appendWin(w.log, c.act, c.idx, &c.entry, c.remaining)
+	w.logN++
+	return nil
+}
+
+// flushWins writes the packed wins as one win_log row.
+func (w *localWriter) flushWins(exec func(int, ...any) error) error {
+	if w.logN == 0 {
+		return nil
+	}
+	err := exec(stmtWinLog, w.logSeq, w.logN, w.log)
+	w.log, w.logN = w.log[:0], 0
+	return err
+}
+
+// deleteWins removes activity act's wins from win_log: every row is read, and the rows holding
+// some of them are written again without them (or deleted). An administrator's rare call, which
+// holds up that one commit.
+func (w *localWriter) deleteWins(tx *sql.Tx, exec func(int, ...any) error, act string) error {
+	type change struct {
+		seq  int64
+		n    int
+		data []byte
+	}
+	var changes []change
+	err := eachTxRow(tx, `SELECT seq, n, data FROM win_log`, func(rows *sql.Rows) error {
+		var seq int64
+		var n int
+		var data sql.RawBytes
+		if err := rows.Scan(&seq, &n, &data); err != nil {
+			return err
+		}
+		var kept []byte
+		keptN, found := 0, false
+		err := decodeWins(data, n, func(pw *packedWin) error {
+			if pw.act == act {
+				found = true
+				return nil
+			}
+			kept = appendWin(kept, pw.act, pw.idx, &pw.entry, pw.remaining)
+			keptN++
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("win_log row %d: %w", seq, err)
+		}
+		if found {
+			changes = append(changes, change{seq, keptN, kept})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete the wins of %s: %w", act, err)
+	}
+	for _, c := range changes {
+		if c.n == 0 {
+			err = exec(stmtWinLogDelete, c.seq)
+		} else {
+			err = exec(stmtWinLogUpdate, c.n, c.data, c.seq)
+		}
+		if err != nil {
+			return fmt.Errorf("delete the wins of %s: %w", act, err)
+		}
+	}
+	return nil
 }
 
 // apply writes one change.
@@ -401,14 +423,6 @@ func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 			}
 		}
 		return nil
-	case changeWin:
-		args, err := w.winRow(w.args[:0], c)
-		if err == nil {
-			err = exec(stmtWin, args...)
-		}
-		clear(args)
-		w.args = args[:0]
-		return err
 	case changeRelease:
 		return exec(stmtRelease, c.act, c.entry.id)
 	case changeResult:

@@ -2,52 +2,47 @@ package admission
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
+	"path/filepath"
+	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// TestLocalWinRuns checks how a run of n wins is cut into multi-row INSERTs: every win once, in
-// order, with consecutive seqs, in statements of 2, 4, ... 64 rows and at most one single row.
-func TestLocalWinRuns(t *testing.T) {
-	for n := 1; n <= 200; n++ {
-		w := &localWriter{seq: 7, next: map[string]int{}}
-		wins := make([]memChange, n)
-		for i := range wins {
-			wins[i] = memChange{kind: changeWin, act: "a", idx: i, entry: memEntry{id: fmt.Sprint(i), user: "u", qty: 1, requestID: "r"}}
+// TestWinLogRoundTrip packs wins with awkward fields (empty, NUL, invalid UTF-8, the largest
+// lengths, negative and huge numbers) and reads them back as they were; a row cut anywhere, or
+// with bytes after its wins, is refused.
+func TestWinLogRoundTrip(t *testing.T) {
+	wins := []packedWin{
+		{act: "a", idx: 0, entry: memEntry{id: "1800000000000-0", user: "u1", qty: 1, requestID: "r1", atMS: 1800000000000}, remaining: 9},
+		{act: "b.x_Y-9", idx: 1 << 40, entry: memEntry{id: "1-18446744073709551615", user: "\x00\xff\xfe\"quoted\" 用户", qty: 1 << 62, requestID: "", atMS: -5}, remaining: -1},
+		{act: strings.Repeat("a", MaxActivityIDLen), idx: 7, entry: memEntry{id: "", user: strings.Repeat("u", MaxUserIDLen), qty: 3, requestID: strings.Repeat("r", MaxRequestIDLen), atMS: 0}, remaining: 1 << 62},
+	}
+	var data []byte
+	for i := range wins {
+		data = appendWin(data, wins[i].act, wins[i].idx, &wins[i].entry, wins[i].remaining)
+	}
+	var got []packedWin
+	if err := decodeWins(data, len(wins), func(w *packedWin) error { got = append(got, *w); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, wins) {
+		t.Fatalf("decoded %+v\nwant %+v", got, wins)
+	}
+	for cut := range len(data) {
+		if err := decodeWins(data[:cut], len(wins), func(*packedWin) error { return nil }); !errors.Is(err, errWinLog) {
+			t.Fatalf("a row cut at %d of %d bytes: %v, want errWinLog", cut, len(data), err)
 		}
-		next, singles := 0, 0
-		exec := func(st int, args ...any) error {
-			rows := 1
-			switch {
-			case st == stmtWin:
-				singles++
-			case st >= stmtWins2 && st <= stmtWins64:
-				rows = 2 << (st - stmtWins2)
-			default:
-				return fmt.Errorf("statement %d for a win", st)
-			}
-			if len(args) != rows*9 {
-				return fmt.Errorf("statement of %d rows with %d arguments", rows, len(args))
-			}
-			for r := range rows {
-				if got := args[r*9+2]; got != next {
-					return fmt.Errorf("row %d is win %v, want %d", r, got, next)
-				}
-				if got := args[r*9]; got != int64(8+next) {
-					return fmt.Errorf("row %d has seq %v, want %d", r, got, 8+next)
-				}
-				next++
-			}
-			return nil
-		}
-		if err := w.applyWins(exec, wins); err != nil {
-			t.Fatalf("%d wins: %v", n, err)
-		}
-		if next != n || singles > 1 || w.seq != int64(7+n) {
-			t.Fatalf("%d wins: %d written, %d alone, last seq %d", n, next, singles, w.seq)
-		}
+	}
+	if err := decodeWins(append(data, 0), len(wins), func(*packedWin) error { return nil }); !errors.Is(err, errWinLog) {
+		t.Fatalf("a row with a byte after its wins: %v, want errWinLog", err)
+	}
+	if err := decodeWins(data, len(wins)+1, func(*packedWin) error { return nil }); !errors.Is(err, errWinLog) {
+		t.Fatalf("a row holding fewer wins than its count: %v, want errWinLog", err)
 	}
 }
 
@@ -68,9 +63,14 @@ func TestLocalWinOutOfOrder(t *testing.T) {
 		for i, idx := range tc.idxs {
 			wins[i] = memChange{kind: changeWin, act: "a", idx: idx}
 		}
-		exec := func(int, ...any) error { return nil }
-		if err := w.applyWins(exec, wins); err == nil {
-			t.Errorf("%s: applyWins accepted wins %v", tc.name, tc.idxs)
+		var err error
+		for i := range wins {
+			if err = w.packWin(&wins[i]); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			t.Errorf("%s: packWin accepted wins %v", tc.name, tc.idxs)
 		}
 	}
 }
@@ -128,4 +128,103 @@ func TestLocalReopenAfterManyWins(t *testing.T) {
 	if got := dumpJSON(t, s.mem); got != want {
 		t.Fatalf("state after reopen:\n%s\nbefore close:\n%s", got, want)
 	}
+}
+
+// TestLocalDeleteWins deletes an activity whose wins share win_log rows with two others' (64
+// callers winning in all three): the store opened again holds the other two as they were and not
+// a win of the deleted one, which, defined again, starts from its first win.
+func TestLocalDeleteWins(t *testing.T) {
+	dir := t.TempDir()
+	clock := newFakeClock()
+	s := openLocal(t, dir, clock)
+	acts := []string{"a0", "a1", "a2"}
+	for _, id := range acts {
+		mustDefine(t, s, openAt(clock.Now(), id, 1<<20, 1))
+	}
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 30 {
+				act := acts[(g+i)%len(acts)]
+				if d, err := s.Admit(ctx, Request{Activity: act, User: fmt.Sprintf("u%d-%d", g, i), Qty: 1, RequestID: "r"}); err != nil || d.Outcome != Won {
+					errs <- fmt.Errorf("caller %d, buy %d: %+v: %w", g, i, d, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	var rows, shared int
+	err := eachRow(s.w.db, `SELECT n, data FROM win_log`, func(r *sql.Rows) error {
+		var n int
+		var data []byte
+		if err := r.Scan(&n, &data); err != nil {
+			return err
+		}
+		seen := map[string]bool{}
+		rows++
+		err := decodeWins(data, n, func(w *packedWin) error { seen[w.act] = true; return nil })
+		if seen["a1"] && len(seen) > 1 {
+			shared++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shared == 0 {
+		t.Fatalf("no win_log row of %d holds a1's wins beside another's: the test does not test the rewrite", rows)
+	}
+	if err := s.Delete(ctx, "a1", true); err != nil {
+		t.Fatal(err)
+	}
+	mustDefine(t, s, openAt(clock.Now(), "a1", 5, 1))
+	mustAdmit(t, s, "a1", "again", 1, "r")
+	want := dumpJSON(t, s.mem)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openLocal(t, dir, clock)
+	defer s.Close()
+	if got := dumpJSON(t, s.mem); got != want {
+		t.Fatalf("state after the delete and a reopen:\n%s\nbefore:\n%s", got, want)
+	}
+	if n, err := s.Remaining(ctx, "a1"); err != nil || n != 4 {
+		t.Fatalf("a1 defined again: remaining %d, %v; want 4", n, err)
+	}
+	t.Logf("%d win_log rows, %d of them shared by a1 and another activity", rows, shared)
+}
+
+// TestLocalWinLogDamaged cuts a committed win_log row short behind the store's back (a damage
+// SQLite cannot see): the next open refuses the folder, naming the row, and changes nothing.
+func TestLocalWinLogDamaged(t *testing.T) {
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	mustDefine(t, s, openAt(time.Now(), "a", 10, 1))
+	mustAdmit(t, s, "a", "u1", 1, "r")
+	mustAdmit(t, s, "a", "u2", 1, "r")
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", filepath.Join(dir, localDBName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = db.Exec(`UPDATE win_log SET data = substr(data, 1, length(data) - 3) WHERE seq = (SELECT MAX(seq) FROM win_log)`)
+	if err = errors.Join(err, db.Close()); err != nil {
+		t.Fatal(err)
+	}
+	_, err = OpenLocalStore(dir, LocalOptions{})
+	if !errors.Is(err, errWinLog) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("open with a damaged win_log row = %v, want errWinLog naming the folder", err)
+	}
+	t.Logf("open: %v", err)
 }

@@ -8,6 +8,7 @@
 #
 #   scripts/bench-wrk.sh                         # store local and store memory, 3 rounds of 3 s
 #   STORES="local" FSYNC=always scripts/bench-wrk.sh
+#   BIN=/tmp/build scripts/bench-wrk.sh           # prebuilt caddy and seckill-bench in /tmp/build
 set -euo pipefail
 GO=${GO:-go}
 STORES=${STORES:-local memory}
@@ -34,7 +35,11 @@ cleanup() {
 }
 trap cleanup EXIT
 
-(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
+if [ -n "${BIN:-}" ]; then
+	cp "$BIN/caddy" "$BIN/seckill-bench" "$work/"
+else
+	(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
+fi
 secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
 stock=$(( SLICE * REPEATS / ACTIVITIES + 1 ))
 base="http://127.0.0.1:$PORT"
