@@ -219,6 +219,10 @@ type bucketRebalancer struct {
 	done     chan struct{} // closed when the loop has ended
 }
 
+// RebalanceInterval returns how often the store's rebalancer runs (RedisOptions.RebalanceInterval,
+// its default filled in); negative when it is off.
+func (s *RedisStore) RebalanceInterval() time.Duration { return s.rebalance.interval }
+
 // startRebalancer starts the rebalancer once, unless it is turned off.
 func (s *RedisStore) startRebalancer() {
 	if s.rebalance.interval < 0 {
