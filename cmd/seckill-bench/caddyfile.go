@@ -28,12 +28,14 @@ type gatewaySpec struct {
 
 // activitySpec is one activity of the bench.
 type activitySpec struct {
-	ID     string
-	Stock  int64
-	Limit  int64
-	Start  time.Time
-	End    time.Time
-	Reveal time.Duration
+	ID    string
+	Stock int64
+	Limit int64
+	// Buckets splits the stock (the activity's buckets option); 0 does not.
+	Buckets int
+	Start   time.Time
+	End     time.Time
+	Reveal  time.Duration
 }
 
 // baselineBody is what the respond route answers: about the size of a seckill answer.
@@ -101,6 +103,9 @@ func (g gatewaySpec) caddyfile() string {
 			w("\t\t\treveal %s\n", a.Reveal)
 		}
 		w("\t\t\tpay_within 15m\n")
+		if a.Buckets > 0 {
+			w("\t\t\tbuckets %d\n", a.Buckets)
+		}
 		w("\t\t}\n")
 	}
 	w("\t}\n")

@@ -16,6 +16,7 @@ type config struct {
 	activities int
 	stock      int64
 	limit      int64
+	buckets    int
 	actPrefix  string
 
 	// The load.
@@ -89,6 +90,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.activities, "activities", 10, "activities; user i buys in activity i mod activities")
 	fs.Int64Var(&c.stock, "stock", 1000, "items per activity")
 	fs.Int64Var(&c.limit, "limit", 1, "items per user and activity")
+	fs.IntVar(&c.buckets, "buckets", 0, "store redis: split every activity's stock into this many buckets (the activity's buckets option; 2 to 256, at most -stock); 0 does not split")
 	fs.StringVar(&c.actPrefix, "activity-prefix", "bench-", "activity ids are this prefix and a number")
 
 	fs.IntVar(&c.concurrency, "concurrency", 64, "concurrent clients of the closed loop, the burst's reveal step and the soak")
@@ -137,6 +139,21 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.trace, "trace", false, "with -pprof: also save an execution trace of the same seconds (go tool trace; where requests waited)")
 }
 
+// validateBuckets checks -buckets against the store and the stock, as the gateway would at load.
+func (c *config) validateBuckets() error {
+	switch {
+	case c.buckets == 0:
+		return nil
+	case c.buckets < 2 || c.buckets > 256:
+		return fmt.Errorf("-buckets %d: want 2 to 256, or 0 for no split", c.buckets)
+	case int64(c.buckets) > c.stock:
+		return fmt.Errorf("-buckets %d is more than -stock %d: every bucket needs an item", c.buckets, c.stock)
+	case c.store != "redis":
+		return errors.New("-buckets needs -store redis (the buckets spread an activity over Redis hash tags)")
+	}
+	return nil
+}
+
 // validate checks the flags of a run.
 func (c *config) validate() error {
 	var errs []error
@@ -180,6 +197,9 @@ func (c *config) validate() error {
 	case c.localFsync != "" && c.target != "":
 		bad("-local-fsync configures the gateway the bench starts: with -target, set it on the running gateway")
 	}
+	if err := c.validateBuckets(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.admitBatch < 0 || c.admitBatch > 1024 {
 		bad("-redis-admit-batch %d: want 1 (no grouping) to 1024, or 0 for the gateway's default", c.admitBatch)
 	}
@@ -188,8 +208,8 @@ func (c *config) validate() error {
 	if c.store != "redis" && (c.autoPipeline || c.admitBatch != 0) {
 		bad("-redis-autopipeline and -redis-admit-batch need -store redis")
 	}
-	if c.target != "" && (c.autoPipeline || c.admitBatch != 0 || len(c.gatewayEnv) > 0) {
-		bad("-redis-autopipeline, -redis-admit-batch and -gateway-env configure the gateway the bench starts: with -target, set them on the running gateway")
+	if c.target != "" && (c.autoPipeline || c.admitBatch != 0 || c.buckets != 0 || len(c.gatewayEnv) > 0) {
+		bad("-redis-autopipeline, -redis-admit-batch, -buckets and -gateway-env configure the gateway the bench starts: with -target, set them on the running gateway")
 	}
 	switch c.orders {
 	case "none", "embedded":

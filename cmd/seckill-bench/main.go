@@ -108,6 +108,10 @@ func gatewayConfig(cfg config, stdout, stderr io.Writer) int {
 		_, _ = fmt.Fprintln(stderr, "seckill-bench: gateway-config -store redis needs -redis-addr")
 		return exitUsage
 	}
+	if err := cfg.validateBuckets(); err != nil {
+		_, _ = fmt.Fprintln(stderr, "seckill-bench: gateway-config", err)
+		return exitUsage
+	}
 	if cfg.store == "local" {
 		spec.LocalDir, spec.LocalFsync = "seckill-data", cfg.localFsync
 	}

@@ -45,7 +45,7 @@ func activities(cfg *config, now time.Time) []activitySpec {
 	}
 	var out []activitySpec
 	for _, id := range cfg.activityIDs() {
-		out = append(out, activitySpec{ID: id, Stock: cfg.stock, Limit: cfg.limit, Start: start, End: end, Reveal: reveal})
+		out = append(out, activitySpec{ID: id, Stock: cfg.stock, Limit: cfg.limit, Buckets: cfg.buckets, Start: start, End: end, Reveal: reveal})
 	}
 	return out
 }
