@@ -159,7 +159,8 @@ func TestGatewayConfigCommand(t *testing.T) {
 }
 
 // TestGatewayConfigBuckets: -buckets splits every activity's stock in the generated config (the
-// real adapter reads it), and gateway-config refuses it without store redis.
+// real adapter reads it), -redis-cluster names the nodes with cluster, and gateway-config refuses
+// -buckets without store redis.
 func TestGatewayConfigBuckets(t *testing.T) {
 	cfg := config{scenario: "closed", activities: 2, stock: 1000, limit: 1, buckets: 8, actPrefix: "b-"}
 	spec := gatewaySpec{Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: "127.0.0.1:6390",
@@ -178,6 +179,12 @@ func TestGatewayConfigBuckets(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "buckets 8") {
 		t.Errorf("gateway-config -buckets 8:\n%s", out.String())
+	}
+	// On a cluster: every node an address of store redis, with cluster.
+	spec.RedisAddr, spec.RedisCluster = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003", true
+	store := get(adapt(t, spec.caddyfile()), "apps", "seckill", "store")
+	if addrs, _ := get(store, "addresses").([]any); len(addrs) != 3 || get(store, "cluster") != true {
+		t.Errorf("store on a cluster: %v", store)
 	}
 	if code := cli(context.Background(), []string{"gateway-config", "-buckets", "8", "-jwt-secret", strings.Repeat("s", 32)}, &out, &errOut); code != exitUsage {
 		t.Errorf("gateway-config -buckets with store memory: exit %d, want %d", code, exitUsage)
@@ -219,6 +226,9 @@ func TestRunFlagErrors(t *testing.T) {
 		{"-gateway-bin", "x", "-store", "redis", "-buckets", "257"},              // 2 to 256
 		{"-gateway-bin", "x", "-store", "redis", "-stock", "4", "-buckets", "8"}, // a bucket without an item
 		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-store", "redis", "-buckets", "8"},
+		{"-gateway-bin", "x", "-store", "redis", "-redis-cluster"},                                         // no nodes named
+		{"-gateway-bin", "x", "-redis-cluster", "-redis-addr", "127.0.0.1:1"},                              // store memory
+		{"-build", "-store", "redis", "-redis-cluster", "-redis-addr", "a:1,b:2", "-orders", "standalone"}, // one address only
 		{"-gateway-bin", "x", "-store", "redis", "-redis-admit-batch", "2000"},
 		{"-gateway-bin", "x", "-store", "disk"},
 		{"-gateway-bin", "x", "-local-fsync", "always"},                      // store memory: the option would be ignored

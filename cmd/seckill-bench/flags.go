@@ -45,6 +45,7 @@ type config struct {
 	localFsync   string // store local { fsync ... }; "" for the default
 	redisAddr    string
 	redisBin     string
+	redisCluster bool
 	autoPipeline bool
 	admitBatch   int
 	orders       string
@@ -116,6 +117,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.store, "store", "memory", "memory, local (the durable single-node store, in the work directory) or redis")
 	fs.StringVar(&c.localFsync, "local-fsync", "", "store local: the gateway's fsync (always or no); empty keeps the gateway's default (no)")
 	fs.StringVar(&c.redisAddr, "redis-addr", "", "store redis: an existing server (default: start a private redis-server on a free port)")
+	fs.BoolVar(&c.redisCluster, "redis-cluster", false, "store redis: -redis-addr lists the nodes of a running Redis Cluster, comma-separated (e.g. with -buckets, to spread a split activity over its masters)")
 	fs.StringVar(&c.redisBin, "redis-bin", "redis-server", "store redis: the redis-server binary to start")
 	fs.BoolVar(&c.autoPipeline, "redis-autopipeline", false, "store redis: turn on the gateway's auto_pipeline option (go-redis's auto-pipeliner for the hot calls)")
 	fs.IntVar(&c.admitBatch, "redis-admit-batch", 0, "store redis: the gateway's admit_batch (1 turns group admission off); 0 keeps the gateway's default")
@@ -150,6 +152,20 @@ func (c *config) validateBuckets() error {
 		return fmt.Errorf("-buckets %d is more than -stock %d: every bucket needs an item", c.buckets, c.stock)
 	case c.store != "redis":
 		return errors.New("-buckets needs -store redis (the buckets spread an activity over Redis hash tags)")
+	}
+	return nil
+}
+
+// validateCluster checks -redis-cluster: it names a running cluster, which the bench does not
+// start, and only the gateway talks to it.
+func (c *config) validateCluster() error {
+	switch {
+	case !c.redisCluster:
+		return nil
+	case c.store != "redis" || c.redisAddr == "":
+		return errors.New("-redis-cluster needs -store redis and -redis-addr with the cluster's nodes")
+	case c.orders == "standalone":
+		return errors.New("-redis-cluster: the standalone order backend the bench starts takes one Redis address; use -orders embedded or none")
 	}
 	return nil
 }
@@ -200,6 +216,9 @@ func (c *config) validate() error {
 	if err := c.validateBuckets(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.validateCluster(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.admitBatch < 0 || c.admitBatch > 1024 {
 		bad("-redis-admit-batch %d: want 1 (no grouping) to 1024, or 0 for the gateway's default", c.admitBatch)
 	}
@@ -208,8 +227,8 @@ func (c *config) validate() error {
 	if c.store != "redis" && (c.autoPipeline || c.admitBatch != 0) {
 		bad("-redis-autopipeline and -redis-admit-batch need -store redis")
 	}
-	if c.target != "" && (c.autoPipeline || c.admitBatch != 0 || c.buckets != 0 || len(c.gatewayEnv) > 0) {
-		bad("-redis-autopipeline, -redis-admit-batch, -buckets and -gateway-env configure the gateway the bench starts: with -target, set them on the running gateway")
+	if c.target != "" && (c.autoPipeline || c.admitBatch != 0 || c.buckets != 0 || c.redisCluster || len(c.gatewayEnv) > 0) {
+		bad("-redis-autopipeline, -redis-admit-batch, -buckets, -redis-cluster and -gateway-env configure the gateway the bench starts: with -target, set them on the running gateway")
 	}
 	switch c.orders {
 	case "none", "embedded":

@@ -119,7 +119,8 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	e.base, e.admin, e.started = "http://"+listen, "http://"+adminAddr, true
 	e.spec = gatewaySpec{
 		Listen: listen, Admin: adminAddr, RedisAddr: e.redisAddr, AutoPipeline: cfg.autoPipeline, AdmitBatch: cfg.admitBatch,
-		JWTSecret: cfg.jwtSecret, URLSecret: randomSecret(),
+		RedisCluster: cfg.redisCluster,
+		JWTSecret:    cfg.jwtSecret, URLSecret: randomSecret(),
 		IPRate: cfg.ipRate, UserRate: cfg.userRate,
 		Prefix: cfg.prefix, BaselinePath: cfg.baselinePath,
 		Activities: activities(cfg, time.Now()),
