@@ -28,6 +28,12 @@ var (
 	// admission is taken without it (fail closed).
 	ErrBusy = errors.New("store unavailable")
 
+	// ErrContended refuses an admission of a split activity (Activity.Buckets) whose buyer's home
+	// bucket was dry while other buckets still held stock, because other buyers won every item
+	// its pulls brought in first. It is "try again", never "sold out": nothing was written, the
+	// store is healthy, and a retry (with the same request id) may win.
+	ErrContended = errors.New("stock contended")
+
 	// ErrNotReplicated is returned (as a *ReplicationError) for a call that wrote on the Redis
 	// master but was not confirmed by RedisOptions.ReplicasAck replicas in time. The write is
 	// on the master, not undone: the answer is unknown, not no (docs/admission.md).

@@ -56,3 +56,8 @@ func (s *RedisStore) HalfTransfer(ctx context.Context, activity string, from, to
 		[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, qty)
 	return err
 }
+
+// SetAfterPull makes f run after every pull that moved stock into an admission's home bucket,
+// before the admission tries again, for tests that make it lose the race for that stock. Set it
+// before the store is used concurrently.
+func (s *RedisStore) SetAfterPull(f func(activity string, home int)) { s.afterPull = f }

@@ -62,8 +62,8 @@ type GuardOptions struct {
 //   - A circuit breaker around every store call that fails closed: after repeated store failures
 //     every call fails fast with ErrBusy, and no admission is taken without the store. Store
 //     failures are returned wrapping ErrBusy as well; business answers, ErrBadInput,
-//     ErrUnknownActivity, ErrNotFound, ErrActivityRunning and ErrStockBelowSold count as the store
-//     working, and canceled calls do not count at all. Queue calls go through a second breaker with
+//     ErrUnknownActivity, ErrNotFound, ErrActivityRunning, ErrStockBelowSold and ErrContended
+//     count as the store working (and never set the sold-out flag), and canceled calls do not count at all. Queue calls go through a second breaker with
 //     the same settings, so a consumer's long blocking read never holds the edge's half-open trial
 //     slot.
 //

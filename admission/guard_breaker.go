@@ -69,7 +69,8 @@ func storeAnswered(err error) bool {
 		errors.Is(err, ErrUnknownActivity) ||
 		errors.Is(err, ErrNotFound) ||
 		errors.Is(err, ErrActivityRunning) ||
-		errors.Is(err, ErrStockBelowSold)
+		errors.Is(err, ErrStockBelowSold) ||
+		errors.Is(err, ErrContended)
 }
 
 // callerGaveUp reports a call abandoned by its caller. It says nothing about the store, so it is

@@ -89,6 +89,10 @@ type RedisStore struct {
 	bucketCache    sync.Map       // activity id -> its bucket count (int), see bucketCount
 	rebalance      bucketRebalancer
 	pulls          pullFlight
+	bucketLevels   sync.Map // activity id -> []int64, its buckets' stock at the last read (BucketLevels)
+	// afterPull, when set (tests only), runs after a pull moved stock into an admission's home
+	// bucket and before the admission tries again: a test makes other buyers win that stock.
+	afterPull func(activity string, home int)
 	// bucketReadStart rotates the bucket a queue sweep starts at, so that a busy bucket does
 	// not starve the others of a reader asking for few entries.
 	bucketReadStart atomic.Uint32

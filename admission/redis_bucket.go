@@ -26,11 +26,17 @@ type BucketStats struct {
 	Moved     int64 // items those transfers moved
 	Recovered int64 // transfers found pending (a crashed or slow runner) and completed here
 	DryPulls  int64 // admissions whose home bucket had too little stock, so stock was pulled in
+	// Contended counts admissions refused with ErrContended: stock was left, other buyers won
+	// every item their pulls brought in.
+	Contended int64
+	// FailedTransfers counts transfers (pulls, rebalancing, recoveries) that failed part-way;
+	// their intent stays until a recovery completes them.
+	FailedTransfers int64
 }
 
 // bucketCounters backs BucketStats.
 type bucketCounters struct {
-	transfers, moved, recovered, dryPulls atomic.Int64
+	transfers, moved, recovered, dryPulls, contended, failed atomic.Int64
 }
 
 // BucketStats returns the store's transfer counters (see BucketStats).
@@ -41,7 +47,20 @@ func (s *RedisStore) BucketStats() BucketStats {
 		Moved:     c.moved.Load(),
 		Recovered: c.recovered.Load(),
 		DryPulls:  c.dryPulls.Load(),
+
+		Contended:       c.contended.Load(),
+		FailedTransfers: c.failed.Load(),
 	}
+}
+
+// BucketLevels calls f with every split activity this store has read the buckets of (its
+// rebalancer does every RebalanceInterval) and each bucket's unsold stock at that last reading.
+// f must not keep stocks.
+func (s *RedisStore) BucketLevels(f func(activity string, stocks []int64)) {
+	s.bucketLevels.Range(func(k, v any) bool {
+		f(k.(string), v.([]int64))
+		return true
+	})
 }
 
 // bucketID names bucket i of n of activity: '#' and '/' are outside the activity id alphabet, so

@@ -7,7 +7,9 @@ import (
 
 // admitBuckets is Admit for a split activity (r is validated): the decision is taken in the
 // user's home bucket; when it has too little stock, stock is pulled in from the others and the
-// decision taken again, so that sold_out is answered only when no other bucket has any.
+// decision taken again, so that sold_out is answered only when the activity as a whole has too
+// little. An admission whose pulls were all emptied by other buyers before its next try, while
+// stock remains, answers ErrContended: "try again", never a false sold_out.
 func (s *RedisStore) admitBuckets(ctx context.Context, r Request, n int) (Decision, error) {
 	home := HomeBucket(r.User, n)
 	br := r
@@ -33,6 +35,9 @@ func (s *RedisStore) admitBuckets(ctx context.Context, r Request, n int) (Decisi
 				return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
 			}
 			if moved > 0 {
+				if s.afterPull != nil {
+					s.afterPull(r.Activity, home)
+				}
 				continue
 			}
 		}
@@ -45,6 +50,16 @@ func (s *RedisStore) admitBuckets(ctx context.Context, r Request, n int) (Decisi
 				return d, nil
 			}
 			return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+		}
+		if d.Outcome == SoldOut && left >= r.Qty {
+			// The stock is somewhere (another bucket, or a transfer that finished between the
+			// pull's reads): look again while pulls remain, then refuse as contended.
+			if pulls < maxPulls {
+				continue
+			}
+			s.bucketCounters.contended.Add(1)
+			return Decision{}, fmt.Errorf("admit %s: bucket %d: %w: %d items left after %d pulls",
+				r.Activity, home, ErrContended, left, pulls)
 		}
 		d.Remaining = left
 		return d, nil

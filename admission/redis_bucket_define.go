@@ -184,6 +184,11 @@ func (s *RedisStore) readBuckets(ctx context.Context, activity string, n int, co
 			b.buyers, b.queued, b.dead = c.buyers.Val(), c.queued.Val(), c.dead.Val()
 		}
 	}
+	levels := make([]int64, n)
+	for i, b := range st.buckets {
+		levels[i] = b.stock
+	}
+	s.bucketLevels.Store(activity, levels)
 	return st, nil
 }
 
@@ -266,6 +271,7 @@ func (s *RedisStore) deleteBuckets(ctx context.Context, id string, n int, force 
 		return fmt.Errorf("delete %s: %w", id, redisScriptErr(err))
 	}
 	s.bucketCache.Delete(id)
+	s.bucketLevels.Delete(id)
 	if err := s.client.SRem(ctx, s.activitiesKey(), id).Err(); err != nil {
 		return fmt.Errorf("delete %s: unlist activity: %w", id, err)
 	}

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/admissiontest"
@@ -154,5 +156,137 @@ func TestRedisBucketsHalfTransferNotSoldOut(t *testing.T) {
 	}
 	if n, err := s.Remaining(ctx, "half"); err != nil || n != 0 {
 		t.Errorf("remaining %d, %v; want 0", n, err)
+	}
+}
+
+// TestRedisBucketsRemainingDuringTransfers: transfers move stock between buckets and no item is
+// sold, so every reading of the activity's remaining stock, taken while they run, is the stock
+// (a bucket's total and stock read apart would count a take between them as items sold).
+func TestRedisBucketsRemainingDuringTransfers(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	s, _ := redisTestStore(t, srv.Addr, admission.RedisOptions{RebalanceInterval: -1}, nil)
+	ctx := context.Background()
+	const stock, n = 800, 4
+	a := admission.Activity{ID: "moving", Stock: stock, Limit: 1, Buckets: n,
+		Start: time.Now().Add(-time.Minute), End: time.Now().Add(time.Hour)}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for k := 0; ; k++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				from := (g + k) % n
+				if _, err := s.Transfer(ctx, "moving", from, (from+1+k%(n-1))%n, int64(1+k%40)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	bad := 0
+	for range 2000 {
+		left, err := s.Remaining(ctx, "moving")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left != stock {
+			bad++
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if bad > 0 {
+		t.Errorf("%d of 2000 readings during transfers were not the stock %d", bad, stock)
+	}
+}
+
+// TestRedisBucketsLostRacesNotSoldOut: an admission whose home bucket is dry loses the race for
+// every item its pulls bring in (a test hook moves them out again before it tries), while the
+// other buckets hold stock. It must answer ErrContended, never sold_out; through a Guard that
+// neither sets the sold-out flag nor counts towards opening the breaker; and once it stops
+// losing, the same request wins. On one server and on a Cluster.
+func TestRedisBucketsLostRacesNotSoldOut(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	single, _ := redisTestStore(t, srv.Addr, admission.RedisOptions{RebalanceInterval: -1}, nil)
+	t.Run("single", func(t *testing.T) { testLostRaces(t, single) })
+	cluster := testsrv.StartCluster(t)
+	c, err := admission.NewRedisStore(redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), MaxRetries: 3}),
+		admission.RedisOptions{RebalanceInterval: -1, KeyPrefix: "lost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	t.Run("cluster", func(t *testing.T) { testLostRaces(t, c) })
+}
+
+func testLostRaces(t *testing.T, s *admission.RedisStore) {
+	ctx := context.Background()
+	const stock, n = 800, 8
+	a := admission.Activity{ID: "lost", Stock: stock, Limit: 1, Buckets: n,
+		Start: time.Now().Add(-time.Minute), End: time.Now().Add(time.Hour), PayWithin: time.Minute}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	victim := ""
+	for i := 0; victim == ""; i++ {
+		if u := fmt.Sprintf("v%d", i); admission.HomeBucket(u, n) == 0 {
+			victim = u
+		}
+	}
+	// Bucket 0 is dry; every item a pull brings into it leaves again at once, as if other
+	// buyers had won it.
+	if _, err := s.Transfer(ctx, "lost", 0, 1, stock); err != nil {
+		t.Fatal(err)
+	}
+	var stolen atomic.Int64
+	s.SetAfterPull(func(activity string, home int) {
+		q, err := s.Transfer(ctx, activity, home, (home+1)%n, stock)
+		if err != nil {
+			t.Error(err)
+		}
+		stolen.Add(q)
+	})
+	g := admission.NewGuard(s, admission.GuardOptions{ConsecutiveFailures: 2})
+	req := admission.Request{Activity: "lost", User: victim, Qty: 1, RequestID: "r"}
+	for i := range 4 {
+		d, flagged, err := g.Decide(ctx, req)
+		if !errors.Is(err, admission.ErrContended) || errors.Is(err, admission.ErrBusy) {
+			t.Fatalf("try %d: %+v (flagged %v), %v; want ErrContended", i, d, flagged, err)
+		}
+	}
+	if stolen.Load() == 0 {
+		t.Fatal("the hook moved nothing: the lost-race path did not run")
+	}
+	if g.SoldOut("lost") {
+		t.Error("a contended refusal set the sold-out flag")
+	}
+	if st := g.BreakerState(); st != gobreaker.StateClosed {
+		t.Errorf("breaker %v after contended refusals; want closed", st)
+	}
+	if st := s.BucketStats(); st.Contended != 4 {
+		t.Errorf("bucket stats %+v; want 4 contended", st)
+	}
+	// The races end: the same request wins, and the rest of the stock sells to the last item.
+	s.SetAfterPull(nil)
+	d, err := g.Admit(ctx, req)
+	if err != nil || d.Outcome != admission.Won {
+		t.Fatalf("after the races: %+v, %v; want won", d, err)
+	}
+	for i := 1; i < stock; i++ {
+		d, err := g.Admit(ctx, admission.Request{Activity: "lost", User: fmt.Sprintf("b%d", i), Qty: 1, RequestID: "r"})
+		if err != nil || d.Outcome != admission.Won {
+			t.Fatalf("buyer %d of %d: %+v, %v", i, stock, d, err)
+		}
+	}
+	d, err = g.Admit(ctx, admission.Request{Activity: "lost", User: "late", Qty: 1, RequestID: "r"})
+	if err != nil || d.Outcome != admission.SoldOut || d.Remaining != 0 || !g.SoldOut("lost") {
+		t.Errorf("after the last item: %+v, %v, flag %v; want sold_out, flagged", d, err, g.SoldOut("lost"))
 	}
 }

@@ -44,10 +44,12 @@ func (s *RedisStore) transfer(ctx context.Context, activity string, n, from, to 
 	id := NewSalt()[:16]
 	intent := fmt.Sprintf("%d %d %d %d", from, to, qty, time.Now().UnixMilli())
 	if err := s.client.HSet(ctx, s.intentsKey(activity), id, intent).Err(); err != nil {
+		s.bucketCounters.failed.Add(1)
 		return 0, fmt.Errorf("transfer %s: record intent: %w", activity, err)
 	}
 	q, err := s.runTransfer(ctx, activity, n, id, from, to, qty)
 	if err != nil {
+		s.bucketCounters.failed.Add(1)
 		return 0, err
 	}
 	s.bucketCounters.transfers.Add(1)
@@ -128,6 +130,7 @@ func (s *RedisStore) recoverTransfers(ctx context.Context, activity string, n in
 		}
 		q, err := s.runTransfer(ctx, activity, n, id, from, to, qty)
 		if err != nil {
+			s.bucketCounters.failed.Add(1)
 			return done, fmt.Errorf("recover transfers of %s: %w", activity, err)
 		}
 		done++
@@ -216,6 +219,10 @@ type bucketRebalancer struct {
 	done     chan struct{} // closed when the loop has ended
 }
 
+// RebalanceInterval returns how often the store's rebalancer runs (RedisOptions.RebalanceInterval,
+// its default filled in); negative when it is off.
+func (s *RedisStore) RebalanceInterval() time.Duration { return s.rebalance.interval }
+
 // startRebalancer starts the rebalancer once, unless it is turned off.
 func (s *RedisStore) startRebalancer() {
 	if s.rebalance.interval < 0 {
@@ -245,6 +252,7 @@ func (s *RedisStore) rebalanceLoop() {
 				// node deleted is forgotten.
 				if err := s.RebalanceOnce(ctx, k.(string)); errors.Is(err, ErrUnknownActivity) {
 					s.bucketCache.Delete(k)
+					s.bucketLevels.Delete(k)
 				}
 			}
 			return ctx.Err() == nil

@@ -138,6 +138,11 @@ func (q *request) admitError(err error) *Error {
 		return errNoActivity
 	case errors.Is(err, admission.ErrBadInput):
 		return errBadRequest("the request cannot be admitted as given")
+	case errors.Is(err, admission.ErrContended):
+		// Stock is left in other buckets of a split activity: try again, never sold_out. The
+		// store answered, so neither the breaker nor the store_error layer counts it.
+		q.h.logger.Debug("admission contended", zap.Error(err))
+		return errBusyAt(layerContended, time.Second)
 	case errors.Is(err, admission.ErrBusy), errors.Is(err, context.Canceled):
 		q.h.logger.Debug("admission refused: store unavailable", zap.Error(err))
 	default:

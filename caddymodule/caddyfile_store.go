@@ -30,6 +30,7 @@ import (
 //		admit_batch <n>
 //		pool_size   <n>
 //		replicas_ack <n> [<timeout>]
+//		rebalance_interval <duration>
 //	}
 func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 	if !d.NextArg() {
@@ -117,6 +118,8 @@ func parseStoreRedis(d *caddyfile.Dispenser, s *StoreConfig) error {
 				fmt.Sprintf("want 1 to %d connections", maxPoolSize))
 		case "replicas_ack":
 			err = parseReplicasAck(d, s)
+		case "rebalance_interval":
+			s.RebalanceInterval, err = positiveDurationArg(d, "store redis rebalance_interval")
 		default:
 			err = d.Errf("seckill: unrecognized store redis option %q", opt)
 		}

@@ -78,7 +78,20 @@ type StoreConfig struct {
 	// WAIT's answer comes well inside the Redis read timeout and the buy's one-second admission
 	// deadline.
 	ReplicasAckTimeout caddy.Duration `json:"replicas_ack_timeout,omitempty"`
+
+	// RebalanceInterval is how often this node levels the stock of the activities split into
+	// buckets (ActivityConfig.Buckets) and completes transfers a crashed node left pending;
+	// default 250ms, 10ms to 10m. Shorter reads every bucket more often; longer leaves more of
+	// the levelling to the buys' own pulls.
+	RebalanceInterval caddy.Duration `json:"rebalance_interval,omitempty"`
 }
+
+// Bounds of RebalanceInterval: below 10 ms the rebalancer's reads of every bucket would cost
+// the shards more than the buys; above 10 minutes it no longer helps a sale.
+const (
+	minRebalanceInterval = 10 * time.Millisecond
+	maxRebalanceInterval = 10 * time.Minute
+)
 
 // maxReplicasAckTimeout bounds ReplicasAckTimeout: half of the Redis read timeout and of the
 // admission deadline (both 1 s), which also carry the batch's queueing and its script.
@@ -164,6 +177,8 @@ func (s *StoreConfig) validate() error {
 		return errors.New("store redis: replicas_ack_timeout needs replicas_ack")
 	case s.ReplicasAckTimeout != 0 && (time.Duration(s.ReplicasAckTimeout) < time.Millisecond || time.Duration(s.ReplicasAckTimeout) > maxReplicasAckTimeout):
 		return fmt.Errorf("store redis: replicas_ack timeout %v: want 1ms to %v", time.Duration(s.ReplicasAckTimeout), maxReplicasAckTimeout)
+	case s.RebalanceInterval != 0 && (time.Duration(s.RebalanceInterval) < minRebalanceInterval || time.Duration(s.RebalanceInterval) > maxRebalanceInterval):
+		return fmt.Errorf("store redis: rebalance_interval %v: want %v to %v", time.Duration(s.RebalanceInterval), minRebalanceInterval, maxRebalanceInterval)
 	}
 	return nil
 }
@@ -172,7 +187,7 @@ func (s *StoreConfig) validate() error {
 func (s *StoreConfig) hasRedisOptions() bool {
 	return len(s.Addresses) > 0 || s.Password != "" || s.Username != "" || s.DB != 0 ||
 		s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline || s.AdmitBatch != 0 || s.PoolSize != 0 ||
-		s.ReplicasAck != 0 || s.ReplicasAckTimeout != 0
+		s.ReplicasAck != 0 || s.ReplicasAckTimeout != 0 || s.RebalanceInterval != 0
 }
 
 // fsyncAlways reports whether store local flushes every group commit to the device.

@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -174,6 +176,9 @@ func TestDashboardQueries(t *testing.T) {
 
 	subst := strings.NewReplacer(`$activity`, "dash", `$__rate_interval`, "30s", `$__range`, "5m")
 	for _, p := range panels {
+		if isBucketPanel(p) {
+			continue // store memory has no buckets: TestDashboardBucketPanels
+		}
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
@@ -226,8 +231,126 @@ func TestDashboardQueries(t *testing.T) {
 	}
 }
 
+// bucketMetricPrefix starts the metrics of the stock buckets (store redis only).
+const bucketMetricPrefix = "caddy_seckill_bucket_"
+
+// isBucketPanel reports whether a panel shows the stock buckets, whose metrics only store redis
+// exports.
+func isBucketPanel(p dashboardPanel) bool {
+	for _, tg := range p.Targets {
+		if strings.Contains(tg.Expr, bucketMetricPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDashboardBucketPanels sells an activity split into 8 buckets on a private Redis, to buyers
+// all at home in one bucket so that stock is pulled, while a private Prometheus scrapes the
+// gateway; then every query of the bucket panels must return series, with one stock series per
+// bucket. And every metric the dashboard and the alert rules name must be one this gateway (store
+// redis, buckets, the embedded order backend) exports: a renamed metric fails here.
+func TestDashboardBucketPanels(t *testing.T) {
+	panels, _ := readDashboard(t)
+	var bucketPanels []dashboardPanel
+	for _, p := range panels {
+		if isBucketPanel(p) {
+			bucketPanels = append(bucketPanels, p)
+		}
+	}
+	if len(bucketPanels) < 2 {
+		t.Fatalf("%d bucket panels in %s, want the stock and the transfers", len(bucketPanels), dashboardJSON)
+	}
+	srv := testsrv.StartRedis(t)
+	s := startSale(t, jwtBlock+"captcha off\nurl_secret u\nstore redis "+srv.Addr+"\n"+
+		ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db"))+bucketSale("dashb", 40, 1, 8))
+	u, err := url.Parse(s.c.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := testsrv.StartPrometheus(t, time.Second, "/metrics", u.Host)
+	var users []string
+	for i := 0; len(users) < 50; i++ {
+		if name := fmt.Sprintf("dashb-%d", i); admission.HomeBucket(name, 8) == 3 {
+			users = append(users, name)
+		}
+	}
+	wins := bucketRush(t, s.c, "dashb", users, 1)
+	if n := len(wins); n != 40 {
+		t.Fatalf("%d winners of 40 items", n)
+	}
+	eventually(t, "prometheus scraped the pulls", func() (bool, string) {
+		for _, q := range []string{
+			`caddy_seckill_bucket_dry_pulls_total > 0`,
+			`count(caddy_seckill_bucket_stock{activity="dashb"}) == 8`,
+		} {
+			if res, err := prom.Query(q); err != nil || len(res) == 0 {
+				return false, fmt.Sprintf("%s: %v %v", q, res, err)
+			}
+		}
+		return true, ""
+	})
+	time.Sleep(3 * time.Second) // rates need two samples after the sale
+	subst := strings.NewReplacer(`$activity`, "dashb", `$__rate_interval`, "30s")
+	for _, p := range bucketPanels {
+		for _, tg := range p.Targets {
+			expr := subst.Replace(tg.Expr)
+			if strings.Contains(expr, "$") {
+				t.Errorf("panel %q: a template variable the test does not know: %s", p.Title, tg.Expr)
+				continue
+			}
+			res, err := prom.Query(expr)
+			if err != nil || len(res) == 0 {
+				t.Errorf("panel %q: %s: %v %v", p.Title, expr, res, err)
+			}
+		}
+	}
+	if res, err := prom.Query(`max by (activity, bucket) (caddy_seckill_bucket_stock{activity="dashb"})`); err != nil || len(res) != 8 {
+		t.Errorf("stock per bucket: %v %v, want 8 series", res, err)
+	}
+
+	// Every metric the dashboard and the alert rules name is exported.
+	exported := map[string]bool{}
+	for _, line := range strings.Split(string(s.c.get("/metrics", "").raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			name, _, _ := strings.Cut(rest, " ")
+			exported[name] = true
+		}
+	}
+	rules, err := os.ReadFile(alertRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, p := range panels {
+		for _, tg := range p.Targets {
+			texts = append(texts, tg.Expr)
+		}
+	}
+	for _, line := range strings.Split(string(rules), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if !strings.HasPrefix(trimmed, "#") && !strings.HasPrefix(trimmed, "runbook:") && !strings.HasPrefix(trimmed, "description:") {
+			texts = append(texts, line) // expressions and summaries, not the prose naming other metrics
+		}
+	}
+	name := regexp.MustCompile(`caddy_seckill_[a-z0-9_]+`)
+	for _, text := range texts {
+		for _, m := range name.FindAllString(text, -1) {
+			base := m
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(m, suffix); ok && exported[b] {
+					base = b
+				}
+			}
+			if !exported[base] {
+				t.Errorf("%s is named by the dashboard or the alert rules but not exported", m)
+			}
+		}
+	}
+}
+
 // TestDashboardLayout checks what Grafana needs of the dashboard without a Grafana: the four rows
-// of the issue in order, unique panel ids and titles, every panel on the 24-column grid and on the
+// of the issue in order and the stock buckets' row, unique panel ids and titles, every panel on the 24-column grid and on the
 // datasource variable, and the activity variable (multi-select, with All).
 func TestDashboardLayout(t *testing.T) {
 	b, err := os.ReadFile(dashboardJSON)
@@ -278,8 +401,8 @@ func TestDashboardLayout(t *testing.T) {
 			t.Errorf("panel %q: not on the datasource variable", p.Title)
 		}
 	}
-	if got := strings.Join(rows, ","); got != "Sale,Funnel,Health,Orders" {
-		t.Errorf("rows %s, want Sale,Funnel,Health,Orders", got)
+	if got := strings.Join(rows, ","); got != "Sale,Funnel,Health,Orders,Stock buckets" {
+		t.Errorf("rows %s, want Sale,Funnel,Health,Orders,Stock buckets", got)
 	}
 	vars := map[string]bool{}
 	for _, v := range d.Templating.List {

@@ -86,6 +86,7 @@ const (
 	layerStoreError                // 503 busy: the store call failed or timed out
 	layerReplicasAck               // 503 busy: the store decided, too few replicas confirmed in time
 	layerCanceled                  // 503 busy: the client went away while the store decided
+	layerContended                 // 503 busy: a split activity's stock went to others first
 	layerStoreSoldOut              // 410: the admission script's decision
 	layerLimitReached              // 409: the admission script's decision
 	nLayers
@@ -107,6 +108,7 @@ var layerNames = [nLayers]string{
 	layerStoreError:   "store_error",
 	layerReplicasAck:  "replicas_ack",
 	layerCanceled:     "canceled",
+	layerContended:    "contended",
 	layerStoreSoldOut: "store_sold_out",
 	layerLimitReached: "limit_reached",
 }

@@ -34,7 +34,8 @@ func TestLayerNames(t *testing.T) {
 }
 
 // TestAdmitErrorLayers checks the layers of the failed admissions no HTTP test can cause on
-// demand: a canceled call, and the breaker's two refusals as the Guard wraps them.
+// demand: a canceled call, the breaker's two refusals as the Guard wraps them, and a split
+// activity's contended admission.
 func TestAdmitErrorLayers(t *testing.T) {
 	q := &request{h: &Handler{logger: zap.NewNop()}}
 	for _, tc := range []struct {
@@ -50,6 +51,7 @@ func TestAdmitErrorLayers(t *testing.T) {
 		{fmt.Errorf("%w: %w", admission.ErrBusy, &admission.ReplicationError{Op: "admit", Activity: "a", Wanted: 1}), layerReplicasAck},
 		{fmt.Errorf("x: %w", admission.ErrBadInput), layerBadRequest},
 		{fmt.Errorf("x: %w", admission.ErrUnknownActivity), layerRoute},
+		{fmt.Errorf("admit a: bucket 0: %w: 3 items left after 64 pulls", admission.ErrContended), layerContended},
 	} {
 		if got := q.admitError(tc.err).layer; got != tc.want {
 			t.Errorf("admitError(%v) at layer %s, want %s", tc.err, got, tc.want)

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -193,7 +194,32 @@ func bucketCollectors(rs *admission.RedisStore) []prometheus.Collector {
 			func(s admission.BucketStats) int64 { return s.Recovered }),
 		counter("bucket_dry_pulls_total", "Admissions whose buyer's home bucket had too little stock, so that stock was pulled in from another bucket.",
 			func(s admission.BucketStats) int64 { return s.DryPulls }),
+		counter("bucket_contended_total", "Buys of split activities answered 503 busy because other buyers won every item their pulls brought in while stock was left (layer contended).",
+			func(s admission.BucketStats) int64 { return s.Contended }),
+		counter("bucket_transfer_failures_total", "Bucket transfers (pulls, rebalancing, recoveries) that failed part-way on this node; a recovery completes them later.",
+			func(s admission.BucketStats) int64 { return s.FailedTransfers }),
+		bucketStockCollector{rs},
 	}
+}
+
+// bucketStockDesc is the unsold stock of each bucket of a split activity.
+var bucketStockDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "bucket_stock"),
+	"Unsold stock of each bucket of a split activity, as this node's store last read it (its rebalancer reads every rebalance_interval).",
+	[]string{"activity", "bucket"}, nil)
+
+// bucketStockCollector exports bucket_stock from the store's last reading, never calling Redis.
+type bucketStockCollector struct{ rs *admission.RedisStore }
+
+// Describe implements prometheus.Collector.
+func (c bucketStockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- bucketStockDesc }
+
+// Collect implements prometheus.Collector.
+func (c bucketStockCollector) Collect(ch chan<- prometheus.Metric) {
+	c.rs.BucketLevels(func(activity string, stocks []int64) {
+		for i, n := range stocks {
+			ch <- prometheus.MustNewConstMetric(bucketStockDesc, prometheus.GaugeValue, float64(n), activity, strconv.Itoa(i))
+		}
+	})
 }
 
 // rejectedHelp is the help text of rejected_total. It lists the layers in funnel order, cheapest

@@ -172,6 +172,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		st, err := admission.NewRedisStore(b.client, admission.RedisOptions{
 			KeyPrefix: prefix, AutoPipeline: s.AutoPipeline, AdmitBatch: s.AdmitBatch,
 			ReplicasAck: s.ReplicasAck, ReplicasAckTimeout: time.Duration(s.ReplicasAckTimeout),
+			RebalanceInterval: time.Duration(s.RebalanceInterval),
 		})
 		if err != nil {
 			_ = b.client.Close()

@@ -49,6 +49,41 @@ func TestPoolSize(t *testing.T) {
 	}
 }
 
+// TestRebalanceIntervalConfig: rebalance_interval reaches the Redis store, and JSON
+// configurations outside its bounds (or on another store) are refused with the option's name.
+func TestRebalanceIntervalConfig(t *testing.T) {
+	for _, c := range []struct {
+		s    StoreConfig
+		want string
+	}{
+		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, RebalanceInterval: caddy.Duration(-time.Second)}, "store redis: rebalance_interval -1s: want 10ms to 10m0s"},
+		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, RebalanceInterval: caddy.Duration(time.Millisecond)}, "store redis: rebalance_interval 1ms"},
+		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, RebalanceInterval: caddy.Duration(time.Hour)}, "store redis: rebalance_interval 1h0m0s"},
+		{StoreConfig{Type: storeMemory, RebalanceInterval: caddy.Duration(time.Second)}, "store memory takes no redis options"},
+		{StoreConfig{Type: storeLocal, Dir: "d", RebalanceInterval: caddy.Duration(time.Second)}, "store local takes no redis options"},
+	} {
+		if err := c.s.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("validate(%+v) = %v, want %q", c.s, err, c.want)
+		}
+	}
+	for _, d := range []time.Duration{minRebalanceInterval, maxRebalanceInterval} {
+		s := StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, RebalanceInterval: caddy.Duration(d)}
+		if err := s.validate(); err != nil {
+			t.Errorf("validate(rebalance_interval %v) = %v", d, err)
+		}
+	}
+	// The interval reaches the store.
+	srv := testsrv.StartRedis(t)
+	rb, err := newBackend(&StoreConfig{Type: storeRedis, Addresses: []string{srv.Addr}, RebalanceInterval: caddy.Duration(3 * time.Second)}, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rb.Destruct() }()
+	if got := rb.store.(*admission.RedisStore).RebalanceInterval(); got != 3*time.Second {
+		t.Errorf("store's rebalance interval %v, want 3s", got)
+	}
+}
+
 // TestReplicasAckConfig: replicas_ack reaches the Redis store, and JSON configurations outside its
 // bounds (or on the memory store) are refused with the option's name.
 func TestReplicasAckConfig(t *testing.T) {

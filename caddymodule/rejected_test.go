@@ -21,7 +21,7 @@ import (
 var funnelLayers = []string{
 	"route", "ip_limit", "window", "sold_out_flag", "jwt", "user_limit", "hashed_url",
 	"captcha_limit", "captcha", "bad_request", "breaker", "store_error", "replicas_ack", "canceled",
-	"store_sold_out", "limit_reached",
+	"contended", "store_sold_out", "limit_reached",
 }
 
 // funnelScrape is what one scrape says about the funnel: rejected_total by layer (every layer

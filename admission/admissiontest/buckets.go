@@ -21,6 +21,7 @@ func RunBuckets(t *testing.T, newStore NewStore) {
 	}{
 		{"ExactWinners", testBucketExactWinners},
 		{"SkewedSellsOut", testBucketSkewed},
+		{"NoFalseSoldOut", testBucketNoFalseSoldOut},
 		{"ReleaseSellsAgain", testBucketRelease},
 		{"QueueAndResults", testBucketQueueResults},
 		{"Redefine", testBucketRedefine},
@@ -73,7 +74,7 @@ func buyAll(t *testing.T, s admission.Store, activity string, users []string, tr
 					return
 				}
 				u := users[i%len(users)]
-				d, err := s.Admit(ctx, admission.Request{Activity: activity, User: u, Qty: 1, RequestID: fmt.Sprintf("r%d", i/len(users))})
+				d, err := admitRetry(ctx, s, admission.Request{Activity: activity, User: u, Qty: 1, RequestID: fmt.Sprintf("r%d", i/len(users))})
 				if err != nil {
 					t.Errorf("admit %s: %v", u, err)
 					return
@@ -88,6 +89,17 @@ func buyAll(t *testing.T, s admission.Store, activity string, users []string, tr
 	}
 	wg.Wait()
 	return wins
+}
+
+// admitRetry is Admit, tried again while the store answers ErrContended (a buyer following the
+// 503's Retry-After, without the wait).
+func admitRetry(ctx context.Context, s admission.Store, r admission.Request) (admission.Decision, error) {
+	for {
+		d, err := s.Admit(ctx, r)
+		if !errors.Is(err, admission.ErrContended) {
+			return d, err
+		}
+	}
 }
 
 func countWins(wins map[string][]admission.Decision, limit int64, t *testing.T) int64 {
@@ -192,6 +204,56 @@ func testBucketSkewed(t *testing.T, s admission.Store) {
 		t.Errorf("concurrent skewed demand won %d of %d", n, stock)
 	}
 	checkSoldOut(t, s, "b-skew2", stock)
+}
+
+// testBucketNoFalseSoldOut: a tiny stock over 8 buckets and 64 buyers at once, all at home in
+// two buckets, so that pulls race for single items: sold_out is answered only with nothing left,
+// a contended buyer who tries again gets an item while any is left, and every item is sold.
+func testBucketNoFalseSoldOut(t *testing.T, s admission.Store) {
+	const stock, n = 24, 8
+	for round := range 5 {
+		id := fmt.Sprintf("b-race%d", round)
+		define(t, s, bucketed(id, stock, 1, n))
+		users := append(usersIn(fmt.Sprintf("r%dx", round), 32, n, 0), usersIn(fmt.Sprintf("r%dy", round), 32, n, 1)...)
+		ctx := context.Background()
+		var (
+			wg        sync.WaitGroup
+			won       atomic.Int64
+			contended atomic.Int64
+		)
+		for _, u := range users {
+			wg.Go(func() {
+				for {
+					d, err := s.Admit(ctx, admission.Request{Activity: id, User: u, Qty: 1, RequestID: "r"})
+					if errors.Is(err, admission.ErrContended) {
+						contended.Add(1)
+						continue
+					}
+					if err != nil {
+						t.Errorf("admit %s: %v", u, err)
+						return
+					}
+					switch d.Outcome {
+					case admission.Won:
+						won.Add(1)
+					case admission.SoldOut:
+						if d.Remaining != 0 || d.RemainingPartial {
+							t.Errorf("%s: sold_out with %d left (partial %v)", u, d.Remaining, d.RemainingPartial)
+						}
+					default:
+						t.Errorf("%s: %+v", u, d)
+					}
+					return
+				}
+			})
+		}
+		wg.Wait()
+		if won.Load() != stock {
+			t.Errorf("round %d: %d won of %d (%d contended refusals)", round, won.Load(), stock, contended.Load())
+		}
+		checkSoldOut(t, s, id, stock)
+		t.Logf("round %d: %d contended refusals", round, contended.Load())
+	}
 }
 
 // testBucketRelease: a released item goes back to its own bucket and is sold again, to a buyer

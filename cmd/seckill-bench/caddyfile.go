@@ -16,6 +16,7 @@ type gatewaySpec struct {
 	LocalFsync   string // store local { fsync ... }; "" for the default
 	AutoPipeline bool   // store redis { auto_pipeline }
 	AdmitBatch   int    // store redis { admit_batch N }; 0: the gateway's default
+	RedisCluster bool   // store redis { cluster }: RedisAddr lists the nodes, comma-separated
 	JWTSecret    string
 	URLSecret    string
 	IPRate       string // "20/s burst 40", or "" for none
@@ -28,12 +29,14 @@ type gatewaySpec struct {
 
 // activitySpec is one activity of the bench.
 type activitySpec struct {
-	ID     string
-	Stock  int64
-	Limit  int64
-	Start  time.Time
-	End    time.Time
-	Reveal time.Duration
+	ID    string
+	Stock int64
+	Limit int64
+	// Buckets splits the stock (the activity's buckets option); 0 does not.
+	Buckets int
+	Start   time.Time
+	End     time.Time
+	Reveal  time.Duration
 }
 
 // baselineBody is what the respond route answers: about the size of a seckill answer.
@@ -65,10 +68,14 @@ func (g gatewaySpec) caddyfile() string {
 		if g.AdmitBatch > 0 {
 			opts = append(opts, fmt.Sprintf("admit_batch %d", g.AdmitBatch))
 		}
+		if g.RedisCluster {
+			opts = append(opts, "cluster")
+		}
+		addrs := strings.ReplaceAll(g.RedisAddr, ",", " ")
 		if len(opts) > 0 {
-			w("\t\tstore redis %s {\n\t\t\t%s\n\t\t}\n", g.RedisAddr, strings.Join(opts, "\n\t\t\t"))
+			w("\t\tstore redis %s {\n\t\t\t%s\n\t\t}\n", addrs, strings.Join(opts, "\n\t\t\t"))
 		} else {
-			w("\t\tstore redis %s\n", g.RedisAddr)
+			w("\t\tstore redis %s\n", addrs)
 		}
 	} else if g.LocalDir != "" {
 		if g.LocalFsync != "" {
@@ -101,6 +108,9 @@ func (g gatewaySpec) caddyfile() string {
 			w("\t\t\treveal %s\n", a.Reveal)
 		}
 		w("\t\t\tpay_within 15m\n")
+		if a.Buckets > 0 {
+			w("\t\t\tbuckets %d\n", a.Buckets)
+		}
 		w("\t\t}\n")
 	}
 	w("\t}\n")

@@ -158,6 +158,39 @@ func TestGatewayConfigCommand(t *testing.T) {
 	}
 }
 
+// TestGatewayConfigBuckets: -buckets splits every activity's stock in the generated config (the
+// real adapter reads it), -redis-cluster names the nodes with cluster, and gateway-config refuses
+// -buckets without store redis.
+func TestGatewayConfigBuckets(t *testing.T) {
+	cfg := config{scenario: "closed", activities: 2, stock: 1000, limit: 1, buckets: 8, actPrefix: "b-"}
+	spec := gatewaySpec{Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: "127.0.0.1:6390",
+		JWTSecret: strings.Repeat("j", 40), URLSecret: strings.Repeat("u", 40), Prefix: "/seckill", BaselinePath: "/baseline",
+		Activities: activities(&cfg, time.Now())}
+	app := get(adapt(t, spec.caddyfile()), "apps", "seckill")
+	for _, id := range []string{"b-0", "b-1"} {
+		if got := get(app, "activities", id, "buckets"); got != float64(8) {
+			t.Errorf("activity %s: buckets %v, want 8", id, got)
+		}
+	}
+	var out, errOut bytes.Buffer
+	if code := cli(context.Background(), []string{"gateway-config", "-store", "redis", "-redis-addr", "10.0.0.9:6379", "-buckets", "8",
+		"-jwt-secret", strings.Repeat("s", 32)}, &out, &errOut); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "buckets 8") {
+		t.Errorf("gateway-config -buckets 8:\n%s", out.String())
+	}
+	// On a cluster: every node an address of store redis, with cluster.
+	spec.RedisAddr, spec.RedisCluster = "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003", true
+	store := get(adapt(t, spec.caddyfile()), "apps", "seckill", "store")
+	if addrs, _ := get(store, "addresses").([]any); len(addrs) != 3 || get(store, "cluster") != true {
+		t.Errorf("store on a cluster: %v", store)
+	}
+	if code := cli(context.Background(), []string{"gateway-config", "-buckets", "8", "-jwt-secret", strings.Repeat("s", 32)}, &out, &errOut); code != exitUsage {
+		t.Errorf("gateway-config -buckets with store memory: exit %d, want %d", code, exitUsage)
+	}
+}
+
 // TestGatewayConfigLocal: -store local writes store local with its fsync, and the printed command
 // names the store.
 func TestGatewayConfigLocal(t *testing.T) {
@@ -188,6 +221,14 @@ func TestRunFlagErrors(t *testing.T) {
 		{"-gateway-bin", "x", "-users", "0"},
 		{"-gateway-bin", "x", "-redis-admit-batch", "1"}, // store memory: the option would be ignored
 		{"-gateway-bin", "x", "-redis-autopipeline"},
+		{"-gateway-bin", "x", "-buckets", "8"},                                   // store memory: buckets need redis
+		{"-gateway-bin", "x", "-store", "redis", "-buckets", "1"},                // 2 to 256
+		{"-gateway-bin", "x", "-store", "redis", "-buckets", "257"},              // 2 to 256
+		{"-gateway-bin", "x", "-store", "redis", "-stock", "4", "-buckets", "8"}, // a bucket without an item
+		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-store", "redis", "-buckets", "8"},
+		{"-gateway-bin", "x", "-store", "redis", "-redis-cluster"},                                         // no nodes named
+		{"-gateway-bin", "x", "-redis-cluster", "-redis-addr", "127.0.0.1:1"},                              // store memory
+		{"-build", "-store", "redis", "-redis-cluster", "-redis-addr", "a:1,b:2", "-orders", "standalone"}, // one address only
 		{"-gateway-bin", "x", "-store", "redis", "-redis-admit-batch", "2000"},
 		{"-gateway-bin", "x", "-store", "disk"},
 		{"-gateway-bin", "x", "-local-fsync", "always"},                      // store memory: the option would be ignored

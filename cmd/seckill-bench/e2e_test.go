@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -232,5 +233,22 @@ func TestEndToEndRedisWithOrderBackend(t *testing.T) {
 	checkReconcile(t, r, 3, 30)
 	if sale := answers(t, r, "sale"); sale["result 200 pending_payment"] != 90 {
 		t.Errorf("every winner must see its order: %v", sale)
+	}
+}
+
+// TestEndToEndClusterBuckets runs the bench on a private Redis Cluster (3 masters, 3 replicas)
+// with one activity split into 8 buckets: exactly the stock is won, by users within the limit.
+func TestEndToEndClusterBuckets(t *testing.T) {
+	caddy := buildCmd(t, "caddy")
+	cl := testsrv.StartCluster(t)
+	r, text := runBench(t, "-gateway-bin", caddy, "-store", "redis", "-redis-cluster", "-redis-addr", strings.Join(cl.Addrs(), ","),
+		"-buckets", "8", "-scenario", "closed", "-users", "600", "-activities", "1", "-stock", "100",
+		"-concurrency", "16", "-soak", "1s", "-slice", "250ms")
+	checkReport(t, r, text)
+	if r.Config.Buckets != 8 || !strings.Contains(r.Title, "8 buckets") {
+		t.Errorf("the report does not say the stock was split: %q %+v", r.Title, r.Config)
+	}
+	if sale := answers(t, r, "sale"); sale["buy 202 queued"] != 100 {
+		t.Errorf("%d wins, want the stock of 100: %v", sale["buy 202 queued"], sale)
 	}
 }

@@ -16,6 +16,7 @@ type config struct {
 	activities int
 	stock      int64
 	limit      int64
+	buckets    int
 	actPrefix  string
 
 	// The load.
@@ -44,6 +45,7 @@ type config struct {
 	localFsync   string // store local { fsync ... }; "" for the default
 	redisAddr    string
 	redisBin     string
+	redisCluster bool
 	autoPipeline bool
 	admitBatch   int
 	orders       string
@@ -89,6 +91,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.activities, "activities", 10, "activities; user i buys in activity i mod activities")
 	fs.Int64Var(&c.stock, "stock", 1000, "items per activity")
 	fs.Int64Var(&c.limit, "limit", 1, "items per user and activity")
+	fs.IntVar(&c.buckets, "buckets", 0, "store redis: split every activity's stock into this many buckets (the activity's buckets option; 2 to 256, at most -stock); 0 does not split")
 	fs.StringVar(&c.actPrefix, "activity-prefix", "bench-", "activity ids are this prefix and a number")
 
 	fs.IntVar(&c.concurrency, "concurrency", 64, "concurrent clients of the closed loop, the burst's reveal step and the soak")
@@ -114,6 +117,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.store, "store", "memory", "memory, local (the durable single-node store, in the work directory) or redis")
 	fs.StringVar(&c.localFsync, "local-fsync", "", "store local: the gateway's fsync (always or no); empty keeps the gateway's default (no)")
 	fs.StringVar(&c.redisAddr, "redis-addr", "", "store redis: an existing server (default: start a private redis-server on a free port)")
+	fs.BoolVar(&c.redisCluster, "redis-cluster", false, "store redis: -redis-addr lists the nodes of a running Redis Cluster, comma-separated (e.g. with -buckets, to spread a split activity over its masters)")
 	fs.StringVar(&c.redisBin, "redis-bin", "redis-server", "store redis: the redis-server binary to start")
 	fs.BoolVar(&c.autoPipeline, "redis-autopipeline", false, "store redis: turn on the gateway's auto_pipeline option (go-redis's auto-pipeliner for the hot calls)")
 	fs.IntVar(&c.admitBatch, "redis-admit-batch", 0, "store redis: the gateway's admit_batch (1 turns group admission off); 0 keeps the gateway's default")
@@ -135,6 +139,35 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.Var(&c.gatewayEnv, "gateway-env", "NAME=VALUE added to the environment of the gateway the bench starts, e.g. GODEBUG=gctrace=1 (its output goes to gateway.log in the work directory: add -keep); repeatable")
 	fs.DurationVar(&c.pprofD, "pprof-seconds", 5*time.Second, "length of each CPU profile")
 	fs.BoolVar(&c.trace, "trace", false, "with -pprof: also save an execution trace of the same seconds (go tool trace; where requests waited)")
+}
+
+// validateBuckets checks -buckets against the store and the stock, as the gateway would at load.
+func (c *config) validateBuckets() error {
+	switch {
+	case c.buckets == 0:
+		return nil
+	case c.buckets < 2 || c.buckets > 256:
+		return fmt.Errorf("-buckets %d: want 2 to 256, or 0 for no split", c.buckets)
+	case int64(c.buckets) > c.stock:
+		return fmt.Errorf("-buckets %d is more than -stock %d: every bucket needs an item", c.buckets, c.stock)
+	case c.store != "redis":
+		return errors.New("-buckets needs -store redis (the buckets spread an activity over Redis hash tags)")
+	}
+	return nil
+}
+
+// validateCluster checks -redis-cluster: it names a running cluster, which the bench does not
+// start, and only the gateway talks to it.
+func (c *config) validateCluster() error {
+	switch {
+	case !c.redisCluster:
+		return nil
+	case c.store != "redis" || c.redisAddr == "":
+		return errors.New("-redis-cluster needs -store redis and -redis-addr with the cluster's nodes")
+	case c.orders == "standalone":
+		return errors.New("-redis-cluster: the standalone order backend the bench starts takes one Redis address; use -orders embedded or none")
+	}
+	return nil
 }
 
 // validate checks the flags of a run.
@@ -180,6 +213,12 @@ func (c *config) validate() error {
 	case c.localFsync != "" && c.target != "":
 		bad("-local-fsync configures the gateway the bench starts: with -target, set it on the running gateway")
 	}
+	if err := c.validateBuckets(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateCluster(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.admitBatch < 0 || c.admitBatch > 1024 {
 		bad("-redis-admit-batch %d: want 1 (no grouping) to 1024, or 0 for the gateway's default", c.admitBatch)
 	}
@@ -188,8 +227,8 @@ func (c *config) validate() error {
 	if c.store != "redis" && (c.autoPipeline || c.admitBatch != 0) {
 		bad("-redis-autopipeline and -redis-admit-batch need -store redis")
 	}
-	if c.target != "" && (c.autoPipeline || c.admitBatch != 0 || len(c.gatewayEnv) > 0) {
-		bad("-redis-autopipeline, -redis-admit-batch and -gateway-env configure the gateway the bench starts: with -target, set them on the running gateway")
+	if c.target != "" && (c.autoPipeline || c.admitBatch != 0 || c.buckets != 0 || c.redisCluster || len(c.gatewayEnv) > 0) {
+		bad("-redis-autopipeline, -redis-admit-batch, -buckets, -redis-cluster and -gateway-env configure the gateway the bench starts: with -target, set them on the running gateway")
 	}
 	switch c.orders {
 	case "none", "embedded":

@@ -99,13 +99,18 @@ func gatewayConfig(cfg config, stdout, stderr io.Writer) int {
 	}
 	spec := gatewaySpec{
 		Listen: cfg.listen, Admin: cfg.adminListen, RedisAddr: cfg.redisAddr, AutoPipeline: cfg.autoPipeline, AdmitBatch: cfg.admitBatch,
-		JWTSecret: cfg.jwtSecret, URLSecret: randomSecret(),
+		RedisCluster: cfg.redisCluster,
+		JWTSecret:    cfg.jwtSecret, URLSecret: randomSecret(),
 		IPRate: cfg.ipRate, UserRate: cfg.userRate,
 		Prefix: cfg.prefix, BaselinePath: cfg.baselinePath,
 		Activities: activities(&cfg, time.Now()),
 	}
 	if cfg.store == "redis" && cfg.redisAddr == "" {
 		_, _ = fmt.Fprintln(stderr, "seckill-bench: gateway-config -store redis needs -redis-addr")
+		return exitUsage
+	}
+	if err := errors.Join(cfg.validateBuckets(), cfg.validateCluster()); err != nil {
+		_, _ = fmt.Fprintln(stderr, "seckill-bench: gateway-config", err)
 		return exitUsage
 	}
 	if cfg.store == "local" {

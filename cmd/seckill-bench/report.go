@@ -56,6 +56,7 @@ type reportConfig struct {
 	Activities  int     `json:"activities"`
 	Stock       int64   `json:"stock_per_activity"`
 	Limit       int64   `json:"limit"`
+	Buckets     int     `json:"buckets,omitempty"`
 	Concurrency int     `json:"concurrency"`
 	Rate        float64 `json:"rate,omitempty"`
 	MaxInflight int     `json:"max_inflight"`
@@ -200,11 +201,11 @@ func summarize(h *Histogram) latency {
 func (b *bench) report(before, after []series, metricsErr error, checks []check, recon []orderbackend.Report, reconErr error) *Report {
 	cfg := b.cfg
 	r := &Report{
-		Title:   fmt.Sprintf("seckill-bench %s: %d users, %d×%d items, store %s", cfg.scenario, cfg.users, cfg.activities, cfg.stock, cfg.store),
+		Title:   fmt.Sprintf("seckill-bench %s: %d users, %d×%d items, store %s%s", cfg.scenario, cfg.users, cfg.activities, cfg.stock, cfg.store, bucketsTitle(cfg.buckets)),
 		Started: b.rec.start,
 		Machine: machine(),
 		Config: reportConfig{
-			Scenario: cfg.scenario, Users: cfg.users, Activities: cfg.activities, Stock: cfg.stock, Limit: cfg.limit,
+			Scenario: cfg.scenario, Users: cfg.users, Activities: cfg.activities, Stock: cfg.stock, Limit: cfg.limit, Buckets: cfg.buckets,
 			Concurrency: cfg.concurrency, MaxInflight: cfg.maxInflight, Soak: cfg.soak.String(),
 			Store: cfg.store, Orders: b.orders, IPRate: cfg.ipRate, UserRate: cfg.userRate,
 		},
@@ -543,4 +544,12 @@ func fmtMS(v float64) string {
 func indent(s, pre string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return pre + strings.Join(lines, "\n"+pre) + "\n"
+}
+
+// bucketsTitle is the title's note of a split stock, empty without one.
+func bucketsTitle(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d buckets", n)
 }

@@ -45,7 +45,7 @@ func activities(cfg *config, now time.Time) []activitySpec {
 	}
 	var out []activitySpec
 	for _, id := range cfg.activityIDs() {
-		out = append(out, activitySpec{ID: id, Stock: cfg.stock, Limit: cfg.limit, Start: start, End: end, Reveal: reveal})
+		out = append(out, activitySpec{ID: id, Stock: cfg.stock, Limit: cfg.limit, Buckets: cfg.buckets, Start: start, End: end, Reveal: reveal})
 	}
 	return out
 }
@@ -119,7 +119,8 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	e.base, e.admin, e.started = "http://"+listen, "http://"+adminAddr, true
 	e.spec = gatewaySpec{
 		Listen: listen, Admin: adminAddr, RedisAddr: e.redisAddr, AutoPipeline: cfg.autoPipeline, AdmitBatch: cfg.admitBatch,
-		JWTSecret: cfg.jwtSecret, URLSecret: randomSecret(),
+		RedisCluster: cfg.redisCluster,
+		JWTSecret:    cfg.jwtSecret, URLSecret: randomSecret(),
 		IPRate: cfg.ipRate, UserRate: cfg.userRate,
 		Prefix: cfg.prefix, BaselinePath: cfg.baselinePath,
 		Activities: activities(cfg, time.Now()),
