@@ -7,6 +7,7 @@
 -- kept per reservation, as set_result.lua describes.
 -- KEYS: meta, stock, buyers, req, orders, resv, results
 -- ARGV: user, qty, request_id, then the same three for each further request
+-- A call with a win also makes sure the four hashes it writes are hash tables (the end of the file).
 -- Reply: four elements per request, in order: {outcome, remaining, reservation_id, replayed};
 -- outcome as Go's Outcome (1 won, 2 sold_out, 3 limit_reached, 4 not_started, 5 ended), or 0 when
 -- qty is above the per-user limit (bad input: nothing written). Refusals write nothing; a win
@@ -61,6 +62,7 @@ local function record_win(user, id)
 end
 
 local out, n = {}, 0
+local won = false
 local function answer(outcome, remaining, resv, replayed)
   out[n + 1], out[n + 2], out[n + 3], out[n + 4] = outcome, remaining, resv, replayed
   n = n + 4
@@ -95,7 +97,27 @@ for i = 1, #ARGV, 3 do
       -- %d: plain concatenation would print a large stock as 1.1258999068426e+15.
       redis.call('HSET', KEYS[4], rk, string.format('%d', left) .. ':' .. id)
       record_win(user, id)
+      won = true
       answer(1, left, id, 0)
+    end
+  end
+end
+
+-- Redis keeps a hash of up to hash-max-listpack-entries fields (512 by default) as a listpack,
+-- which every HGET and HSET searches from the start: the first hundreds of wins of an activity
+-- cost several times a later one, and so does every refusal and poll of a sale of fewer items
+-- (docs/admission.md, "Small hashes"). A field longer than hash-max-listpack-value turns a hash
+-- into a hash table for good; it is deleted at once, so nobody sees it. The first win creates the
+-- four hashes together, so :buyers (recreated after its last holder released) stands for them all.
+if won then
+  local enc = redis.call('OBJECT', 'ENCODING', KEYS[3])
+  if enc == 'listpack' or enc == 'ziplist' then
+    -- A NUL-led field: user ids have no NUL byte, and every other field starts with a user id or
+    -- is a stream id, so it cannot be anyone's.
+    local pad = string.rep('\0', 8193)
+    for _, k in ipairs({KEYS[3], KEYS[4], KEYS[6], KEYS[7]}) do
+      redis.call('HSET', k, pad, '')
+      redis.call('HDEL', k, pad)
     end
   end
 end
