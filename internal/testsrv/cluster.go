@@ -207,22 +207,28 @@ func (r *Redis) ownKey(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	slots, err := cl.ClusterSlots(ctx).Result()
+	shards, err := cl.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	for _, s := range slots {
-		if len(s.Nodes) == 0 || s.Nodes[0].ID != id {
+	for _, sh := range shards {
+		mine := false
+		for _, n := range sh.Nodes {
+			mine = mine || (n.ID == id && n.Role == "master")
+		}
+		if !mine {
 			continue
 		}
-		for i := 0; i < 1<<20; i++ {
-			key := "testsrv:probe:" + strconv.Itoa(i)
-			if slot := clusterslot.Of(key); int64(s.Start) <= slot && slot <= int64(s.End) {
-				return key, nil
+		for _, sr := range sh.Slots {
+			for i := 0; i < 1<<20; i++ {
+				key := "testsrv:probe:" + strconv.Itoa(i)
+				if slot := clusterslot.Of(key); sr.Start <= slot && slot <= sr.End {
+					return key, nil
+				}
 			}
 		}
 	}
-	return "", fmt.Errorf("%s serves no slot", r.Addr)
+	return "", fmt.Errorf("%s serves no slot as master", r.Addr)
 }
 
 // WaitHealthy waits (up to a minute) until the cluster is whole again: every running node reports
