@@ -50,7 +50,8 @@ const clusterSetupTimeout = time.Minute
 
 // StartCluster starts six nodes, assigns the 16384 slots to the first three in equal ranges, makes
 // each of the others the replica of one master, and waits until every node reports
-// cluster_state:ok and every replica is in sync. Everything stops with t.Cleanup.
+// cluster_state:ok and every replica is in sync and receives its master's writes (a write is
+// acknowledged by WAIT). Everything stops with t.Cleanup.
 func StartCluster(t testing.TB, opts ...ClusterOption) *Cluster {
 	t.Helper()
 	cfg := clusterConfig{nodeTimeout: 2 * time.Second}
@@ -130,7 +131,8 @@ func (c *Cluster) join(ctx context.Context) error {
 }
 
 // waitHealthy waits until every running node reports cluster_state:ok, agrees that there are
-// three masters with one replica each, and every replica's link is up.
+// three masters with one replica each, every replica's link is up, and every master's replica
+// acknowledges its writes.
 func (c *Cluster) waitHealthy(ctx context.Context) error {
 	return poll(ctx, "cluster_state:ok with three masters and three synced replicas", func() (bool, error) {
 		for _, n := range c.Nodes {
@@ -168,13 +170,70 @@ func (c *Cluster) waitHealthy(ctx context.Context) error {
 			if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
 				return false, nil
 			}
+			if strings.Contains(repl, "role:master") {
+				if ok, err := n.streams(ctx); err != nil || !ok {
+					return false, nil
+				}
+			}
 		}
 		return true, nil
 	})
 }
 
+// streams reports whether this master's replica acknowledges a write within 100 ms. A replica
+// reports master_link_status:up as soon as it has loaded the first (diskless) sync, but the
+// master sends it the writes that follow only after the replica's first REPLCONF ACK that arrives
+// once the master has seen the sync end, up to a second later (Redis 7.0 logs "Waiting for
+// REPLCONF ACK from slave to enable streaming"): a master stopped in that second takes every
+// write it answered with it, and the promoted replica has none of them.
+func (r *Redis) streams(ctx context.Context) (bool, error) {
+	key, err := r.ownKey(ctx)
+	if err != nil {
+		return false, err
+	}
+	// One connection: WAIT counts the replicas that have this connection's writes.
+	replies, err := r.Pipeline([]string{"SET", key, "1"}, []string{"DEL", key}, []string{"WAIT", "1", "100"})
+	if err != nil {
+		return false, err
+	}
+	return replies[2] != "0", nil
+}
+
+// ownKey returns a key of a slot this node serves as master.
+func (r *Redis) ownKey(ctx context.Context) (string, error) {
+	cl := r.Client()
+	defer func() { _ = cl.Close() }()
+	id, err := clusterslot.ID(ctx, cl)
+	if err != nil {
+		return "", err
+	}
+	shards, err := cl.ClusterShards(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, sh := range shards {
+		mine := false
+		for _, n := range sh.Nodes {
+			mine = mine || (n.ID == id && n.Role == "master")
+		}
+		if !mine {
+			continue
+		}
+		for _, sr := range sh.Slots {
+			for i := 0; i < 1<<20; i++ {
+				key := "testsrv:probe:" + strconv.Itoa(i)
+				if slot := clusterslot.Of(key); sr.Start <= slot && slot <= sr.End {
+					return key, nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("%s serves no slot as master", r.Addr)
+}
+
 // WaitHealthy waits (up to a minute) until the cluster is whole again: every running node reports
-// cluster_state:ok, three masters with one synced replica each. Use it after restarting a node.
+// cluster_state:ok, three masters with one synced replica each that acknowledges its master's
+// writes. Use it after restarting a node.
 func (c *Cluster) WaitHealthy() {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clusterSetupTimeout)

@@ -19,11 +19,9 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("master of %s is %s, not one of the three first nodes", key, old.Addr)
 	}
 	ctx := context.Background()
-	if _, err := old.cmd1(ctx, "SET", key, "900"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.cmd1(ctx, "WAIT", "1", "5000"); err != nil {
-		t.Fatal(err)
+	// One connection: WAIT counts the replicas that have its own connection's writes.
+	if r, err := old.Pipeline([]string{"SET", key, "900"}, []string{"WAIT", "1", "5000"}); err != nil || r[1] != "1" {
+		t.Fatalf("SET and WAIT on the master: %q, %v", r, err)
 	}
 	old.Kill()
 	promoted, took := c.WaitFailover(old, key, time.Minute)
