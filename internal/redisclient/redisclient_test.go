@@ -142,13 +142,13 @@ func failoverWatch(t *testing.T, pause bool) {
 
 	// Generous on a loaded machine: the monitor re-reads the map every 250 ms.
 	var first time.Time
-	for deadline := promotion.Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := promotion.Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if first = ww.firstAfter(failed); !first.IsZero() {
 			break
 		}
 	}
 	if first.IsZero() {
-		t.Fatalf("the watched client did not write within 10 s of the promotion (%s after the fault)", took)
+		t.Fatalf("the watched client did not write within 15 s of the promotion (%s after the fault)", took)
 	}
 	time.Sleep(3 * time.Second)
 	plainFirst := wp.firstAfter(failed)
@@ -177,9 +177,10 @@ func failoverWatch(t *testing.T, pause bool) {
 		took.Round(time.Millisecond), first.Sub(failed).Round(time.Millisecond), first.Sub(promotion).Round(time.Millisecond),
 		plainAt, staleW, staleP, lostW, lostP)
 	// About a second is expected (docs/failover.md has the measured figures); the bound only has
-	// to tell the monitor from go-redis's minute-long stall, on a loaded machine where a reload
-	// that asks the stopped node waits out its 500 ms timeout (a CI run took 3.3 s).
-	if d := first.Sub(promotion); d > 6*time.Second {
+	// to tell the monitor from go-redis's minute-long stall, on a loaded machine where reloads
+	// that ask the stopped node first wait out the read timeout (docs/failover.md, "A known
+	// limit": 7.1-8.8 s in 4 of 90 runs at load 11-19).
+	if d := first.Sub(promotion); d > 12*time.Second {
 		t.Errorf("the monitored client wrote again %s after the promotion, want about a second", d)
 	}
 	if !plainFirst.IsZero() {
