@@ -104,12 +104,18 @@ for store in $STORES; do
 	check_ports
 	(cd "$dir" && exec "${pdeath[@]}" "$work/caddy" run --config Caddyfile --adapter caddyfile > caddy.log 2>&1) &
 	pid=$!
+	# Ready when every activity answers: Caddy starts its apps in no fixed order, so the server may
+	# answer while the activities are still being defined (a 404 for the later ones meanwhile).
+	ready() {
+		local i
+		for i in $(seq 0 $(( ACTIVITIES - 1 ))); do curl -fs "$base/seckill/bench-$i" >/dev/null 2>&1 || return 1; done
+	}
 	for _ in $(seq 100); do
 		kill -0 "$pid" 2>/dev/null || break
-		curl -fs "$base/seckill/bench-0" >/dev/null 2>&1 && break
+		ready && break
 		sleep 0.2
 	done
-	if ! kill -0 "$pid" 2>/dev/null || ! curl -fs "$base/seckill/bench-0" >/dev/null; then
+	if ! kill -0 "$pid" 2>/dev/null || ! ready; then
 		echo "bench-wrk: the gateway did not start; the end of $dir/caddy.log:" >&2
 		tail -n 20 "$dir/caddy.log" >&2
 		exit 3

@@ -150,9 +150,13 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	if err != nil {
 		return nil, err
 	}
-	first := e.base + cfg.prefix + "/" + e.spec.Activities[0].ID
-	if err := e.gateway.waitHTTP(ctx, first, 200, 30*time.Second); err != nil {
-		return nil, err
+	// Every activity, not only the first: Caddy starts its apps in no fixed order, so the server may
+	// answer while the seckill app is still defining the activities one by one (a 404 for the
+	// others meanwhile).
+	for _, a := range e.spec.Activities {
+		if err := e.gateway.waitHTTP(ctx, e.base+cfg.prefix+"/"+a.ID, 200, 30*time.Second); err != nil {
+			return nil, err
+		}
 	}
 	for _, addr := range []string{listen, adminAddr} {
 		if err := proc.SoleListener(addr, e.gateway.pid()); err != nil {
