@@ -186,7 +186,7 @@ func TestLocalCrash(t *testing.T) {
 		if round%2 == 1 {
 			fsync = "1"
 		}
-		cmd, lines := startHelper(t, "rush", dir, helperSyncEnv+"="+fsync)
+		p, lines := startHelper(t, "rush", dir, helperSyncEnv+"="+fsync)
 		var said []string
 		waitLine(t, lines, "READY", &said)
 		// Read on while the child runs, so it never blocks on a full pipe with answers unprinted.
@@ -199,7 +199,7 @@ func TestLocalCrash(t *testing.T) {
 			drained <- rest
 		}()
 		time.Sleep(time.Duration(100+rand.IntN(400)) * time.Millisecond)
-		kill(t, cmd)
+		kill(t, p)
 		said = append(said, <-drained...)
 		for _, l := range said {
 			log.add(t, l)

@@ -78,12 +78,12 @@ func TestLocalSecondOpener(t *testing.T) {
 	}
 
 	// Another process holds it until it is killed; the kernel then lets the lock go.
-	cmd, lines := startHelper(t, "scenario", dir)
+	p, lines := startHelper(t, "scenario", dir)
 	waitLine(t, lines, "DUMP ", nil)
 	if _, err := OpenLocalStore(dir, LocalOptions{}); !errors.Is(err, ErrLocalLocked) {
 		t.Errorf("open while another process holds the folder = %v, want ErrLocalLocked", err)
 	}
-	kill(t, cmd)
+	kill(t, p)
 	s = openLocal(t, dir, nil)
 	_ = s.Close()
 }

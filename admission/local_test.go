@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 )
 
 // The helper process: tests re-execute their own binary with SECKILL_LOCAL_HELPER set, so that
@@ -45,30 +47,47 @@ func TestLocalHelperProcess(t *testing.T) {
 }
 
 // startHelper starts the child in mode on dir and returns it with its stdout lines, which arrive
-// on the channel until the child ends.
-func startHelper(t *testing.T, mode, dir string, env ...string) (*exec.Cmd, <-chan string) {
+// on the channel until the child ends. The child is killed when the test ends.
+func startHelper(t *testing.T, mode, dir string, env ...string) (*proc.Proc, <-chan string) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestLocalHelperProcess$", "-test.count=1")
 	cmd.Env = append(os.Environ(), append([]string{helperEnv + "=" + mode, helperDirEnv + "=" + dir}, env...)...)
 	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	// A pipe of our own, not StdoutPipe: proc waits for the child at once, and Wait would close a
+	// StdoutPipe before its last lines are read.
+	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	cmd.Stdout = w
+	p, err := proc.Start(cmd)
+	_ = w.Close() // the child holds its own descriptor
+	if err != nil {
+		_ = r.Close()
 		t.Fatal(err)
 	}
+	t.Cleanup(p.Kill)
 	lines := make(chan string, 1024)
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(out)
+		defer func() { _ = r.Close() }()
+		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 1<<20), 1<<24)
 		for sc.Scan() {
 			lines <- sc.Text()
 		}
-		_, _ = io.Copy(io.Discard, out)
+		_, _ = io.Copy(io.Discard, r)
 	}()
-	return cmd, lines
+	return p, lines
+}
+
+// kill SIGKILLs the child and waits for it; a child that exited before fails the test.
+func kill(t *testing.T, p *proc.Proc) {
+	t.Helper()
+	if p.Exited() {
+		t.Fatalf("the helper exited before the kill: %v", p.Err())
+	}
+	p.Kill()
 }
 
 // waitLine returns the first line starting with prefix, failing on an error line or a timeout.
@@ -94,15 +113,6 @@ func waitLine(t *testing.T, lines <-chan string, prefix string, collect *[]strin
 			t.Fatalf("no %q from the helper within 60 s", prefix)
 		}
 	}
-}
-
-// kill SIGKILLs the child and waits for it.
-func kill(t *testing.T, cmd *exec.Cmd) {
-	t.Helper()
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
 }
 
 func openLocal(t testing.TB, dir string, clock *fakeClock) *LocalStore {
@@ -425,9 +435,9 @@ func TestLocalReopenAfterClose(t *testing.T) {
 
 func TestLocalReopenAfterKill(t *testing.T) {
 	dir := t.TempDir()
-	cmd, lines := startHelper(t, "scenario", dir)
+	p, lines := startHelper(t, "scenario", dir)
 	line := waitLine(t, lines, "DUMP ", nil)
-	kill(t, cmd)
+	kill(t, p)
 	clock := newFakeClock()
 	clock.Add(2 * time.Minute)
 	s := openLocal(t, dir, clock)

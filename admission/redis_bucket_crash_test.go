@@ -77,7 +77,7 @@ func TestRedisBucketTransferCrash(t *testing.T) {
 	var won, user int
 	var recovered int64
 	for round := range rounds {
-		cmd, lines := startHelper(t, "transfers", srv.Addr)
+		p, lines := startHelper(t, "transfers", srv.Addr)
 		waitLine(t, lines, "READY", nil)
 		go func() {
 			for range lines { //nolint:revive // drain
@@ -109,7 +109,7 @@ func TestRedisBucketTransferCrash(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		kill(t, cmd)
+		kill(t, p)
 		pending, err := raw.HLen(ctx, xferPrefix+":{"+xferActivity+"}:intents").Result()
 		if err != nil {
 			t.Fatal(err)

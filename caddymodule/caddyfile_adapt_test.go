@@ -202,6 +202,12 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"activity end before start", global("activity a {\nstock 1\nstart 2026-01-02T00:00:00Z\nend 2026-01-01T00:00:00Z\n}"), "is not after start"},
 		{"activity reveal", global("activity a {\nreveal 2 seconds\n}"), "wrong argument count"},
 		{"activity pay_within", global("activity a {\npay_within forever\n}"), `pay_within "forever"`},
+		// With start_in, every other option is still checked (the window's end only when defined).
+		{"activity start_in negative", global("activity a {\nstock 1\nstart_in -30s\nend 2036-01-01T00:00:00Z\n}"), `activity a: start_in "-30s" is negative`},
+		{"activity start_in reveal negative", global("activity a {\nstock 1\nstart_in 30s\nend 2036-01-01T00:00:00Z\nreveal -1s\n}"), `activity a: reveal "-1s" is negative`},
+		{"activity start_in pay_within negative", global("activity a {\nstock 1\nstart_in 30s\nend 2036-01-01T00:00:00Z\npay_within -1m\n}"), `activity a: pay_within "-1m" is negative`},
+		{"activity start_in buckets above stock", global("activity a {\nstock 3\nstart_in 30s\nend 2036-01-01T00:00:00Z\nbuckets 4\n}"), "activity a: buckets 4 is more than the stock 3"},
+		{"activity reveal negative", global("activity a {\nstock 1\nstart 2026-01-01T00:00:00Z\nend 2026-01-02T00:00:00Z\nreveal -1s\n}"), `activity a: reveal "-1s" is negative`},
 		{"activity unknown", global("activity a {\nprice 5\n}"), `activity a: unrecognized option "price"`},
 		{"activity buckets word", global("activity a {\nbuckets many\n}"), `activity a: buckets "many": want 2 to 256 (leave it out for one)`},
 		{"activity buckets one", global("activity a {\nbuckets 1\n}"), `activity a: buckets "1": want 2 to 256`},

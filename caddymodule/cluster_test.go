@@ -1,16 +1,18 @@
 package caddymodule_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -79,44 +81,31 @@ func startCaddyProcess(t *testing.T, bin, seckill, site, activity string) string
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = log.Close() }() // the child holds its own descriptor
 	cmd.Stdout, cmd.Stderr = log, log
-	// Pdeathsig: a test binary that dies must not leave its Caddy behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	// proc.Start: its own process group and a parent-death signal, so that a test binary that
+	// dies does not leave its Caddy behind.
+	p, err := proc.Start(cmd)
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		_ = log.Close()
-	})
+	t.Cleanup(func() { p.Stop(10 * time.Second) })
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	hc := &http.Client{Timeout: time.Second}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		select {
-		case <-done:
-			out, _ := os.ReadFile(log.Name())
-			t.Fatalf("caddy exited at start:\n%s", out)
-		default:
-		}
-		res, err := hc.Get(base + "/seckill/" + activity)
-		if err == nil {
-			_ = res.Body.Close()
-			if res.StatusCode == http.StatusOK {
-				return base
-			}
-		}
+	err = p.WaitReady(context.Background(), 30*time.Second, 50*time.Millisecond, proc.HTTPStatus(base+"/seckill/"+activity, http.StatusOK))
+	switch {
+	case errors.Is(err, proc.ErrExited):
+		out, _ := os.ReadFile(log.Name())
+		t.Fatalf("caddy exited at start:\n%s", out)
+	case err != nil:
+		out, _ := os.ReadFile(log.Name())
+		t.Fatalf("caddy did not answer on %s:\n%s", base, out)
 	}
-	out, _ := os.ReadFile(log.Name())
-	t.Fatalf("caddy did not answer on %s:\n%s", base, out)
-	return ""
+	// Caddy listens with SO_REUSEPORT: a port taken by another process since FreePort would be
+	// shared, and the answers would come from both.
+	if err := proc.SoleListener(fmt.Sprintf("127.0.0.1:%d", port), p.Pid()); err != nil {
+		t.Fatal(err)
+	}
+	return base
 }
 
 // TestTwoInstancesShareRedis runs one Caddy in this process and one in a child process, both on

@@ -346,7 +346,9 @@ func (c *ActivityConfig) definition(id string) admission.Activity {
 	return a
 }
 
-// validate checks what the store does not: the reveal lead.
+// validate checks what the store does not: the id, the window, the reveal lead, the pay window
+// and the buckets. Every field is checked whatever the others hold (a start_in window included),
+// and an error names the option at fault.
 func (c *ActivityConfig) validate(id string) error {
 	if !admission.ValidActivityID(id) {
 		return fmt.Errorf("activity id %q: want 1-%d of [A-Za-z0-9._-]", id, admission.MaxActivityIDLen)
@@ -359,23 +361,32 @@ func (c *ActivityConfig) validate(id string) error {
 		return fmt.Errorf("activity %s: stock %d is negative", id, c.Stock)
 	case c.Limit < 0:
 		return fmt.Errorf("activity %s: limit %d is negative", id, c.Limit)
+	case c.Reveal < 0:
+		return fmt.Errorf("activity %s: reveal %s is negative", id, time.Duration(c.Reveal))
+	case c.PayWithin < 0:
+		return fmt.Errorf("activity %s: pay_within %s is negative", id, time.Duration(c.PayWithin))
+	}
+	if err := c.validateWindow(id); err != nil {
+		return err
+	}
+	return c.validateBuckets(id)
+}
+
+// validateWindow checks start, start_in and end. With start_in the start is known only when the
+// activity is defined; defineActivity checks the end against it then.
+func (c *ActivityConfig) validateWindow(id string) error {
+	switch {
 	case c.StartIn < 0:
 		return fmt.Errorf("activity %s: start_in %s is negative", id, time.Duration(c.StartIn))
 	case c.StartIn > 0 && !c.Start.IsZero():
 		return fmt.Errorf("activity %s: start and start_in are exclusive: give one", id)
 	case (c.Start.IsZero() && c.StartIn == 0) || c.End.IsZero():
 		return fmt.Errorf("activity %s: start (or start_in) and end are required", id)
-	case c.StartIn > 0:
-		// The start is known when the activity is defined; defineActivity checks the end then.
-	case !c.End.After(c.Start):
+	case c.StartIn == 0 && !c.End.After(c.Start):
 		return fmt.Errorf("activity %s: end %s is not after start %s", id,
 			c.End.Format(time.RFC3339), c.Start.Format(time.RFC3339))
-	case c.Reveal < 0:
-		return fmt.Errorf("activity %s: reveal %s is negative", id, time.Duration(c.Reveal))
-	case c.PayWithin < 0:
-		return fmt.Errorf("activity %s: pay_within %s is negative", id, time.Duration(c.PayWithin))
 	}
-	return c.validateBuckets(id)
+	return nil
 }
 
 // validateBuckets checks the bucket count against its bounds and the stock.

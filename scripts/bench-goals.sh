@@ -14,13 +14,31 @@ out=$(cd "${1:-bench-goals}" && pwd) || exit 3 # absolute: the bench starts the 
 	"$go" build -o "$out/orderbackend" ./cmd/orderbackend &&
 	"$go" build -o "$out/seckill-bench" ./cmd/seckill-bench || exit 3
 
+# Each bench runs in the background so that a signal to this script reaches it at once (bash runs a
+# trap only once the foreground command has ended): it then stops its gateway and children (they
+# are started on free ports, checked free before and unshared after the start) and keeps their logs
+# in its work directory, which it names. A parent-death signal does the same when this script is
+# killed with SIGKILL.
+child=""
+stop_child() {
+	if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; fi
+}
+trap 'stop_child; exit 130' INT
+trap 'stop_child; exit 143' TERM
+trap 'stop_child; exit 129' HUP
+pdeath=()
+if command -v setpriv >/dev/null; then pdeath=(setpriv --pdeathsig TERM); fi
+
 status=0
 run() {
 	local name=$1
 	shift
 	echo "== $name: seckill-bench $*"
-	"$out/seckill-bench" -gateway-bin "$out/caddy" -quiet -json "$out/$name.json" -svg "$out/$name.svg" "$@" >"$out/$name.txt" 2>&1
+	"${pdeath[@]}" "$out/seckill-bench" -gateway-bin "$out/caddy" -quiet -json "$out/$name.json" -svg "$out/$name.svg" "$@" >"$out/$name.txt" 2>&1 &
+	child=$!
+	wait "$child"
 	local rc=$?
+	child=""
 	sed -n '/^seckill vs Caddy respond/,/^$/p' "$out/$name.txt"
 	grep -E '^(RESULT|machine):' "$out/$name.txt"
 	if [ $rc -ne 0 ]; then

@@ -29,17 +29,66 @@ fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/seckill-wrk-XXXXXX)
 pid=""
+# stop_gateway stops the running gateway, if any: SIGTERM, then SIGKILL after 10 s.
+stop_gateway() {
+	[ -n "$pid" ] || return 0
+	kill "$pid" 2>/dev/null || true
+	for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+	kill -9 "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+	pid=""
+}
+# run runs a command in the background and waits for it, so that a signal to this script is acted
+# on at once (bash runs a trap only once the foreground command has ended) and the command stopped.
+child=""
+run() {
+	"$@" &
+	child=$!
+	local rc=0
+	wait "$child" || rc=$?
+	child=""
+	return "$rc"
+}
+# On every exit the gateway goes; after a failure the work directory (its logs) stays.
 cleanup() {
-	if [ -n "$pid" ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-	rm -rf "$work"
+	local rc=$?
+	if [ -n "$child" ]; then kill "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
+	stop_gateway
+	if [ "$rc" -eq 0 ] || ! compgen -G "$work/*/caddy.log" >/dev/null; then
+		rm -rf "$work"
+	else
+		echo "bench-wrk: failed (exit $rc); the gateway logs are kept: $(echo "$work"/*/caddy.log)" >&2
+	fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+# A parent-death signal takes the gateway along even when this script is killed with SIGKILL.
+pdeath=()
+if command -v setpriv >/dev/null; then pdeath=(setpriv --pdeathsig KILL); fi
 
 if [ -n "${BIN:-}" ]; then
 	cp "$BIN/caddy" "$BIN/seckill-bench" "$work/"
 else
 	(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
 fi
+# Caddy listens with SO_REUSEPORT: on a port a gateway left running (or anything else) holds, a
+# new one starts too and the kernel splits the connections between the two, whose hashed-URL salts
+# and stores differ (404s, 401s, sold-outs that are not). Such a port is refused, before each start.
+# A seckill-bench from $BIN older than its check-port command: one from this checkout checks.
+checker="$work/seckill-bench"
+if ! "$checker" check-port 127.0.0.1:1 >/dev/null 2>&1; then
+	checker="$work/check-port"
+	(cd "$here" && $GO build -o "$checker" ./cmd/seckill-bench)
+fi
+check_ports() {
+	if ! "$checker" check-port "127.0.0.1:$PORT" "127.0.0.1:$ADMIN_PORT"; then
+		echo "bench-wrk: refusing to start a gateway on 127.0.0.1:$PORT (admin 127.0.0.1:$ADMIN_PORT): stop what answers there or set PORT and ADMIN_PORT" >&2
+		exit 3
+	fi
+}
+check_ports
 secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
 stock=$(( SLICE * REPEATS / ACTIVITIES + 1 ))
 base="http://127.0.0.1:$PORT"
@@ -52,20 +101,37 @@ for store in $STORES; do
 	if [ "$store" = local ] && [ -n "$FSYNC" ]; then fsync=(-local-fsync "$FSYNC"); fi
 	"$work/seckill-bench" gateway-config -store "$store" "${fsync[@]}" -listen "127.0.0.1:$PORT" -admin-listen "127.0.0.1:$ADMIN_PORT" \
 		-jwt-secret "$secret" -activities "$ACTIVITIES" -stock "$stock" > "$dir/Caddyfile"
-	(cd "$dir" && exec "$work/caddy" run --config Caddyfile --adapter caddyfile > caddy.log 2>&1) &
+	check_ports
+	(cd "$dir" && exec "${pdeath[@]}" "$work/caddy" run --config Caddyfile --adapter caddyfile > caddy.log 2>&1) &
 	pid=$!
+	# Ready when every activity answers: Caddy starts its apps in no fixed order, so the server may
+	# answer while the activities are still being defined (a 404 for the later ones meanwhile).
+	ready() {
+		local i
+		for i in $(seq 0 $(( ACTIVITIES - 1 ))); do curl -fs "$base/seckill/bench-$i" >/dev/null 2>&1 || return 1; done
+	}
 	for _ in $(seq 100); do
-		curl -fs "$base/seckill/bench-0" >/dev/null 2>&1 && break
+		kill -0 "$pid" 2>/dev/null || break
+		ready && break
 		sleep 0.2
 	done
-	curl -fs "$base/seckill/bench-0" >/dev/null || { echo "bench-wrk: the gateway did not start:" >&2; tail "$dir/caddy.log" >&2; exit 3; }
+	if ! kill -0 "$pid" 2>/dev/null || ! ready; then
+		echo "bench-wrk: the gateway did not start; the end of $dir/caddy.log:" >&2
+		tail -n 20 "$dir/caddy.log" >&2
+		exit 3
+	fi
+	if ! "$checker" check-port -pid "$pid" "127.0.0.1:$PORT" "127.0.0.1:$ADMIN_PORT"; then
+		echo "bench-wrk: another process took the gateway's port meanwhile; the end of $dir/caddy.log:" >&2
+		tail -n 20 "$dir/caddy.log" >&2
+		exit 3
+	fi
 	for r in $(seq "$REPEATS"); do
-		"$work/seckill-bench" wrk-requests -target "$base" -jwt-secret "$secret" -activities "$ACTIVITIES" \
+		run "$work/seckill-bench" wrk-requests -target "$base" -jwt-secret "$secret" -activities "$ACTIVITIES" \
 			-first $(( (r - 1) * SLICE )) -users "$SLICE" -out "$dir/buys-$r.tsv"
 	done
 	for r in $(seq "$REPEATS"); do
-		wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$dir/buys-$r.tsv" "" "$THREADS" > "$dir/seckill-$r.txt"
-		wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$dir/buys-$r.tsv" /baseline "$THREADS" > "$dir/respond-$r.txt"
+		run "${pdeath[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$dir/buys-$r.tsv" "" "$THREADS" > "$dir/seckill-$r.txt"
+		run "${pdeath[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$dir/buys-$r.tsv" /baseline "$THREADS" > "$dir/respond-$r.txt"
 		s_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/seckill-$r.txt")
 		r_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/respond-$r.txt")
 		s_p99=$(awk '/^p50_us/ {print $4}' "$dir/seckill-$r.txt")
@@ -74,6 +140,6 @@ for store in $STORES; do
 		awk -v st="$store" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" 'BEGIN {
 			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, c }'
 	done
-	kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+	stop_gateway
 done
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -40,13 +40,17 @@ func main() {
 	os.Exit(code)
 }
 
-// cli dispatches the subcommands: run (the default), gateway-config, waits and wrk-requests.
+// cli dispatches the subcommands: run (the default), gateway-config, waits, wrk-requests and
+// check-port.
 func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "waits" {
 		return waits(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "wrk-requests" {
 		return wrkRequests(ctx, args[1:], stdout, stderr)
+	}
+	if len(args) > 0 && args[0] == "check-port" {
+		return checkPort(args[1:], stderr)
 	}
 	sub := "run"
 	if len(args) > 0 && (args[0] == "run" || args[0] == "gateway-config") {
@@ -62,6 +66,8 @@ func cli(ctx context.Context, args []string, stdout, stderr io.Writer) int {
   seckill-bench gateway-config [flags] print the Caddyfile the bench needs, for a gateway you start yourself
   seckill-bench waits TRACE...         where the gateway's goroutines waited, from a trace saved by -pprof DIR -trace
   seckill-bench wrk-requests [flags]   the buys wrk sends (scripts/bench-wrk.sh): users' paths, tokens, addresses, keys
+  seckill-bench check-port [-pid PID] IP:PORT...
+                                       fail when something answers on a port already (with -pid: when another process shares it)
 
 flags:
 `)

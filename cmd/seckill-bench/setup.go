@@ -71,6 +71,7 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	defer func() {
 		if err != nil {
 			_ = e.close(false)
+			err = fmt.Errorf("%w\nwork directory (config, logs), kept: %s", err, e.dir)
 		}
 	}()
 	if cfg.jwtSecret == "" {
@@ -86,6 +87,9 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 		e.redisAddr = cfg.redisAddr
 		e.ordersDB = cfg.reconcileDB
 		e.embedded = cfg.orders == "embedded"
+		if err := checkTarget(e.base, cfg.gatewayPID); err != nil {
+			return nil, err
+		}
 		return e, nil
 	}
 
@@ -135,13 +139,29 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	if err := os.WriteFile(conf, []byte(e.spec.caddyfile()), 0o600); err != nil {
 		return nil, fmt.Errorf("write gateway config: %w", err)
 	}
+	// Caddy listens with SO_REUSEPORT: on a port something already holds it would start and share
+	// the connections with it, so the port is checked before the start and after.
+	for _, addr := range []string{listen, adminAddr} {
+		if err := proc.PortFree(addr); err != nil {
+			return nil, fmt.Errorf("start the gateway: %w", err)
+		}
+	}
 	e.gateway, err = startChild("gateway", e.dir, cfg.gatewayBin, []string{"run", "--config", conf, "--adapter", "caddyfile"}, cfg.gatewayEnv)
 	if err != nil {
 		return nil, err
 	}
-	first := e.base + cfg.prefix + "/" + e.spec.Activities[0].ID
-	if err := e.gateway.waitHTTP(ctx, first, 200, 30*time.Second); err != nil {
-		return nil, err
+	// Every activity, not only the first: Caddy starts its apps in no fixed order, so the server may
+	// answer while the seckill app is still defining the activities one by one (a 404 for the
+	// others meanwhile).
+	for _, a := range e.spec.Activities {
+		if err := e.gateway.waitHTTP(ctx, e.base+cfg.prefix+"/"+a.ID, 200, 30*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	for _, addr := range []string{listen, adminAddr} {
+		if err := proc.SoleListener(addr, e.gateway.pid()); err != nil {
+			return nil, fmt.Errorf("gateway (log %s): %w", e.gateway.log, err)
+		}
 	}
 
 	if cfg.orders == "standalone" {

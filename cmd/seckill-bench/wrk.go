@@ -47,6 +47,12 @@ func wrkRequests(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		defer func() { _ = f.Close() }()
 		w = f
 	}
+	// Two gateways on one port answer with their own secrets: 404s and 401s that are not the
+	// gateway's. Say so rather than fail on a user's path.
+	if err := checkTarget(*target, 0); err != nil {
+		_, _ = fmt.Fprintln(stderr, "seckill-bench wrk-requests:", err)
+		return exitError
+	}
 	lines, err := prepareBuys(ctx, *target, []byte(*secret), *prefix, *actPrefix, *first, *n, *acts)
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "seckill-bench wrk-requests:", err)

@@ -16,8 +16,8 @@ import (
 )
 
 // helperEnv makes the test binary a child instead of running the tests: "listen" listens on
-// the port in helperPortEnv until it is signalled, "deaf" does the same ignoring SIGTERM, and
-// "fail" exits with status 3 at once.
+// the port in helperPortEnv until it is signalled, "deaf" does the same ignoring SIGTERM,
+// "reuseport" does it with SO_REUSEPORT as Caddy does, and "fail" exits with status 3 at once.
 const (
 	helperEnv     = "PROC_TEST_HELPER"
 	helperPortEnv = "PROC_TEST_PORT"
@@ -32,7 +32,11 @@ func TestMain(m *testing.M) {
 	case "deaf":
 		signal.Ignore(syscall.SIGTERM)
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", os.Getenv(helperPortEnv)))
+	lc := net.ListenConfig{}
+	if os.Getenv(helperEnv) == "reuseport" {
+		lc.Control = reusePort
+	}
+	l, err := lc.Listen(context.Background(), "tcp", net.JoinHostPort("127.0.0.1", os.Getenv(helperPortEnv)))
 	if err != nil {
 		os.Exit(4)
 	}

@@ -1,0 +1,50 @@
+package caddymodule_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+)
+
+// TestActivityConfigJSON validates JSON configurations (caddy.Validate: the app is provisioned,
+// nothing started): every option of an activity is checked whatever the others hold, start_in
+// included, and the error names the option.
+func TestActivityConfigJSON(t *testing.T) {
+	const end = `"end": "2036-01-01T00:00:00Z"`
+	for _, tc := range []struct {
+		name, activity, want string // want "": valid
+	}{
+		{"start", `{"stock": 5, "start": "2026-01-01T00:00:00Z", ` + end + `, "reveal": "1m", "pay_within": "5m"}`, ""},
+		{"start_in", `{"stock": 5, "start_in": "30s", ` + end + `, "reveal": "10s", "pay_within": "5m"}`, ""},
+		{"start_in reveal negative", `{"stock": 5, "start_in": "30s", ` + end + `, "reveal": "-1s"}`, "activity a: reveal -1s is negative"},
+		{"start_in pay_within negative", `{"stock": 5, "start_in": "30s", ` + end + `, "pay_within": "-1m"}`, "activity a: pay_within -1m0s is negative"},
+		{"start_in stock negative", `{"stock": -1, "start_in": "30s", ` + end + `}`, "activity a: stock -1 is negative"},
+		{"start_in limit negative", `{"stock": 5, "limit": -2, "start_in": "30s", ` + end + `}`, "activity a: limit -2 is negative"},
+		{"start_in buckets above stock", `{"stock": 3, "start_in": "30s", ` + end + `, "buckets": 4}`, "activity a: buckets 4 is more than the stock 3"},
+		{"start_in negative", `{"stock": 5, "start_in": "-30s", ` + end + `}`, "activity a: start_in -30s is negative"},
+		{"start_in and start", `{"stock": 5, "start_in": "30s", "start": "2026-01-01T00:00:00Z", ` + end + `}`, "activity a: start and start_in are exclusive"},
+		{"start_in no end", `{"stock": 5, "start_in": "30s"}`, "activity a: start (or start_in) and end are required"},
+		{"reveal negative", `{"stock": 5, "start": "2026-01-01T00:00:00Z", ` + end + `, "reveal": "-1s"}`, "activity a: reveal -1s is negative"},
+		{"pay_within negative", `{"stock": 5, "start": "2026-01-01T00:00:00Z", ` + end + `, "pay_within": "-1s"}`, "activity a: pay_within -1s is negative"},
+		{"end before start", `{"stock": 5, "start": "2037-01-01T00:00:00Z", ` + end + `}`, "activity a: end 2036-01-01T00:00:00Z is not after start 2037-01-01T00:00:00Z"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := `{"admin": {"disabled": true}, "apps": {"seckill": {"activities": {"a": ` + tc.activity + `}}}}`
+			var cfg caddy.Config
+			if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			err := caddy.Validate(&cfg)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("valid activity %s refused: %v", tc.activity, err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("activity %s accepted; want an error containing %q", tc.activity, tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q does not contain %q", err, tc.want)
+			}
+		})
+	}
+}
