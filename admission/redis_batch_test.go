@@ -139,6 +139,20 @@ func TestRedisGroupedCancel(t *testing.T) {
 		}()
 		return ch
 	}
+	var sent, queued chan answer
+	// answered says which callers already have an answer: for a failure, to tell a call that
+	// left the flight early (an answer before the pause, a timeout) from one that never queued.
+	answered := func() string {
+		var out []string
+		for name, ch := range map[string]chan answer{"sent": sent, "queued": queued} {
+			select {
+			case a := <-ch:
+				out = append(out, fmt.Sprintf("%s answered %+v, %v", name, a.d, a.err))
+			default:
+			}
+		}
+		return strings.Join(out, "; ")
+	}
 	waitQueue := func(pending int) {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -147,16 +161,16 @@ func TestRedisGroupedCancel(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				p, f := s.AdmitQueue("c1")
-				t.Fatalf("queue: %d pending, %d in flight; want %d and 1", p, f, pending)
+				t.Fatalf("queue: %d pending, %d in flight; want %d and 1 (%s)", p, f, pending, answered())
 			}
 		}
 	}
 
 	sentCtx, cancelSent := context.WithCancel(ctx)
-	sent := admit(sentCtx, "sent") // in flight, its reply held by the paused server
+	sent = admit(sentCtx, "sent") // in flight, its reply held by the paused server
 	waitQueue(0)
 	queuedCtx, cancelQueued := context.WithCancel(ctx)
-	queued := admit(queuedCtx, "queued")
+	queued = admit(queuedCtx, "queued")
 	waitQueue(1)
 	later := admit(ctx, "later")
 	waitQueue(2)
