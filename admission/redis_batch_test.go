@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"testing"
@@ -161,6 +163,8 @@ func TestRedisGroupedCancel(t *testing.T) {
 			}
 			if time.Now().After(deadline) {
 				p, f := s.AdmitQueue("c1")
+				// Where every goroutine waits: a CI run at load found a caller that never queued.
+				_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 1)
 				t.Fatalf("queue: %d pending, %d in flight; want %d and 1 (%s)", p, f, pending, answered())
 			}
 		}
