@@ -34,7 +34,7 @@ CREATE TABLE activities (
 	id TEXT PRIMARY KEY, stock INTEGER NOT NULL, lim INTEGER NOT NULL,
 	start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, pay_ms INTEGER NOT NULL, salt TEXT NOT NULL
 ) WITHOUT ROWID;
-CREATE TABLE win_log (seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, data BLOB NOT NULL);
+` + localWinLogTable + `
 CREATE TABLE released (activity TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (activity, id)) WITHOUT ROWID;
 CREATE TABLE results (
 	activity TEXT NOT NULL, user TEXT NOT NULL, code TEXT NOT NULL, reservation_id TEXT NOT NULL,
@@ -150,18 +150,7 @@ func migrateLocal(db *sql.DB, version string) (err error) {
 // migrateLocalV2 packs version 2's wins, a row each, into win_log rows in seq order, numbered
 // again from 1 (seq only orders them), and drops the old table.
 func migrateLocalV2(tx *sql.Tx) error {
-	if _, err := tx.Exec(`CREATE TABLE win_log (seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, data BLOB NOT NULL)`); err != nil {
-		return err
-	}
-	var log []byte
-	var seq, first int64
-	n := 0
-	flush := func() error {
-		if n == 0 {
-			return nil
-		}
-		_, err := tx.Exec(`INSERT INTO win_log (seq, n, data) VALUES (?, ?, ?)`, first, n, log)
-		log, n = log[:0], 0
+	if _, err := tx.Exec(localWinLogTable); err != nil {
 		return err
 	}
 	rows, err := tx.Query(`SELECT activity, idx, id, user, qty, request_id, at_ms, remaining FROM wins ORDER BY seq`)
@@ -180,20 +169,20 @@ func migrateLocalV2(tx *sql.Tx) error {
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return err
 	}
+	var row winLogRow
+	insert := func(seq int64, n int, data []byte) error {
+		_, err := tx.Exec(localWinLogInsert, seq, n, data)
+		return err
+	}
 	for i := range wins {
-		seq++
-		if n == 0 {
-			first = seq
-		}
-		log = appendWin(log, wins[i].act, wins[i].idx, &wins[i].entry, wins[i].remaining)
-		n++
-		if len(log) >= localWinLogMax {
-			if err := flush(); err != nil {
+		w := &wins[i]
+		if row.add(int64(i+1), w.act, w.idx, &w.entry, w.remaining) {
+			if err := row.flush(insert); err != nil {
 				return err
 			}
 		}
 	}
-	if err := flush(); err != nil {
+	if err := row.flush(insert); err != nil {
 		return err
 	}
 	_, err = tx.Exec(`DROP TABLE wins; UPDATE meta SET value = '` + localSchemaVersion + `' WHERE key = 'schema_version';`)

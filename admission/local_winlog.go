@@ -16,6 +16,40 @@ import (
 // long batch (after a stall) does not make one huge row that a delete must rewrite whole.
 const localWinLogMax = 64 << 10
 
+// localWinLogTable is win_log's definition; localWinLogInsert writes one row of it.
+const (
+	localWinLogTable  = `CREATE TABLE win_log (seq INTEGER PRIMARY KEY, n INTEGER NOT NULL, data BLOB NOT NULL);`
+	localWinLogInsert = `INSERT INTO win_log (seq, n, data) VALUES (?, ?, ?)`
+)
+
+// winLogRow gathers wins into one win_log row: n of them, the first numbered seq.
+type winLogRow struct {
+	data []byte
+	n    int
+	seq  int64
+}
+
+// add packs win number seq onto the row and reports whether the row is full (localWinLogMax).
+func (r *winLogRow) add(seq int64, act string, idx int, e *memEntry, remaining int64) (full bool) {
+	if r.n == 0 {
+		r.seq = seq
+	}
+	r.data = appendWin(r.data, act, idx, e, remaining)
+	r.n++
+	return len(r.data) >= localWinLogMax
+}
+
+// flush writes the row, if it holds any win, with insert (localWinLogInsert's arguments) and
+// empties it for the next.
+func (r *winLogRow) flush(insert func(seq int64, n int, data []byte) error) error {
+	if r.n == 0 {
+		return nil
+	}
+	err := insert(r.seq, r.n, r.data)
+	r.data, r.n = r.data[:0], 0
+	return err
+}
+
 // appendWin packs one win onto b.
 func appendWin(b []byte, act string, idx int, e *memEntry, remaining int64) []byte {
 	b = appendString(b, act)
@@ -88,14 +122,14 @@ func (d *winDecoder) uvarint() uint64 {
 	return v
 }
 
+// varint undoes binary.AppendVarint's zig-zag on a uvarint.
 func (d *winDecoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err, d.b = true, nil
-		return 0
+	u := d.uvarint()
+	x := int64(u >> 1)
+	if u&1 != 0 {
+		x = ^x
 	}
-	d.b = d.b[n:]
-	return v
+	return x
 }
 
 func (d *winDecoder) string() string {

@@ -20,11 +20,8 @@ type localWriter struct {
 	dir   string
 	stmts [localStmtCount]*sql.Stmt
 	seq   int64 // the writer goroutine's last win's number (win_log's key counts wins)
-	// The wins of the commit being written, packed into one win_log row (local_winlog.go):
-	// logN of them, the first numbered logSeq.
-	log    []byte
-	logN   int
-	logSeq int64
+	// row gathers the wins of the commit being written (local_winlog.go).
+	row winLogRow
 	// next is each activity's next win index, for the writer goroutine: a win that is not its
 	// activity's next fails the commit, as a duplicate key did when the key was (activity, index).
 	next map[string]int
@@ -74,7 +71,7 @@ var localStmtText = [localStmtCount]string{
 	stmtDefine: `INSERT INTO activities (id, stock, lim, start_ms, end_ms, pay_ms, salt) VALUES (?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET stock = excluded.stock, lim = excluded.lim, start_ms = excluded.start_ms,
 		end_ms = excluded.end_ms, pay_ms = excluded.pay_ms, salt = excluded.salt`,
-	stmtWinLog:  `INSERT INTO win_log (seq, n, data) VALUES (?, ?, ?)`,
+	stmtWinLog:  localWinLogInsert,
 	stmtRelease: `INSERT INTO released (activity, id) VALUES (?, ?)`,
 	stmtResult: `INSERT INTO results (activity, user, code, reservation_id, order_id, pay_before_ms, after_wins, reservations) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (activity, user) DO UPDATE SET code = excluded.code, reservation_id = excluded.reservation_id,
@@ -289,7 +286,7 @@ func (w *localWriter) commit(batch []memChange) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	w.log, w.logN = w.log[:0], 0
+	w.row.data, w.row.n = w.row.data[:0], 0
 	var st [localStmtCount]*sql.Stmt
 	exec := func(i int, args ...any) error {
 		if st[i] == nil {
@@ -302,13 +299,12 @@ func (w *localWriter) commit(batch []memChange) (err error) {
 		c := &batch[i]
 		switch c.kind {
 		case changeWin:
-			if err := w.packWin(c); err != nil {
-				return err
+			full, err := w.packWin(c)
+			if err == nil && full {
+				err = w.flushWins(exec)
 			}
-			if len(w.log) >= localWinLogMax {
-				if err := w.flushWins(exec); err != nil {
-					return err
-				}
+			if err != nil {
+				return err
 			}
 			continue
 		case changeDelete:
@@ -331,30 +327,21 @@ func (w *localWriter) commit(batch []memChange) (err error) {
 	return tx.Commit()
 }
 
-// packWin adds win c to the commit's win_log row, numbering it. A win that is not its activity's
-// next is an error (a bug in the journal's order), which fails the commit.
-func (w *localWriter) packWin(c *memChange) error {
+// packWin adds win c to the commit's win_log row, numbering it, and reports whether the row is
+// full. A win that is not its activity's next is an error (a bug in the journal's order), which
+// fails the commit.
+func (w *localWriter) packWin(c *memChange) (full bool, err error) {
 	if n := w.next[c.act]; c.idx != n {
-		return fmt.Errorf("win %d of %s recorded where win %d was due", c.idx, c.act, n)
+		return false, fmt.Errorf("win %d of %s recorded where win %d was due", c.idx, c.act, n)
 	}
 	w.next[c.act] = c.idx + 1
 	w.seq++
-	if w.logN == 0 {
-		w.logSeq = w.seq
-	}
-	w.log = appendWin(w.log, c.act, c.idx, &c.entry, c.remaining)
-	w.logN++
-	return nil
+	return w.row.add(w.seq, c.act, c.idx, &c.entry, c.remaining), nil
 }
 
 // flushWins writes the packed wins as one win_log row.
 func (w *localWriter) flushWins(exec func(int, ...any) error) error {
-	if w.logN == 0 {
-		return nil
-	}
-	err := exec(stmtWinLog, w.logSeq, w.logN, w.log)
-	w.log, w.logN = w.log[:0], 0
-	return err
+	return w.row.flush(func(seq int64, n int, data []byte) error { return exec(stmtWinLog, seq, n, data) })
 }
 
 // deleteWins removes activity act's wins from win_log: every row is read, and the rows holding

@@ -65,7 +65,7 @@ func TestLocalWinOutOfOrder(t *testing.T) {
 		}
 		var err error
 		for i := range wins {
-			if err = w.packWin(&wins[i]); err != nil {
+			if _, err = w.packWin(&wins[i]); err != nil {
 				break
 			}
 		}
