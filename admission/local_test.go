@@ -421,16 +421,24 @@ func TestLocalReopenAfterClose(t *testing.T) {
 	if err := scenario(s, clock); err != nil {
 		t.Fatal(err)
 	}
+	s = reopenSame(t, s, dir, clock)
+	checkAfterReopen(t, s, clock)
+}
+
+// reopenSame closes s, opens dir again and fails the test unless the store holds the very state
+// s had; the reopened store is closed at the test's end.
+func reopenSame(t *testing.T, s *LocalStore, dir string, clock *fakeClock) *LocalStore {
+	t.Helper()
 	want := dumpJSON(t, s.mem)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	s = openLocal(t, dir, clock)
-	defer s.Close()
+	t.Cleanup(func() { _ = s.Close() })
 	if got := dumpJSON(t, s.mem); got != want {
 		t.Fatalf("state after reopen:\n%s\nbefore close:\n%s", got, want)
 	}
-	checkAfterReopen(t, s, clock)
+	return s
 }
 
 func TestLocalReopenAfterKill(t *testing.T) {

@@ -88,23 +88,38 @@ func TestLocalReopenAfterManyWins(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	winFrom64(t, s, acts, 40, func(act string, i int, d Decision) error {
+		if i != 20 {
+			return nil
+		}
+		if ok, err := s.Release(ctx, act, d.ReservationID); err != nil || !ok {
+			return fmt.Errorf("release %s: %v, %w", d.ReservationID, ok, err)
+		}
+		return nil
+	})
+	t.Logf("%d commits for 64 × 41 changes", s.w.commits.Load())
+	reopenSame(t, s, dir, clock)
+}
+
+// winFrom64 has 64 callers each win buys times, caller g's i-th buy in acts[(g+i)%len(acts)] as a
+// new user, and calls then (if set) after each win; the first error fails the test.
+func winFrom64(t *testing.T, s Store, acts []string, buys int, then func(act string, i int, d Decision) error) {
+	t.Helper()
+	ctx := context.Background()
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for g := range 64 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range 40 {
+			for i := range buys {
 				act := acts[(g+i)%len(acts)]
 				d, err := s.Admit(ctx, Request{Activity: act, User: fmt.Sprintf("u%d-%d", g, i), Qty: 1, RequestID: "r"})
 				if err == nil && d.Outcome != Won {
 					err = fmt.Errorf("outcome %v", d.Outcome)
 				}
-				if err == nil && i == 20 {
-					var ok bool
-					if ok, err = s.Release(ctx, act, d.ReservationID); err == nil && !ok {
-						err = fmt.Errorf("release %s: not released", d.ReservationID)
-					}
+				if err == nil && then != nil {
+					err = then(act, i, d)
 				}
 				if err != nil {
 					errs <- fmt.Errorf("caller %d, buy %d: %w", g, i, err)
@@ -117,16 +132,6 @@ func TestLocalReopenAfterManyWins(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
-	}
-	t.Logf("%d commits for 64 × 41 changes", s.w.commits.Load())
-	want := dumpJSON(t, s.mem)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = openLocal(t, dir, clock)
-	defer s.Close()
-	if got := dumpJSON(t, s.mem); got != want {
-		t.Fatalf("state after reopen:\n%s\nbefore close:\n%s", got, want)
 	}
 }
 
@@ -142,26 +147,7 @@ func TestLocalDeleteWins(t *testing.T) {
 		mustDefine(t, s, openAt(clock.Now(), id, 1<<20, 1))
 	}
 	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for g := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 30 {
-				act := acts[(g+i)%len(acts)]
-				if d, err := s.Admit(ctx, Request{Activity: act, User: fmt.Sprintf("u%d-%d", g, i), Qty: 1, RequestID: "r"}); err != nil || d.Outcome != Won {
-					errs <- fmt.Errorf("caller %d, buy %d: %+v: %w", g, i, d, err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	winFrom64(t, s, acts, 30, nil)
 	var rows, shared int
 	err := eachRow(s.w.db, `SELECT n, data FROM win_log`, func(r *sql.Rows) error {
 		var n int
@@ -188,15 +174,7 @@ func TestLocalDeleteWins(t *testing.T) {
 	}
 	mustDefine(t, s, openAt(clock.Now(), "a1", 5, 1))
 	mustAdmit(t, s, "a1", "again", 1, "r")
-	want := dumpJSON(t, s.mem)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = openLocal(t, dir, clock)
-	defer s.Close()
-	if got := dumpJSON(t, s.mem); got != want {
-		t.Fatalf("state after the delete and a reopen:\n%s\nbefore:\n%s", got, want)
-	}
+	s = reopenSame(t, s, dir, clock)
 	if n, err := s.Remaining(ctx, "a1"); err != nil || n != 4 {
 		t.Fatalf("a1 defined again: remaining %d, %v; want 4", n, err)
 	}
