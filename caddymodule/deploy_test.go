@@ -182,21 +182,7 @@ func TestDashboardQueries(t *testing.T) {
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
-		for _, tg := range p.Targets {
-			expr := subst.Replace(tg.Expr)
-			if strings.Contains(expr, "$") {
-				t.Errorf("panel %q: a template variable the test does not know: %s", p.Title, tg.Expr)
-				continue
-			}
-			res, err := prom.Query(expr)
-			if err != nil {
-				t.Errorf("panel %q: %v", p.Title, err)
-				continue
-			}
-			if len(res) == 0 {
-				t.Errorf("panel %q: no series for %s", p.Title, expr)
-			}
-		}
+		checkPanelSeries(t, prom, p, subst)
 	}
 
 	// The activity variable lists the activity.
@@ -236,6 +222,22 @@ const bucketMetricPrefix = "caddy_seckill_bucket_"
 
 // isBucketPanel reports whether a panel shows the stock buckets, whose metrics only store redis
 // exports.
+// checkPanelSeries runs each of p's queries, its template variables replaced by subst, against
+// prom and fails the test for an unknown variable, an error or a query with no series.
+func checkPanelSeries(t *testing.T, prom *testsrv.Prometheus, p dashboardPanel, subst *strings.Replacer) {
+	t.Helper()
+	for _, tg := range p.Targets {
+		expr := subst.Replace(tg.Expr)
+		if strings.Contains(expr, "$") {
+			t.Errorf("panel %q: a template variable the test does not know: %s", p.Title, tg.Expr)
+			continue
+		}
+		if res, err := prom.Query(expr); err != nil || len(res) == 0 {
+			t.Errorf("panel %q: no series for %s: %v %v", p.Title, expr, res, err)
+		}
+	}
+}
+
 func isBucketPanel(p dashboardPanel) bool {
 	for _, tg := range p.Targets {
 		if strings.Contains(tg.Expr, bucketMetricPrefix) {
@@ -293,17 +295,7 @@ func TestDashboardBucketPanels(t *testing.T) {
 	time.Sleep(3 * time.Second) // rates need two samples after the sale
 	subst := strings.NewReplacer(`$activity`, "dashb", `$__rate_interval`, "30s")
 	for _, p := range bucketPanels {
-		for _, tg := range p.Targets {
-			expr := subst.Replace(tg.Expr)
-			if strings.Contains(expr, "$") {
-				t.Errorf("panel %q: a template variable the test does not know: %s", p.Title, tg.Expr)
-				continue
-			}
-			res, err := prom.Query(expr)
-			if err != nil || len(res) == 0 {
-				t.Errorf("panel %q: %s: %v %v", p.Title, expr, res, err)
-			}
-		}
+		checkPanelSeries(t, prom, p, subst)
 	}
 	if res, err := prom.Query(`max by (activity, bucket) (caddy_seckill_bucket_stock{activity="dashb"})`); err != nil || len(res) != 8 {
 		t.Errorf("stock per bucket: %v %v, want 8 series", res, err)
