@@ -88,9 +88,9 @@ func (p *probes) client(addr string) *redis.Client {
 
 // read asks every target for its view at once and returns the views that came back, and how
 // many nodes were asked. It waits for every answer, but no longer than probeTimeout, nor longer
-// than probeGrace once more than half answered: a stopped node never answers, and the news of a
-// promotion is in any live node's view. A read still under way when read returns ends at its
-// own deadline.
+// than probeGrace once more than half answered: a stopped node never answers, and a promotion
+// reaches every live node's view within moments (a later read hears the laggards). A read still
+// under way when read returns ends at its own deadline.
 func (p *probes) read() ([]*view, int) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	time.AfterFunc(probeTimeout, cancel) // not before: no read is cut short

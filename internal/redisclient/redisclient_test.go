@@ -189,12 +189,12 @@ func failoverWatch(t *testing.T, pause bool, options func(addrs []string) *redis
 		"answered before the fault and lost with the old master (not replicated in time): monitored %d, plain %d",
 		took.Round(time.Millisecond), first.Sub(failed).Round(time.Millisecond), first.Sub(promotion).Round(time.Millisecond),
 		plainAt, staleW, staleP, lostW, lostP)
-	// About a second is expected (docs/failover.md has the measured figures); the bound only has
-	// to tell the monitor from go-redis's minute-long stall, on a loaded machine where reloads
-	// that ask the stopped node first wait out the read timeout (docs/failover.md, "A known
-	// limit": 7.1-8.8 s in 4 of 90 runs at load 11-19).
-	if d := first.Sub(promotion); d > 12*time.Second {
-		t.Errorf("the monitored client wrote again %s after the promotion, want about a second", d)
+	// At most 0.7 s was measured at load 10-23 (docs/failover.md, "The map monitor's own
+	// reads"); 4 s leaves room for CI's load, and still fails the monitor that read the map
+	// through go-redis, which waited the client's ReadTimeout for each read the stopped master
+	// held (7.1-8.6 s after the promotion in 7 of 10 pause-default-timeouts runs).
+	if d := first.Sub(promotion); d > 4*time.Second {
+		t.Errorf("the monitored client wrote again %s after the promotion, want under a second", d)
 	}
 	if !plainFirst.IsZero() {
 		t.Errorf("the plain client wrote again %s after the fault: the stall this package removes was not reproduced", plainFirst.Sub(failed))
