@@ -6,13 +6,16 @@
 // reload (up to a minute), and takes the answers of a replaced master that continues after a
 // freeze; how, and what that costs a sale: docs/failover.md.
 //
-// New adds a monitor to a Cluster client. It re-reads the slot map every PollInterval, and every
-// WatchInterval while a node that failed at the connection (refused, reset, timed out) is still a
-// master in it; and when a master drops out of the map, it closes every connection to it, so that
-// no command still waiting there can take its answer. And a stream read that delivers entries
-// (or a script or claim answered after a second) is taken only once another node confirms that
-// the answering node is still the master of the key's slot (confirm.go): the cut comes only once
-// the monitor read the new map, and a replaced master may continue before that.
+// New adds a monitor to a Cluster client. It reads the slot map itself, from every node at once
+// with a short deadline, every PollInterval, and every WatchInterval while a node that failed at
+// the connection (refused, reset, timed out) is still a master in it (probe.go: the newest config
+// epoch wins, so a node that lags or a replaced master that continues cannot bring an old map
+// back). When a master drops out of the map, it closes every connection to it, so that no command
+// still waiting there can take its answer, and has go-redis reload its own map. And a stream read
+// that delivers entries (or a script or claim answered after a second) is taken only once another
+// node confirms that the answering node is still the master of the key's slot (confirm.go): the
+// cut comes only once the monitor read the new map, and a replaced master may continue before
+// that.
 package redisclient
 
 import (
@@ -27,17 +30,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Monitor timing. A CLUSTER SLOTS every 250 ms per client during an outage, and every second
-// otherwise, costs Redis nothing noticeable; a Cluster promotes a replica after
-// cluster-node-timeout plus about a second.
+// Monitor timing. A read of the slot map (every node asked at once) every 250 ms per client
+// during an outage, and every second otherwise, costs Redis nothing noticeable; a Cluster
+// promotes a replica after cluster-node-timeout plus about a second.
 const (
 	WatchInterval = 250 * time.Millisecond
 	PollInterval  = time.Second
-	// pingTimeout bounds the check that a failed node answers again.
-	pingTimeout = 250 * time.Millisecond
-	// reloadTimeout bounds one re-read of the slot map. go-redis asks the nodes in a random
-	// order, and a stopped one holds the read until this expires; the next tick asks again.
-	reloadTimeout = 500 * time.Millisecond
 )
 
 // New returns redis.NewUniversalClient(o), monitored when it is a Cluster client. o.Dialer, if
@@ -53,8 +51,8 @@ func New(o *redis.UniversalOptions) redis.UniversalClient {
 		oo.Dialer = reg.dialer(dial)
 		c := redis.NewUniversalClient(&oo)
 		if cc, ok := c.(*redis.ClusterClient); ok {
-			m := &monitor{cluster: cc, conns: reg, wake: make(chan struct{}, 1), stop: make(chan struct{}), exited: make(chan struct{}),
-				failing: map[string]*redis.Client{}, nodes: map[string]*redis.Client{}, ids: map[*redis.Client]string{}}
+			m := &monitor{cluster: cc, conns: reg, probes: newProbes(o, dial), wake: make(chan struct{}, 1), stop: make(chan struct{}),
+				exited: make(chan struct{}), failing: map[string]bool{}, nodes: map[string]*redis.Client{}, ids: map[*redis.Client]string{}}
 			cc.OnNewNode(func(node *redis.Client) {
 				m.mu.Lock()
 				m.nodes[node.Options().Addr] = node
@@ -75,8 +73,7 @@ type Cluster struct {
 	m *monitor
 }
 
-// Close stops the monitor and closes the client. (go-redis answers a closed Cluster client's
-// reload with the last slot map, so the monitor could not tell by itself.)
+// Close stops the monitor and closes the client.
 func (c *Cluster) Close() error {
 	c.m.once.Do(func() { close(c.m.stop) })
 	<-c.m.exited
@@ -87,13 +84,15 @@ func (c *Cluster) Close() error {
 type monitor struct {
 	cluster *redis.ClusterClient
 	conns   *conns
+	probes  *probes   // used by run only
+	table   slotTable // used by run only
 	wake    chan struct{}
 	stop    chan struct{} // closed by Close
 	once    sync.Once
 	exited  chan struct{} // closed when run returns
 
 	mu      sync.Mutex
-	failing map[string]*redis.Client // nodes that failed at the connection, by address
+	failing map[string]bool          // addresses of nodes that failed at the connection
 	nodes   map[string]*redis.Client // every node the client made, by address: asked by confirm
 	ids     map[*redis.Client]string // each node's cluster id, once confirm asked it
 	masters map[string]bool          // the masters of the last slot map read
@@ -103,8 +102,8 @@ type monitor struct {
 func (m *monitor) failed(node *redis.Client) {
 	addr := node.Options().Addr
 	m.mu.Lock()
-	_, known := m.failing[addr]
-	m.failing[addr] = node
+	known := m.failing[addr]
+	m.failing[addr] = true
 	m.mu.Unlock()
 	if !known {
 		select {
@@ -114,9 +113,15 @@ func (m *monitor) failed(node *redis.Client) {
 	}
 }
 
-// run re-reads the slot map until the client is closed.
+// run re-reads the slot map until the client is closed. It reads the map itself, from every
+// node at once with a short deadline (probes), rather than through go-redis, which asks one node
+// after the other and waits each one's ReadTimeout: a read that asked a stopped master first
+// learnt nothing for a second or more. The map it believes (slotTable: the highest config epoch
+// wins) decides the cut; go-redis then reloads its own map, from any node but a cut one.
 func (m *monitor) run() {
 	defer close(m.exited)
+	defer m.probes.close()
+	var last time.Time
 	for {
 		m.mu.Lock()
 		every := PollInterval
@@ -128,15 +133,15 @@ func (m *monitor) run() {
 		case <-m.stop:
 			return
 		case <-m.wake:
-		case <-time.After(every):
+		case <-time.After(every - time.Since(last)): // from the start of the last read
 		}
-		masters, err := m.reload()
-		if errors.Is(err, redis.ErrClosed) {
-			return
-		}
-		if err != nil {
+		last = time.Now()
+		views, asked := m.probes.read()
+		if len(views) == 0 {
 			continue
 		}
+		masters := m.table.merge(views, asked)
+		m.probes.retarget(views, masters)
 		m.mu.Lock()
 		for addr := range m.masters {
 			if !masters[addr] {
@@ -145,42 +150,20 @@ func (m *monitor) run() {
 		}
 		m.conns.reinstate(masters)
 		m.masters = masters
-		var check []*redis.Client
-		for addr, node := range m.failing {
+		for _, v := range views { // it answers: no longer failing
+			delete(m.failing, v.origin)
+		}
+		for addr := range m.failing { // no longer a master: nothing to watch
 			if !masters[addr] {
 				delete(m.failing, addr)
-			} else {
-				check = append(check, node)
 			}
 		}
 		m.mu.Unlock()
-		for _, node := range check { // still a master: watch it until it answers
-			ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
-			err := node.Ping(ctx).Err()
-			cancel()
-			if err == nil || errors.Is(err, redis.ErrClosed) {
-				m.mu.Lock()
-				delete(m.failing, node.Options().Addr)
-				m.mu.Unlock()
-			}
-		}
+		// go-redis re-reads its map in the background, one node after the other; a replaced
+		// master is cut by now, so it fails at once instead of holding the read. Calls made while
+		// one runs are coalesced into one more.
+		m.cluster.ReloadState(context.Background())
 	}
-}
-
-// reload re-reads the slot map now (ForEachMaster reloads before it iterates) and returns its
-// masters' addresses.
-func (m *monitor) reload() (map[string]bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), reloadTimeout)
-	defer cancel()
-	var mu sync.Mutex
-	masters := map[string]bool{}
-	err := m.cluster.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
-		mu.Lock()
-		masters[c.Options().Addr] = true
-		mu.Unlock()
-		return nil
-	})
-	return masters, err
 }
 
 // nodeHook reports a node's connection failures to the monitor.

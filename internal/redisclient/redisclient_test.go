@@ -12,9 +12,10 @@ import (
 )
 
 // writers increment one key through one client, several at once, each every 10 ms, and record
-// every value an INCR was answered with and when.
+// every value an INCR was answered with, when it was sent and when answered.
 type writers struct {
 	mu   sync.Mutex
+	sent []time.Time
 	ok   []time.Time
 	vals []int64
 }
@@ -26,10 +27,12 @@ func (w *writers) run(ctx context.Context, client redis.UniversalClient, key str
 			defer done.Done()
 			for ctx.Err() == nil {
 				cctx, cancel := context.WithTimeout(ctx, time.Second)
+				sent := time.Now()
 				v, err := client.Incr(cctx, key).Result()
 				cancel()
 				if err == nil {
 					w.mu.Lock()
+					w.sent = append(w.sent, sent)
 					w.ok = append(w.ok, time.Now())
 					w.vals = append(w.vals, v)
 					w.mu.Unlock()
@@ -40,13 +43,14 @@ func (w *writers) run(ctx context.Context, client redis.UniversalClient, key str
 	}
 }
 
-// firstAfter is the first success after t, or the zero time.
+// firstAfter is when the first write sent after t was answered, or the zero time. (An answer
+// the master sent just before a fault may be read after it.)
 func (w *writers) firstAfter(t time.Time) time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var first time.Time
-	for _, s := range w.ok {
-		if s.After(t) && (first.IsZero() || s.Before(first)) {
+	for i, s := range w.ok {
+		if w.sent[i].After(t) && (first.IsZero() || s.Before(first)) {
 			first = s
 		}
 	}
@@ -98,19 +102,28 @@ func (w *writers) duplicates(promotion time.Time) (lost, stale int, maxStale int
 // seconds after the promotion. That difference is the cause of the stall the monitor removes.
 // Writes the old master answered before the fault but had not yet replicated are lost with it, as
 // Redis allows without WAIT: they are logged, not failed (docs/failover.md).
+//
+// pause-default-timeouts runs the pause with go-redis's default timeouts, as the order backend
+// does (a 3 s ReadTimeout): the monitor reads the map with its own short deadlines, so it finds
+// the promotion as soon; a monitor that read through the client's nodes waited that ReadTimeout
+// for every read the stopped master held.
 func TestClusterFailoverWatch(t *testing.T) {
-	t.Run("kill", func(t *testing.T) { failoverWatch(t, false) })
-	t.Run("pause", func(t *testing.T) { failoverWatch(t, true) })
-}
-
-func failoverWatch(t *testing.T, pause bool) {
-	c := testsrv.StartCluster(t)
-	opts := func() *redis.UniversalOptions {
-		return &redis.UniversalOptions{Addrs: c.Addrs(), IsClusterMode: true, DialTimeout: time.Second,
+	gateway := func(addrs []string) *redis.UniversalOptions {
+		return &redis.UniversalOptions{Addrs: addrs, IsClusterMode: true, DialTimeout: time.Second,
 			ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: 1}
 	}
-	watched := New(opts())
-	plain := redis.NewUniversalClient(opts())
+	defaults := func(addrs []string) *redis.UniversalOptions {
+		return &redis.UniversalOptions{Addrs: addrs, IsClusterMode: true}
+	}
+	t.Run("kill", func(t *testing.T) { failoverWatch(t, false, gateway) })
+	t.Run("pause", func(t *testing.T) { failoverWatch(t, true, gateway) })
+	t.Run("pause-default-timeouts", func(t *testing.T) { failoverWatch(t, true, defaults) })
+}
+
+func failoverWatch(t *testing.T, pause bool, options func(addrs []string) *redis.UniversalOptions) {
+	c := testsrv.StartCluster(t)
+	watched := New(options(c.Addrs()))
+	plain := redis.NewUniversalClient(options(c.Addrs()))
 	t.Cleanup(func() { _ = watched.Close(); _ = plain.Close() })
 
 	// One key per client: the plain client's answers from the old master must not count against
@@ -176,12 +189,12 @@ func failoverWatch(t *testing.T, pause bool) {
 		"answered before the fault and lost with the old master (not replicated in time): monitored %d, plain %d",
 		took.Round(time.Millisecond), first.Sub(failed).Round(time.Millisecond), first.Sub(promotion).Round(time.Millisecond),
 		plainAt, staleW, staleP, lostW, lostP)
-	// About a second is expected (docs/failover.md has the measured figures); the bound only has
-	// to tell the monitor from go-redis's minute-long stall, on a loaded machine where reloads
-	// that ask the stopped node first wait out the read timeout (docs/failover.md, "A known
-	// limit": 7.1-8.8 s in 4 of 90 runs at load 11-19).
-	if d := first.Sub(promotion); d > 12*time.Second {
-		t.Errorf("the monitored client wrote again %s after the promotion, want about a second", d)
+	// At most 1.1 s was measured at load 10-23 (docs/failover.md, "The map monitor's own
+	// reads"); 4 s leaves room for CI's load, and still fails the monitor that read the map
+	// through go-redis, which waited the client's ReadTimeout for each read the stopped master
+	// held (over 7 s after the promotion in 10 of 16 pause-default-timeouts runs).
+	if d := first.Sub(promotion); d > 4*time.Second {
+		t.Errorf("the monitored client wrote again %s after the promotion, want under a second", d)
 	}
 	if !plainFirst.IsZero() {
 		t.Errorf("the plain client wrote again %s after the fault: the stall this package removes was not reproduced", plainFirst.Sub(failed))
