@@ -205,10 +205,10 @@ func protoEquivalence(t *testing.T, s *RedisStore, seed int64, resv bool) {
 			}
 		}
 		if op%20 == 19 {
-			protoCompare(t, op, old, nu, users, toOld)
+			protoCompare(t, op, old, nu, users, toOld, resv)
 		}
 	}
-	protoCompare(t, -1, old, nu, users, toOld)
+	protoCompare(t, -1, old, nu, users, toOld, resv)
 	if wins < 10 {
 		t.Fatalf("only %d wins: the workload does not exercise the won path", wins)
 	}
@@ -239,8 +239,8 @@ func (p *protoRun) callErr(sc *redis.Script, keys []string, args ...any) any {
 }
 
 // protoCompare checks that both activities read back the same: stock, holders, each user's poll
-// answer and the wins queue.
-func protoCompare(t *testing.T, op int, old, nu *protoRun, users []string, toOld map[string]string) {
+// answer and the wins queue; with resv (admit_resv.lua), :resv too.
+func protoCompare(t *testing.T, op int, old, nu *protoRun, users []string, toOld map[string]string, resv bool) {
 	t.Helper()
 	ctx := context.Background()
 	c := old.s.client
@@ -264,6 +264,16 @@ func protoCompare(t *testing.T, op int, old, nu *protoRun, users []string, toOld
 	}
 	if o, n := protoWinsOld(t, old), mapIDs(protoWinsNew(t, nu)); o != n {
 		t.Fatalf("op %d: wins queue\n%s\nprototype\n%s", op, o, n)
+	}
+	if resv {
+		o := c.HGetAll(ctx, old.s.key(old.act, "resv")).Val()
+		n := map[string]string{}
+		for id, v := range c.HGetAll(ctx, nu.s.key(nu.act, "resv")).Val() {
+			n[toOld[id]] = v
+		}
+		if fmt.Sprint(o) != fmt.Sprint(n) {
+			t.Fatalf("op %d: resv %v, prototype %v", op, o, n)
+		}
 	}
 }
 
