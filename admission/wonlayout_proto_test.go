@@ -406,3 +406,59 @@ func protoWinsNew(t *testing.T, p *protoRun) string {
 	}
 	return b.String()
 }
+
+// TestWonLayoutProtoOOM checks the prototype's write order under maxmemory: a server over its
+// limit (noeviction) refuses a script's write command only while the script has written nothing,
+// so the call's first write, DECRBY, fails and the call leaves nothing behind: no stock taken, no
+// stream entry, no user field. (A server under its limit when the call starts refuses none of its
+// writes.)
+func TestWonLayoutProtoOOM(t *testing.T) {
+	srv := testsrv.StartRedis(t, testsrv.WithArgs("--maxmemory-policy", "noeviction"))
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := NewRedisStore(client, RedisOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	if _, err := s.Define(ctx, redisTestActivity("oom", 10, 1), true); err != nil {
+		t.Fatal(err)
+	}
+	admit := redis.NewScript(protoAdmit)
+	keys := s.protoAdmitKeys("oom", false)
+	// One win before the limit: its field makes the second call below a replay.
+	if err := admit.Run(ctx, client, keys, "u0", 1, "r0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		return fmt.Sprint(client.Get(ctx, s.key("oom", "stock")).Val(), client.XLen(ctx, s.key("oom", "orders")).Val(),
+			client.HGetAll(ctx, s.key("oom", "users")).Val())
+	}
+	before := state()
+	if err := client.Set(ctx, "filler", strings.Repeat("x", 4<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ConfigSet(ctx, "maxmemory", "1mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]any{
+		{"u1", 1, "r1"},                // a win: DECRBY is the first write
+		{"u0", 1, "r0"},                // a replay: the rewrite of its field is the first write
+		{"u2", 1, "r2", "u0", 1, "r0"}, // both in one call
+	} {
+		err := admit.Run(ctx, client, keys, args...).Err()
+		if err == nil || !strings.Contains(err.Error(), "OOM") {
+			t.Fatalf("%v over maxmemory: err %v, want OOM", args, err)
+		}
+		if got := state(); got != before {
+			t.Fatalf("%v over maxmemory wrote: %s, was %s", args, got, before)
+		}
+	}
+	if err := client.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit.Run(ctx, client, keys, "u1", 1, "r1").Err(); err != nil {
+		t.Fatalf("after the limit was lifted: %v", err)
+	}
+}
