@@ -22,6 +22,21 @@ import (
 // redis-server under valgrind of scripts/callgrind-admit.sh, whose instructions per admission do
 // not depend on the machine's load.
 func BenchmarkRedisAdmitScript(b *testing.B) {
+	s := redisScriptBenchStore(b)
+	for _, path := range []struct {
+		name  string
+		stock int64
+	}{{"won", 1 << 50}, {"sold_out", 0}} {
+		for _, batch := range []int{1, 64} {
+			b.Run(fmt.Sprintf("%s_batch%d", path.name, batch), func(b *testing.B) {
+				redisBenchScript(b, s, luaAdmit, s.admitKeys("script"), path.stock, batch)
+			})
+		}
+	}
+}
+
+// redisScriptBenchStore is a store on SECKILL_BENCH_REDIS_ADDR, or else on a private server.
+func redisScriptBenchStore(b *testing.B) *RedisStore {
 	addr := os.Getenv("SECKILL_BENCH_REDIS_ADDR")
 	if addr == "" {
 		addr = testsrv.StartRedis(b).Addr
@@ -34,19 +49,11 @@ func BenchmarkRedisAdmitScript(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = s.Close() })
-	for _, path := range []struct {
-		name  string
-		stock int64
-	}{{"won", 1 << 50}, {"sold_out", 0}} {
-		for _, batch := range []int{1, 64} {
-			b.Run(fmt.Sprintf("%s_batch%d", path.name, batch), func(b *testing.B) {
-				redisBenchScript(b, s, luaAdmit, path.stock, batch)
-			})
-		}
-	}
+	return s
 }
 
-func redisBenchScript(b *testing.B, s *RedisStore, src string, stock int64, batch int) {
+// keys are the script's KEYS for activity "script".
+func redisBenchScript(b *testing.B, s *RedisStore, src string, keys []string, stock int64, batch int) {
 	ctx := context.Background()
 	_ = s.Delete(ctx, "script", true)
 	now := time.Now()
@@ -58,7 +65,6 @@ func redisBenchScript(b *testing.B, s *RedisStore, src string, stock int64, batc
 	if err != nil {
 		b.Fatal(err)
 	}
-	keys := s.admitKeys("script")
 	head := []any{"evalsha", sha, len(keys)}
 	for _, k := range keys {
 		head = append(head, k)

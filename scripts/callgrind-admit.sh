@@ -9,11 +9,14 @@
 # hashes may still be small (docs/admission.md, "Small hashes"); the other cases count wins and
 # refusals 641 to 6,400 (65 to 640 in batches of 1). Takes a few minutes; needs valgrind,
 # redis-server and redis-cli. ADMISSION_TEST names a test binary of ./admission built beforehand
-# (go test -c), for instance from another revision, instead of building one.
-# Usage: scripts/callgrind-admit.sh [case-regexp]   (default: every case)
+# (go test -c), for instance from another revision, instead of building one. BENCH names another
+# benchmark of ./admission with the same cases and calls, for instance BENCH=WonLayoutScript for
+# the prototype layout of docs/admission.md ("A one-field-per-user layout").
+# Usage: [BENCH=WonLayoutScript] scripts/callgrind-admit.sh [case-regexp]   (default: every case)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go=${GO:-go}
+bench=Benchmark${BENCH:-RedisAdmitScript}
 for t in valgrind callgrind_control redis-server redis-cli python3; do
 	command -v "$t" >/dev/null || { echo "callgrind-admit: $t not found" >&2; exit 3; }
 done
@@ -43,7 +46,7 @@ instructions() {
 	redis-cli -p "$port" flushall >/dev/null
 	callgrind_control -z "$vg" >/dev/null 2>&1
 	(cd admission && SECKILL_BENCH_REDIS_ADDR=127.0.0.1:$port "$bin" \
-		-test.run '^$' -test.bench "^BenchmarkRedisAdmitScript\$/^$1\$" -test.benchtime "$2x" >"$dir/bench.log" 2>&1) ||
+		-test.run '^$' -test.bench "^$bench\$/^$1\$" -test.benchtime "$2x" >"$dir/bench.log" 2>&1) ||
 		{ cat "$dir/bench.log" >&2; exit 1; }
 	local before
 	before=$(ls "$dir" | grep -c '^cg\.' || true)
@@ -56,16 +59,17 @@ instructions() {
 	grep -hE '^(summary|totals):' "$(ls -t "$dir"/cg.* | head -1)" | head -1 | awk '{print $2}'
 }
 
+echo "$bench"
 printf '%-20s %s\n' case 'instructions/admission'
 for c in won_batch64 won_sale512 won_batch1 sold_out_batch64 sold_out_batch1; do
 	[[ $c =~ ${1:-.} ]] || continue
-	bench=$c
+	cas=$c
 	case $c in
-	won_sale512) bench=won_batch64 small=64 large=512 ;;
+	won_sale512) cas=won_batch64 small=64 large=512 ;;
 	*batch64) small=640 large=6400 ;;
 	*) small=64 large=640 ;;
 	esac
-	a=$(instructions "$bench" $small)
-	b=$(instructions "$bench" $large)
+	a=$(instructions "$cas" $small)
+	b=$(instructions "$cas" $large)
 	printf '%-20s %d\n' "$c" $(((b - a) / (large - small)))
 done
