@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -130,34 +131,47 @@ func (b *bucketStates) sold() int64 {
 }
 
 // bucketStocks reads the parent's total and each bucket's total and stock in one pipeline (a
-// Cluster client sends it to every node at once). Only the stock of the buckets read together is
-// consistent with itself: the result is a snapshot of a moving sale.
+// Cluster client sends it to every node at once). Each bucket is read by one script
+// (bucket_read.lua), so a bucket's total and stock are consistent with each other: the sold
+// count, total less stock, never shows a transfer step half seen. The buckets are not read at
+// one instant, so items in the middle of a transfer may be in none of them (or, when the
+// transfer ends between the reads, in two): their stocks are a snapshot of a moving sale, but
+// the sold counts and the parent's total, which transfers do not change together, are exact.
 func (s *RedisStore) bucketStocks(ctx context.Context, activity string, n int) (*bucketStates, error) {
 	return s.readBuckets(ctx, activity, n, false)
 }
 
 func (s *RedisStore) readBuckets(ctx context.Context, activity string, n int, counts bool) (*bucketStates, error) {
-	type bucketCmds struct {
-		total                *redis.StringCmd
-		stock                *redis.StringCmd
-		buyers, queued, dead *redis.IntCmd
-	}
-	cmds := make([]bucketCmds, n)
-	var total *redis.StringCmd
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		total = p.HGet(ctx, s.key(activity, "meta"), "total")
-		for i := range cmds {
-			b := bucketID(activity, i, n)
-			cmds[i].total = p.HGet(ctx, s.key(b, "meta"), "stock_total")
-			cmds[i].stock = p.Get(ctx, s.key(b, "stock"))
-			if counts {
-				cmds[i].buyers = p.HLen(ctx, s.key(b, "buyers"))
-				cmds[i].queued = p.XLen(ctx, s.key(b, "orders"))
-				cmds[i].dead = p.XLen(ctx, s.key(b, "dead"))
-			}
+	keys := make([][]string, n)
+	for i := range keys {
+		b := bucketID(activity, i, n)
+		keys[i] = []string{s.key(b, "meta"), s.key(b, "stock")}
+		if counts {
+			keys[i] = append(keys[i], s.key(b, "buyers"), s.key(b, "orders"), s.key(b, "dead"))
 		}
-		return nil
-	})
+	}
+	cmds := make([]*redis.Cmd, n)
+	var total *redis.StringCmd
+	read := func(byHash bool) error {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			total = p.HGet(ctx, s.key(activity, "meta"), "total")
+			for i := range cmds {
+				if byHash {
+					cmds[i] = scriptBucketRead.EvalSha(ctx, p, keys[i])
+				} else {
+					cmds[i] = scriptBucketRead.Eval(ctx, p, keys[i])
+				}
+			}
+			return nil
+		})
+		return err
+	}
+	err := read(true)
+	if err != nil && slices.ContainsFunc(cmds, func(c *redis.Cmd) bool { return redis.HasErrorPrefix(c.Err(), "NOSCRIPT") }) {
+		// A server that has not seen the script yet (a restart, a failover, a new node): the
+		// whole source once, which also caches it there.
+		err = read(false)
+	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("read buckets of %s: %w", activity, err)
 	}
@@ -169,20 +183,27 @@ func (s *RedisStore) readBuckets(ctx context.Context, activity string, n int, co
 		return nil, fmt.Errorf("%s: total: %w", activity, err)
 	}
 	for i, c := range cmds {
-		b := &st.buckets[i]
-		var terr, serr error
-		b.total, terr = c.total.Int64()
-		b.stock, serr = c.stock.Int64()
-		if errors.Is(terr, redis.Nil) || errors.Is(serr, redis.Nil) {
+		v, err := c.Slice()
+		if err == nil && len(v) != 5 {
+			err = fmt.Errorf("bucket_read.lua answered %d values, not 5", len(v))
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, err)
+		}
+		if v[0] == nil || v[1] == nil {
 			// A bucket not set up yet (a define cut short): retrying the define creates it.
 			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, ErrUnknownActivity)
 		}
+		b := &st.buckets[i]
+		var terr, serr error
+		b.total, terr = strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
+		b.stock, serr = strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
 		if err := errors.Join(terr, serr); err != nil {
 			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, err)
 		}
-		if counts {
-			b.buyers, b.queued, b.dead = c.buyers.Val(), c.queued.Val(), c.dead.Val()
-		}
+		b.buyers, _ = v[2].(int64)
+		b.queued, _ = v[3].(int64)
+		b.dead, _ = v[4].(int64)
 	}
 	levels := make([]int64, n)
 	for i, b := range st.buckets {

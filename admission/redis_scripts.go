@@ -40,6 +40,8 @@ var (
 	luaBucketFinish string
 	//go:embed lua/bucket_delete.lua
 	luaBucketDelete string
+	//go:embed lua/bucket_read.lua
+	luaBucketRead string
 )
 
 // Stock buckets' scripts: package-level, as a redis.Script is immutable and shared safely.
@@ -50,4 +52,5 @@ var (
 	scriptBucketGive   = redis.NewScript(luaBucketGive)
 	scriptBucketFinish = redis.NewScript(luaBucketFinish)
 	scriptBucketDelete = redis.NewScript(luaBucketDelete)
+	scriptBucketRead   = redis.NewScript(luaBucketRead)
 )

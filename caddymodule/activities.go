@@ -34,6 +34,11 @@ type activities struct {
 
 	mu   sync.RWMutex
 	byID map[string]admission.Activity
+	// A refresh installs what it read from the store, which may be older than a put or forget
+	// made while it ran (the app's start defining the activities, the admin API): each put and
+	// forget is numbered, and a refresh keeps what those made after it began.
+	changes uint64            // put and forget calls so far
+	changed map[string]uint64 // id -> the number of its last put or forget, until a refresh has seen it
 
 	refreshMu sync.Mutex // one refresh at a time
 	refreshed time.Time  // guarded by refreshMu
@@ -53,10 +58,11 @@ type stockReading struct {
 
 func newActivities(store admission.Store, reveal map[string]time.Duration) *activities {
 	return &activities{
-		store:  store,
-		reveal: reveal,
-		byID:   map[string]admission.Activity{},
-		stock:  map[string]stockReading{},
+		store:   store,
+		reveal:  reveal,
+		byID:    map[string]admission.Activity{},
+		changed: map[string]uint64{},
+		stock:   map[string]stockReading{},
 	}
 }
 
@@ -89,6 +95,8 @@ func (c *activities) lookup(id string) (activity, bool) {
 func (c *activities) put(a admission.Activity) {
 	c.mu.Lock()
 	c.byID[a.ID] = a
+	c.changes++
+	c.changed[a.ID] = c.changes
 	c.mu.Unlock()
 }
 
@@ -99,6 +107,9 @@ func (c *activities) refresh(ctx context.Context) error {
 	if time.Since(c.refreshed) < missRefreshGap/10 {
 		return nil // another caller just did it
 	}
+	c.mu.RLock()
+	began := c.changes
+	c.mu.RUnlock()
 	ids, err := c.store.Activities(ctx)
 	if err != nil {
 		c.refreshed = time.Now() // a failing store is not retried by every request either
@@ -124,6 +135,16 @@ func (c *activities) refresh(ctx context.Context) error {
 		c.setQueues(id, s.Queued, s.Dead)
 	}
 	c.mu.Lock()
+	for id, n := range c.changed {
+		switch a, ok := c.byID[id]; {
+		case n <= began:
+			delete(c.changed, id) // this refresh read the store after it
+		case ok:
+			next[id] = a // defined while the store was read: newer than what was read
+		default:
+			delete(next, id) // deleted meanwhile
+		}
+	}
 	c.byID = next
 	c.mu.Unlock()
 	c.stockMu.Lock()
@@ -265,6 +286,8 @@ func (c *activities) views() []activityView {
 func (c *activities) forget(id string) {
 	c.mu.Lock()
 	delete(c.byID, id)
+	c.changes++
+	c.changed[id] = c.changes
 	c.mu.Unlock()
 	c.stockMu.Lock()
 	delete(c.stock, id)

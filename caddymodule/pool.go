@@ -160,6 +160,9 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		})
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		err := b.client.Ping(ctx).Err()
+		if err == nil {
+			warnEvictionPolicy(ctx, b.client, logger)
+		}
 		cancel()
 		if err != nil {
 			_ = b.client.Close()

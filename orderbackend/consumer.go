@@ -577,6 +577,9 @@ func (c *Consumer) release(ctx context.Context, reservation string) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case errors.Is(err, admission.ErrUnknownActivity), errors.Is(err, admission.ErrNotFound):
+		c.opts.Metrics.ReleaseUnknown.Add(1) // final, as for the relay (Relay.relay)
+		c.log.Warn("nothing to release: the store does not know the reservation", zap.String("reservation", reservation), zap.Error(err))
 	case err != nil:
 		c.log.Warn("nothing to release", zap.String("reservation", reservation), zap.Error(err))
 	case released:

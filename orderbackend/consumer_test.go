@@ -20,6 +20,7 @@ var consumerScenarios = []scenario{
 	{"RefusedWin", testRefusedWin},
 	{"ExpiryRace", testExpiryRace},
 	{"CancelRestocks", testCancelRestocks},
+	{"ReleaseAfterRedefine", testReleaseAfterRedefine},
 	{"ReconcileFindsLostWin", testReconcileFindsLostWin},
 	{"SeveralReservations", testSeveralReservations},
 }
@@ -392,6 +393,53 @@ func testCancelRestocks(t *testing.T, e *env) {
 	rep := e.requireReconciled(t, "sale")
 	if rep.Cancelled != 1 || rep.Pending != 1 || rep.DBLeft != 0 {
 		t.Errorf("report = %+v", rep)
+	}
+}
+
+// A cancelled order whose activity was deleted and defined again: the store answers its release
+// unknown (NOT_FOUND, or UNKNOWN_ACTIVITY in the old bucket's keys), which is final: the relay
+// counts it, drops the row (the outbox goes on) and gives the new sale nothing. A cancel of the
+// new sale's order is released as usual. With buckets the new definition has another count, so
+// the old reservation names a bucket of other keys.
+func testReleaseAfterRedefine(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.openActivity(t, "sale", 2, 1, time.Minute)
+	m := new(Metrics)
+	stop := e.startConsumer(t, "sale", e.consumerOpts("c1", m))
+	e.admit(t, "sale", "u1", 1)
+	eventually(t, "u1's order", func() bool { return e.result(t, "sale", "u1").Code == resultPending })
+	stop()
+	old := e.result(t, "sale", "u1")
+	if err := e.store.Delete(ctx, "sale", true); err != nil {
+		t.Fatal(err)
+	}
+	e.openActivity(t, "sale", 3, 1, time.Minute)
+	if _, err := e.repo.Cancel(ctx, old.OrderID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.relayAll(t, m)
+	if got := m.ReleaseUnknown.Load(); got != 1 || m.Released.Load() != 0 {
+		t.Errorf("release of the deleted sale's order: %d unknown, %d released; want 1 and 0", got, m.Released.Load())
+	}
+	if rows, err := e.repo.Outbox(ctx, 10); err != nil || len(rows) != 0 {
+		t.Errorf("outbox after the relay: %v, %v; want empty", rows, err)
+	}
+	if left, err := e.store.Remaining(ctx, "sale"); err != nil || left != 3 {
+		t.Errorf("the new sale's remaining: %d, %v; want its own 3", left, err)
+	}
+
+	e.startConsumer(t, "sale", e.consumerOpts("c2", m))
+	e.admit(t, "sale", "u2", 1)
+	eventually(t, "u2's order", func() bool { return e.result(t, "sale", "u2").Code == resultPending })
+	if _, err := e.repo.Cancel(ctx, e.result(t, "sale", "u2").OrderID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	e.relayAll(t, m)
+	if m.ReleaseUnknown.Load() != 1 || m.Released.Load() != 1 {
+		t.Errorf("release of the new sale's order: %d unknown, %d released; want 1 and 1", m.ReleaseUnknown.Load(), m.Released.Load())
+	}
+	if left, err := e.store.Remaining(ctx, "sale"); err != nil || left != 3 {
+		t.Errorf("remaining after the release: %d, %v; want 3", left, err)
 	}
 }
 

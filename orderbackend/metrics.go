@@ -20,9 +20,12 @@ type Metrics struct {
 	Expired       atomic.Int64 // orders cancelled by the sweeper
 	Cancelled     atomic.Int64 // orders cancelled by their owner
 	Released      atomic.Int64 // reservations this process released in the store
-	Retries       atomic.Int64 // operations retried after a transient failure
-	Batches       atomic.Int64 // read batches the consumers turned into orders (successful CreateOrders calls)
-	BatchWins     atomic.Int64 // wins in those batches: BatchWins/Batches is the mean batch
+	// ReleaseUnknown counts releases the store answered with an unknown reservation or
+	// activity: nothing was given back and the release was dropped (Relay).
+	ReleaseUnknown atomic.Int64
+	Retries        atomic.Int64 // operations retried after a transient failure
+	Batches        atomic.Int64 // read batches the consumers turned into orders (successful CreateOrders calls)
+	BatchWins      atomic.Int64 // wins in those batches: BatchWins/Batches is the mean batch
 }
 
 // MetricsSnapshot is a copy of the counters. The Tx fields are the repository's (TxStats, when it
@@ -32,6 +35,7 @@ type Metrics struct {
 type MetricsSnapshot struct {
 	OrdersCreated, Redelivered, DeadLettered, Refused int64
 	Paid, Expired, Cancelled, Released, Retries       int64
+	ReleaseUnknown                                    int64
 	Batches, BatchWins                                int64
 	Txs, TxCalls, TxWins                              int64
 }
@@ -41,7 +45,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 	return MetricsSnapshot{
 		OrdersCreated: m.OrdersCreated.Load(), Redelivered: m.Redelivered.Load(), DeadLettered: m.DeadLettered.Load(),
 		Refused: m.Refused.Load(), Paid: m.Paid.Load(), Expired: m.Expired.Load(), Cancelled: m.Cancelled.Load(),
-		Released: m.Released.Load(), Retries: m.Retries.Load(), Batches: m.Batches.Load(), BatchWins: m.BatchWins.Load(),
+		Released: m.Released.Load(), ReleaseUnknown: m.ReleaseUnknown.Load(), Retries: m.Retries.Load(), Batches: m.Batches.Load(), BatchWins: m.BatchWins.Load(),
 	}
 }
 
@@ -79,6 +83,8 @@ func Counters() []Counter {
 			func(m MetricsSnapshot) int64 { return m.Cancelled }},
 		{"released", "Reservations given back to the store's stock.",
 			func(m MetricsSnapshot) int64 { return m.Released }},
+		{"release_unknown", "Releases the store answered with an unknown reservation or activity, dropped: nothing to give back (the activity deleted, or a win the store lost with its stock); see the logs and run reconcile.",
+			func(m MetricsSnapshot) int64 { return m.ReleaseUnknown }},
 		{"retries", "Operations retried after a transient database or store failure.",
 			func(m MetricsSnapshot) int64 { return m.Retries }},
 		// Batching, to watch what a transaction carries (README.md, "Batches").

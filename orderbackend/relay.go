@@ -119,10 +119,17 @@ func (r *Relay) relay(ctx context.Context, e OutboxEntry) error {
 		released, err := r.store.Release(ctx, e.Activity, e.ReservationID)
 		switch {
 		case errors.Is(err, admission.ErrUnknownActivity), errors.Is(err, admission.ErrNotFound):
-			// Deleted activity, or a store that forgot it (the memory store after a restart):
-			// nothing can be given back, and keeping the row would block nothing but itself.
-			r.opts.Logger.Warn("reservation unknown to the store; nothing to release",
-				zap.String("activity", e.Activity), zap.String("reservation", e.ReservationID), zap.Error(err))
+			// Final, never retried: the store writes a win's reservation in the same atomic step
+			// as the stock it takes and never removes it, so a store that does not know it never
+			// took that stock, or lost it together with the win (a failover or restart that lost
+			// the win's write), or the activity was deleted (and maybe defined again, with its
+			// own stock). Already released answers false, not this. Keeping the row would block
+			// the outbox behind it. Keys removed behind the store's back (an evicting
+			// maxmemory-policy, an operator) are the exception: reconcile shows such a loss.
+			r.opts.Metrics.ReleaseUnknown.Add(1)
+			r.opts.Logger.Error("the store does not know the reservation of a cancelled order; nothing released, the release is dropped (run reconcile if the activity was not deleted)",
+				zap.String("activity", e.Activity), zap.String("order", e.OrderID), zap.String("user", e.User),
+				zap.String("reservation", e.ReservationID), zap.Error(err))
 		case err != nil:
 			return fmt.Errorf("outbox row %d: release %s: %w", e.ID, e.ReservationID, err)
 		case released:

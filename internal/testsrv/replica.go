@@ -12,8 +12,7 @@ import (
 )
 
 // StartReplica starts a private redis-server that replicates master (--replicaof) and waits until
-// its link to master is up and the first sync is done, so a write to master from then on reaches
-// it. It is stopped with t.Cleanup like StartRedis; Restart brings it back as a replica of master.
+// it applies master's writes (WaitStreaming), so a write to master from then on reaches it. It is stopped with t.Cleanup like StartRedis; Restart brings it back as a replica of master.
 // It sets master's repl-diskless-sync-delay to 0, so the first sync starts at once, not in 5 s.
 func StartReplica(t testing.TB, master *Redis, opts ...RedisOption) *Redis {
 	t.Helper()
@@ -41,7 +40,7 @@ func startReplica(t testing.TB, master *Redis, addr, how string, opts []RedisOpt
 	}
 	opts = append([]RedisOption{WithArgs("--replicaof", host, port)}, opts...)
 	r := StartRedis(t, opts...)
-	if err := r.WaitLinkUp(10 * time.Second); err != nil {
+	if err := r.WaitStreaming(master, 10*time.Second); err != nil {
 		t.Fatalf("start replica %s %s: %v", how, addr, err)
 	}
 	return r
@@ -69,6 +68,48 @@ func (r *Redis) WaitLinkUp(timeout time.Duration) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("replica %s: master link not up after %v (%s): %s", r.Addr, timeout, last, r.logTail())
+}
+
+// WaitStreaming waits until the server, a replica of master, applies master's writes: its link is
+// up and its first sync done (WaitLinkUp), and a key written on master has reached it. Link up is
+// not enough: after a diskless sync the master sends the writes that follow only once it has the
+// replica's first REPLCONF ACK, up to a second later (Redis 7.0: "Waiting for REPLCONF ACK from
+// slave to enable streaming"), and a master stopped in that second takes every write it answered
+// with it. The key is deleted again, on both, before it returns. It costs a few milliseconds on
+// a replica already streaming.
+func (r *Redis) WaitStreaming(master *Redis, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	if err := r.WaitLinkUp(timeout); err != nil {
+		return err
+	}
+	key := "testsrv:streaming:" + r.Addr
+	val := strconv.FormatInt(time.Now().UnixNano(), 10)
+	if _, err := master.Do("SET", key, val); err != nil {
+		return fmt.Errorf("replica %s: write to master %s: %w", r.Addr, master.Addr, err)
+	}
+	// reached polls the replica until want(its reply to args) holds.
+	reached := func(what string, want func(string) bool, args ...string) error {
+		var last string
+		for {
+			v, err := r.Do(args...)
+			if err == nil && want(v) {
+				return nil
+			}
+			last = fmt.Sprintf("%q, %v", v, err)
+			if time.Now().After(deadline) {
+				return fmt.Errorf("replica %s: master %s's %s not applied after %v (last reply %s): %s",
+					r.Addr, master.Addr, what, timeout, last, r.logTail())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if err := reached("write", func(v string) bool { return v == val }, "GET", key); err != nil {
+		return err
+	}
+	if _, err := master.Do("DEL", key); err != nil {
+		return fmt.Errorf("replica %s: delete on master %s: %w", r.Addr, master.Addr, err)
+	}
+	return reached("delete", func(v string) bool { return v == "0" }, "EXISTS", key)
 }
 
 // Promote turns a replica into a master (REPLICAOF NO ONE), as Sentinel or an operator does on a

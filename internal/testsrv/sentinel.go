@@ -70,10 +70,8 @@ func StartSentinel(t testing.TB, opts ...SentinelOption) *Sentinel {
 	s.Servers = []*Redis{master, replica}
 	ctx, cancel := context.WithTimeout(context.Background(), clusterSetupTimeout)
 	defer cancel()
-	if err := poll(ctx, "the replica in sync", func() (bool, error) {
-		repl, err := replica.cmd1(ctx, "INFO", "replication")
-		return err == nil && strings.Contains(repl, "master_link_status:up"), nil
-	}); err != nil {
+	// In sync: it applies the master's writes, not only reports its link up (WaitStreaming).
+	if err := replica.WaitStreaming(master, clusterSetupTimeout); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
