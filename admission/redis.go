@@ -43,6 +43,8 @@ type RedisOptions struct {
 	// connection right behind the script) before answering. A call they do not confirm within
 	// ReplicasAckTimeout answers ErrNotReplicated for its wins: they are on the master, but a
 	// failover now could lose them. 0 (the default) answers as soon as the master has decided.
+	// The wins queue's reads (ReadGroup, Claim) wait the same way and deliver only entries the
+	// replicas confirmed, else answer ErrNotReplicated and leave them pending.
 	// It needs a single-server, Sentinel or Cluster client (not a Ring), and turns the
 	// auto-pipeliner off for admissions and releases. See redis_ack.go.
 	ReplicasAck int

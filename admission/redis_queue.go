@@ -63,8 +63,14 @@ func (s *RedisStore) ReadGroup(ctx context.Context, activity, group, consumer st
 // the caller renames).
 func (s *RedisStore) readGroupOn(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
 	if pending {
-		reply, err := s.readPending.Run(ctx, s.client, []string{s.key(on, "meta"), s.key(on, "orders")},
-			group, consumer, count).Slice()
+		keys := []string{s.key(on, "meta"), s.key(on, "orders")}
+		var reply []any
+		var err error
+		if s.ack != nil {
+			reply, err = s.evalReadAcked(ctx, "read pending", activity, s.readPending, luaReadPending, keys, group, consumer, count)
+		} else {
+			reply, err = s.readPending.Run(ctx, s.client, keys, group, consumer, count).Slice()
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read pending %s %s: %w", activity, group, redisScriptErr(err))
 		}
@@ -97,8 +103,13 @@ func (s *RedisStore) readGroupOn(ctx context.Context, activity, on, group, consu
 
 // readNew reads new entries, waiting up to block. go-redis cannot interrupt a blocking command
 // when ctx is canceled, so a long wait is cut into slices with a context check between them.
+// With ReplicasAck the read and its WAIT go together (readGroupAcked), in shorter slices when
+// the client's read timeout asks for it, or polled when it leaves no room to block.
 func (s *RedisStore) readNew(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
-	const slice = 500 * time.Millisecond
+	if s.ack != nil {
+		return s.readNewAcked(ctx, activity, group, consumer, count, block)
+	}
+	slice := readBlockSlice
 	for {
 		args := &redis.XReadGroupArgs{
 			Group:    group,
@@ -124,6 +135,41 @@ func (s *RedisStore) readNew(ctx context.Context, activity, group, consumer stri
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// readNewAcked is readNew with ReplicasAck.
+func (s *RedisStore) readNewAcked(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
+	for {
+		wait := min(block, s.ack.readBlock)
+		streams, err := s.readGroupAcked(ctx, activity, s.key(activity, "orders"), group, consumer, count, wait)
+		if err != nil || len(streams) > 0 {
+			return streams, err
+		}
+		if s.ack.readBlock == 0 { // the read did not block: wait here
+			wait = min(block, bucketReadPoll)
+			if wait > 0 && !sleepCtx(ctx, wait) {
+				return nil, ctx.Err()
+			}
+		}
+		if block -= wait; block <= 0 {
+			return nil, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// sleepCtx waits d or until ctx is done, reporting whether the full wait elapsed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -174,8 +220,14 @@ func (s *RedisStore) Claim(ctx context.Context, activity, group, consumer string
 }
 
 func (s *RedisStore) claimOn(ctx context.Context, activity, on, group, consumer string, minIdle time.Duration, count int) ([]Win, error) {
-	reply, err := s.claim.Run(ctx, s.client, []string{s.key(on, "meta"), s.key(on, "orders")},
-		group, consumer, minIdle.Milliseconds(), count).Slice()
+	keys := []string{s.key(on, "meta"), s.key(on, "orders")}
+	var reply []any
+	var err error
+	if s.ack != nil {
+		reply, err = s.evalReadAcked(ctx, "claim", activity, s.claim, luaClaim, keys, group, consumer, minIdle.Milliseconds(), count)
+	} else {
+		reply, err = s.claim.Run(ctx, s.client, keys, group, consumer, minIdle.Milliseconds(), count).Slice()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("claim %s %s: %w", activity, group, redisScriptErr(err))
 	}

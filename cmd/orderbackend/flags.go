@@ -65,7 +65,7 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.autoPipeline, "redis-autopipeline", envBool("SECKILL_REDIS_AUTOPIPELINE", true),
 		"send concurrent store calls together (the consumer writes a batch's result records at once) [SECKILL_REDIS_AUTOPIPELINE]")
 	fs.IntVar(&c.replicasAck, "redis-replicas-ack", envInt("SECKILL_REDIS_REPLICAS_ACK", 0),
-		"releases wait (Redis WAIT, 100ms) until this many replicas have them, else are retried, as the gateway's store redis { replicas_ack } [SECKILL_REDIS_REPLICAS_ACK]")
+		"releases and reads of the wins queue wait (Redis WAIT, 100ms) until this many replicas have them, else are retried, as the gateway's store redis { replicas_ack } [SECKILL_REDIS_REPLICAS_ACK]")
 	fs.StringVar(&c.db, "db", env("SECKILL_ORDERS_DB", ""), "order database: postgres://... or sqlite:PATH [SECKILL_ORDERS_DB]")
 }
 

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/clusterslot"
 )
 
 // Monitor timing. A read of the slot map (every node asked at once) every 250 ms per client
@@ -72,6 +74,10 @@ type Cluster struct {
 	*redis.ClusterClient
 	m *monitor
 }
+
+// Unwrap returns the go-redis Cluster client inside, whose node clients carry the monitor's
+// hooks: for callers that need its node clients (the store's replicas_ack picks a slot's master).
+func (c *Cluster) Unwrap() *redis.ClusterClient { return c.ClusterClient }
 
 // Close stops the monitor and closes the client.
 func (c *Cluster) Close() error {
@@ -195,9 +201,38 @@ func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		start := time.Now()
 		err := next(ctx, cmds)
 		if connectionFailed(err) {
 			h.m.failed(h.node)
+		}
+		// A stream read pipelined with its WAIT (the store's replicas_ack) is confirmed like a
+		// single one; the pipeline's time stands for each command's, and a slot is asked once.
+		elapsed := time.Since(start)
+		var asked map[int64]error
+		for _, cmd := range cmds {
+			if cmd.Err() != nil {
+				continue
+			}
+			key := confirmKey(cmd, elapsed)
+			if key == "" {
+				continue
+			}
+			slot := clusterslot.Of(key)
+			cerr, ok := asked[slot]
+			if !ok {
+				cerr = h.m.confirm(h.node, h.node.Options().Addr, key)
+				if asked == nil {
+					asked = map[int64]error{}
+				}
+				asked[slot] = cerr
+			}
+			if cerr != nil {
+				cmd.SetErr(cerr)
+				if err == nil {
+					err = cerr
+				}
+			}
 		}
 		return err
 	}
