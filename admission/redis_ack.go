@@ -14,7 +14,8 @@ import (
 // answers a script before any replica has its writes, so a master that dies right after a win
 // takes the win, and its stream entry, with it, and the promoted replica sells the item again.
 // WAIT n timeout blocks its connection until n replicas have acknowledged every write made on
-// that connection (and only on that one: on a connection that wrote nothing it returns at once).
+// that connection (and only on that one: a fresh connection's returns at once; on Redis 7.0 a
+// connection's last command of any kind, not only a write, sets the offset it waits for).
 // So the script and its WAIT travel together, pipelined on one connection of the master that
 // owns the activity's slot: go-redis v9 runs a Client's (single or Sentinel) pipeline on one
 // pooled connection, while a ClusterClient's would send the keyless WAIT to any node, so there
