@@ -167,10 +167,13 @@ func (s *RedisStore) readGroupAcked(ctx context.Context, activity, key, group, c
 	return streams, nil
 }
 
-// evalReadAcked runs a script that delivers pending entries (read_pending.lua, claim.lua)
-// followed by a WAIT, and returns its reply only when ReplicasAck replicas acknowledged; op
-// names the call in errors.
-func (s *RedisStore) evalReadAcked(ctx context.Context, op, activity string, script *redis.Script, src string, keys []string, args ...any) ([]any, error) {
+// runDelivery runs a script that delivers pending entries (read_pending.lua, claim.lua). With
+// ReplicasAck a WAIT follows it on the same connection, and the reply is returned only when
+// that many replicas acknowledged; op names the call in errors.
+func (s *RedisStore) runDelivery(ctx context.Context, op, activity string, script *redis.Script, src string, keys []string, args ...any) ([]any, error) {
+	if s.ack == nil {
+		return script.Run(ctx, s.client, keys, args...).Slice()
+	}
 	cmd, acked, waitErr := s.evalAcked(ctx, script, src, keys, args...)
 	reply, err := cmd.Slice()
 	switch {

@@ -60,12 +60,8 @@ func (s *RedisStore) readGroupBuckets(ctx context.Context, activity string, n in
 		if len(wins) > 0 || pending || wait <= 0 {
 			return wins, nil
 		}
-		t := time.NewTimer(min(wait, bucketReadPoll))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleepCtx(ctx, min(wait, bucketReadPoll)) {
 			return nil, fmt.Errorf("read group %s %s: %w", activity, group, ctx.Err())
-		case <-t.C:
 		}
 	}
 }

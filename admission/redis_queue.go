@@ -63,14 +63,8 @@ func (s *RedisStore) ReadGroup(ctx context.Context, activity, group, consumer st
 // the caller renames).
 func (s *RedisStore) readGroupOn(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
 	if pending {
-		keys := []string{s.key(on, "meta"), s.key(on, "orders")}
-		var reply []any
-		var err error
-		if s.ack != nil {
-			reply, err = s.evalReadAcked(ctx, "read pending", activity, s.readPending, luaReadPending, keys, group, consumer, count)
-		} else {
-			reply, err = s.readPending.Run(ctx, s.client, keys, group, consumer, count).Slice()
-		}
+		reply, err := s.runDelivery(ctx, "read pending", activity, s.readPending, luaReadPending,
+			[]string{s.key(on, "meta"), s.key(on, "orders")}, group, consumer, count)
 		if err != nil {
 			return nil, fmt.Errorf("read pending %s %s: %w", activity, group, redisScriptErr(err))
 		}
@@ -220,14 +214,8 @@ func (s *RedisStore) Claim(ctx context.Context, activity, group, consumer string
 }
 
 func (s *RedisStore) claimOn(ctx context.Context, activity, on, group, consumer string, minIdle time.Duration, count int) ([]Win, error) {
-	keys := []string{s.key(on, "meta"), s.key(on, "orders")}
-	var reply []any
-	var err error
-	if s.ack != nil {
-		reply, err = s.evalReadAcked(ctx, "claim", activity, s.claim, luaClaim, keys, group, consumer, minIdle.Milliseconds(), count)
-	} else {
-		reply, err = s.claim.Run(ctx, s.client, keys, group, consumer, minIdle.Milliseconds(), count).Slice()
-	}
+	reply, err := s.runDelivery(ctx, "claim", activity, s.claim, luaClaim,
+		[]string{s.key(on, "meta"), s.key(on, "orders")}, group, consumer, minIdle.Milliseconds(), count)
 	if err != nil {
 		return nil, fmt.Errorf("claim %s %s: %w", activity, group, redisScriptErr(err))
 	}
