@@ -190,14 +190,16 @@ func (s *RedisStore) readBuckets(ctx context.Context, activity string, n int, co
 		if err != nil {
 			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, err)
 		}
-		if v[0] == nil || v[1] == nil {
+		total, tok := v[0].(string)
+		stock, sok := v[1].(string)
+		if !tok || !sok {
 			// A bucket not set up yet (a define cut short): retrying the define creates it.
 			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, ErrUnknownActivity)
 		}
 		b := &st.buckets[i]
 		var terr, serr error
-		b.total, terr = strconv.ParseInt(fmt.Sprint(v[0]), 10, 64)
-		b.stock, serr = strconv.ParseInt(fmt.Sprint(v[1]), 10, 64)
+		b.total, terr = strconv.ParseInt(total, 10, 64)
+		b.stock, serr = strconv.ParseInt(stock, 10, 64)
 		if err := errors.Join(terr, serr); err != nil {
 			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, err)
 		}
