@@ -104,6 +104,20 @@ func (s *LocalStore) Failure() error {
 	return nil
 }
 
+// LocalStats are a LocalStore's group-commit counters since it was opened: Changes/Commits is the
+// mean batch, and CommitTime/Commits what one commit costs, which together bound the wins a second
+// the folder can take.
+type LocalStats struct {
+	Commits    uint64        // transactions committed
+	Changes    uint64        // changes they held: wins, releases, result records, queue moves
+	CommitTime time.Duration // time spent writing and committing them
+}
+
+// Stats returns the store's commit counters.
+func (s *LocalStore) Stats() LocalStats {
+	return LocalStats{Commits: s.w.commits.Load(), Changes: s.w.changes.Load(), CommitTime: time.Duration(s.w.busy.Load())}
+}
+
 // LocalStoreIn reports whether dir holds a local store's database, without creating anything
 // (OpenLocalStore creates a missing one): a tool that only reads a sale, as reconcile does, must
 // not start an empty one in a mistyped folder.

@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // localWriter persists a MemoryStore's changes: callers record them (under their activity's lock,
@@ -36,7 +37,9 @@ type localWriter struct {
 	enq      atomic.Uint64 // sequence number of the last change recorded
 	dur      atomic.Uint64 // every change up to this sequence number is committed
 	failed   atomic.Bool
-	commits  atomic.Uint64 // transactions committed, for benchmarks
+	commits  atomic.Uint64 // transactions committed
+	changes  atomic.Uint64 // changes those transactions held
+	busy     atomic.Int64  // nanoseconds spent in commit, for Stats
 	// restartWAL asks for a checkpoint between two batches (localWALRestartFrames).
 	restartWAL atomic.Bool
 
@@ -209,7 +212,9 @@ func (w *localWriter) run() {
 			w.pending, w.spare = w.spare[:0], nil
 			w.flushing, w.taken, w.gather = done, last, make(chan struct{})
 			w.mu.Unlock()
+			t0 := time.Now()
 			err := w.commit(batch)
+			took := time.Since(t0)
 			clear(batch) // let the strings go
 			w.mu.Lock()
 			w.spare = batch[:0]
@@ -220,6 +225,8 @@ func (w *localWriter) run() {
 			}
 			w.dur.Store(last)
 			w.commits.Add(1)
+			w.changes.Add(uint64(len(batch)))
+			w.busy.Add(int64(took))
 			close(done)
 			w.mu.Unlock()
 			if w.restartWAL.Swap(false) {

@@ -186,7 +186,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.acts = newActivities(b.guard, reveal)
 	rs, _ := b.store.(*admission.RedisStore) // nil unless store redis
-	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, rs); err != nil {
+	var localStats func() admission.LocalStats
+	if b.local != nil {
+		localStats = b.local.Stats
+	}
+	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, rs, localStats); err != nil {
 		return err
 	}
 	if a.orders != nil {

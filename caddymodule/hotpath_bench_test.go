@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -317,3 +318,61 @@ func waitHoldersLoaded(b *testing.B, s *hotSale, r *http.Request) {
 func (w *sinkWriter) SetWriteDeadline(time.Time) error { return nil }
 
 func (w *sinkWriter) SetReadDeadline(time.Time) error { return nil }
+
+// BenchmarkHotPathFresh sends what scripts/bench-wrk.sh sends: every request from a user the
+// gateway has not seen buy before (its own token, address and hashed path, asked for in the
+// setup) with its own Idempotency-Key, so that every buy wins and grows every table a flash
+// sale's first presses grow (the limiters', the store's). respond receives the very same
+// requests. 64 callers send them at once. Run it with -benchtime Nx, N at most freshUsers
+// (beyond it the buys are replays):
+//
+//	go test ./caddymodule/ -run '^$' -bench HotPathFresh -benchtime 100000x -benchmem
+func BenchmarkHotPathFresh(b *testing.B) {
+	for _, store := range []struct{ name, line string }{{"memory", ""}, {"local", "store local " + b.TempDir()}} {
+		b.Run(store.name, func(b *testing.B) {
+			s := startHotSale(b, store.line)
+			const freshUsers = 100_000
+			buys := make([]*http.Request, freshUsers)
+			yard := make([]*http.Request, freshUsers)
+			for i := range buys {
+				u := hotUser{
+					auth:  "Bearer " + token(b, "f"+strconv.Itoa(i)),
+					ip:    fmt.Sprintf("10.%d.%d.%d", 128+i>>16&127, i>>8&255, i&255),
+					paths: map[string]string{},
+				}
+				w := s.serve(s.request(http.MethodPost, "/seckill/open/path", u, ""))
+				var a struct{ Path string }
+				if err := json.Unmarshal(w.body, &a); w.status != http.StatusOK || err != nil || a.Path == "" {
+					b.Fatalf("path: %d %s", w.status, w.body)
+				}
+				key := "fresh-" + strconv.Itoa(i)
+				buys[i] = s.request(http.MethodPost, a.Path, u, key)
+				yard[i] = s.request(http.MethodPost, "/baseline"+a.Path, u, key)
+			}
+			for _, c := range []struct {
+				name   string
+				status int
+				reqs   []*http.Request
+			}{{"won", http.StatusAccepted, buys}, {"respond", http.StatusOK, yard}} {
+				b.Run(c.name, func(b *testing.B) {
+					// 64 callers, as wrk's 64 connections: a local store's buy waits for its
+					// commit, which its batch shares with the others'.
+					b.SetParallelism(32)
+					b.ReportAllocs()
+					var next atomic.Int64
+					b.RunParallel(func(pb *testing.PB) {
+						w := &sinkWriter{header: http.Header{}}
+						for pb.Next() {
+							w.reset()
+							s.srv.ServeHTTP(w, c.reqs[int(next.Add(1)-1)%len(c.reqs)])
+							if w.status != c.status {
+								b.Errorf("%s: got %d %s", c.name, w.status, w.body)
+								return
+							}
+						}
+					})
+				})
+			}
+		})
+	}
+}

@@ -93,7 +93,8 @@ const (
 // newMetrics creates the metrics and registers them, with the collectors of the activities, the
 // breaker state and the JWKS refresh failures (verifier may be nil), on reg; and with store
 // redis (rs not nil) its bucket transfer counters and, with replicas_ack, its WAIT counters.
-func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, verifier *jwtauth.Verifier, rs *admission.RedisStore) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, verifier *jwtauth.Verifier, rs *admission.RedisStore,
+	local func() admission.LocalStats) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
@@ -144,6 +145,9 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 	if rs != nil {
 		collectors = append(collectors, bucketCollectors(rs)...)
 	}
+	if local != nil {
+		collectors = append(collectors, localCollectors(local)...)
+	}
 	if rs != nil && rs.ReplicasAckEnabled() {
 		acks := rs.ReplicaAcks
 		collectors = append(collectors,
@@ -171,6 +175,27 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 		}
 	}
 	return m, nil
+}
+
+// localCollectors export store local's group commits: their rate, mean batch and cost, which
+// together bound the wins a second the folder can take.
+func localCollectors(stats func() admission.LocalStats) []prometheus.Collector {
+	counter := func(name, help string, v func(admission.LocalStats) float64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Subsystem: metricsSubsystem,
+			Name:      name,
+			Help:      help,
+		}, func() float64 { return v(stats()) })
+	}
+	return []prometheus.Collector{
+		counter("local_commits_total", "Transactions store local committed (group commits) since this process opened its folder.",
+			func(s admission.LocalStats) float64 { return float64(s.Commits) }),
+		counter("local_committed_changes_total", "Changes (wins, releases, result records, queue moves) those commits held; divided by the commits, the mean batch.",
+			func(s admission.LocalStats) float64 { return float64(s.Changes) }),
+		counter("local_commit_seconds_total", "Time store local spent writing and committing its batches; divided by the commits, what one commit costs.",
+			func(s admission.LocalStats) float64 { return s.CommitTime.Seconds() }),
+	}
 }
 
 // bucketCollectors export a Redis store's stock transfers between the buckets of its split

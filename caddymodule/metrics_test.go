@@ -76,3 +76,34 @@ func metricValue(t *testing.T, exposition, series string) float64 {
 	t.Fatalf("no sample %s", series)
 	return 0
 }
+
+// TestMetricsLocalCommits: with store local, every answered win is in a commit that the commit
+// counters show, and the stores without a folder export none of them.
+func TestMetricsLocalCommits(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, "store local "+t.TempDir()+"\nurl_secret metrics-url-secret-0123456789abcdef\n"+jwtBlock+"captcha off\n"+
+		activityBlock("m", 5, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route+"metrics /metrics\n")
+	c := newClient(t, base)
+	for _, u := range []string{"alice", "bob", "carol"} {
+		tok := token(t, u)
+		expect(t, "win", c.post(buyPath(t, c, "m", tok), tok, ""), http.StatusAccepted, "queued")
+	}
+	out := string(c.get("/metrics", "").raw)
+	commits := metricValue(t, out, "caddy_seckill_local_commits_total")
+	changes := metricValue(t, out, "caddy_seckill_local_committed_changes_total")
+	secs := metricValue(t, out, "caddy_seckill_local_commit_seconds_total")
+	// The definition and three wins at least, each answered after its commit.
+	if commits < 2 || changes < 4 || changes < commits || secs <= 0 {
+		t.Errorf("commits %v, changes %v, seconds %v: want the definition and 3 wins committed", commits, changes, secs)
+	}
+}
+
+// TestMetricsNoLocalCommits: the memory store has no commits to count.
+func TestMetricsNoLocalCommits(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		activityBlock("m", 5, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route+"metrics /metrics\n")
+	if out := string(newClient(t, base).get("/metrics", "").raw); strings.Contains(out, "caddy_seckill_local_") {
+		t.Error("store memory exports store local's commit counters")
+	}
+}

@@ -23,6 +23,8 @@ type reopenableLocal struct {
 	mu     sync.Mutex // serialises reopen
 	cur    atomic.Pointer[admission.LocalStore]
 	broken atomic.Bool // the last reopen failed: cur is closed
+	// before holds the counters of the stores reopen replaced, so Stats stays monotonic.
+	before admission.LocalStats
 }
 
 // errLocalReopening is what a call meets while the failed store is closed and the folder not yet
@@ -50,6 +52,7 @@ func (r *reopenableLocal) reopen() (bool, error) {
 	}
 	if !r.broken.Load() {
 		_ = old.Close() // releases the folder's lock; every call on it fails, as it did
+		r.before = addLocalStats(r.before, old.Stats())
 	}
 	st, err := admission.OpenLocalStore(r.dir, r.opts)
 	if err != nil {
@@ -59,6 +62,21 @@ func (r *reopenableLocal) reopen() (bool, error) {
 	r.broken.Store(false)
 	r.cur.Store(st)
 	return true, nil
+}
+
+// Stats returns the commit counters of every store this folder has had in this process, for the
+// metrics, which must never go down.
+func (r *reopenableLocal) Stats() admission.LocalStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.broken.Load() {
+		return r.before
+	}
+	return addLocalStats(r.before, r.cur.Load().Stats())
+}
+
+func addLocalStats(a, b admission.LocalStats) admission.LocalStats {
+	return admission.LocalStats{Commits: a.Commits + b.Commits, Changes: a.Changes + b.Changes, CommitTime: a.CommitTime + b.CommitTime}
 }
 
 // store is the current LocalStore, or an error while it is closed for a reopen that failed.
