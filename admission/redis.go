@@ -59,6 +59,15 @@ type RedisOptions struct {
 	// dry bucket themselves). The rebalancer runs inside the store, from its first split
 	// activity until Close.
 	RebalanceInterval time.Duration
+
+	// Layout is the key layout Define writes into the activities it creates: 1 (the default; 0
+	// means 1) or 2, the one-field-per-user layout (docs/admission.md, "A one-field-per-user
+	// layout"), which costs Redis about 2.6 times fewer instructions per won admission. An
+	// existing activity keeps the layout it was created with, and every store serves both, so
+	// the option only decides new activities. Turn it on only once every gateway and order
+	// backend on the Redis runs a release that knows layout 2: an older one would admit and
+	// release a layout-2 activity's wins wrongly (docs/admission.md, "Rolling deploys").
+	Layout int
 }
 
 // RedisStore is the production Store: all state lives in Redis and every decision is one Lua
@@ -80,6 +89,10 @@ type RedisStore struct {
 	channel string
 
 	define, admit, release, del, ensureGroup, readPending, claim, deadLetter, setResult *redis.Script
+	admit2, release2, setResult2                                                        *redis.Script // layout 2
+
+	layout      int      // RedisOptions.Layout, 1 or 2
+	layoutCache sync.Map // activity id -> its layout (int), see layoutOf
 
 	groups *admitGroups // nil when AdmitBatch is 1
 
@@ -124,6 +137,12 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) (*RedisStore
 	if opts.RestockChannel == "" {
 		opts.RestockChannel = opts.KeyPrefix + ":restock"
 	}
+	if opts.Layout == 0 {
+		opts.Layout = redisLayout1
+	}
+	if opts.Layout != redisLayout1 && opts.Layout != redisLayout2 {
+		return nil, fmt.Errorf("new redis store: %w: layout %d: want 1 or 2", ErrBadInput, opts.Layout)
+	}
 	if opts.AdmitBatch < 0 || opts.AdmitInFlight < 0 {
 		return nil, fmt.Errorf("new redis store: %w: admit batch %d and in-flight %d must not be negative", ErrBadInput, opts.AdmitBatch, opts.AdmitInFlight)
 	}
@@ -164,6 +183,10 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) (*RedisStore
 		claim:       redis.NewScript(luaClaim),
 		deadLetter:  redis.NewScript(luaDeadLetter),
 		setResult:   redis.NewScript(luaSetResult),
+		admit2:      redis.NewScript(luaAdmitV2),
+		release2:    redis.NewScript(luaReleaseV2),
+		setResult2:  redis.NewScript(luaSetResultV2),
+		layout:      opts.Layout,
 		closed:      make(chan struct{}),
 		ack:         ack,
 	}
@@ -226,6 +249,8 @@ func redisScriptErr(err error) error {
 		return ErrStockBelowSold
 	case "BUCKETS":
 		return fmt.Errorf("%w: bucket count: %s", ErrBadInput, strings.TrimPrefix(msg, "BUCKETS "))
+	case "LAYOUT":
+		return fmt.Errorf("%w: %s", ErrLayout, msg)
 	case "NOGROUP":
 		return fmt.Errorf("%w: %s", ErrNotFound, msg)
 	}

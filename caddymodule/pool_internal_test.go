@@ -61,6 +61,9 @@ func TestRebalanceIntervalConfig(t *testing.T) {
 		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, RebalanceInterval: caddy.Duration(time.Hour)}, "store redis: rebalance_interval 1h0m0s"},
 		{StoreConfig{Type: storeMemory, RebalanceInterval: caddy.Duration(time.Second)}, "store memory takes no redis options"},
 		{StoreConfig{Type: storeLocal, Dir: "d", RebalanceInterval: caddy.Duration(time.Second)}, "store local takes no redis options"},
+		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, Layout: 3}, "store redis: layout 3: want 1 or 2"},
+		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, Layout: -1}, "store redis: layout -1: want 1 or 2"},
+		{StoreConfig{Type: storeLocal, Dir: "d", Layout: 2}, "store local takes no redis options"},
 	} {
 		if err := c.s.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("validate(%+v) = %v, want %q", c.s, err, c.want)
