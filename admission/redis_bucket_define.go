@@ -32,7 +32,7 @@ func (s *RedisStore) defineBuckets(ctx context.Context, a Activity, force bool) 
 	if len(reply) != 8 {
 		return Activity{}, fmt.Errorf("define %s: malformed reply %q", a.ID, reply)
 	}
-	stored, err := redisParseActivity(a.ID, reply[1:])
+	stored, err := redisParseActivity(a.ID, reply[1:7])
 	if err != nil {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
 	}
