@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -172,5 +175,102 @@ func TestRedisLayoutStaleCache(t *testing.T) {
 	_, err := s2.Admit(ctx, Request{Activity: "split", User: "u", Qty: 1, RequestID: "r"})
 	if !errors.Is(err, ErrLayout) {
 		t.Fatalf("admit on buckets without their parent's layout: %v, want %v", err, ErrLayout)
+	}
+}
+
+// TestRedisLayout2BucketResults: a split activity of layout 2 (whose QueueAndResults case in
+// the bucket suite stops at the wins queue until the queue reads layout 2) answers results,
+// releases, holders and its snapshot with bucket reservation ids, as layout 1 does.
+func TestRedisLayout2BucketResults(t *testing.T) {
+	s1, s2, _ := redisLayoutStores(t)
+	ctx := context.Background()
+	got := map[int]string{}
+	for _, s := range []*RedisStore{s1, s2} {
+		a := redisTestActivity(fmt.Sprintf("bres%d", s.layout), 12, 2)
+		a.Buckets = 4
+		if _, err := s.Define(ctx, a, false); err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		var wins []Decision
+		for i := range 6 {
+			u := fmt.Sprintf("u%d", i%3)
+			d, err := s.Admit(ctx, Request{Activity: a.ID, User: u, Qty: 1, RequestID: fmt.Sprint("r", i)})
+			if err != nil || d.Outcome != Won {
+				t.Fatalf("layout %d: admit %d: %+v, %v", s.layout, i, d, err)
+			}
+			if _, _, ok := splitBucketEntryID(d.ReservationID, 4); !ok {
+				t.Fatalf("layout %d: reservation id %q names no bucket", s.layout, d.ReservationID)
+			}
+			wins = append(wins, d)
+		}
+		// ids maps reservation ids to their order of winning, so both layouts print alike.
+		ids := map[string]string{}
+		for i, d := range wins {
+			ids[d.ReservationID] = fmt.Sprint("W", i)
+		}
+		show := func(v string) string {
+			for id, w := range ids {
+				v = strings.ReplaceAll(v, `"`+id+`"`, w)
+			}
+			return v
+		}
+		if err := s.SetResult(ctx, a.ID, "u0", Result{Code: "pending_payment", ReservationID: wins[0].ReservationID, OrderID: "o0"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetResult(ctx, a.ID, "u1", Result{Code: "paid", ReservationID: wins[4].ReservationID, OrderID: "o4"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range []int{2, 5} { // u2 holds nothing after these
+			if ok, err := s.Release(ctx, a.ID, wins[i].ReservationID); err != nil || !ok {
+				t.Fatalf("layout %d: release %d: %v, %v", s.layout, i, ok, err)
+			}
+		}
+		for _, u := range []string{"u0", "u1", "u2", "nobody"} {
+			r, err := s.GetResult(ctx, a.ID, u)
+			out, code, aerr := s.AppendResult(ctx, nil, a.ID, u)
+			fmt.Fprintf(&b, "%s: %s %v | %s %s %v\n", u, show(string(appendResultJSON(nil, r))), err != nil, show(string(out)), code, aerr != nil)
+		}
+		h, err := s.Holders(ctx, a.ID)
+		slices.Sort(h)
+		snap, serr := s.Activity(ctx, a.ID)
+		fmt.Fprintf(&b, "holders %v %v; remaining %d sold %d buyers %d queued %d %v\n", h, err, snap.Remaining, snap.Sold, snap.Buyers, snap.Queued, serr)
+		got[s.layout] = b.String()
+	}
+	if got[1] != got[2] {
+		t.Fatalf("layout 1:\n%s\nlayout 2:\n%s", got[1], got[2])
+	}
+	t.Logf("both layouts:\n%s", got[1])
+
+	// Concurrent buyers share script calls, so a stream entry carries several wins: Queued
+	// counts wins, not entries (bucket_read.lua's wins counter).
+	a := redisTestActivity("bconc", 200, 1)
+	a.Buckets = 2
+	if _, err := s2.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var won atomic.Int64
+	for i := range 120 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := s2.Admit(ctx, Request{Activity: "bconc", User: fmt.Sprint("c", i), Qty: 1, RequestID: "r"})
+			if err == nil && d.Outcome == Won {
+				won.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	var entries int64
+	for i := range 2 {
+		entries += s2.client.XLen(ctx, s2.key(bucketID("bconc", i, 2), "orders")).Val()
+	}
+	snap, err := s2.Activity(ctx, "bconc")
+	if err != nil || won.Load() != 120 || snap.Queued != 120 || snap.Buyers != 120 {
+		t.Fatalf("120 concurrent buyers: %d won, snapshot %+v, %v", won.Load(), snap, err)
+	}
+	if entries == 120 {
+		t.Logf("no call carried two wins (%d entries): the wins counter was not told apart from XLEN", entries)
 	}
 }
