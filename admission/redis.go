@@ -66,7 +66,7 @@ type RedisOptions struct {
 	// existing activity keeps the layout it was created with, and every store serves both, so
 	// the option only decides new activities. Turn it on only once every gateway and order
 	// backend on the Redis runs a release that knows layout 2: an older one would admit and
-	// release a layout-2 activity's wins wrongly (docs/admission.md, "Rolling deploys").
+	// release a layout-2 activity's wins wrongly (docs/admission.md, "Adopting layout 2").
 	Layout int
 }
 
@@ -81,6 +81,9 @@ type RedisOptions struct {
 // call), P:{A}:resv (hash reservation id → "qty:user"), P:{A}:results (hash user → result JSON,
 // and the per-reservation records of docs/admission.md), and P:activities (set of activity ids, in its own slot). A reservation id is the id of the win's
 // entry in P:{A}:orders.
+// Those are layout 1's; an activity of layout 2 (RedisOptions.Layout, redis_layout.go) has
+// P:{A}:users and P:{A}:acked instead of buyers, req and resv, and one entry per script call in
+// P:{A}:orders, whose k-th win is reservation "<entry id>-k".
 type RedisStore struct {
 	client  redis.UniversalClient
 	hot     redis.Cmdable  // client, or its auto-pipeliner (RedisOptions.AutoPipeline)
