@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -70,4 +71,33 @@ func TestRedisLayout2Buckets(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRedisLayout2ReplicasAckConformance runs it with replicas_ack (a private master and
+// replica): one WAIT per admit_v2.lua call and per release_v2.lua call.
+func TestRedisLayout2ReplicasAckConformance(t *testing.T) {
+	master := testsrv.StartRedis(t)
+	testsrv.StartReplica(t, master)
+	var n atomic.Int64
+	admissiontest.Run(t, func(t *testing.T) admission.Store {
+		opts := layout2(admission.RedisOptions{ReplicasAck: 1, ReplicasAckTimeout: 5 * time.Second})
+		opts.KeyPrefix = fmt.Sprintf("l2ack%d", n.Add(1))
+		s, _ := redisTestStore(t, master.Addr, opts, nil)
+		return s
+	})
+}
+
+// TestRedisLayout2SentinelConformance runs it through Sentinel's failover client.
+func TestRedisLayout2SentinelConformance(t *testing.T) {
+	set := testsrv.StartSentinel(t)
+	var n atomic.Int64
+	admissiontest.Run(t, func(t *testing.T) admission.Store {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testsrv.SentinelMaster, SentinelAddrs: set.Addrs(), MaxRetries: 3})
+		s, err := admission.NewRedisStore(c, layout2(admission.RedisOptions{KeyPrefix: fmt.Sprintf("l2sen%d", n.Add(1))}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
 }

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -223,5 +224,29 @@ func TestStoreLocalKeyThroughSymlink(t *testing.T) {
 	}
 	if before.Dir != after.Dir || before.Dir != filepath.Join(real, "data") {
 		t.Errorf("key before the folder existed %q, after %q; want both %q", before.Dir, after.Dir, filepath.Join(real, "data"))
+	}
+}
+
+// TestLayoutConfig: layout reaches the Redis store, whose Define then writes it into the
+// activities it creates.
+func TestLayoutConfig(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	for _, layout := range []int{0, 2} {
+		b, err := newBackend(&StoreConfig{Type: storeRedis, Addresses: []string{srv.Addr}, KeyPrefix: fmt.Sprint("lay", layout), Layout: layout}, zap.NewNop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		a := admission.Activity{ID: "a", Stock: 1, Limit: 1, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}
+		if _, err := b.store.Define(context.Background(), a, false); err != nil {
+			t.Fatal(err)
+		}
+		_ = b.Destruct()
+		raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		got := raw.HGet(context.Background(), fmt.Sprintf("lay%d:{a}:meta", layout), "layout").Val()
+		_ = raw.Close()
+		if want := map[int]string{0: "", 2: "2"}[layout]; got != want {
+			t.Errorf("layout %d: the activity's layout field is %q, want %q", layout, got, want)
+		}
 	}
 }
