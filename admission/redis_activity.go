@@ -201,31 +201,46 @@ func (s *RedisStore) Holders(ctx context.Context, activity string) ([]string, er
 	if err != nil {
 		return nil, fmt.Errorf("holders %s: %w", activity, err)
 	}
-	var (
-		exists *redis.IntCmd
-		users  *redis.StringSliceCmd
-	)
-	_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		exists = p.Exists(ctx, s.key(activity, "meta"))
-		if layout != redisLayout2 {
-			users = p.HKeys(ctx, s.key(activity, "buyers"))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("holders %s: %w", activity, err)
-	}
-	if exists.Val() == 0 {
-		return nil, fmt.Errorf("holders %s: %w", activity, ErrUnknownActivity)
-	}
-	if layout == redisLayout2 {
-		u, err := s.holdersV2(ctx, activity)
+	for try := 0; ; try++ {
+		var (
+			meta  *redis.SliceCmd
+			users *redis.StringSliceCmd
+		)
+		_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			meta = p.HMGet(ctx, s.key(activity, "meta"), "start_ms", "layout")
+			if layout != redisLayout2 {
+				users = p.HKeys(ctx, s.key(activity, "buyers"))
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, fmt.Errorf("holders %s: %w", activity, err)
 		}
-		return u, nil
+		m := meta.Val()
+		if len(m) != 2 || m[0] == nil {
+			return nil, fmt.Errorf("holders %s: %w", activity, ErrUnknownActivity)
+		}
+		// A read corrects a stale cached layout too (another node deleted the activity and
+		// defined it again with the other layout): the Guard's holder set must not come out empty.
+		actual := redisLayout1
+		if m[1] == "2" {
+			actual = redisLayout2
+		}
+		if actual != layout && try == 0 {
+			if layout, err = s.relayout(ctx, activity); err != nil {
+				return nil, fmt.Errorf("holders %s: %w", activity, err)
+			}
+			continue
+		}
+		if layout == redisLayout2 {
+			u, err := s.holdersV2(ctx, activity)
+			if err != nil {
+				return nil, fmt.Errorf("holders %s: %w", activity, err)
+			}
+			return u, nil
+		}
+		return users.Val(), nil
 	}
-	return users.Val(), nil
 }
 
 // redisMetaCount reads a counter field of :meta; absent ("") is 0.

@@ -145,6 +145,11 @@ func TestRedisLayoutStaleCache(t *testing.T) {
 		if r, err := c.redefiner.GetResult(ctx, a, "u1"); err != nil || r.Code != "pending_payment" || r.ReservationID != d.ReservationID {
 			t.Fatalf("%s: result %+v, %v", a, r, err)
 		}
+		// Holders, a read, corrects a stale layout too (the Guard's holder set).
+		stale()
+		if h, err := c.cached.Holders(ctx, a); err != nil || fmt.Sprint(h) != "[u1]" {
+			t.Fatalf("%s: holders with a stale layout: %q, %v; want [u1]", a, h, err)
+		}
 		stale()
 		if ok, err := c.cached.Release(ctx, a, d.ReservationID); err != nil || !ok {
 			t.Fatalf("%s: release with a stale layout: %v, %v", a, ok, err)
