@@ -142,11 +142,18 @@ func testRedisReplicasAck(t *testing.T, v admission.RedisOptions) {
 // offset (they write their stored answer again), so that a WAIT behind a retry on any connection
 // covers the first write.
 func TestRedisReplayWrites(t *testing.T) {
+	// Layout 2 (admit_v2.lua, release_v2.lua) rewrites the user's field and the release token.
+	for _, layout := range []int{1, 2} {
+		t.Run(fmt.Sprint("layout", layout), func(t *testing.T) { testRedisReplayWrites(t, layout) })
+	}
+}
+
+func testRedisReplayWrites(t *testing.T, layout int) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
 	// The offset moves only once a replica is attached (the master then keeps a backlog).
 	testsrv.StartReplica(t, srv)
-	s, _ := redisTestStore(t, srv.Addr, admission.RedisOptions{AdmitBatch: 1}, nil)
+	s, _ := redisTestStore(t, srv.Addr, admission.RedisOptions{AdmitBatch: 1, Layout: layout}, nil)
 	redisDefine(t, s, redisOpen("rw", 10, 1))
 	won := redisAdmit(t, s, "rw", "alice", "a1")
 	offset := func() int64 {

@@ -15,8 +15,10 @@ import (
 // doubles.
 const redisMaxCount = 1 << 53
 
-// redisActivityKeyNames lists every key an activity owns, meta first (delete.lua relies on it).
-var redisActivityKeyNames = [...]string{"meta", "stock", "buyers", "req", "orders", "dead", "released", "resv", "results"}
+// redisActivityKeyNames lists every key an activity owns, meta first (delete.lua relies on it):
+// of layout 1 and of layout 2 (users, acked; redis_layout.go), as deleting a missing key costs
+// nothing.
+var redisActivityKeyNames = [...]string{"meta", "stock", "buyers", "req", "orders", "dead", "released", "resv", "results", "users", "acked"}
 
 // Define creates or redefines an activity (see Store.Define). The window check uses the Redis
 // server's clock. A new salt is drawn here and used only when the activity is created without one.
@@ -34,7 +36,7 @@ func (s *RedisStore) Define(ctx context.Context, a Activity, force bool) (Activi
 	reply, err := s.define.Run(ctx, s.client,
 		[]string{s.key(a.ID, "meta"), s.key(a.ID, "stock")},
 		a.Stock, a.Limit, a.Start.UnixMilli(), a.End.UnixMilli(), a.PayWithin.Milliseconds(), a.Salt,
-		NewSalt(), redisFlag(force), s.channel, a.ID,
+		NewSalt(), redisFlag(force), s.channel, a.ID, s.layoutArg(),
 	).StringSlice()
 	if err != nil {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, redisScriptErr(err))
@@ -88,14 +90,28 @@ func (s *RedisStore) Activity(ctx context.Context, id string) (Snapshot, error) 
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("activity %s: stock: %w", id, err)
 	}
-	return Snapshot{
+	snap := Snapshot{
 		Activity:  a,
 		Remaining: left,
 		Sold:      a.Stock - left,
 		Buyers:    buyers.Val(),
 		Queued:    queued.Val(),
 		Dead:      dead.Val(),
-	}, nil
+	}
+	if m["layout"] == "2" {
+		// A stream entry carries all of one call's wins: the wins are counted in :meta. Buyers
+		// are the users holding items, scanned after the transaction (a count off by the
+		// admissions and releases in between, as any live counter).
+		if snap.Queued, err = redisMetaCount(m["wins"]); err != nil {
+			return Snapshot{}, fmt.Errorf("activity %s: wins: %w", id, err)
+		}
+		users, err := s.holdersV2(ctx, id)
+		if err != nil {
+			return Snapshot{}, fmt.Errorf("activity %s: buyers: %w", id, err)
+		}
+		snap.Buyers = int64(len(users))
+	}
+	return snap, nil
 }
 
 // Activities lists the defined activity ids, sorted.
@@ -115,6 +131,7 @@ func (s *RedisStore) Delete(ctx context.Context, id string, force bool) error {
 	}
 	// Read now, not from the cache: another node may have deleted and defined it again.
 	s.bucketCache.Delete(id)
+	s.layoutCache.Delete(id)
 	n, err := s.bucketCount(ctx, id)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
@@ -131,6 +148,7 @@ func (s *RedisStore) Delete(ctx context.Context, id string, force bool) error {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	s.bucketCache.Delete(id)
+	s.layoutCache.Delete(id)
 	// Also for an unknown activity: that heals an id listed by a define whose keys are gone.
 	if serr := s.client.SRem(ctx, s.activitiesKey(), id).Err(); serr != nil {
 		return fmt.Errorf("delete %s: unlist activity: %w", id, serr)
@@ -165,9 +183,10 @@ func (s *RedisStore) remainingOn(ctx context.Context, activity string) (int64, e
 	return n, nil
 }
 
-// Holders lists the users holding items: the fields of :buyers, read in one transaction with the
-// definition's existence so that an activity without buyers is told from an unknown one. Release
-// deletes a field that drops to zero, so every field holds at least one item.
+// Holders lists the users holding items. Layout 1: the fields of :buyers, read in one
+// transaction with the definition's existence so that an activity without buyers is told from an
+// unknown one (release deletes a field that drops to zero, so every field holds at least one
+// item). Layout 2: the users whose :users field holds items, scanned (holdersV2).
 func (s *RedisStore) Holders(ctx context.Context, activity string) ([]string, error) {
 	if !ValidActivityID(activity) {
 		return nil, fmt.Errorf("holders: %w", badInput("activity id %q", activity))
@@ -178,22 +197,58 @@ func (s *RedisStore) Holders(ctx context.Context, activity string) ([]string, er
 		}
 		return s.bucketHolders(ctx, activity, n)
 	}
-	var (
-		exists *redis.IntCmd
-		users  *redis.StringSliceCmd
-	)
-	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		exists = p.Exists(ctx, s.key(activity, "meta"))
-		users = p.HKeys(ctx, s.key(activity, "buyers"))
-		return nil
-	})
+	layout, err := s.layoutOf(ctx, activity)
 	if err != nil {
 		return nil, fmt.Errorf("holders %s: %w", activity, err)
 	}
-	if exists.Val() == 0 {
-		return nil, fmt.Errorf("holders %s: %w", activity, ErrUnknownActivity)
+	for try := 0; ; try++ {
+		var (
+			meta  *redis.SliceCmd
+			users *redis.StringSliceCmd
+		)
+		_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			meta = p.HMGet(ctx, s.key(activity, "meta"), "start_ms", "layout")
+			if layout != redisLayout2 {
+				users = p.HKeys(ctx, s.key(activity, "buyers"))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("holders %s: %w", activity, err)
+		}
+		m := meta.Val()
+		if len(m) != 2 || m[0] == nil {
+			return nil, fmt.Errorf("holders %s: %w", activity, ErrUnknownActivity)
+		}
+		// A read corrects a stale cached layout too (another node deleted the activity and
+		// defined it again with the other layout): the Guard's holder set must not come out empty.
+		actual := redisLayout1
+		if m[1] == "2" {
+			actual = redisLayout2
+		}
+		if actual != layout && try == 0 {
+			if layout, err = s.relayout(ctx, activity); err != nil {
+				return nil, fmt.Errorf("holders %s: %w", activity, err)
+			}
+			continue
+		}
+		if layout == redisLayout2 {
+			u, err := s.holdersV2(ctx, activity)
+			if err != nil {
+				return nil, fmt.Errorf("holders %s: %w", activity, err)
+			}
+			return u, nil
+		}
+		return users.Val(), nil
 	}
-	return users.Val(), nil
+}
+
+// redisMetaCount reads a counter field of :meta; absent ("") is 0.
+func redisMetaCount(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	return strconv.ParseInt(v, 10, 64)
 }
 
 // redisParseActivity reads {stock_total, limit, start_ms, end_ms, pay_ms, salt}.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Admit takes one admission decision (see Store.Admit and lua/admit.lua). Concurrent calls for
@@ -48,6 +50,11 @@ func (s *RedisStore) admitKeys(activity string) []string {
 	}
 }
 
+// admitKeysV2 returns admit_v2.lua's KEYS for activity (layout 2).
+func (s *RedisStore) admitKeysV2(activity string) []string {
+	return []string{s.key(activity, "meta"), s.key(activity, "stock"), s.key(activity, "users"), s.key(activity, "orders")}
+}
+
 // redisParseDecision reads one of admit.lua's {outcome, remaining, reservation_id, replayed},
 // read as strings (runAdmit); outcome 0 (qty above the limit) is returned as Outcome 0 for the
 // caller to turn into an error.
@@ -87,26 +94,36 @@ func (s *RedisStore) Release(ctx context.Context, activity, reservationID string
 // releaseOn releases on the key set of on (activity, or one of its buckets); activity is
 // announced on the restock channel.
 func (s *RedisStore) releaseOn(ctx context.Context, activity, on, reservationID string) (bool, error) {
-	keys := []string{
-		s.key(on, "meta"), s.key(on, "stock"), s.key(on, "buyers"),
-		s.key(on, "released"), s.key(on, "resv"),
-	}
-	if s.ack != nil {
-		return s.releaseAcked(ctx, activity, reservationID, keys)
-	}
-	n, err := s.release.Run(ctx, s.hot, keys, reservationID, NewSalt(), s.channel, activity).Int64()
-	if err != nil {
-		return false, fmt.Errorf("release %s %s: %w", activity, reservationID, redisScriptErr(err))
-	}
-	return n == 1, nil
+	return layoutRetry(ctx, s, on, func(layout int) (bool, error) {
+		script, src := s.release, luaRelease
+		keys := []string{
+			s.key(on, "meta"), s.key(on, "stock"), s.key(on, "buyers"),
+			s.key(on, "released"), s.key(on, "resv"),
+		}
+		if layout == redisLayout2 {
+			script, src = s.release2, luaReleaseV2
+			keys = []string{
+				s.key(on, "meta"), s.key(on, "stock"), s.key(on, "users"),
+				s.key(on, "released"), s.key(on, "orders"),
+			}
+		}
+		if s.ack != nil {
+			return s.releaseAcked(ctx, activity, reservationID, script, src, keys)
+		}
+		n, err := script.Run(ctx, s.hot, keys, reservationID, NewSalt(), s.channel, activity).Int64()
+		if err != nil {
+			return false, fmt.Errorf("release %s %s: %w", activity, reservationID, redisScriptErr(err))
+		}
+		return n == 1, nil
+	})
 }
 
 // releaseAcked is Release with RedisOptions.ReplicasAck: a release the replicas do not confirm
 // answers a *ReplicationError, so that the caller (the order backend's relay) tries again. A
 // repeated release answers false but writes its token again (release.lua), so its WAIT covers the
 // first release, and only a confirmed one ends the retries.
-func (s *RedisStore) releaseAcked(ctx context.Context, activity, reservationID string, keys []string) (bool, error) {
-	cmd, acked, waitErr := s.evalAcked(ctx, s.release, luaRelease, keys, reservationID, NewSalt(), s.channel, activity)
+func (s *RedisStore) releaseAcked(ctx context.Context, activity, reservationID string, script *redis.Script, src string, keys []string) (bool, error) {
+	cmd, acked, waitErr := s.evalAcked(ctx, script, src, keys, reservationID, NewSalt(), s.channel, activity)
 	n, err := cmd.Int64()
 	if err == nil {
 		err = waitErr

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -165,16 +166,33 @@ func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls [
 	}
 }
 
-// runAdmit runs admit.lua once for calls and returns its reply, four elements per call, and with
+// runAdmit runs admit.lua (admit_v2.lua for a layout-2 activity) once for calls and returns its reply, four elements per call, and with
 // RedisOptions.ReplicasAck how many replicas acknowledged the call (redis_ack.go).
 //
 // The command is built by hand rather than through redis.Script, to keep the client's share of a
 // call small (how, and what it saved: docs/admission.md, "Group admission"). A call is never
 // modified while go-redis holds the pointers into it.
 func (s *RedisStore) runAdmit(ctx context.Context, activity string, calls []*admitCall) ([]string, int64, error) {
+	layout, err := s.layoutOf(ctx, activity)
+	if err != nil {
+		return nil, 0, fmt.Errorf("admit %s: %w", activity, err)
+	}
+	reply, acked, err := s.runAdmitLayout(ctx, activity, calls, layout)
+	if errors.Is(err, ErrLayout) {
+		// A stale cached layout (layoutRetry): the script wrote nothing.
+		if l, lerr := s.relayout(ctx, activity); lerr == nil && l != layout {
+			reply, acked, err = s.runAdmitLayout(ctx, activity, calls, l)
+		}
+	}
+	return reply, acked, err
+}
+
+// runAdmitLayout is runAdmit with layout's script (admit.lua, or admit_v2.lua for layout 2).
+func (s *RedisStore) runAdmitLayout(ctx context.Context, activity string, calls []*admitCall, layout int) ([]string, int64, error) {
 	keys := s.hotKeys(activity)
-	args := make([]any, len(keys.admitSha), len(keys.admitSha)+3*len(calls))
-	copy(args, keys.admitSha)
+	sha, eval := keys.admitArgs(layout)
+	args := make([]any, len(sha), len(sha)+3*len(calls))
+	copy(args, sha)
 	for _, c := range calls {
 		args = append(args, &c.req.User, c.req.Qty, &c.req.RequestID)
 	}
@@ -186,7 +204,7 @@ func (s *RedisStore) runAdmit(ctx context.Context, activity string, calls []*adm
 		// The server lost its script cache (a restart, SCRIPT FLUSH): send the source, which
 		// also loads it again, as redis.Script.Run does.
 		evalArgs := slices.Clone(args)
-		copy(evalArgs, keys.admitEval)
+		copy(evalArgs, eval)
 		cmd = redis.NewStringSliceCmd(ctx, evalArgs...)
 		cmd.SetFirstKeyPos(3)
 		acked, waitErr = s.processAdmit(ctx, keys, cmd)

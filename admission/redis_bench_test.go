@@ -32,7 +32,8 @@ const redisBenchClients = 64
 //
 // Each path runs in three modes: "single" (RedisOptions.AdmitBatch 1: one script call per Admit,
 // as a plain client would), "single_autopipeline" (the same through go-redis's auto-pipeliner)
-// and "grouped" (the default: concurrent calls for the activity share script calls).
+// and "grouped" (the default: concurrent calls for the activity share script calls); and
+// "grouped_layout2", grouped on an activity of layout 2 (admit_v2.lua, RedisOptions.Layout).
 //
 // The machine is shared and its load moves, so for each long run the baseline is measured again
 // right before and right after it, and the ratio uses the mean of those two adjacent figures.
@@ -46,6 +47,7 @@ func BenchmarkRedisAdmit(b *testing.B) {
 		{"single", admission.RedisOptions{AdmitBatch: 1}},
 		{"single_autopipeline", admission.RedisOptions{AdmitBatch: 1, AutoPipeline: true}},
 		{"grouped", admission.RedisOptions{}},
+		{"grouped_layout2", admission.RedisOptions{Layout: 2}},
 	}
 	for _, path := range []struct {
 		name  string

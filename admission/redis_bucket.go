@@ -13,7 +13,8 @@ import (
 // Stock buckets (docs/admission.md, "Stock buckets"): an activity defined with Buckets n > 1 is a
 // parent, whose keys under its own hash tag hold the definition and the transfer intents, and n
 // complete activity key sets, the buckets, under the hash tags {A#i/n}, which Cluster spreads over
-// its slots. admit.lua, release.lua and set_result.lua run on a bucket unchanged.
+// its slots. admit.lua, release.lua and set_result.lua (or their _v2 scripts, for a layout-2
+// activity, whose buckets have the parent's layout) run on a bucket unchanged.
 
 // errBucketsNeedRedis refuses a split activity in a store that has one node: there are no shards
 // to spread the stock over.
@@ -108,24 +109,37 @@ func (s *RedisStore) bucketCount(ctx context.Context, activity string) (int, err
 	if v, ok := s.bucketCache.Load(activity); ok {
 		return v.(int), nil
 	}
-	vals, err := s.client.HMGet(ctx, s.key(activity, "meta"), "buckets", "start_ms").Result()
+	n, _, err := s.readShape(ctx, activity)
+	return n, err
+}
+
+// readShape reads activity's bucket count and layout (redis_layout.go) from its definition, in
+// one command, and caches both once the activity is defined.
+func (s *RedisStore) readShape(ctx context.Context, activity string) (n, layout int, err error) {
+	vals, err := s.client.HMGet(ctx, s.key(activity, "meta"), "buckets", "start_ms", "layout").Result()
 	if err != nil {
-		return 0, fmt.Errorf("%s: read bucket count: %w", activity, err)
+		return 0, 0, fmt.Errorf("%s: read bucket count: %w", activity, err)
 	}
-	if len(vals) != 2 || vals[1] == nil { // not defined (yet)
-		return 1, nil
+	if len(vals) != 3 || vals[1] == nil { // not defined (yet)
+		return 1, 1, nil
 	}
-	n := 1
+	n, layout = 1, 1
 	if v, ok := vals[0].(string); ok {
 		if n, err = strconv.Atoi(v); err != nil || n < 2 || n > MaxBuckets {
-			return 0, fmt.Errorf("%s: malformed bucket count %q", activity, v)
+			return 0, 0, fmt.Errorf("%s: malformed bucket count %q", activity, v)
 		}
 	}
+	if v, ok := vals[2].(string); ok {
+		if layout, err = strconv.Atoi(v); err != nil || layout != 2 {
+			return 0, 0, fmt.Errorf("%s: %w: layout %q", activity, ErrLayout, v)
+		}
+	}
+	s.layoutCache.Store(activity, layout)
 	s.bucketCache.Store(activity, n)
 	if n > 1 {
 		s.startRebalancer()
 	}
-	return n, nil
+	return n, layout, nil
 }
 
 // bucketRetry runs f with activity's bucket count. When f finds the activity unknown, the count

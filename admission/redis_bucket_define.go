@@ -24,19 +24,21 @@ func (s *RedisStore) defineBuckets(ctx context.Context, a Activity, force bool) 
 	reply, err := scriptBucketDefine.Run(ctx, s.client,
 		[]string{s.key(a.ID, "meta"), s.intentsKey(a.ID)},
 		a.Stock, a.Limit, a.Start.UnixMilli(), a.End.UnixMilli(), a.PayWithin.Milliseconds(), a.Salt,
-		NewSalt(), redisFlag(force), n, "raise-"+NewSalt()[:12],
+		NewSalt(), redisFlag(force), n, "raise-"+NewSalt()[:12], s.layoutArg(),
 	).StringSlice()
 	if err != nil {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, redisScriptErr(err))
 	}
-	if len(reply) != 7 {
+	if len(reply) != 8 {
 		return Activity{}, fmt.Errorf("define %s: malformed reply %q", a.ID, reply)
 	}
-	stored, err := redisParseActivity(a.ID, reply[1:])
+	stored, err := redisParseActivity(a.ID, reply[1:7])
 	if err != nil {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
 	}
 	stored.Buckets = n
+	// The parent's layout, which every bucket gets (a bucket created by an earlier attempt has it).
+	layout := reply[7]
 	s.bucketCache.Store(a.ID, n)
 	s.startRebalancer()
 	// Every bucket: created with its share of the stock, or its definition updated.
@@ -48,7 +50,7 @@ func (s *RedisStore) defineBuckets(ctx context.Context, a Activity, force bool) 
 		b := bucketID(a.ID, i, n)
 		err := scriptBucketSetup.Run(ctx, s.client, []string{s.key(b, "meta"), s.key(b, "stock")},
 			share, stored.Limit, stored.Start.UnixMilli(), stored.End.UnixMilli(), stored.PayWithin.Milliseconds(),
-			stored.Salt).Err()
+			stored.Salt, layout).Err()
 		if err != nil {
 			return Activity{}, fmt.Errorf("define %s: bucket %d: %w", a.ID, i, redisScriptErr(err))
 		}
@@ -204,6 +206,13 @@ func (s *RedisStore) readBuckets(ctx context.Context, activity string, n int, co
 			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, err)
 		}
 		b.buyers, _ = v[2].(int64)
+		if b.buyers < 0 { // layout 2: counted here (bucket_read.lua)
+			users, err := s.holdersV2(ctx, bucketID(activity, i, n))
+			if err != nil {
+				return nil, fmt.Errorf("%s: bucket %d: buyers: %w", activity, i, err)
+			}
+			b.buyers = int64(len(users))
+		}
 		b.queued, _ = v[3].(int64)
 		b.dead, _ = v[4].(int64)
 	}
@@ -254,8 +263,23 @@ func (s *RedisStore) bucketRemaining(ctx context.Context, activity string, n int
 // bucketHolders is Holders for a split activity: a user holds items only in the home bucket, so
 // the buckets' lists do not overlap.
 func (s *RedisStore) bucketHolders(ctx context.Context, activity string, n int) ([]string, error) {
+	layout, err := s.layoutOf(ctx, activity)
+	if err != nil {
+		return nil, fmt.Errorf("holders %s: %w", activity, err)
+	}
+	if layout == redisLayout2 {
+		var users []string
+		for i := range n {
+			u, err := s.holdersV2(ctx, bucketID(activity, i, n))
+			if err != nil {
+				return nil, fmt.Errorf("holders %s: bucket %d: %w", activity, i, err)
+			}
+			users = append(users, u...)
+		}
+		return users, nil
+	}
 	cmds := make([]*redis.StringSliceCmd, n)
-	_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range cmds {
 			cmds[i] = p.HKeys(ctx, s.key(bucketID(activity, i, n), "buyers"))
 		}
@@ -294,6 +318,7 @@ func (s *RedisStore) deleteBuckets(ctx context.Context, id string, n int, force 
 		return fmt.Errorf("delete %s: %w", id, redisScriptErr(err))
 	}
 	s.bucketCache.Delete(id)
+	s.layoutCache.Delete(id)
 	s.bucketLevels.Delete(id)
 	if err := s.client.SRem(ctx, s.activitiesKey(), id).Err(); err != nil {
 		return fmt.Errorf("delete %s: unlist activity: %w", id, err)

@@ -252,6 +252,7 @@ func (s *RedisStore) rebalanceLoop() {
 				// node deleted is forgotten.
 				if err := s.RebalanceOnce(ctx, k.(string)); errors.Is(err, ErrUnknownActivity) {
 					s.bucketCache.Delete(k)
+					s.layoutCache.Delete(k)
 					s.bucketLevels.Delete(k)
 				}
 			}

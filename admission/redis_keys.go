@@ -18,7 +18,17 @@ type redisHotKeys struct {
 	// admitSha is the start of every admit.lua call: EVALSHA, the script's hash, the key count
 	// and the keys (admitKeys); admitEval is the same with EVAL and the source, for NOSCRIPT.
 	admitSha, admitEval []any
-	results             any // the :results key
+	// admit2Sha and admit2Eval are the same for admit_v2.lua (layout 2, redis_layout.go).
+	admit2Sha, admit2Eval []any
+	results               any // the :results key
+}
+
+// admitArgs returns the prebuilt start of an admit call for layout: EVALSHA's, and EVAL's.
+func (k *redisHotKeys) admitArgs(layout int) (sha, eval []any) {
+	if layout == redisLayout2 {
+		return k.admit2Sha, k.admit2Eval
+	}
+	return k.admitSha, k.admitEval
 }
 
 // maxHotKeys bounds the cache: activities beyond it (a deployment that creates and deletes many)
@@ -36,17 +46,9 @@ func (s *RedisStore) hotKeys(activity string) *redisHotKeys {
 	if v, ok := s.keyCache.m.Load(activity); ok {
 		return v.(*redisHotKeys)
 	}
-	keys := s.admitKeys(activity)
-	k := &redisHotKeys{
-		admitSha:  make([]any, 3+len(keys)),
-		admitEval: make([]any, 3+len(keys)),
-		results:   s.key(activity, "results"),
-	}
-	k.admitSha[0], k.admitSha[1], k.admitSha[2] = "evalsha", s.admit.Hash(), len(keys)
-	k.admitEval[0], k.admitEval[1], k.admitEval[2] = "eval", luaAdmit, len(keys)
-	for i, key := range keys {
-		k.admitSha[3+i], k.admitEval[3+i] = key, key
-	}
+	k := &redisHotKeys{results: s.key(activity, "results")}
+	k.admitSha, k.admitEval = prebuiltEval(s.admit, luaAdmit, s.admitKeys(activity))
+	k.admit2Sha, k.admit2Eval = prebuiltEval(s.admit2, luaAdmitV2, s.admitKeysV2(activity))
 	if s.keyCache.n.Load() < maxHotKeys {
 		if v, loaded := s.keyCache.m.LoadOrStore(activity, k); loaded {
 			return v.(*redisHotKeys)
@@ -54,6 +56,17 @@ func (s *RedisStore) hotKeys(activity string) *redisHotKeys {
 		s.keyCache.n.Add(1)
 	}
 	return k
+}
+
+// prebuiltEval returns the start of an EVALSHA and an EVAL call of script (source src) with keys.
+func prebuiltEval(script *redis.Script, src string, keys []string) (sha, eval []any) {
+	sha, eval = make([]any, 3+len(keys)), make([]any, 3+len(keys))
+	sha[0], sha[1], sha[2] = "evalsha", script.Hash(), len(keys)
+	eval[0], eval[1], eval[2] = "eval", src, len(keys)
+	for i, key := range keys {
+		sha[3+i], eval[3+i] = key, key
+	}
+	return sha, eval
 }
 
 // redisProcessor is what the store needs of its hot client: the client itself or its

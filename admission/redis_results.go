@@ -31,12 +31,18 @@ func (s *RedisStore) SetResult(ctx context.Context, activity, user string, r Res
 func (s *RedisStore) setResultOn(ctx context.Context, activity, on, user string, r Result) error {
 	// encoding/json's encoding, written without reflection: the text polls hand on (AppendResult).
 	b := appendResultJSON(nil, withoutReservations(r))
-	err := s.setResult.Run(ctx, s.client, []string{s.key(on, "meta"), s.key(on, "results")},
-		user, b, r.ReservationID, MaxResultReservations).Err()
-	if err != nil {
-		return fmt.Errorf("set result %s: %w", activity, redisScriptErr(err))
-	}
-	return nil
+	_, err := layoutRetry(ctx, s, on, func(layout int) (struct{}, error) {
+		script, keys := s.setResult, []string{s.key(on, "meta"), s.key(on, "results")}
+		if layout == redisLayout2 {
+			script, keys = s.setResult2, append(keys, s.key(on, "users"))
+		}
+		err := script.Run(ctx, s.client, keys, user, b, r.ReservationID, MaxResultReservations).Err()
+		if err != nil {
+			return struct{}{}, fmt.Errorf("set result %s: %w", activity, redisScriptErr(err))
+		}
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // GetResult reads a user's latest result record, with the record of each reservation once there
@@ -55,6 +61,23 @@ func (s *RedisStore) GetResult(ctx context.Context, activity, user string) (Resu
 
 // getResultOn reads the record from the key set of on: activity or one of its buckets.
 func (s *RedisStore) getResultOn(ctx context.Context, activity, on, user string) (Result, error) {
+	layout, err := s.layoutOf(ctx, on)
+	if err != nil {
+		return Result{}, fmt.Errorf("get result %s: %w", activity, err)
+	}
+	if layout == redisLayout2 {
+		r, found, err := s.readResultV2(ctx, on, user)
+		if err != nil {
+			return Result{}, fmt.Errorf("get result %s: %w", activity, err)
+		}
+		if !found {
+			if err := s.mustExist(ctx, "get result", on); err != nil {
+				return Result{}, err
+			}
+			return Result{}, fmt.Errorf("get result %s: %w", activity, ErrNotFound)
+		}
+		return r, nil
+	}
 	vals, err := s.hot.HMGet(ctx, s.key(on, "results"), user, user+"\x00").Result()
 	if err == nil && len(vals) != 2 {
 		err = fmt.Errorf("malformed hmget reply: %d elements", len(vals))
@@ -136,6 +159,13 @@ func (s *RedisStore) AppendResult(ctx context.Context, dst []byte, activity, use
 		}
 		return appendResultJSON(dst, r), r.Code, nil
 	}
+	layout, err := s.layoutOf(ctx, activity)
+	if err != nil {
+		return dst, "", fmt.Errorf("get result %s: %w", activity, err)
+	}
+	if layout == redisLayout2 {
+		return s.appendResultV2(ctx, dst, activity, user)
+	}
 	cmd := redis.NewStringSliceCmd(ctx, "hmget", s.hotKeys(activity).results, user, user+"\x00")
 	cmd.SetFirstKeyPos(1)
 	_ = s.hotProc.Process(ctx, cmd)
@@ -161,6 +191,31 @@ func (s *RedisStore) AppendResult(ctx context.Context, dst []byte, activity, use
 		return dst, "", fmt.Errorf("get result %s: %w", activity, err)
 	}
 	return out, code, nil
+}
+
+// appendResultV2 is AppendResult for a layout-2 activity (not split): the stored record handed on
+// as it is when every win of the user is folded into :results and they have one reservation,
+// else the records folded with the unfolded wins (readResultV2) and encoded.
+func (s *RedisStore) appendResultV2(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
+	top, list, ids, err := s.readResultV2Raw(ctx, activity, user)
+	if err != nil {
+		return dst, "", fmt.Errorf("get result %s: %w", activity, err)
+	}
+	if top == "" && len(ids) == 0 {
+		return dst, "", fmt.Errorf("get result %s: %w", activity, ErrNotFound)
+	}
+	if len(ids) == 0 && list == "" {
+		out, code, err := appendStoredResult(dst, top)
+		if err != nil {
+			return dst, "", fmt.Errorf("get result %s: %w", activity, err)
+		}
+		return out, code, nil
+	}
+	r, _, err := s.foldResultV2(ctx, activity, user, top, list, ids)
+	if err != nil {
+		return dst, "", fmt.Errorf("get result %s: %w", activity, err)
+	}
+	return appendResultJSON(dst, r), r.Code, nil
 }
 
 // Restocks subscribes to the restock channel and delivers activity ids until ctx is done or the

@@ -4,8 +4,10 @@ import (
 	"context"
 	_ "embed" // the prototype's scripts
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -85,28 +87,62 @@ func TestWonLayoutProtoEquivalence(t *testing.T) {
 	for _, resv := range []bool{false, true} {
 		for seed := int64(1); seed <= 12; seed++ {
 			t.Run(fmt.Sprintf("resv=%v/seed=%d", resv, seed), func(t *testing.T) {
-				protoEquivalence(t, s, seed, resv)
+				protoEquivalence(t, s, nil, seed, resv)
 			})
 		}
+	}
+}
+
+// TestWonLayoutV2Equivalence is TestWonLayoutProtoEquivalence for the production layout-2
+// scripts (lua/admit_v2.lua, release_v2.lua, set_result_v2.lua) on an activity a store with
+// RedisOptions.Layout 2 defined, against layout 1's; it also compares what the stores read back
+// through their own calls: GetResult and AppendResult (layout 2 folds the unfolded wins in Go),
+// Holders, Remaining, and the snapshot's Queued and Buyers.
+func TestWonLayoutV2Equivalence(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	var stores [2]*RedisStore
+	for i, layout := range []int{1, 2} {
+		client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+		s, err := NewRedisStore(client, RedisOptions{Layout: layout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		stores[i] = s
+	}
+	for seed := int64(1); seed <= 24; seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			protoEquivalence(t, stores[0], stores[1], seed, false)
+		})
 	}
 }
 
 // protoRun is one side of the equivalence test: an activity and its scripts.
 type protoRun struct {
 	s                          *RedisStore
+	v2                         bool // the production layout-2 scripts, on an activity s defined
 	act                        string
 	admit, release, setResult  *redis.Script
 	admitKeys, relKeys, srKeys []string
 }
 
-func protoEquivalence(t *testing.T, s *RedisStore, seed int64, resv bool) {
+// protoEquivalence runs the workload on layout 1 and, when v2 is nil, the prototype's scripts,
+// else the production layout-2 scripts on an activity v2 (RedisOptions.Layout 2) defines.
+func protoEquivalence(t *testing.T, s, v2 *RedisStore, seed int64, resv bool) {
 	ctx := context.Background()
 	rnd := rand.New(rand.NewSource(seed))
 	limit := int64(1 + rnd.Intn(3))
 	stock := int64(5 + rnd.Intn(20))
 	a1, a2 := fmt.Sprintf("old-%v-%d", resv, seed), fmt.Sprintf("new-%v-%d", resv, seed)
-	for _, a := range []string{a1, a2} {
-		if _, err := s.Define(ctx, redisTestActivity(a, stock, limit), true); err != nil {
+	if v2 != nil {
+		a1, a2 = fmt.Sprintf("v1-%d", seed), fmt.Sprintf("v2-%d", seed)
+	}
+	for i, a := range []string{a1, a2} {
+		def := s
+		if i == 1 && v2 != nil {
+			def = v2
+		}
+		if _, err := def.Define(ctx, redisTestActivity(a, stock, limit), true); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,6 +158,11 @@ func protoEquivalence(t *testing.T, s *RedisStore, seed int64, resv bool) {
 		setResult: redis.NewScript(protoSetResult), admitKeys: s.protoAdmitKeys(a2, resv),
 		relKeys: []string{s.key(a2, "meta"), s.key(a2, "stock"), s.key(a2, "users"), s.key(a2, "released"), s.key(a2, "orders")},
 		srKeys:  []string{s.key(a2, "meta"), s.key(a2, "results"), s.key(a2, "users")}}
+	if v2 != nil {
+		nu.s, nu.v2 = v2, true
+		nu.admit, nu.release, nu.setResult = v2.admit2, v2.release2, v2.setResult2
+		nu.admitKeys = v2.admitKeysV2(a2)
+	}
 
 	users := []string{"u0", "u1", "u2", "u3", "u4", "5", "u 6;\n", "u7:1;"}
 	rids := []string{"r0", "r1", "r2", "12:x;", "r;4\n", "1", strings.Repeat("q", MaxRequestIDLen)}
@@ -265,6 +306,9 @@ func protoCompare(t *testing.T, op int, old, nu *protoRun, users []string, toOld
 	if o, n := protoWinsOld(t, old), mapIDs(protoWinsNew(t, nu)); o != n {
 		t.Fatalf("op %d: wins queue\n%s\nprototype\n%s", op, o, n)
 	}
+	if nu.v2 {
+		protoCompareStores(t, op, old, nu, users, mapIDs)
+	}
 	if resv {
 		o := c.HGetAll(ctx, old.s.key(old.act, "resv")).Val()
 		n := map[string]string{}
@@ -274,6 +318,44 @@ func protoCompare(t *testing.T, op int, old, nu *protoRun, users []string, toOld
 		if fmt.Sprint(o) != fmt.Sprint(n) {
 			t.Fatalf("op %d: resv %v, prototype %v", op, o, n)
 		}
+	}
+}
+
+// protoCompareStores compares what the two stores answer through their own calls (old on layout
+// 1, nu on layout 2): each user's GetResult and AppendResult, Holders, Remaining and the
+// snapshot's counters.
+func protoCompareStores(t *testing.T, op int, old, nu *protoRun, users []string, mapIDs func(string) string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, u := range users {
+		or, oerr := old.s.GetResult(ctx, old.act, u)
+		nr, nerr := nu.s.GetResult(ctx, nu.act, u)
+		o, n := fmt.Sprint(string(appendResultJSON(nil, or)), oerr), mapIDs(fmt.Sprint(string(appendResultJSON(nil, nr)), nerr))
+		if errors.Is(oerr, ErrNotFound) && errors.Is(nerr, ErrNotFound) {
+			o, n = "not found", "not found"
+		}
+		if o != n {
+			t.Fatalf("op %d: user %q GetResult\n%s\nlayout 2\n%s", op, u, o, n)
+		}
+		ob, oc, oerr := old.s.AppendResult(ctx, nil, old.act, u)
+		nb, nc, nerr := nu.s.AppendResult(ctx, nil, nu.act, u)
+		o, n = fmt.Sprint(string(ob), oc, oerr != nil), mapIDs(fmt.Sprint(string(nb), nc, nerr != nil))
+		if o != n || (oerr != nil && !errors.Is(nerr, ErrNotFound)) {
+			t.Fatalf("op %d: user %q AppendResult %s (%v), layout 2 %s (%v)", op, u, o, oerr, n, nerr)
+		}
+	}
+	oh, err1 := old.s.Holders(ctx, old.act)
+	nh, err2 := nu.s.Holders(ctx, nu.act)
+	slices.Sort(oh)
+	slices.Sort(nh)
+	if err1 != nil || err2 != nil || fmt.Sprint(oh) != fmt.Sprint(nh) {
+		t.Fatalf("op %d: holders %q %v, layout 2 %q %v", op, oh, err1, nh, err2)
+	}
+	os, err1 := old.s.Activity(ctx, old.act)
+	ns, err2 := nu.s.Activity(ctx, nu.act)
+	if err1 != nil || err2 != nil || os.Remaining != ns.Remaining || os.Sold != ns.Sold || os.Buyers != ns.Buyers ||
+		os.Queued != ns.Queued || os.Dead != ns.Dead {
+		t.Fatalf("op %d: snapshot %+v %v, layout 2 %+v %v", op, os, err1, ns, err2)
 	}
 }
 

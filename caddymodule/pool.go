@@ -175,7 +175,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		st, err := admission.NewRedisStore(b.client, admission.RedisOptions{
 			KeyPrefix: prefix, AutoPipeline: s.AutoPipeline, AdmitBatch: s.AdmitBatch,
 			ReplicasAck: s.ReplicasAck, ReplicasAckTimeout: time.Duration(s.ReplicasAckTimeout),
-			RebalanceInterval: time.Duration(s.RebalanceInterval),
+			RebalanceInterval: time.Duration(s.RebalanceInterval), Layout: s.Layout,
 		})
 		if err != nil {
 			_ = b.client.Close()

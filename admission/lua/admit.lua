@@ -12,10 +12,15 @@
 -- outcome as Go's Outcome (1 won, 2 sold_out, 3 limit_reached, 4 not_started, 5 ended), or 0 when
 -- qty is above the per-user limit (bad input: nothing written). Refusals write nothing; a win
 -- writes it, and a replay writes its stored answer again.
--- Errors (for the whole batch): UNKNOWN_ACTIVITY, BAD_INPUT (malformed ARGV).
-local m = redis.call('HMGET', KEYS[1], 'limit', 'start_ms', 'end_ms')
+-- Errors (for the whole batch): UNKNOWN_ACTIVITY, LAYOUT (the activity has a 'layout' field: it is
+-- admit_v2.lua's; nothing written), BAD_INPUT (malformed ARGV).
+local m = redis.call('HMGET', KEYS[1], 'limit', 'start_ms', 'end_ms', 'layout')
 if not m[1] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
+end
+if m[4] then
+  -- A layout-2 activity (admit_v2.lua): writing this layout into it would miss its wins.
+  return redis.error_reply('LAYOUT the activity is layout ' .. m[4])
 end
 if #ARGV == 0 or #ARGV % 3 ~= 0 then
   return redis.error_reply('BAD_INPUT want user, qty, request id triples')

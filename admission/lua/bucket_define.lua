@@ -5,8 +5,10 @@
 -- KEYS: parent meta, parent intents (hash transfer id -> "from to qty ms")
 -- ARGV: stock_total, limit, start_ms, end_ms, pay_ms, salt ('' keeps the stored one), new_salt,
 --       force ('1' redefines an activity whose window has opened), buckets, raise id (the
---       transfer id prefix of stock added by a raise)
--- Reply: {state, stock_total, limit, start_ms, end_ms, pay_ms, salt}: state 'new', 'same',
+--       transfer id prefix of stock added by a raise), layout ('2' or '': as define.lua, written
+--       only into a parent this call creates)
+-- Reply: {state, stock_total, limit, start_ms, end_ms, pay_ms, salt, layout}: layout the parent's
+--        ('' for layout 1), which bucket_setup.lua writes into each bucket it creates; state 'new', 'same',
 --        'updated' (a raise is recorded as one intent per bucket, from -1) or 'shrink' (the total
 --        is lowered by the caller, by taking unsold stock from the buckets).
 -- Errors: BUCKETS (defined without buckets, or with another count), RUNNING.
@@ -15,12 +17,16 @@ local total, salt, n = ARGV[1], ARGV[6], ARGV[9]
 if redis.call('HEXISTS', meta, 'stock_total') == 1 then
   return redis.error_reply('BUCKETS defined without buckets: delete the activity first')
 end
-local old = redis.call('HMGET', meta, 'total', 'user_limit', 'start_ms', 'end_ms', 'pay_ms', 'salt', 'buckets')
+local old = redis.call('HMGET', meta, 'total', 'user_limit', 'start_ms', 'end_ms', 'pay_ms', 'salt', 'buckets', 'layout')
+local layout = old[8] or ''
 if not old[1] then
   if salt == '' then salt = ARGV[7] end
   redis.call('HSET', meta, 'total', total, 'user_limit', ARGV[2], 'start_ms', ARGV[3],
     'end_ms', ARGV[4], 'pay_ms', ARGV[5], 'salt', salt, 'buckets', n)
-  return {'new', total, ARGV[2], ARGV[3], ARGV[4], ARGV[5], salt}
+  if ARGV[11] ~= '' then
+    redis.call('HSET', meta, 'layout', ARGV[11])
+  end
+  return {'new', total, ARGV[2], ARGV[3], ARGV[4], ARGV[5], salt, ARGV[11]}
 end
 if old[7] ~= n then
   return redis.error_reply('BUCKETS defined with ' .. old[7] .. ' buckets, not ' .. n .. ': delete the activity first')
@@ -28,7 +34,7 @@ end
 if salt == '' then salt = old[6] end
 if old[1] == total and old[2] == ARGV[2] and old[3] == ARGV[3] and old[4] == ARGV[4] and
     old[5] == ARGV[5] and old[6] == salt then
-  return {'same', old[1], old[2], old[3], old[4], old[5], old[6]}
+  return {'same', old[1], old[2], old[3], old[4], old[5], old[6], layout}
 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -53,4 +59,4 @@ elseif new_total < old_total then
 end
 redis.call('HSET', meta, 'total', total, 'user_limit', ARGV[2], 'start_ms', ARGV[3],
   'end_ms', ARGV[4], 'pay_ms', ARGV[5], 'salt', salt)
-return {state, total, ARGV[2], ARGV[3], ARGV[4], ARGV[5], salt}
+return {state, total, ARGV[2], ARGV[3], ARGV[4], ARGV[5], salt, layout}

@@ -5,10 +5,17 @@
 --       bucket dead-letter stream
 -- ARGV: none
 -- Reply: {stock_total, stock, buyers, queued, dead}: stock_total and stock as stored (false when
---        the bucket is not set up), the counts 0 unless their keys are given.
-local total = redis.call('HGET', KEYS[1], 'stock_total')
+--        the bucket is not set up), the counts 0 unless their keys are given. A layout-2 bucket
+--        (admit_v2.lua) answers buyers -1, for the caller to count with HSCAN (its users with
+--        held items are not one hash's length), and queued from its meta 'wins' counter (a stream
+--        entry there carries all of one call's wins).
+local m = redis.call('HMGET', KEYS[1], 'stock_total', 'layout', 'wins')
+local total = m[1]
 local stock = redis.call('GET', KEYS[2])
 if #KEYS < 5 then
   return {total, stock, 0, 0, 0}
+end
+if m[2] == '2' then
+  return {total, stock, -1, tonumber(m[3] or '0'), redis.call('XLEN', KEYS[5])}
 end
 return {total, stock, redis.call('HLEN', KEYS[3]), redis.call('XLEN', KEYS[4]), redis.call('XLEN', KEYS[5])}

@@ -3,7 +3,8 @@
 -- ARGV: stock_total, limit, start_ms, end_ms, pay_ms, salt ('' keeps the stored one), new_salt
 --       (taken when creating with an empty salt), force ('1' redefines an activity whose window
 --       has opened), restock channel, activity id (published when the total rises, so that nodes
---       that flagged the activity sold out look again at once)
+--       that flagged the activity sold out look again at once), layout ('2' writes 'layout' 2 into
+--       an activity this call creates; '' none, layout 1; an existing activity keeps its layout)
 -- Reply: {stock_total, limit, start_ms, end_ms, pay_ms, salt} as stored; errors RUNNING, BELOW_SOLD,
 -- BUCKETS (the id is a split activity's parent: bucket_define.lua).
 local meta, stock = KEYS[1], KEYS[2]
@@ -18,6 +19,9 @@ if not old[1] then
   if salt == '' then salt = ARGV[7] end
   redis.call('HSET', meta, 'stock_total', total, 'limit', ARGV[2], 'start_ms', ARGV[3],
     'end_ms', ARGV[4], 'pay_ms', ARGV[5], 'salt', salt)
+  if ARGV[11] ~= '' then
+    redis.call('HSET', meta, 'layout', ARGV[11])
+  end
   redis.call('SET', stock, total)
   return {total, ARGV[2], ARGV[3], ARGV[4], ARGV[5], salt}
 end

@@ -2,13 +2,18 @@
 -- KEYS: meta, stock, buyers, released, resv
 -- ARGV: reservation_id, call token, restock channel, activity id
 -- Reply: 1 when this call (or an earlier attempt of it, with the same token) released, else 0.
--- Errors: UNKNOWN_ACTIVITY, NOT_FOUND.
+-- Errors: UNKNOWN_ACTIVITY, LAYOUT (a layout-2 activity, whose script is the _v2
+-- one: nothing written), NOT_FOUND.
 --
 -- released maps a reservation to the token of the call that released it: HSETNX is the
 -- exactly-once gate, and the token lets a transport-level retry of the winning call still learn
 -- that it won (with a plain set the retry would be told 0 and no caller would see 1).
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout')
+if not m[1] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
+end
+if m[2] then
+  return redis.error_reply('LAYOUT the activity is layout ' .. m[2])
 end
 local v = redis.call('HGET', KEYS[5], ARGV[1])
 if not v then

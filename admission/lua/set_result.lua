@@ -6,9 +6,14 @@
 -- pending_payment). The same folding as the memory store's foldResult.
 -- KEYS: meta, results
 -- ARGV: user, result JSON, its reservation id ('' for none), the most ids kept
--- Errors: UNKNOWN_ACTIVITY.
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- Errors: UNKNOWN_ACTIVITY, LAYOUT (a layout-2 activity, whose script is the _v2
+-- one: nothing written).
+local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout')
+if not m[1] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
+end
+if m[2] then
+  return redis.error_reply('LAYOUT the activity is layout ' .. m[2])
 end
 local user, rec, resv, max = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local lk = user .. '\0'

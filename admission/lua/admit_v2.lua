@@ -1,0 +1,212 @@
+-- Takes the admission decisions for a batch of requests to a layout-2 activity (docs/admission.md,
+-- "A one-field-per-user layout"): the same decisions as admit.lua, in the same order and with the
+-- same answers, on another key layout: one field per user in :users holds everything the user's
+-- wins need, one XADD per call carries all of the call's wins, and the stock is written once per
+-- call. It is the prototype of admission/testdata/wonlayout/admit.lua with the layout check and
+-- the :meta wins counter added. There is no :buyers, :req, :resv or "queued" record: release_v2.lua
+-- reads a win's quantity and user from its stream entry, set_result_v2.lua and the store's polls
+-- derive the "queued" records.
+--
+-- :users, field <user>: "<held> <folded>\n" then one record per win, oldest first:
+--   <length of the request id>:<request id><reservation id>;
+-- held is the items the user holds (admit.lua's :buyers), the records are the request ids' first
+-- answers (admit.lua's :req) and, in order, the user's reservation ids; folded counts the leading
+-- records whose "queued" result set_result_v2.lua has written into :results (a poll derives the
+-- others). A request id may hold any byte, hence its length.
+-- :orders gets one entry per call with wins: at <ms>, left <stock before the call>, then per win
+-- the pair <user>, "<qty> <request id>"; the k-th win of entry E (k from 1) is reservation "E-k",
+-- and its remaining (a replay's answer) is left less the qty of wins 1 to k. Entries are never
+-- deleted (dead letters are marked, not moved), so a replay can always read it.
+-- :meta field wins counts the wins ever appended to :orders (Snapshot.Queued, the queue's backlog).
+--
+-- KEYS: meta, stock, users, orders
+-- ARGV: user, qty, request_id, then the same three for each further request
+-- Reply: as admit.lua: {outcome, remaining, reservation_id, replayed} per request.
+-- Errors (for the whole batch): UNKNOWN_ACTIVITY, LAYOUT (the activity is not layout 2: nothing
+-- written), BAD_INPUT.
+--
+-- Every decision is taken before the first write. The writes, only for a call with a win or a
+-- replay, in this order: DECRBY (the first write: Redis refuses a script's write for OOM only
+-- while the script has written nothing, so it fails, if at all, with nothing written), HINCRBY
+-- meta wins, XADD, one HSET :users per user. A later write failing (a WRONGTYPE left by an
+-- operator) leaves stock taken for wins nobody was told of: undersold, never oversold.
+local m = redis.call('HMGET', KEYS[1], 'limit', 'start_ms', 'end_ms', 'layout')
+if not m[1] then
+  return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
+end
+if m[4] ~= '2' then
+  return redis.error_reply('LAYOUT the activity is not layout 2')
+end
+local nargv = #ARGV
+if nargv == 0 or nargv % 3 ~= 0 then
+  return redis.error_reply('BAD_INPUT want user, qty, request id triples')
+end
+local limit = tonumber(m[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local closed = 0
+if now < tonumber(m[2]) then
+  closed = 4
+elseif now >= tonumber(m[3]) then
+  closed = 5
+end
+local stock_s = redis.call('GET', KEYS[2])
+local stock0 = tonumber(stock_s)
+local left = stock0
+local sub, find, format = string.sub, string.find, string.format
+local EMPTY = {}
+
+-- answer_in returns the reservation id that request id rid won, from the user's field v, or nil.
+local function answer_in(v, rid)
+  local p = find(v, '\n', 1, true) + 1
+  local n, rl = #v, #rid
+  while p <= n do
+    local len, q = string.match(v, '^(%d+):()', p)
+    len = tonumber(len)
+    local e = find(v, ';', q + len, true)
+    if len == rl and sub(v, q, q + len - 1) == rid then
+      return sub(v, q + len, e - 1)
+    end
+    p = e + 1
+  end
+  return nil
+end
+
+-- remaining_of returns the stock left after the win of reservation id resv, from its stream entry.
+local function remaining_of(resv)
+  local e, k = string.match(resv, '^(%d+%-%d+)%-(%d+)$')
+  local f = redis.call('XRANGE', KEYS[4], e, e)[1][2]
+  local r = tonumber(f[4])
+  for j = 1, tonumber(k) do
+    r = r - tonumber(string.match(f[4 + 2 * j], '^%d+'))
+  end
+  return r
+end
+
+local last, prev = {}, {}     -- user -> the user's latest win in this call; win -> their one before
+-- Per win: user, qty, request id, remaining, held, the user's field as read; reply slots.
+local wu, wq, wr, wl, wh, wv, wp = {}, {}, {}, {}, {}, {}, {}
+local rewrite = nil           -- user -> field, for replays: their stored answers are written again
+local out, n, nw = {}, 0, 0
+
+for i = 1, nargv, 3 do
+  local user, qs, rid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local qty = 1
+  if qs ~= '1' then qty = tonumber(qs) end
+  -- A user's second request in this call: nothing was written yet, so read again, unless they won.
+  local k = last[user]
+  local v
+  if k then
+    v = wv[k]
+  else
+    v = redis.call('HGET', KEYS[3], user) or false
+  end
+  local first
+  if v then first = answer_in(v, rid) end
+  while not first and k do
+    if wr[k] == rid then break end
+    k = prev[k]
+  end
+  if first then
+    rewrite = rewrite or {}
+    rewrite[user] = v
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, remaining_of(first), first, 1
+  elseif k then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, wl[k], '', 1
+    wp[#wp + 1] = n + 3
+    wp[#wp + 1] = k
+  elseif closed ~= 0 then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = closed, left, '', 0
+  elseif qty > limit then
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 0, left, '', 0
+  else
+    local held = 0
+    local lk = last[user]
+    if lk then
+      held = wh[lk]
+    elseif v then
+      held = tonumber(string.match(v, '^%d+'))
+    end
+    if held + qty > limit then
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 3, left, '', 0
+    elseif left < qty then
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 2, left, '', 0
+    else
+      left = left - qty
+      nw = nw + 1
+      wu[nw], wq[nw], wr[nw], wl[nw], wh[nw], wv[nw] = user, qs, rid, left, held + qty, v
+      prev[nw], last[user] = lk, nw
+      out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, left, '', 0
+      wp[#wp + 1] = n + 3
+      wp[#wp + 1] = nw
+    end
+  end
+  n = n + 4
+end
+
+if nw > 0 then
+  -- Decimal strings of small integers (win numbers, request id lengths): a number turned into a
+  -- string costs Lua a sprintf (about 2,500 instructions); a table of constants, a few per entry.
+  local IDX = EMPTY
+  if nw >= 8 then
+    IDX = {'1','2','3','4','5','6','7','8','9','10','11','12','13','14','15','16','17','18','19','20','21','22','23','24','25','26','27','28','29','30','31','32','33','34','35','36','37','38','39','40','41','42','43','44','45','46','47','48','49','50','51','52','53','54','55','56','57','58','59','60','61','62','63','64'}
+  end
+  redis.call('DECRBY', KEYS[2], stock0 - left)
+  redis.call('HINCRBY', KEYS[1], 'wins', nw)
+  local x, xn = {KEYS[4], '*', 'at', now, 'left', stock_s}, 6
+  for k = 1, nw do
+    x[xn + 1], x[xn + 2] = wu[k], wq[k] .. ' ' .. wr[k]
+    xn = xn + 2
+  end
+  local e = redis.call('XADD', unpack(x)) .. '-'
+  local ids = {}
+  for k = 1, nw do
+    ids[k] = e .. (IDX[k] or format('%d', k))
+  end
+  for j = 1, #wp, 2 do
+    out[wp[j]] = ids[wp[j + 1]]
+  end
+  for k = 1, nw do
+    local user = wu[k]
+    if last[user] == k then
+      local r = wr[k]
+      local rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[k] .. ';'
+      local j = prev[k]
+      while j do
+        r = wr[j]
+        rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[j] .. ';' .. rec
+        j = prev[j]
+      end
+      local v = wv[k]
+      local held = wh[k]
+      if held == 1 then held = '1' else held = format('%d', held) end
+      if v then
+        local nl = find(v, '\n', 1, true)
+        v = held .. ' ' .. string.match(v, '^%d+ (%d+)') .. sub(v, nl) .. rec
+      else
+        v = held .. ' 0\n' .. rec
+      end
+      redis.call('HSET', KEYS[3], user, v)
+      if rewrite then rewrite[user] = nil end
+    end
+  end
+end
+if rewrite then
+  -- A replay writes the stored answers again, unchanged (replicas_ack, as admit.lua does).
+  for user, v in pairs(rewrite) do
+    redis.call('HSET', KEYS[3], user, v)
+  end
+end
+
+-- As admit.lua: make the per-win hashes hash tables on the activity's first win.
+if nw > 0 then
+  local enc = redis.call('OBJECT', 'ENCODING', KEYS[3])
+  if enc == 'listpack' or enc == 'ziplist' then
+    local pad = string.rep('\0', 8193)
+    for _, key in ipairs({KEYS[3]}) do
+      redis.call('HSET', key, pad, '')
+      redis.call('HDEL', key, pad)
+    end
+  end
+end
+return out
