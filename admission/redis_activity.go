@@ -16,7 +16,7 @@ import (
 const redisMaxCount = 1 << 53
 
 // redisActivityKeyNames lists every key an activity owns, meta first (delete.lua relies on it).
-var redisActivityKeyNames = [...]string{"meta", "stock", "buyers", "req", "orders", "dead", "released", "resv", "results"}
+var redisActivityKeyNames = [...]string{"meta", "stock", "buyers", "req", "orders", "dead", "released", "resv", "results", "acked"}
 
 // Define creates or redefines an activity (see Store.Define). The window check uses the Redis
 // server's clock. A new salt is drawn here and used only when the activity is created without one.
