@@ -10,21 +10,24 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
 end
 local want = tonumber(ARGV[4])
-local out, got, layout2 = {}, 0, nil
+local out, got = {}, 0
 local cursor = '0-0'
+-- The stream's first entry tells its layout (an activity keeps one for its life), so that a
+-- layout-1 claim asks for all it wants at once and a layout-2 one for an entry at a time.
+local first = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)[1]
+local layout2 = first ~= nil and first[2][3] == 'left'
 -- XAUTOCLAIM scans up to ten times its COUNT of the pending list per call. The scan is bounded
 -- to eight calls' worth of COUNT count (80 * count entries), so that idle entries behind busy
 -- ones are found without holding the server for long, whether the calls claim count or one.
 local budget = 8 * want
 while got < want and budget > 0 do
-  local step = 1
-  if layout2 == false then step = want - got end
+  local step = want - got
+  if layout2 then step = 1 end
   budget = budget - step
   local r = redis.call('XAUTOCLAIM', KEYS[2], ARGV[1], ARGV[2], ARGV[3], cursor, 'COUNT', step)
   for _, e in ipairs(r[2]) do
     local f = e and e[2]
     if f then
-      if layout2 == nil then layout2 = f[3] == 'left' end
       local p = redis.call('XPENDING', KEYS[2], ARGV[1], e[1], e[1], 1)
       local d = p[1] and p[1][4] or 1
       if f[3] == 'left' then
