@@ -111,6 +111,9 @@ func (s *RedisStore) readGroupOn(ctx context.Context, activity, on, group, consu
 // slices with a context check between them.
 func (s *RedisStore) readNew(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration) ([]Win, error) {
 	keys := []string{s.key(on, "meta"), s.key(on, "orders")}
+	if l, _ := s.queueLayout.Load(keys[1]); l == 1 {
+		return s.readNewLayout1(ctx, activity, on, group, consumer, count, block)
+	}
 	deadline := time.Now().Add(block)
 	for {
 		reply, err := s.runDelivery(ctx, "read group", activity, scriptReadNew, luaReadNew, keys, group, consumer, count)
@@ -119,6 +122,7 @@ func (s *RedisStore) readNew(ctx context.Context, activity, on, group, consumer 
 		}
 		top, empty := readNewTop(reply)
 		if !empty {
+			s.queueLayout.Store(keys[1], entriesLayout(reply))
 			return redisParseEntries(activity, reply)
 		}
 		wait := min(time.Until(deadline), readBlockSlice)
@@ -128,6 +132,113 @@ func (s *RedisStore) readNew(ctx context.Context, activity, on, group, consumer 
 		err = s.client.XRead(ctx, &redis.XReadArgs{Streams: []string{keys[1], top}, Count: 1, Block: wait}).Err()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// entriesLayout tells the layout of a delivery script's entries by the first one: 2 when its
+// second field is left, else 1.
+func entriesLayout(reply []any) int {
+	if t, ok := reply[0].([]any); ok && len(t) >= 3 {
+		if f, ok := t[2].([]any); ok && len(f) >= 3 && f[2] == "left" {
+			return 2
+		}
+	}
+	return 1
+}
+
+// readNewLayout1 reads new entries of a stream the store has seen to be layout 1 as before
+// read_new.lua: a plain XREADGROUP of count entries, one win each, which costs the server less
+// than half of the script's time (docs/admission.md, "The wins queue"). The note can be stale
+// (the activity deleted and defined again on layout 2): an entry of layout 2 among those read
+// turns the note to 2 and answers an error, and the consumer's re-read of its pending entries,
+// a script, delivers them whole and in order.
+func (s *RedisStore) readNewLayout1(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration) ([]Win, error) {
+	streams, err := s.readNewPlain(ctx, on, group, consumer, count, block)
+	if err != nil {
+		return nil, s.noGroupErr(ctx, on, err)
+	}
+	var wins []Win
+	for _, st := range streams {
+		for _, m := range st.Messages {
+			if m.Values == nil { // deleted from the stream while pending
+				continue
+			}
+			if _, ok := m.Values["left"]; ok {
+				s.queueLayout.Store(s.key(on, "orders"), 2)
+				return nil, fmt.Errorf("%w: the wins stream is of layout 2 now: its entries just read are pending, to be re-read", ErrLayoutChanged)
+			}
+			w, err := redisParseWin(activity, m.ID, 1, func(f string) string { v, _ := m.Values[f].(string); return v })
+			if err != nil {
+				return nil, err
+			}
+			wins = append(wins, w)
+		}
+	}
+	return wins, nil
+}
+
+// ErrLayoutChanged: a read of new entries met a wins stream of another layout than the one the
+// store had seen on it (the activity was deleted and defined again); the entries it took are the
+// consumer's pending ones, which a pending read delivers.
+var ErrLayoutChanged = errors.New("wins stream layout changed")
+
+// readNewPlain reads new entries with a plain XREADGROUP, waiting up to block. go-redis cannot interrupt a blocking command
+// when ctx is canceled, so a long wait is cut into slices with a context check between them.
+// With ReplicasAck the read and its WAIT go together (readGroupAcked), in shorter slices when
+// the client's read timeout asks for it, or polled when it leaves no room to block.
+func (s *RedisStore) readNewPlain(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
+	if s.ack != nil {
+		return s.readNewAcked(ctx, activity, group, consumer, count, block)
+	}
+	slice := readBlockSlice
+	for {
+		args := &redis.XReadGroupArgs{
+			Group:    group,
+			Consumer: consumer,
+			Streams:  []string{s.key(activity, "orders"), ">"},
+			Count:    int64(count),
+			Block:    -1, // go-redis sends BLOCK for any value >= 0, and BLOCK 0 waits forever
+		}
+		wait := min(block, slice)
+		if wait > 0 {
+			args.Block = wait
+		}
+		streams, err := s.client.XReadGroup(ctx, args).Result()
+		if errors.Is(err, redis.Nil) {
+			err = nil
+		}
+		if err != nil || len(streams) > 0 {
+			return streams, err
+		}
+		if block -= wait; block <= 0 {
+			return nil, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// readNewAcked is readNewPlain with ReplicasAck.
+func (s *RedisStore) readNewAcked(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
+	for {
+		wait := min(block, s.ack.readBlock)
+		streams, err := s.readGroupAcked(ctx, activity, s.key(activity, "orders"), group, consumer, count, wait)
+		if err != nil || len(streams) > 0 {
+			return streams, err
+		}
+		if s.ack.readBlock == 0 { // the read did not block: wait here
+			wait = min(block, bucketReadPoll)
+			if wait > 0 && !sleepCtx(ctx, wait) {
+				return nil, ctx.Err()
+			}
+		}
+		if block -= wait; block <= 0 {
+			return nil, nil
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -346,6 +457,19 @@ func (s *RedisStore) deadLettersOn(ctx context.Context, activity, on string, cou
 		wins = append(wins, w)
 	}
 	return wins, nil
+}
+
+// noGroupErr tells a missing group (ErrNotFound) from a missing activity: XREADGROUP answers
+// NOGROUP for both.
+func (s *RedisStore) noGroupErr(ctx context.Context, activity string, err error) error {
+	var re redis.Error
+	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "NOGROUP") {
+		return err
+	}
+	if n, xerr := s.client.Exists(ctx, s.key(activity, "meta")).Result(); xerr == nil && n == 0 {
+		return ErrUnknownActivity
+	}
+	return redisScriptErr(err)
 }
 
 // mustExist returns ErrUnknownActivity (wrapped with op) when the activity has no definition.

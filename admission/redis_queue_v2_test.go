@@ -429,3 +429,70 @@ func TestRedisQueueLayout2ConcurrentAcks(t *testing.T) {
 		t.Fatalf(":acked = %v, %v", f, err)
 	}
 }
+
+// TestRedisQueueLayoutNote: a layout-1 stream, once the store has read it, is read with a plain
+// XREADGROUP (no script); when the activity is deleted and defined again on layout 2, the stale
+// note costs one read that answers ErrLayoutChanged, and the consumer's pending read delivers
+// the wins it took, whole and in order.
+func TestRedisQueueLayoutNote(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	s, raw := v2Store(t, &redis.Options{Addr: srv.Addr}, RedisOptions{})
+	now := time.Now()
+	a := Activity{ID: "ln", Stock: 10, Limit: 1, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"a", "b"} {
+		if d, err := s.Admit(ctx, Request{Activity: "ln", User: u, Qty: 1, RequestID: "r" + u}); err != nil || d.Outcome != Won {
+			t.Fatalf("admit %s = %+v, %v", u, d, err)
+		}
+	}
+	if err := s.EnsureGroup(ctx, "ln", "g"); err != nil {
+		t.Fatal(err)
+	}
+	scripts := func() int64 {
+		info := raw.Info(ctx, "commandstats").Val()
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+				var n int64
+				_, _ = fmt.Sscan(strings.SplitN(v, ",", 2)[0], &n)
+				return n
+			}
+		}
+		return 0
+	}
+	ws, err := s.ReadGroup(ctx, "ln", "g", "c", 1, 0, false)
+	if err != nil || len(ws) != 1 || ws[0].User != "a" {
+		t.Fatalf("first read = %+v, %v", ws, err)
+	}
+	before := scripts()
+	ws, err = s.ReadGroup(ctx, "ln", "g", "c", 1, 0, false)
+	if err != nil || len(ws) != 1 || ws[0].User != "b" {
+		t.Fatalf("second read = %+v, %v", ws, err)
+	}
+	if n := scripts() - before; n != 0 {
+		t.Fatalf("the second read of a layout-1 stream ran %d scripts, want a plain XREADGROUP", n)
+	}
+
+	if err := s.Delete(ctx, "ln", true); err != nil {
+		t.Fatal(err)
+	}
+	q := newV2Queue(t, s, raw, "ln", 10, 1, 0)
+	if err := s.EnsureGroup(ctx, "ln", "g"); err != nil {
+		t.Fatal(err)
+	}
+	e := q.call(t, "ln", "u1", "1", "x1", "u1x", "1", "x2")
+	if _, err := s.ReadGroup(ctx, "ln", "g", "c", 10, 0, false); !errors.Is(err, ErrLayoutChanged) {
+		t.Fatalf("read with a stale note: %v, want ErrLayoutChanged", err)
+	}
+	ws, err = s.ReadGroup(ctx, "ln", "g", "c", 10, 0, true)
+	wantWins(t, "pending read after the stale note", ws, err, e+"-1 u1 1 x1 d2", e+"-2 u1x 1 x2 d2")
+	ws, err = s.ReadGroup(ctx, "ln", "g", "c", 10, 0, false)
+	wantWins(t, "read of new entries after the note turned", ws, err)
+	q.call(t, "ln", "u2", "1", "x3")
+	ws, err = s.ReadGroup(ctx, "ln", "g", "c", 10, 0, false)
+	if err != nil || len(ws) != 1 || ws[0].User != "u2" {
+		t.Fatalf("read = %+v, %v; want u2's win", ws, err)
+	}
+}
