@@ -111,6 +111,9 @@ type RedisStore struct {
 	// afterPull, when set (tests only), runs after a pull moved stock into an admission's home
 	// bucket and before the admission tries again: a test makes other buyers win that stock.
 	afterPull func(activity string, home int)
+	// queueLayout notes per wins stream key the layout (1 or 2) its last read of new entries
+	// saw, so that a layout-1 stream is read with a plain XREADGROUP (redis_queue.go, readNew).
+	queueLayout sync.Map
 	// bucketReadStart rotates the bucket a queue sweep starts at, so that a busy bucket does
 	// not starve the others of a reader asking for few entries.
 	bucketReadStart atomic.Uint32

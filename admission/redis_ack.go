@@ -50,12 +50,13 @@ const (
 // replicasAck sends writes with their WAIT.
 type replicasAck struct {
 	n, timeoutMs int64
-	single       *redis.Client        // a single server or Sentinel's failover client
-	cluster      *redis.ClusterClient // or a cluster
-	// readBlock is how long a stream read pipelined with its WAIT may block: both answers must
-	// arrive within the client's read timeout, which covers a pipeline's replies together. 0:
-	// the read does not block and the store polls (a read timeout too short for both).
+	// readBlock is how long a plain stream read (layout 1) pipelined with its WAIT may block:
+	// both answers must arrive within the client's read timeout, which covers a pipeline's
+	// replies together. 0: the read does not block and the store polls (a read timeout too
+	// short for both).
 	readBlock time.Duration
+	single    *redis.Client        // a single server or Sentinel's failover client
+	cluster   *redis.ClusterClient // or a cluster
 
 	waits, shortfalls atomic.Uint64
 }
@@ -167,9 +168,12 @@ func (s *RedisStore) readGroupAcked(ctx context.Context, activity, key, group, c
 	return streams, nil
 }
 
-// runDelivery runs a script that delivers pending entries (read_pending.lua, claim.lua). With
-// ReplicasAck a WAIT follows it on the same connection, and the reply is returned only when
-// that many replicas acknowledged; op names the call in errors.
+// runDelivery runs a script that delivers entries (read_new.lua, read_pending.lua, claim.lua).
+// With ReplicasAck a WAIT follows it on the same connection, and a reply that delivered entries
+// is returned only when that many replicas acknowledged: the script's write (the delivery, which
+// replication carries after the entries' XADDs) is then on them, and so are the entries. Entries
+// the replicas did not confirm stay pending in the group, and a *ReplicationError tells the
+// caller to re-read its pending entries later. op names the call in errors.
 func (s *RedisStore) runDelivery(ctx context.Context, op, activity string, script *redis.Script, src string, keys []string, args ...any) ([]any, error) {
 	if s.ack == nil {
 		return script.Run(ctx, s.client, keys, args...).Slice()
@@ -181,10 +185,20 @@ func (s *RedisStore) runDelivery(ctx context.Context, op, activity string, scrip
 		return nil, err
 	case waitErr != nil:
 		return nil, waitErr
-	case len(reply) > 0 && acked < s.ack.n:
+	case delivered(reply) && acked < s.ack.n:
 		return nil, &ReplicationError{Op: op, Activity: activity, Wanted: s.ack.n, Acked: acked}
 	}
 	return reply, nil
+}
+
+// delivered reports whether a delivery script's reply holds entries (read_new.lua answers
+// {top}, a string, when it delivered none).
+func delivered(reply []any) bool {
+	if len(reply) == 0 {
+		return false
+	}
+	_, entry := reply[0].([]any)
+	return entry
 }
 
 // ReplicaAcks reports how many WAITs the store has sent for RedisOptions.ReplicasAck and how

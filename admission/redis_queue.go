@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	_ "embed" // the queue's scripts ship inside the binary
 	"errors"
 	"fmt"
 	"strconv"
@@ -9,6 +10,26 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+)
+
+// The wins queue's scripts beside the store's own (redis_scripts.go): package-level, as a
+// redis.Script is immutable and shared safely. Layout 2 (one stream entry per admission call,
+// a pair of fields per win: docs/admission.md, "The wins queue") is told apart by what the
+// scripts read: an entry whose second field is left, a win id of three dash-separated parts.
+var (
+	//go:embed lua/read_new.lua
+	luaReadNew string
+	//go:embed lua/ack_v2.lua
+	luaAckV2 string
+	//go:embed lua/dead_letter_v2.lua
+	luaDeadLetterV2 string
+	//go:embed lua/backlog.lua
+	luaBacklog string
+
+	scriptReadNew      = redis.NewScript(luaReadNew)
+	scriptAckV2        = redis.NewScript(luaAckV2)
+	scriptDeadLetterV2 = redis.NewScript(luaDeadLetterV2)
+	scriptBacklog      = redis.NewScript(luaBacklog)
 )
 
 // Bounds on consumer group and consumer names and on dead-letter reasons, which are stored.
@@ -41,9 +62,11 @@ func (s *RedisStore) ensureGroupOn(ctx context.Context, activity, on, group stri
 	return nil
 }
 
-// ReadGroup delivers entries to consumer (see Queue.ReadGroup). New entries are read with a plain
-// XREADGROUP, which may block; a consumer's pending entries are re-read by a script that also
-// returns their delivery counts.
+// ReadGroup delivers wins to consumer (see Queue.ReadGroup), up to count of them: a layout-2
+// entry carries all the wins of one admission call and is delivered whole, so the last entry
+// read may carry the read past count (lua/read_new.lua). Both new and pending entries are read
+// by scripts, which also return delivery counts and acknowledged wins; a read that finds nothing
+// new waits for the next entry with a plain blocking XREAD, then reads again.
 func (s *RedisStore) ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
 	if err := redisCheckQueue(activity, group, consumer); err != nil {
 		return nil, fmt.Errorf("read group: %w", err)
@@ -64,7 +87,7 @@ func (s *RedisStore) ReadGroup(ctx context.Context, activity, group, consumer st
 func (s *RedisStore) readGroupOn(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
 	if pending {
 		reply, err := s.runDelivery(ctx, "read pending", activity, s.readPending, luaReadPending,
-			[]string{s.key(on, "meta"), s.key(on, "orders")}, group, consumer, count)
+			[]string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "acked")}, group, consumer, count)
 		if err != nil {
 			return nil, fmt.Errorf("read pending %s %s: %w", activity, group, redisScriptErr(err))
 		}
@@ -74,10 +97,69 @@ func (s *RedisStore) readGroupOn(ctx context.Context, activity, on, group, consu
 		}
 		return wins, nil
 	}
-
-	streams, err := s.readNew(ctx, on, group, consumer, count, block)
+	wins, err := s.readNew(ctx, activity, on, group, consumer, count, block)
 	if err != nil {
-		return nil, fmt.Errorf("read group %s %s: %w", activity, group, s.noGroupErr(ctx, on, err))
+		return nil, fmt.Errorf("read group %s %s: %w", activity, group, err)
+	}
+	return wins, nil
+}
+
+// readNew delivers new entries with read_new.lua (through runDelivery, so with ReplicasAck its
+// WAIT follows it). When there are none and block allows, it waits for the stream to grow past
+// the last entry the script saw, with a plain XREAD that delivers nothing, and reads again.
+// go-redis cannot interrupt a blocking command when ctx is canceled, so a long wait is cut into
+// slices with a context check between them.
+func (s *RedisStore) readNew(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration) ([]Win, error) {
+	keys := []string{s.key(on, "meta"), s.key(on, "orders")}
+	if l, _ := s.queueLayout.Load(keys[1]); l == 1 {
+		return s.readNewLayout1(ctx, activity, on, group, consumer, count, block)
+	}
+	deadline := time.Now().Add(block)
+	for {
+		reply, err := s.runDelivery(ctx, "read group", activity, scriptReadNew, luaReadNew, keys, group, consumer, count)
+		if err != nil {
+			return nil, redisScriptErr(err)
+		}
+		top, empty := readNewTop(reply)
+		if !empty {
+			s.queueLayout.Store(keys[1], entriesLayout(reply))
+			return redisParseEntries(activity, reply)
+		}
+		wait := min(time.Until(deadline), readBlockSlice)
+		if wait < time.Millisecond {
+			return nil, nil
+		}
+		err = s.client.XRead(ctx, &redis.XReadArgs{Streams: []string{keys[1], top}, Count: 1, Block: wait}).Err()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return nil, err
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// entriesLayout tells the layout of a delivery script's entries by the first one: 2 when its
+// second field is left, else 1.
+func entriesLayout(reply []any) int {
+	if t, ok := reply[0].([]any); ok && len(t) >= 3 {
+		if f, ok := t[2].([]any); ok && len(f) >= 3 && f[2] == "left" {
+			return 2
+		}
+	}
+	return 1
+}
+
+// readNewLayout1 reads new entries of a stream the store has seen to be layout 1 as before
+// read_new.lua: a plain XREADGROUP of count entries, one win each, which costs the server less
+// than half of the script's time (docs/admission.md, "The wins queue"). The note can be stale
+// (the activity deleted and defined again on layout 2): an entry of layout 2 among those read
+// turns the note to 2 and answers an error, and the consumer's re-read of its pending entries,
+// a script, delivers them whole and in order.
+func (s *RedisStore) readNewLayout1(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration) ([]Win, error) {
+	streams, err := s.readNewPlain(ctx, on, group, consumer, count, block)
+	if err != nil {
+		return nil, s.noGroupErr(ctx, on, err)
 	}
 	var wins []Win
 	for _, st := range streams {
@@ -85,9 +167,13 @@ func (s *RedisStore) readGroupOn(ctx context.Context, activity, on, group, consu
 			if m.Values == nil { // deleted from the stream while pending
 				continue
 			}
+			if _, ok := m.Values["left"]; ok {
+				s.queueLayout.Store(s.key(on, "orders"), 2)
+				return nil, fmt.Errorf("%w: the wins stream is of layout 2 now: its entries just read are pending, to be re-read", ErrLayoutChanged)
+			}
 			w, err := redisParseWin(activity, m.ID, 1, func(f string) string { v, _ := m.Values[f].(string); return v })
 			if err != nil {
-				return nil, fmt.Errorf("read group %s %s: %w", activity, group, err)
+				return nil, err
 			}
 			wins = append(wins, w)
 		}
@@ -95,11 +181,16 @@ func (s *RedisStore) readGroupOn(ctx context.Context, activity, on, group, consu
 	return wins, nil
 }
 
-// readNew reads new entries, waiting up to block. go-redis cannot interrupt a blocking command
+// ErrLayoutChanged: a read of new entries met a wins stream of another layout than the one the
+// store had seen on it (the activity was deleted and defined again); the entries it took are the
+// consumer's pending ones, which a pending read delivers.
+var ErrLayoutChanged = errors.New("wins stream layout changed")
+
+// readNewPlain reads new entries with a plain XREADGROUP, waiting up to block. go-redis cannot interrupt a blocking command
 // when ctx is canceled, so a long wait is cut into slices with a context check between them.
 // With ReplicasAck the read and its WAIT go together (readGroupAcked), in shorter slices when
 // the client's read timeout asks for it, or polled when it leaves no room to block.
-func (s *RedisStore) readNew(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
+func (s *RedisStore) readNewPlain(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
 	if s.ack != nil {
 		return s.readNewAcked(ctx, activity, group, consumer, count, block)
 	}
@@ -132,7 +223,7 @@ func (s *RedisStore) readNew(ctx context.Context, activity, group, consumer stri
 	}
 }
 
-// readNewAcked is readNew with ReplicasAck.
+// readNewAcked is readNewPlain with ReplicasAck.
 func (s *RedisStore) readNewAcked(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
 	for {
 		wait := min(block, s.ack.readBlock)
@@ -153,6 +244,15 @@ func (s *RedisStore) readNewAcked(ctx context.Context, activity, group, consumer
 			return nil, err
 		}
 	}
+}
+
+// readNewTop reads read_new.lua's reply for "nothing delivered": {top}, the stream's last id.
+func readNewTop(reply []any) (string, bool) {
+	if len(reply) != 1 {
+		return "", false
+	}
+	top, ok := reply[0].(string)
+	return top, ok
 }
 
 // sleepCtx waits d or until ctx is done, reporting whether the full wait elapsed.
@@ -189,11 +289,62 @@ func (s *RedisStore) Ack(ctx context.Context, activity, group string, ids ...str
 	return err
 }
 
+// ackOn acknowledges ids of on's stream: layout-1 entry ids with XACK, layout-2 win ids
+// ("E-k") with ack_v2.lua, which XACKs an entry once all its wins are acknowledged.
 func (s *RedisStore) ackOn(ctx context.Context, activity, on, group string, ids []string) error {
-	if err := s.client.XAck(ctx, s.key(on, "orders"), group, ids...).Err(); err != nil {
-		return fmt.Errorf("ack %s %s: %w", activity, group, err)
+	var plain []string
+	wins := []any{group}
+	for _, id := range ids {
+		if e, k, ok := splitWinID(id); ok {
+			wins = append(wins, e, k)
+		} else {
+			plain = append(plain, id)
+		}
+	}
+	if len(plain) > 0 {
+		if err := s.client.XAck(ctx, s.key(on, "orders"), group, plain...).Err(); err != nil {
+			return fmt.Errorf("ack %s %s: %w", activity, group, err)
+		}
+	}
+	if len(wins) > 1 {
+		keys := []string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "acked")}
+		if err := scriptAckV2.Run(ctx, s.client, keys, wins...).Err(); err != nil {
+			return fmt.Errorf("ack %s %s: %w", activity, group, redisScriptErr(err))
+		}
 	}
 	return nil
+}
+
+// splitWinID cuts a layout-2 win id "<ms>-<seq>-<k>" into its entry id and its win number k
+// in canonical decimal (0 names no win, which the scripts leave alone, as XACK an unknown id);
+// ok is false for anything else, a layout-1 entry id "<ms>-<seq>" among them.
+func splitWinID(id string) (entry, k string, ok bool) {
+	dash := strings.LastIndexByte(id, '-')
+	if dash <= 0 || strings.Count(id, "-") != 2 {
+		return "", "", false
+	}
+	n, err := strconv.ParseUint(id[dash+1:], 10, 31)
+	if err != nil || !allDigits(id[:dash], true) {
+		return "", "", false
+	}
+	return id[:dash], strconv.FormatUint(n, 10), true
+}
+
+// allDigits reports whether v is decimal digits, with one dash between two runs when dash is set.
+func allDigits(v string, dash bool) bool {
+	if dash {
+		a, b, ok := strings.Cut(v, "-")
+		return ok && allDigits(a, false) && allDigits(b, false)
+	}
+	if v == "" {
+		return false
+	}
+	for _, c := range []byte(v) {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // Claim transfers to consumer the entries pending longer than minIdle, with their delivery counts
@@ -215,7 +366,7 @@ func (s *RedisStore) Claim(ctx context.Context, activity, group, consumer string
 
 func (s *RedisStore) claimOn(ctx context.Context, activity, on, group, consumer string, minIdle time.Duration, count int) ([]Win, error) {
 	reply, err := s.runDelivery(ctx, "claim", activity, s.claim, luaClaim,
-		[]string{s.key(on, "meta"), s.key(on, "orders")}, group, consumer, minIdle.Milliseconds(), count)
+		[]string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "acked")}, group, consumer, minIdle.Milliseconds(), count)
 	if err != nil {
 		return nil, fmt.Errorf("claim %s %s: %w", activity, group, redisScriptErr(err))
 	}
@@ -228,7 +379,9 @@ func (s *RedisStore) claimOn(ctx context.Context, activity, on, group, consumer 
 
 // DeadLetter moves an entry to the dead-letter stream and acknowledges it in one script. The
 // entry is copied from the wins stream, not from w, so only w.ID matters. An entry that is no
-// longer pending in the group is left alone, which makes a repeated call harmless.
+// longer pending in the group is left alone, which makes a repeated call harmless. A layout-2
+// win ("E-k") is copied alone and acknowledged as Ack does (lua/dead_letter_v2.lua); its entry
+// stays in the wins stream, where releases and replays read it.
 func (s *RedisStore) DeadLetter(ctx context.Context, activity, group string, w Win, reason string) error {
 	if err := redisCheckQueue(activity, group, "-"); err != nil {
 		return fmt.Errorf("dead letter: %w", err)
@@ -254,7 +407,14 @@ func (s *RedisStore) DeadLetter(ctx context.Context, activity, group string, w W
 
 func (s *RedisStore) deadLetterOn(ctx context.Context, activity, on, group, id, reason string) error {
 	keys := []string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "dead")}
-	if err := s.deadLetter.Run(ctx, s.client, keys, group, id, reason).Err(); err != nil {
+	var err error
+	if e, k, ok := splitWinID(id); ok {
+		keys = append(keys, s.key(on, "acked"))
+		err = scriptDeadLetterV2.Run(ctx, s.client, keys, group, e, k, reason).Err()
+	} else {
+		err = s.deadLetter.Run(ctx, s.client, keys, group, id, reason).Err()
+	}
+	if err != nil {
 		return fmt.Errorf("dead letter %s %s: %w", activity, id, redisScriptErr(err))
 	}
 	return nil
@@ -334,33 +494,79 @@ func redisCheckQueue(activity, group, consumer string) error {
 	return redisCheckName("consumer", consumer, maxQueueName)
 }
 
-// redisParseEntries reads the scripts' {{id, deliveries, {field, value, ...}}, ...}.
+// redisParseEntries reads the scripts' {{id, deliveries, {field, value, ...}, acked}, ...}
+// (acked optional) into wins: one per layout-1 entry, and one per win of a layout-2 entry that
+// is not among its acknowledged ones.
 func redisParseEntries(activity string, reply []any) ([]Win, error) {
 	wins := make([]Win, 0, len(reply))
 	for _, e := range reply {
 		t, ok := e.([]any)
-		if !ok || len(t) != 3 {
+		if !ok || len(t) < 3 || len(t) > 4 {
 			return nil, fmt.Errorf("malformed entry %v", e)
 		}
 		id, ok1 := t[0].(string)
 		n, ok2 := t[1].(int64)
 		flat, ok3 := t[2].([]any)
+		acked := ""
+		if len(t) == 4 {
+			acked, _ = t[3].(string)
+		}
 		if !ok1 || !ok2 || !ok3 {
 			return nil, fmt.Errorf("malformed entry %v", e)
 		}
+		fields := make([]string, len(flat))
+		for i, f := range flat {
+			fields[i], _ = f.(string)
+		}
+		var err error
+		wins, err = appendEntryWins(wins, activity, id, n, fields, acked)
+		if err != nil {
+			return nil, err
+		}
+	}
+	return wins, nil
+}
+
+// appendEntryWins appends the wins of the stream entry id (its fields in order, delivered n
+// times) to wins. A layout-2 entry (at, left, then a user and "<qty> <request id>" pair per
+// win) gives win k the id "id-k", leaving out the k listed in acked (",k1,k2,...,").
+func appendEntryWins(wins []Win, activity, id string, n int64, fields []string, acked string) ([]Win, error) {
+	if len(fields) < 4 || fields[2] != "left" {
 		w, err := redisParseWin(activity, id, n, func(f string) string {
-			for i := 0; i+1 < len(flat); i += 2 {
-				if k, _ := flat[i].(string); k == f {
-					v, _ := flat[i+1].(string)
-					return v
+			for i := 0; i+1 < len(fields); i += 2 {
+				if fields[i] == f {
+					return fields[i+1]
 				}
 			}
 			return ""
 		})
 		if err != nil {
-			return nil, err
+			return wins, err
 		}
-		wins = append(wins, w)
+		return append(wins, w), nil
+	}
+	if fields[0] != "at" || len(fields)%2 != 0 {
+		return wins, fmt.Errorf("entry %s: malformed layout-2 entry", id)
+	}
+	at, err := strconv.ParseInt(fields[1], 10, 64)
+	if err != nil {
+		return wins, fmt.Errorf("entry %s: at: %w", id, err)
+	}
+	for k, i := 1, 4; i+1 < len(fields); k, i = k+1, i+2 {
+		ks := strconv.Itoa(k)
+		if acked != "" && strings.Contains(acked, ","+ks+",") {
+			continue
+		}
+		qs, req, ok := strings.Cut(fields[i+1], " ")
+		qty, err := strconv.ParseInt(qs, 10, 64)
+		if !ok || err != nil {
+			return wins, fmt.Errorf("entry %s: win %d: malformed qty and request id %q", id, k, fields[i+1])
+		}
+		wid := id + "-" + ks
+		wins = append(wins, Win{
+			ID: wid, Activity: activity, ReservationID: wid, User: fields[i], Qty: qty, RequestID: req,
+			At: time.UnixMilli(at), Deliveries: n,
+		})
 	}
 	return wins, nil
 }
@@ -388,8 +594,10 @@ func redisParseWin(activity, id string, deliveries int64, field func(string) str
 	}, nil
 }
 
-// Backlog implements Queue with XINFO GROUPS: the group's lag (entries never delivered) plus its
-// pending count. Entries are never deleted from the wins stream, so Redis always knows the lag.
+// Backlog implements Queue in wins (lua/backlog.lua): for a layout-1 stream the group's lag
+// (entries never delivered) plus its pending count from XINFO GROUPS, as entries are never deleted
+// from the wins stream, so Redis always knows the lag; for layout 2 the wins ever appended
+// (:meta's wins) less those the group acknowledged (counted by ack_v2.lua).
 func (s *RedisStore) Backlog(ctx context.Context, activity, group string) (int64, error) {
 	if err := redisCheckQueue(activity, group, "-"); err != nil {
 		return 0, fmt.Errorf("backlog: %w", err)
@@ -408,27 +616,16 @@ func (s *RedisStore) Backlog(ctx context.Context, activity, group string) (int64
 }
 
 func (s *RedisStore) backlogOn(ctx context.Context, activity, on, group string) (int64, error) {
-	groups, err := s.client.XInfoGroups(ctx, s.key(on, "orders")).Result()
-	if err != nil {
-		if strings.Contains(err.Error(), "no such key") {
-			if err := s.mustExist(ctx, "backlog", on); err != nil {
-				return 0, err
-			}
-			return 0, fmt.Errorf("backlog %s: consumer group %q %w", activity, group, ErrNotFound)
-		}
-		return 0, fmt.Errorf("backlog %s: %w", activity, err)
+	keys := []string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "acked")}
+	v, err := scriptBacklog.Run(ctx, s.client, keys, group).Int64()
+	var re redis.Error
+	switch {
+	case err == nil:
+		return v, nil
+	case errors.As(err, &re) && strings.HasPrefix(strings.TrimPrefix(re.Error(), "ERR "), "NOGROUP"):
+		return 0, fmt.Errorf("backlog %s: consumer group %q %w", activity, group, ErrNotFound)
+	case errors.As(err, &re) && strings.HasPrefix(strings.TrimPrefix(re.Error(), "ERR "), "LAG"):
+		return 0, fmt.Errorf("backlog %s/%s: redis does not know the group's lag", activity, group)
 	}
-	for _, g := range groups {
-		if g.Name != group {
-			continue
-		}
-		if g.Lag < 0 {
-			return 0, fmt.Errorf("backlog %s/%s: redis does not know the group's lag", activity, group)
-		}
-		return g.Lag + g.Pending, nil
-	}
-	if err := s.mustExist(ctx, "backlog", on); err != nil {
-		return 0, err
-	}
-	return 0, fmt.Errorf("backlog %s: consumer group %q %w", activity, group, ErrNotFound)
+	return 0, fmt.Errorf("backlog %s: %w", activity, redisScriptErr(err))
 }

@@ -98,26 +98,29 @@ type Queue interface {
 	// beginning of the queue so that no win appended before the consumer first ran is missed.
 	EnsureGroup(ctx context.Context, activity, group string) error
 
-	// ReadGroup delivers up to count entries to consumer. With pending set it re-reads the
+	// ReadGroup delivers up to count wins to consumer (a Redis layout-2 entry holds all the wins
+	// of one admission call and comes whole, so its wins may carry a read past count; see
+	// docs/admission.md, "The wins queue"). With pending set it re-reads the
 	// consumer's own delivered but unacknowledged entries (do this first after a restart); without
 	// it, it delivers new entries, waiting up to block for one to arrive (0 means do not wait).
 	ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error)
 
-	// Ack acknowledges processed entries; acknowledging an entry twice is harmless.
+	// Ack acknowledges processed wins by their ids; acknowledging a win twice is harmless.
 	Ack(ctx context.Context, activity, group string, ids ...string) error
 
-	// Claim transfers to consumer up to count entries that have been pending longer than minIdle
-	// (their consumer is presumed dead) and delivers them, with their delivery counts.
+	// Claim transfers to consumer the entries that have been pending longer than minIdle (their
+	// consumer is presumed dead) and delivers their wins not acknowledged yet, up to count as for
+	// ReadGroup, with their delivery counts.
 	Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]Win, error)
 
-	// DeadLetter moves an entry to the activity's dead-letter queue and acknowledges it, in one
+	// DeadLetter moves a win to the activity's dead-letter queue and acknowledges it, in one
 	// atomic step.
 	DeadLetter(ctx context.Context, activity, group string, w Win, reason string) error
 
 	// DeadLetters lists the dead-letter queue, oldest first, up to count entries.
 	DeadLetters(ctx context.Context, activity string, count int) ([]Win, error)
 
-	// Backlog counts the entries group has not acknowledged yet: never delivered, plus delivered
+	// Backlog counts the wins group has not acknowledged yet: never delivered, plus delivered
 	// and pending. It is the order backlog monitoring watches. An unknown group is ErrNotFound.
 	Backlog(ctx context.Context, activity, group string) (int64, error)
 }

@@ -36,7 +36,11 @@ const (
 func confirmKey(cmd redis.Cmder, elapsed time.Duration) string {
 	args := cmd.Args()
 	switch cmd.Name() {
-	case "xreadgroup": // answered without error: it delivered entries
+	// Answered without error: it returned entries. A plain XREAD delivers nothing, but the store
+	// waits with it for new entries (admission.RedisStore.ReadGroup) and delivers them with a
+	// script sent at once to the same node: a replaced master that answers the wait must be
+	// refused before that script reaches it.
+	case "xreadgroup", "xread":
 		for i := 1; i+1 < len(args); i++ {
 			if s, ok := args[i].(string); ok && strings.EqualFold(s, "streams") {
 				return argString(args[i+1])

@@ -16,7 +16,8 @@ import (
 // A master stopped until its replica took over runs, when it continues, a write that waited in
 // its socket and answers a stream read that waited on it with the write's entry — an entry the
 // new master never had. The plain go-redis client takes that entry (the control); the monitored
-// one must not.
+// one must not, neither for XREADGROUP nor for the plain XREAD with which the store waits for
+// new entries before it delivers them with a script.
 func TestStaleMasterStreamRead(t *testing.T) {
 	c := testsrv.StartCluster(t)
 	opts := func() *redis.UniversalOptions {
@@ -62,7 +63,20 @@ func TestStaleMasterStreamRead(t *testing.T) {
 		}()
 		return out
 	}
-	watchedRead, plainRead := readOn(watched, "watched"), readOn(plain, "plain")
+	// The store's wait for new entries: a plain XREAD, after which it delivers with a script.
+	waitOn := func(client redis.UniversalClient) <-chan read {
+		out := make(chan read, 1)
+		go func() {
+			streams, err := client.XRead(ctx, &redis.XReadArgs{Streams: []string{key, "$"}, Count: 1, Block: 8 * time.Second}).Result()
+			r := read{err: err}
+			for _, s := range streams {
+				r.entries = append(r.entries, s.Messages...)
+			}
+			out <- r
+		}()
+		return out
+	}
+	watchedRead, plainRead, watchedWait := readOn(watched, "watched"), readOn(plain, "plain"), waitOn(watched)
 	raw, err := net.Dial("tcp", old.Addr)
 	if err != nil {
 		t.Fatal(err)
@@ -90,6 +104,11 @@ func TestStaleMasterStreamRead(t *testing.T) {
 	}
 	if w.err != nil && !errors.Is(w.err, ErrNotMaster) && !errors.Is(w.err, redis.Nil) {
 		t.Logf("the monitored read ended with %v (the connection was cut before the master continued)", w.err)
+	}
+	if ww := <-watchedWait; ww.err == nil && len(ww.entries) > 0 {
+		t.Fatalf("the monitored client's XREAD took %d entries from the replaced master: %v", len(ww.entries), ww.entries)
+	} else {
+		t.Logf("monitored XREAD: %d entries, %v", len(ww.entries), ww.err)
 	}
 	// The new master never had the entry. (Asked directly: the monitored client may not have
 	// re-read the map yet, and refuses to dial the replaced master meanwhile.)
