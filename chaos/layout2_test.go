@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
 // Raw views of a layout-2 wins queue (docs/admission.md, "The wins queue"): one stream entry
@@ -227,4 +231,122 @@ func (e *env) winInStream(stream, id string) bool {
 		e.t.Fatal(err)
 	}
 	return len(es) == 1 && k <= es[0].wins
+}
+
+// winOf is one win of a layout-2 entry: its buyer and quantity.
+type winOf struct {
+	user string
+	qty  int64
+}
+
+// entryPairs reads the wins of the layout-2 entry id of the activity's stream, in order (win k is
+// the k-th).
+func (e *env) entryPairs(ctx context.Context, id string) ([]winOf, error) {
+	stream := e.streamKey()
+	v, err := e.rdb.Do(ctx, "XRANGE", stream, id, id).Slice()
+	if err != nil || len(v) != 1 {
+		return nil, fmt.Errorf("XRANGE %s %s: %d entries, %w", stream, id, len(v), err)
+	}
+	pair, _ := v[0].([]any)
+	if len(pair) != 2 {
+		return nil, fmt.Errorf("XRANGE %s %s: malformed entry", stream, id)
+	}
+	fields, _ := pair[1].([]any)
+	var ws []winOf
+	for i := 4; i+1 < len(fields); i += 2 {
+		user, _ := fields[i].(string)
+		val, _ := fields[i+1].(string)
+		q, _, _ := strings.Cut(val, " ")
+		qty, err := strconv.ParseInt(q, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("entry %s: win %d: qty %q: %w", id, len(ws)+1, val, err)
+		}
+		ws = append(ws, winOf{user: user, qty: qty})
+	}
+	return ws, nil
+}
+
+// finishPartOfEntry does for the killed consumer what a consumer does when all but the last win
+// of one of its entries have been handled (the last left pending, as a failed order transaction
+// or result write leaves it) and it then dies: it creates their orders in the database, writes
+// the buyers' result records and acknowledges those wins with the store's Ack (ack_v2.lua, which
+// records them in :acked and leaves the entry pending). It picks a pending entry of consumer
+// with 2+ wins not acknowledged and none acknowledged, and returns its id and how many wins it
+// finished ("" when consumer holds no such entry).
+func (e *env) finishPartOfEntry(ctx context.Context, consumer string) (string, int, error) {
+	ps, err := e.pendingEntries(ctx, consumer)
+	if err != nil {
+		return "", 0, err
+	}
+	var pick *pendingEntry
+	for i := range ps {
+		if ps[i].acked == 0 && ps[i].wins >= 2 && (pick == nil || ps[i].wins > pick.wins) {
+			pick = &ps[i]
+		}
+	}
+	if pick == nil {
+		return "", 0, nil
+	}
+	ws, err := e.entryPairs(ctx, pick.id)
+	if err != nil {
+		return "", 0, err
+	}
+	repo := e.orders()
+	ids := make([]string, 0, len(ws)-1)
+	for k, w := range ws[:len(ws)-1] {
+		resv := fmt.Sprintf("%s-%d", pick.id, k+1)
+		now := time.Now()
+		o, _, err := repo.CreateOrder(ctx, orderbackend.NewOrder{ID: orderbackend.NewOrderID(), Activity: e.act.id,
+			ReservationID: resv, User: w.user, Qty: w.qty, CreatedAt: now, ExpiresAt: now.Add(15 * time.Minute)})
+		if err != nil {
+			return "", 0, fmt.Errorf("order of %s: %w", resv, err)
+		}
+		r := admission.Result{Code: string(o.Status), ReservationID: resv, OrderID: o.ID}
+		if o.Status == orderbackend.StatusPending {
+			r.PayBeforeMS = o.ExpiresAt.UnixMilli()
+		}
+		if err := e.store.SetResult(ctx, e.act.id, w.user, r); err != nil {
+			return "", 0, fmt.Errorf("result of %s: %w", resv, err)
+		}
+		ids = append(ids, resv)
+	}
+	if err := e.store.Ack(ctx, e.act.id, group, ids...); err != nil {
+		return "", 0, fmt.Errorf("ack %v: %w", ids, err)
+	}
+	return pick.id, len(ids), nil
+}
+
+// pendingAt is the consumer entry id is pending at ("" when it is not pending) and how many of
+// its wins :acked lists.
+func (e *env) pendingAt(ctx context.Context, id string) (consumer string, acked int64, err error) {
+	stream := e.streamKey()
+	ps, err := e.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{Stream: stream, Group: group, Start: id, End: id, Count: 1}).Result()
+	if err != nil {
+		return "", 0, fmt.Errorf("XPENDING %s %s: %w", stream, id, err)
+	}
+	v, err := e.rdb.HGet(ctx, ackedKey(stream), id+" "+group).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return "", 0, fmt.Errorf("HGET %s: %w", ackedKey(stream), err)
+	}
+	if len(ps) == 1 {
+		consumer = ps[0].Consumer
+	}
+	return consumer, ackedCount(v), nil
+}
+
+// ackedEntryFields are the "<entry> <group>" fields of the activity's :acked hash: entries with
+// some but not all wins acknowledged.
+func (e *env) ackedEntryFields() []string {
+	e.t.Helper()
+	ks, err := e.rdb.HKeys(context.Background(), ackedKey(e.streamKey())).Result()
+	if err != nil {
+		e.t.Fatalf("HKEYS %s: %v", ackedKey(e.streamKey()), err)
+	}
+	var out []string
+	for _, k := range ks {
+		if !strings.HasPrefix(k, "n ") {
+			out = append(out, k)
+		}
+	}
+	return out
 }
