@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -331,6 +332,15 @@ func (p *server) failIfExited() {
 	p.t.Helper()
 	if p.exited() {
 		p.t.Fatalf("%s exited at start", p.name)
+	}
+}
+
+// signal sends sig to the current process (SIGSTOP and SIGCONT to pause it); a process that
+// has exited already is left alone.
+func (p *server) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := syscall.Kill(p.current().Pid(), sig); err != nil && !p.exited() {
+		p.t.Fatalf("signal %s to %s: %v", sig, p.name, err)
 	}
 }
 

@@ -95,7 +95,8 @@ func (e *env) queuedWins() int64 {
 type pendingEntry struct {
 	entryWins
 	consumer string
-	left     int64 // wins not acknowledged
+	idle     time.Duration // since its last delivery
+	left     int64         // wins not acknowledged
 	acked    int64 // wins acknowledged, the entry still pending
 }
 
@@ -135,7 +136,7 @@ func (e *env) pendingEntries(ctx context.Context, consumer string) ([]pendingEnt
 			return nil, fmt.Errorf("entry %s is pending in %s but not in %s", p.ID, group, stream)
 		}
 		a := ackedCount(as[i].Val())
-		out = append(out, pendingEntry{entryWins: es[0], consumer: p.Consumer, left: es[0].wins - a, acked: a})
+		out = append(out, pendingEntry{entryWins: es[0], consumer: p.Consumer, idle: p.Idle, left: es[0].wins - a, acked: a})
 	}
 	return out, nil
 }
@@ -266,54 +267,61 @@ func (e *env) entryPairs(ctx context.Context, id string) ([]winOf, error) {
 	return ws, nil
 }
 
-// finishPartOfEntry does for the killed consumer what a consumer does when all but the last win
-// of one of its entries have been handled (the last left pending, as a failed order transaction
-// or result write leaves it) and it then dies: it creates their orders in the database, writes
-// the buyers' result records and acknowledges those wins with the store's Ack (ack_v2.lua, which
-// records them in :acked and leaves the entry pending). It picks a pending entry of consumer
-// with 2+ wins not acknowledged and none acknowledged, and returns its id and how many wins it
-// finished ("" when consumer holds no such entry).
-func (e *env) finishPartOfEntry(ctx context.Context, consumer string) (string, int, error) {
+// finishPartOfEntry does for the killed consumer what a consumer does with all but the last win
+// of one of its entries before it acknowledges them (the last left pending, as a failed order
+// transaction or result write leaves it): it creates their orders in the database and writes the
+// buyers' result records. It picks the pending entry of consumer delivered last among those
+// with 2+ wins and none acknowledged, and returns its id and the win ids done, to acknowledge
+// ("" when consumer holds no such entry).
+func (e *env) finishPartOfEntry(ctx context.Context, consumer string) (string, []string, error) {
 	ps, err := e.pendingEntries(ctx, consumer)
 	if err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
+	// The youngest delivery first: a survivor claims entries idle for claimIdle, and this one
+	// must still be the victim's when the test acknowledges part of it.
 	var pick *pendingEntry
 	for i := range ps {
-		if ps[i].acked == 0 && ps[i].wins >= 2 && (pick == nil || ps[i].wins > pick.wins) {
+		if ps[i].acked == 0 && ps[i].wins >= 2 && (pick == nil || ps[i].idle < pick.idle) {
 			pick = &ps[i]
 		}
 	}
 	if pick == nil {
-		return "", 0, nil
+		return "", nil, nil
 	}
 	ws, err := e.entryPairs(ctx, pick.id)
 	if err != nil {
-		return "", 0, err
+		return "", nil, err
 	}
-	repo := e.orders()
-	ids := make([]string, 0, len(ws)-1)
+	ns := make([]orderbackend.NewOrder, 0, len(ws)-1)
+	now := time.Now()
 	for k, w := range ws[:len(ws)-1] {
-		resv := fmt.Sprintf("%s-%d", pick.id, k+1)
-		now := time.Now()
-		o, _, err := repo.CreateOrder(ctx, orderbackend.NewOrder{ID: orderbackend.NewOrderID(), Activity: e.act.id,
-			ReservationID: resv, User: w.user, Qty: w.qty, CreatedAt: now, ExpiresAt: now.Add(15 * time.Minute)})
-		if err != nil {
-			return "", 0, fmt.Errorf("order of %s: %w", resv, err)
+		ns = append(ns, orderbackend.NewOrder{ID: orderbackend.NewOrderID(), Activity: e.act.id,
+			ReservationID: fmt.Sprintf("%s-%d", pick.id, k+1), User: w.user, Qty: w.qty, CreatedAt: now, ExpiresAt: now.Add(15 * time.Minute)})
+	}
+	// One transaction, as the consumer's batch: the claim may come within claimIdle.
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	outs, err := e.orders().CreateOrders(octx, ns)
+	cancel()
+	if err != nil {
+		return "", nil, fmt.Errorf("orders of entry %s: %w", pick.id, err)
+	}
+	ids := make([]string, 0, len(ns))
+	for i, out := range outs {
+		if out.Err != nil {
+			return "", nil, fmt.Errorf("order of %s: %w", ns[i].ReservationID, out.Err)
 		}
-		r := admission.Result{Code: string(o.Status), ReservationID: resv, OrderID: o.ID}
+		o := out.Order
+		r := admission.Result{Code: string(o.Status), ReservationID: o.ReservationID, OrderID: o.ID}
 		if o.Status == orderbackend.StatusPending {
 			r.PayBeforeMS = o.ExpiresAt.UnixMilli()
 		}
-		if err := e.store.SetResult(ctx, e.act.id, w.user, r); err != nil {
-			return "", 0, fmt.Errorf("result of %s: %w", resv, err)
+		if err := e.store.SetResult(ctx, e.act.id, o.User, r); err != nil {
+			return "", nil, fmt.Errorf("result of %s: %w", o.ReservationID, err)
 		}
-		ids = append(ids, resv)
+		ids = append(ids, o.ReservationID)
 	}
-	if err := e.store.Ack(ctx, e.act.id, group, ids...); err != nil {
-		return "", 0, fmt.Errorf("ack %v: %w", ids, err)
-	}
-	return pick.id, len(ids), nil
+	return pick.id, ids, nil
 }
 
 // pendingAt is the consumer entry id is pending at ("" when it is not pending) and how many of
