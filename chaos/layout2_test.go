@@ -97,7 +97,7 @@ type pendingEntry struct {
 	consumer string
 	idle     time.Duration // since its last delivery
 	left     int64         // wins not acknowledged
-	acked    int64 // wins acknowledged, the entry still pending
+	acked    int64         // wins acknowledged, the entry still pending
 }
 
 // pendingEntries are the group's pending entries of the activity's stream, of consumer ("" for
