@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -146,6 +147,10 @@ type env struct {
 	// lines of their `seckill` block.
 	storeOptions, seckillOptions string
 
+	// layout is the Redis key layout the gateways create the activity in (docs/admission.md): 1,
+	// or 2 after setLayout. The raw views of the wins queue below read it by layout.
+	layout int
+
 	rdb   redis.UniversalClient  // raw commands: INFO, XPENDING, XINFO
 	store *admission.RedisStore  // what Reconcile reads
 	repo  *orderbackend.Postgres // opened on first use (the backends migrate the database)
@@ -162,7 +167,7 @@ func newEnvOn(t *testing.T, act activity, topo topology) *env {
 		t.Skip("the chaos suite builds and runs real servers")
 	}
 	bins.build(t)
-	e := &env{t: t, mode: currentMode(), act: act, dir: t.TempDir(), topo: topo}
+	e := &env{t: t, mode: currentMode(), act: act, dir: t.TempDir(), topo: topo, layout: 1}
 	aof := testsrv.WithAOF("everysec")
 	switch topo {
 	case single:
@@ -187,15 +192,30 @@ func newEnvOn(t *testing.T, act activity, topo topology) *env {
 	e.rdb = redisclient.New(e.clientOptions(&redis.UniversalOptions{DialTimeout: time.Second,
 		ReadTimeout: time.Second, WriteTimeout: time.Second, MaxRetries: -1}))
 	t.Cleanup(func() { _ = e.rdb.Close() })
-	var err error
-	e.store, err = admission.NewRedisStore(redisclient.New(e.clientOptions(&redis.UniversalOptions{})),
-		admission.RedisOptions{KeyPrefix: keyPrefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = e.store.Close() })
+	e.openStore()
 	t.Logf("mode full=%v: redis %s %v, postgres port %d", e.mode.full, topo, e.redisAddrs(), e.pg.Port)
 	return e
+}
+
+// openStore opens the test's own admission.RedisStore with the env's layout.
+func (e *env) openStore() {
+	e.t.Helper()
+	store, err := admission.NewRedisStore(redisclient.New(e.clientOptions(&redis.UniversalOptions{})),
+		admission.RedisOptions{KeyPrefix: keyPrefix, Layout: e.layout})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.store = store
+	e.t.Cleanup(func() { _ = store.Close() })
+}
+
+// setLayout makes the gateways started afterwards create the activity in the given key layout
+// (`store redis { layout N }`), and the test's own store too. Call it before startGateway.
+func (e *env) setLayout(layout int) {
+	e.t.Helper()
+	e.layout = layout
+	_ = e.store.Close()
+	e.openStore()
 }
 
 // redisAddrs are the addresses a client is given: the server, the cluster's nodes or the
@@ -224,13 +244,17 @@ func (e *env) clientOptions(o *redis.UniversalOptions) *redis.UniversalOptions {
 
 // storeLines is the topology's part of the gateways' `store redis` block.
 func (e *env) storeLines() string {
+	opts := e.storeOptions
+	if e.layout != 1 {
+		opts = fmt.Sprintf("layout %d\n\t\t\t%s", e.layout, opts)
+	}
 	switch e.topo {
 	case cluster:
-		return "cluster\n\t\t\t" + e.storeOptions
+		return "cluster\n\t\t\t" + opts
 	case sentinel:
-		return "sentinel " + testsrv.SentinelMaster + "\n\t\t\t" + e.storeOptions
+		return "sentinel " + testsrv.SentinelMaster + "\n\t\t\t" + opts
 	}
-	return e.storeOptions
+	return opts
 }
 
 // onFailure prints the end of a log when the test has failed. Registered after the server that
@@ -308,6 +332,15 @@ func (p *server) failIfExited() {
 	p.t.Helper()
 	if p.exited() {
 		p.t.Fatalf("%s exited at start", p.name)
+	}
+}
+
+// signal sends sig to the current process (SIGSTOP and SIGCONT to pause it); a process that
+// has exited already is left alone.
+func (p *server) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := syscall.Kill(p.current().Pid(), sig); err != nil && !p.exited() {
+		p.t.Fatalf("signal %s to %s: %v", sig, p.name, err)
 	}
 }
 
@@ -583,6 +616,12 @@ func (e *env) missingFromStream(wins map[userKey]string) []string {
 	var missing []string
 	for _, resv := range wins {
 		stream, id := e.entryOf(resv)
+		if e.layout == 2 {
+			if !e.winInStream(stream, id) {
+				missing = append(missing, resv)
+			}
+			continue
+		}
 		xs, err := e.rdb.XRange(context.Background(), stream, id, id).Result()
 		if err != nil {
 			e.t.Fatalf("XRANGE %s %s: %v", stream, id, err)
@@ -645,9 +684,13 @@ func (e *env) settledScriptCalls() int64 {
 	return last
 }
 
-// queued is the length of the activity's wins queue: one entry per win ever made.
+// queued is the length of the activity's wins queue: one entry per win ever made (layout 2: the
+// wins ever queued, Snapshot.Queued).
 func (e *env) queued() int64 {
 	e.t.Helper()
+	if e.layout == 2 {
+		return e.queuedWins()
+	}
 	n, err := e.rdb.XLen(context.Background(), e.streamKey()).Result()
 	if err != nil {
 		e.t.Fatalf("XLEN: %v", err)
@@ -680,8 +723,11 @@ func (e *env) redisPID() int {
 }
 
 // backlog is the consumer group's work left: entries delivered but not acknowledged plus entries
-// not delivered yet.
+// not delivered yet (layout 2: wins, counted from the raw stream, backlogWins).
 func (e *env) backlog() (pending, lag int64, err error) {
+	if e.layout == 2 {
+		return e.backlogWins()
+	}
 	gs, err := e.rdb.XInfoGroups(context.Background(), e.streamKey()).Result()
 	if err != nil {
 		return 0, 0, err
@@ -694,8 +740,13 @@ func (e *env) backlog() (pending, lag int64, err error) {
 	return 0, 0, fmt.Errorf("no consumer group %q on %s", group, e.streamKey())
 }
 
-// pendingOf is how many entries consumer holds delivered and not acknowledged.
+// pendingOf is how many entries consumer holds delivered and not acknowledged (layout 2: wins,
+// pendingWins).
 func (e *env) pendingOf(consumer string) (int64, error) {
+	if e.layout == 2 {
+		held, _, err := e.pendingWins(consumer)
+		return held, err
+	}
 	p, err := e.rdb.XPending(context.Background(), e.streamKey(), group).Result()
 	if err != nil {
 		return 0, err
