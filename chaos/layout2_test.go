@@ -358,3 +358,21 @@ func (e *env) ackedEntryFields() []string {
 	}
 	return out
 }
+
+// requireMultiWinEntries fails the test unless some entry of the activity's layout-2 stream
+// holds 2+ wins: a sale of one-win entries would leave layout 2's queue untested.
+func (e *env) requireMultiWinEntries() {
+	e.t.Helper()
+	es := e.entriesAfter("-")
+	var wins, multi int64
+	for _, x := range es {
+		wins += x.wins
+		if x.wins >= 2 {
+			multi++
+		}
+	}
+	if multi == 0 {
+		e.t.Fatalf("the sale's %d wins are %d entries of one win each: layout 2's entries untested", wins, len(es))
+	}
+	e.t.Logf("the sale's %d wins are %d entries, %d of them with 2+ wins", wins, len(es), multi)
+}

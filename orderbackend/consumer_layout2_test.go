@@ -2,14 +2,18 @@ package orderbackend
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -127,4 +131,185 @@ func TestRedisLayout2Consumer(t *testing.T) {
 	if p, err := e.store.ReadGroup(ctx, "l2sale", DefaultGroup, "c2", 64, 0, true); err != nil || len(p) != 0 {
 		t.Fatalf("c2's pending = %+v, %v; want none", p, err)
 	}
+}
+
+// TestRedisLayout2PoisonWin: one poison win of a multi-win layout-2 entry (docs/admission.md,
+// "The wins queue"). Concurrent Admits on a layout-2 store with group admission put several wins
+// in one stream entry; the database refuses the order of one of them every time (a trigger on its
+// reservation). The consumer dead-letters that win after MaxDeliveries and gives its items back
+// once; the entry's other wins, and every other win, become one order each; the entry is fully
+// acknowledged. A restarted consumer's releaseDeadLetters does not give the items back again.
+func TestRedisLayout2PoisonWin(t *testing.T) {
+	e := newRedisPostgres(t, testsrv.StartPostgres(t))
+	ctx := context.Background()
+	s, err := admission.NewRedisStore(e.client, admission.RedisOptions{KeyPrefix: "seckill", Layout: 2, AdmitBatch: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	// The env's layout-1 store shares e.client (closing it would close the client); it holds nothing.
+	e.store = s
+	const act, stock = "l2poison", 200
+	e.openActivity(t, act, stock, 2, time.Minute)
+	if l, err := e.client.HGet(ctx, "seckill:{"+act+"}:meta", "layout").Result(); err != nil || l != "2" {
+		t.Fatalf("activity layout = %q, %v; want 2", l, err)
+	}
+
+	// Rounds of concurrent admissions until some entry holds 2+ wins (group admission: callers
+	// that arrive while a script call is in flight share the next one).
+	type win struct {
+		user string
+		qty  int64
+	}
+	wins := map[string]win{} // reservation -> its user and qty
+	byEntry := map[string][]string{}
+	var multi string
+	for round := 0; multi == "" && round < 5; round++ {
+		var (
+			mu sync.Mutex
+			wg sync.WaitGroup
+		)
+		gate := make(chan struct{})
+		for i := range 24 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				u, q := fmt.Sprintf("u%d-%02d", round, i), int64(1+i%2)
+				<-gate
+				d, err := s.Admit(ctx, admission.Request{Activity: act, User: u, Qty: q, RequestID: "req-" + u})
+				if err != nil || d.Outcome != admission.Won {
+					t.Errorf("admit %s: %+v, %v", u, d, err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				wins[d.ReservationID] = win{u, q}
+			}()
+		}
+		close(gate)
+		wg.Wait()
+		if t.Failed() {
+			t.FailNow()
+		}
+		byEntry = map[string][]string{}
+		for r := range wins {
+			i := strings.LastIndexByte(r, '-')
+			byEntry[r[:i]] = append(byEntry[r[:i]], r)
+		}
+		for en, rs := range byEntry {
+			if len(rs) >= 2 && (multi == "" || len(rs) > len(byEntry[multi])) {
+				multi = en
+			}
+		}
+	}
+	if multi == "" {
+		t.Fatalf("no entry with 2+ wins among %d entries", len(byEntry))
+	}
+	// The entry in the stream really carries those wins (user/qty pairs after its first fields).
+	xs, err := e.client.XRange(ctx, "seckill:{"+act+"}:orders", multi, multi).Result()
+	if err != nil || len(xs) != 1 {
+		t.Fatalf("entry %s: %+v, %v", multi, xs, err)
+	}
+	entryWins := byEntry[multi]
+	slices.SortFunc(entryWins, func(a, b string) int { return winNumber(t, a) - winNumber(t, b) })
+	victim := entryWins[1] // not the entry's first win: its neighbours on both sides must be ordered
+	bad := wins[victim]
+	t.Logf("%d wins in %d entries; entry %s has %d wins; poison win %s (%s, qty %d)",
+		len(wins), len(byEntry), multi, len(entryWins), victim, bad.user, bad.qty)
+
+	e.exec(t, fmt.Sprintf(`CREATE FUNCTION poison() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.reservation_id = '%s' THEN RAISE EXCEPTION 'poisoned order'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER poison BEFORE INSERT ON orders FOR EACH ROW EXECUTE FUNCTION poison();`, victim), "")
+	before, err := s.Remaining(ctx, act)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	m := new(Metrics)
+	stop := e.startConsumer(t, act, e.consumerOpts("c1", m))
+	eventually(t, "a dead letter", func() bool { return m.DeadLettered.Load() == 1 })
+	eventually(t, "an order per other win", func() bool { return len(e.orders(t, act)) == len(wins)-1 })
+	eventually(t, "backlog 0", func() bool {
+		n, err := s.Backlog(ctx, act, DefaultGroup)
+		return err == nil && n == 0
+	})
+	eventually(t, "failed result of the poison's buyer", func() bool { return e.result(t, act, bad.user).Code == resultFailed })
+	stop()
+
+	dead, err := s.DeadLetters(ctx, act, 10)
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters = %+v, %v; want 1", dead, err)
+	}
+	if d := dead[0]; d.ReservationID != victim || d.User != bad.user || d.Qty != bad.qty || d.Deliveries != 3 ||
+		!strings.HasPrefix(d.Reason, reasonPoison) || !strings.Contains(d.Reason, "poisoned order") {
+		t.Errorf("dead letter = %+v; want %s of %s, qty %d, poison after 3 deliveries", d, victim, bad.user, bad.qty)
+	}
+	orders := e.orders(t, act)
+	seen := map[string]int{}
+	for _, o := range orders {
+		seen[o.ReservationID]++
+		if w, ok := wins[o.ReservationID]; !ok || w.user != o.User || w.qty != o.Qty {
+			t.Errorf("order %+v matches no win (%+v)", o, w)
+		}
+	}
+	for r := range wins {
+		if want := map[bool]int{true: 0, false: 1}[r == victim]; seen[r] != want {
+			t.Errorf("win %s has %d orders, want %d", r, seen[r], want)
+		}
+	}
+	if m.OrdersCreated.Load() != int64(len(wins)-1) || m.Released.Load() != 1 {
+		t.Errorf("orders created %d, released %d; want %d and 1", m.OrdersCreated.Load(), m.Released.Load(), len(wins)-1)
+	}
+	checkStock := func(when string) {
+		t.Helper()
+		if n, err := s.Remaining(ctx, act); err != nil || n != before+bad.qty {
+			t.Fatalf("%s: remaining = %d, %v; want %d + the poison's %d", when, n, err, before, bad.qty)
+		}
+	}
+	checkStock("after the dead letter")
+	// Fully acknowledged: nothing pending in the group, no partial-ack record left for the entry.
+	if p, err := e.client.XPending(ctx, "seckill:{"+act+"}:orders", DefaultGroup).Result(); err != nil || p.Count != 0 {
+		t.Errorf("pending entries = %+v, %v; want none", p, err)
+	}
+	// (ack_v2.lua: field "<entry> <group>" lists a partly acknowledged entry's wins; "n <group>" counts.)
+	if fs, err := e.client.HKeys(ctx, "seckill:{"+act+"}:acked").Result(); err != nil || !slices.Equal(fs, []string{"n " + DefaultGroup}) {
+		t.Errorf(":acked fields = %q, %v; want only the group's count once every win is acknowledged", fs, err)
+	}
+
+	// Restarts: each one repeats the release of the poison dead letter; the items stay given back once.
+	for i := range 2 {
+		m2 := new(Metrics)
+		c, err := NewConsumer(s, e.repo, act, e.consumerOpts(fmt.Sprintf("r%d", i), m2))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.releaseDeadLetters(ctx)
+		if m2.Released.Load() != 0 || m2.ReleaseUnknown.Load() != 0 {
+			t.Errorf("restart %d: released %d, unknown %d; want 0 (released already)", i, m2.Released.Load(), m2.ReleaseUnknown.Load())
+		}
+		checkStock(fmt.Sprintf("after restart %d", i))
+	}
+	m3 := new(Metrics)
+	stop = e.startConsumer(t, act, e.consumerOpts("c2", m3))
+	// The poison's items sell again, and the restarted consumer orders them.
+	d := e.admit(t, act, "late", bad.qty)
+	eventually(t, "the late buyer's order", func() bool { return e.result(t, act, "late").Code == resultPending })
+	stop()
+	if m3.Released.Load() != 0 || m3.OrdersCreated.Load() != 1 {
+		t.Errorf("restarted consumer released %d, ordered %d; want 0 and 1 (%s)", m3.Released.Load(), m3.OrdersCreated.Load(), d.ReservationID)
+	}
+	if n, err := s.Remaining(ctx, act); err != nil || n != before {
+		t.Errorf("after the late sale: remaining = %d, %v; want %d", n, err, before)
+	}
+	e.requireReconciled(t, act)
+}
+
+// winNumber is k of a layout-2 reservation "E-k".
+func winNumber(t *testing.T, r string) int {
+	t.Helper()
+	k, err := strconv.Atoi(r[strings.LastIndexByte(r, '-')+1:])
+	if err != nil {
+		t.Fatalf("reservation %q is not E-k: %v", r, err)
+	}
+	return k
 }
