@@ -99,17 +99,14 @@ func (s *RedisStore) Activity(ctx context.Context, id string) (Snapshot, error) 
 		Dead:      dead.Val(),
 	}
 	if m["layout"] == "2" {
-		// A stream entry carries all of one call's wins: the wins are counted in :meta. Buyers
-		// are the users holding items, scanned after the transaction (a count off by the
-		// admissions and releases in between, as any live counter).
+		// A stream entry carries all of one call's wins and :users keeps users who hold nothing:
+		// both are counted in :meta (admit_v2.lua, release_v2.lua), read in the same transaction.
 		if snap.Queued, err = redisMetaCount(m["wins"]); err != nil {
 			return Snapshot{}, fmt.Errorf("activity %s: wins: %w", id, err)
 		}
-		users, err := s.holdersV2(ctx, id)
-		if err != nil {
+		if snap.Buyers, err = redisMetaCount(m["buyers"]); err != nil {
 			return Snapshot{}, fmt.Errorf("activity %s: buyers: %w", id, err)
 		}
-		snap.Buyers = int64(len(users))
 	}
 	return snap, nil
 }

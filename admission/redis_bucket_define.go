@@ -206,13 +206,6 @@ func (s *RedisStore) readBuckets(ctx context.Context, activity string, n int, co
 			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, err)
 		}
 		b.buyers, _ = v[2].(int64)
-		if b.buyers < 0 { // layout 2: counted here (bucket_read.lua)
-			users, err := s.holdersV2(ctx, bucketID(activity, i, n))
-			if err != nil {
-				return nil, fmt.Errorf("%s: bucket %d: buyers: %w", activity, i, err)
-			}
-			b.buyers = int64(len(users))
-		}
 		b.queued, _ = v[3].(int64)
 		b.dead, _ = v[4].(int64)
 	}

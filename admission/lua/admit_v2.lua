@@ -17,7 +17,8 @@
 -- the pair <user>, "<qty> <request id>"; the k-th win of entry E (k from 1) is reservation "E-k",
 -- and its remaining (a replay's answer) is left less the qty of wins 1 to k. Entries are never
 -- deleted (dead letters are marked, not moved), so a replay can always read it.
--- :meta field wins counts the wins ever appended to :orders (Snapshot.Queued, the queue's backlog).
+-- :meta field wins counts the wins ever appended to :orders (Snapshot.Queued, the queue's backlog),
+-- and field buyers the users whose held is above 0 (Snapshot.Buyers; release_v2.lua lowers it).
 --
 -- KEYS: meta, stock, users, orders
 -- ARGV: user, qty, request_id, then the same three for each further request
@@ -88,6 +89,7 @@ local last, prev = {}, {}     -- user -> the user's latest win in this call; win
 local wu, wq, wr, wl, wh, wv, wp = {}, {}, {}, {}, {}, {}, {}
 local rewrite = nil           -- user -> field, for replays: their stored answers are written again
 local out, n, nw = {}, 0, 0
+local nb = 0                  -- users who held nothing before their win in this call (:meta buyers)
 
 for i = 1, nargv, 3 do
   local user, qs, rid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
@@ -133,6 +135,7 @@ for i = 1, nargv, 3 do
       out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 2, left, '', 0
     else
       left = left - qty
+      if held == 0 then nb = nb + 1 end
       nw = nw + 1
       wu[nw], wq[nw], wr[nw], wl[nw], wh[nw], wv[nw] = user, qs, rid, left, held + qty, v
       prev[nw], last[user] = lk, nw
@@ -153,6 +156,9 @@ if nw > 0 then
   end
   redis.call('DECRBY', KEYS[2], stock0 - left)
   redis.call('HINCRBY', KEYS[1], 'wins', nw)
+  if nb > 0 then
+    redis.call('HINCRBY', KEYS[1], 'buyers', nb)
+  end
   local x, xn = {KEYS[4], '*', 'at', now, 'left', stock_s}, 6
   for k = 1, nw do
     x[xn + 1], x[xn + 2] = wu[k], wq[k] .. ' ' .. wr[k]

@@ -6,16 +6,15 @@
 -- ARGV: none
 -- Reply: {stock_total, stock, buyers, queued, dead}: stock_total and stock as stored (false when
 --        the bucket is not set up), the counts 0 unless their keys are given. A layout-2 bucket
---        (admit_v2.lua) answers buyers -1, for the caller to count with HSCAN (its users with
---        held items are not one hash's length), and queued from its meta 'wins' counter (a stream
---        entry there carries all of one call's wins).
-local m = redis.call('HMGET', KEYS[1], 'stock_total', 'layout', 'wins')
+--        (admit_v2.lua) answers buyers and queued from its meta counters 'buyers' and 'wins' (its
+--        :users keeps users who hold nothing, and a stream entry carries all of one call's wins).
+local m = redis.call('HMGET', KEYS[1], 'stock_total', 'layout', 'wins', 'buyers')
 local total = m[1]
 local stock = redis.call('GET', KEYS[2])
 if #KEYS < 5 then
   return {total, stock, 0, 0, 0}
 end
 if m[2] == '2' then
-  return {total, stock, -1, tonumber(m[3] or '0'), redis.call('XLEN', KEYS[5])}
+  return {total, stock, tonumber(m[4] or '0'), tonumber(m[3] or '0'), redis.call('XLEN', KEYS[5])}
 end
 return {total, stock, redis.call('HLEN', KEYS[3]), redis.call('XLEN', KEYS[4]), redis.call('XLEN', KEYS[5])}

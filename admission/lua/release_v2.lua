@@ -39,6 +39,10 @@ local qty = tonumber(string.match(f[4 + 2 * k], '^%d+'))
 redis.call('INCRBY', KEYS[2], qty)
 local v = redis.call('HGET', KEYS[3], user)
 local held, rest = string.match(v, '^(%d+)(.*)$')
-redis.call('HSET', KEYS[3], user, string.format('%d', tonumber(held) - qty) .. rest)
+local now_held = tonumber(held) - qty
+redis.call('HSET', KEYS[3], user, string.format('%d', now_held) .. rest)
+if now_held == 0 then
+  redis.call('HINCRBY', KEYS[1], 'buyers', -1) -- :meta buyers, raised by admit_v2.lua
+end
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 1
