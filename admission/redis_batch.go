@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -173,18 +172,15 @@ func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls [
 // call small (how, and what it saved: docs/admission.md, "Group admission"). A call is never
 // modified while go-redis holds the pointers into it.
 func (s *RedisStore) runAdmit(ctx context.Context, activity string, calls []*admitCall) ([]string, int64, error) {
-	layout, err := s.layoutOf(ctx, activity)
-	if err != nil {
-		return nil, 0, fmt.Errorf("admit %s: %w", activity, err)
+	type admitReply struct {
+		reply []string
+		acked int64
 	}
-	reply, acked, err := s.runAdmitLayout(ctx, activity, calls, layout)
-	if errors.Is(err, ErrLayout) {
-		// A stale cached layout (layoutRetry): the script wrote nothing.
-		if l, lerr := s.relayout(ctx, activity); lerr == nil && l != layout {
-			reply, acked, err = s.runAdmitLayout(ctx, activity, calls, l)
-		}
-	}
-	return reply, acked, err
+	r, err := layoutRetry(ctx, s, activity, func(layout int) (admitReply, error) {
+		reply, acked, err := s.runAdmitLayout(ctx, activity, calls, layout)
+		return admitReply{reply, acked}, err
+	})
+	return r.reply, r.acked, err
 }
 
 // runAdmitLayout is runAdmit with layout's script (admit.lua, or admit_v2.lua for layout 2).

@@ -59,7 +59,7 @@ func layoutRetry[T any](ctx context.Context, s *RedisStore, on string, f func(la
 	l, err := s.layoutOf(ctx, on)
 	if err != nil {
 		var zero T
-		return zero, err
+		return zero, fmt.Errorf("layout of %s: %w", on, err)
 	}
 	v, err := f(l)
 	if !errors.Is(err, ErrLayout) {
