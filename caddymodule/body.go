@@ -11,9 +11,12 @@ import (
 // maxBody bounds every request body the handler reads.
 const maxBody = 1 << 20
 
-// readBody reads the whole request body, at most maxBody bytes (413 beyond).
+// readBody reads the whole request body, at most maxBody bytes (413 beyond). A request that
+// declares an empty body (Content-Length: 0) is not read: Caddy wraps even an empty body in a
+// reader that re-arms the connection's read deadline on every Read, which a buy without a body
+// would pay for nothing.
 func (q *request) readBody() ([]byte, *Error) {
-	if q.r.Body == nil || q.r.Body == http.NoBody {
+	if q.r.Body == nil || q.r.Body == http.NoBody || q.r.ContentLength == 0 {
 		return nil, nil
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, maxBody))
