@@ -222,12 +222,13 @@ func TestWatch(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("watch did not quit on q")
 	}
-	term.mu.Lock()
-	tail := term.out.String()
-	term.mu.Unlock()
-	if !strings.Contains(tail, "\x1b[?25h\x1b[?1049l") {
-		t.Errorf("the cursor and the screen were not restored: %q", tail[max(0, len(tail)-80):])
-	}
+	// The process has ended, but the pty's last bytes may still be on their way to term.out.
+	eventually(t, "the cursor and the screen restored", func() (bool, string) {
+		term.mu.Lock()
+		tail := term.out.String()
+		term.mu.Unlock()
+		return strings.Contains(tail, "\x1b[?25h\x1b[?1049l"), fmt.Sprintf("%q", tail[max(0, len(tail)-80):])
+	})
 
 	// --once, not on a terminal: one plain frame with the same figures.
 	out, err := exec.Command(bin, "seckill", "watch", "--address", s.adminAddr, "--once", "--interval", "200ms").Output()
