@@ -9,10 +9,18 @@
 #   scripts/bench-wrk.sh                         # store local and store memory, 3 rounds of 3 s
 #   STORES="local" FSYNC=always scripts/bench-wrk.sh
 #   BIN=/tmp/build scripts/bench-wrk.sh           # prebuilt caddy and seckill-bench in /tmp/build
+#   PERF=/tmp/perf scripts/bench-wrk.sh           # also where the gateway's CPU goes, by perf
+#
+# "gw CPU/req" is the gateway process's CPU time (user + system, /proc) over the wrk run divided
+# by the requests answered. With PERF=DIR, perf (Debian package linux-perf) samples the gateway's
+# stacks during each run (files kept in DIR), and at the end a table gives, per store, the
+# microseconds of gateway CPU per request spent under each part of the handler and the server,
+# for the buy path and for respond (scripts/perf-breakdown.py).
 set -euo pipefail
 GO=${GO:-go}
 STORES=${STORES:-local memory}
 FSYNC=${FSYNC:-}            # store local's fsync; empty for the default (no)
+PERF=${PERF:-}              # a folder for perf profiles of the gateway; empty: none
 REPEATS=${REPEATS:-3}
 DURATION=${DURATION:-3s}
 CONNS=${CONNS:-64}
@@ -25,6 +33,13 @@ ADMIN_PORT=${ADMIN_PORT:-18419}
 if ! command -v wrk >/dev/null; then
 	echo "bench-wrk: wrk is not installed: apt-get install wrk (Debian package)" >&2
 	exit 2
+fi
+if [ -n "$PERF" ]; then
+	if ! command -v perf >/dev/null || ! command -v python3 >/dev/null; then
+		echo "bench-wrk: PERF needs perf and python3: apt-get install linux-perf python3" >&2
+		exit 2
+	fi
+	mkdir -p "$PERF"
 fi
 here=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/seckill-wrk-XXXXXX)
@@ -93,7 +108,28 @@ secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
 stock=$(( SLICE * REPEATS / ACTIVITIES + 1 ))
 base="http://127.0.0.1:$PORT"
 echo "# wrk -t$THREADS -c$CONNS -d$DURATION, $REPEATS rounds, $SLICE fresh users per round, $ACTIVITIES activities x $stock items; load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "store | round | seckill req/s | respond req/s | ratio | seckill p99 | respond p99 | p99 ratio | seckill statuses"
+echo "store | round | seckill req/s | respond req/s | ratio | seckill p99 | respond p99 | p99 ratio | gw CPU/req seckill | respond | seckill statuses"
+# cpu_ticks prints the CPU time (user + system, in clock ticks) process $1 has used.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+hz=$(getconf CLK_TCK)
+secs=${DURATION%s}
+# measure runs wrk on path prefix $2 into $1 (name.txt), and writes the gateway's CPU µs per answered
+# request to name.cpu; with PERF, perf samples the gateway meanwhile (name.perf in $PERF).
+measure() {
+	local name=$1 prefix=$2 t0 t1 n
+	t0=$(cpu_ticks "$pid")
+	"${pdeath[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$dir/buys-$r.tsv" "$prefix" "$THREADS" > "$dir/$name.txt" &
+	child=$!
+	if [ -n "$PERF" ]; then
+		perf record -q -e cpu-clock -F 999 -g -p "$pid" -o "$PERF/$store-$name.perf" -- sleep "$(( ${secs%.*} > 1 ? ${secs%.*} - 1 : 1 ))" 2>/dev/null || true
+	fi
+	wait "$child"
+	child=""
+	t1=$(cpu_ticks "$pid")
+	n=$(awk '/requests in/ {print $1}' "$dir/$name.txt")
+	awk -v t=$(( t1 - t0 )) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }' > "$dir/$name.cpu"
+	if [ -n "$PERF" ]; then cp "$dir/$name.txt" "$PERF/$store-$name.txt"; cp "$dir/$name.cpu" "$PERF/$store-$name.cpu"; fi
+}
 for store in $STORES; do
 	dir="$work/$store"
 	mkdir -p "$dir"
@@ -130,16 +166,20 @@ for store in $STORES; do
 			-first $(( (r - 1) * SLICE )) -users "$SLICE" -out "$dir/buys-$r.tsv"
 	done
 	for r in $(seq "$REPEATS"); do
-		run "${pdeath[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$dir/buys-$r.tsv" "" "$THREADS" > "$dir/seckill-$r.txt"
-		run "${pdeath[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$dir/buys-$r.tsv" /baseline "$THREADS" > "$dir/respond-$r.txt"
+		measure "seckill-$r" ""
+		measure "respond-$r" /baseline
 		s_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/seckill-$r.txt")
 		r_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/respond-$r.txt")
 		s_p99=$(awk '/^p50_us/ {print $4}' "$dir/seckill-$r.txt")
 		r_p99=$(awk '/^p50_us/ {print $4}' "$dir/respond-$r.txt")
 		statuses=$(sed -n 's/^statuses //p' "$dir/seckill-$r.txt")
-		awk -v st="$store" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" 'BEGIN {
-			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, c }'
+		awk -v st="$store" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" \
+			-v sc="$(cat "$dir/seckill-$r.cpu")" -v rc="$(cat "$dir/respond-$r.cpu")" 'BEGIN {
+			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, c }'
 	done
 	stop_gateway
 done
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "$PERF" ]; then
+	python3 "$here/scripts/perf-breakdown.py" "$PERF" $STORES
+fi
