@@ -1,0 +1,107 @@
+package caddymodule_test
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// TestLocalDiskFullReload is the README's answer to a full disk, end to end in Caddy: store local
+// on a real 2 MB tmpfs sells until the disk is full, then every buy is a 503 busy; with room again,
+// a reload opens the folder again, and the sale goes on where the answers left it: remaining is
+// the stock less every 202, each 202 replays with its reservation, and the commit counters of the
+// metrics have not gone down.
+func TestLocalDiskFullReload(t *testing.T) {
+	mnt := testsrv.Tmpfs(t, "2m")
+	dir := filepath.Join(mnt, "store")
+	const stock = 1 << 30
+	now := time.Now()
+	port := freePort(t)
+	config := "store local " + dir + "\nurl_secret local-reload-url-secret-0123456789abcdef\n" + jwtBlock + "captcha off\n" +
+		activityBlock("full", stock, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)
+	site := route + "metrics /metrics\n"
+	t.Cleanup(func() { _ = caddy.Stop() }) // before the tmpfs is unmounted: Caddy holds the folder
+	if err := loadCaddy(t, port, config, site); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+	c.http.Transport.(*http.Transport).DisableKeepAlives = true // a reload closes kept connections
+
+	// Leave a little room, so that the sale fills it.
+	filler := filepath.Join(mnt, "filler")
+	if err := os.WriteFile(filler, make([]byte, 1<<20+512<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	type win struct{ user, key, path, reservation string }
+	var wins []win
+	refused := ""
+	for i := 0; i < 20000 && refused == ""; i++ {
+		user := fmt.Sprintf("u%d", i)
+		tok := token(t, user)
+		w := win{user: user, key: "k-" + user, path: buyPath(t, c, "full", tok)}
+		r := c.post(w.path, tok, "", "Idempotency-Key", w.key)
+		switch {
+		case r.status == http.StatusAccepted:
+			w.reservation = r.str("reservation_id")
+			wins = append(wins, w)
+		case r.status == http.StatusServiceUnavailable && r.code() == "busy":
+			refused = user
+		default:
+			t.Fatalf("buy %d: %s", i, r)
+		}
+	}
+	if refused == "" || len(wins) == 0 {
+		t.Fatalf("%d wins and no refusal: the disk never filled", len(wins))
+	}
+	t.Logf("%d wins before the disk was full", len(wins))
+	// A failed store answers nothing more, wins or reads.
+	tok := token(t, "late")
+	if r := c.post(buyPath(t, c, "full", tok), tok, "", "Idempotency-Key", "k-late"); r.status != http.StatusServiceUnavailable {
+		t.Errorf("buy after the failure: %s; want 503", r)
+	}
+	commitsFull := metricValue(t, string(c.get("/metrics", "").raw), "caddy_seckill_local_commits_total")
+
+	// Room again, and a reload opens the folder again.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := loadCaddy(t, port, config, site); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	// A connection the old server accepted as it stopped is closed unanswered (EOF): wait until
+	// the new one answers, before asking anything that counts.
+	for ok, i := 0, 0; ok < 3; i++ {
+		if i == 100 {
+			t.Fatal("the gateway does not answer after the reload")
+		}
+		if res, err := c.http.Get(c.base + "/seckill/full"); err == nil {
+			_ = res.Body.Close()
+			ok++
+		} else {
+			ok = 0
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if n := remaining(t, "full"); n != stock-int64(len(wins)) {
+		t.Errorf("remaining %d after the reload, want %d (the stock less the %d wins answered)", n, stock-int64(len(wins)), len(wins))
+	}
+	for _, w := range []win{wins[0], wins[len(wins)-1]} {
+		r := c.post(w.path, token(t, w.user), "", "Idempotency-Key", w.key)
+		if r.status != http.StatusAccepted || r.str("reservation_id") != w.reservation {
+			t.Errorf("retry of %s's win: %s; want 202 with reservation %s", w.user, r, w.reservation)
+		}
+	}
+	// The refused buyer was told nothing but busy: a retry is a new admission, and wins.
+	tok = token(t, refused)
+	expect(t, "retry of the refused buy", c.post(buyPath(t, c, "full", tok), tok, "", "Idempotency-Key", "k-"+refused), http.StatusAccepted, "queued")
+	if got := metricValue(t, string(c.get("/metrics", "").raw), "caddy_seckill_local_commits_total"); got < commitsFull+1 {
+		t.Errorf("commits_total %v after the reload and a win, %v before: a counter went down", got, commitsFull)
+	}
+}
