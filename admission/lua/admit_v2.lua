@@ -91,10 +91,16 @@ local function remaining_of(resv)
 end
 
 -- Every request's user's field, read at once: the j-th of fields is the j-th request's (a user
--- named twice is read twice: nothing is written before the decisions, so both read the same).
-local fields
-do
-  local us, j = {}, 0
+-- named twice is read twice: nothing is written before the decisions, so both read the same). A
+-- call of one request reads it with HGET (v1) and writes at most one field (hu, hv): no tables
+-- of arguments, nor one of replies. The table of the HMGET's arguments is then reused for the
+-- HSET's.
+local us, fields, v1, hu, hv = nil, nil, false, nil, nil
+if nargv == 3 then
+  v1 = redis.call('HGET', KEYS[3], ARGV[1])
+else
+  us = {}
+  local j = 0
   for i = 1, nargv, 3 do
     j = j + 1
     us[j] = ARGV[i]
@@ -119,7 +125,7 @@ for i = 1, nargv, 3 do
   if k then
     v = wv[k]
   else
-    v = fields[n / 4 + 1]     -- n counts the reply slots, 4 per request
+    v = fields and fields[n / 4 + 1] or v1   -- n counts the reply slots, 4 per request
   end
   local first
   if v then first = answer_in(v, rid) end
@@ -165,9 +171,9 @@ for i = 1, nargv, 3 do
   n = n + 4
 end
 
--- The arguments of the one HSET of every changed field (the winners' new fields, the replays'):
--- one command, not one per user.
-local h, hn = nil, 1
+-- The one HSET of every changed field (the winners' new fields, the replays'), its arguments in
+-- us: one command, not one per user.
+local hn = 0
 if nw > 0 then
   -- Decimal strings of small integers (win numbers, request id lengths): a number turned into a
   -- string costs Lua a sprintf (about 2,500 instructions); a table of constants, a few per entry.
@@ -193,28 +199,30 @@ if nw > 0 then
   for j = 1, np, 2 do
     out[wp[j]] = ids[wp[j + 1]]
   end
-  h = {KEYS[3]}
   for k = 1, nw do
     local user = wu[k]
     if last[user] == k then
-      local r = wr[k]
-      local rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[k] .. ';'
-      local j = prev[k]
-      while j do
-        r = wr[j]
-        rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[j] .. ';' .. rec
-        j = prev[j]
-      end
-      local v = wv[k]
+      local r, v, j = wr[k], wv[k], prev[k]
       local held = wh[k]
       if held == 1 then held = '1' else held = format('%d', held) end
-      if v then
-        local nl = find(v, '\n', 1, true)
-        v = held .. ' ' .. string.match(v, '^%d+ (%d+)') .. sub(v, nl) .. rec
+      if not v and not j then
+        -- A first-time buyer's one win, the common case: one string.
+        v = held .. ' 0\n' .. (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[k] .. ';'
       else
-        v = held .. ' 0\n' .. rec
+        local rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[k] .. ';'
+        while j do
+          r = wr[j]
+          rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[j] .. ';' .. rec
+          j = prev[j]
+        end
+        if v then
+          local nl = find(v, '\n', 1, true)
+          v = held .. ' ' .. string.match(v, '^%d+ (%d+)') .. sub(v, nl) .. rec
+        else
+          v = held .. ' 0\n' .. rec
+        end
       end
-      h[hn + 1], h[hn + 2] = user, v
+      if us then us[hn + 1], us[hn + 2] = user, v else hu, hv = user, v end
       hn = hn + 2
     end
   end
@@ -222,16 +230,17 @@ end
 if rewrite then
   -- A replay writes the stored answers again, unchanged (replicas_ack, as admit.lua does), unless
   -- the user also won in this call.
-  h = h or {KEYS[3]}
   for user, v in pairs(rewrite) do
     if not last[user] then
-      h[hn + 1], h[hn + 2] = user, v
+      if us then us[hn + 1], us[hn + 2] = user, v else hu, hv = user, v end
       hn = hn + 2
     end
   end
 end
-if h then
-  redis.call('HSET', unpack(h))
+if us and hn > 0 then
+  redis.call('HSET', KEYS[3], unpack(us, 1, hn))
+elseif hu then
+  redis.call('HSET', KEYS[3], hu, hv)
 end
 
 -- As admit.lua: make the per-win hashes hash tables on the activity's first win.
