@@ -5,11 +5,12 @@
 -- call. It began as the prototype admission/testdata/wonlayout/admit.lua and differs from it in:
 -- the layout check, the :meta wins and buyers counters, and its commands per call: where the
 -- prototype runs one HGET :users per request and one HSET :users per winning or replaying user,
--- this reads every request's user with one HMGET before the decisions and writes every changed
--- field with one HSET at the end (a redis.call costs thousands of instructions; one field of it
--- a few hundred). The decisions and the fields written are the prototype's. There is no :buyers,
--- :req, :resv or "queued" record: release_v2.lua reads a win's quantity and user from its stream
--- entry, set_result_v2.lua and the store's polls derive the "queued" records.
+-- this reads every request's user's field with one HMGET (HGET for a call of one request) before
+-- the decisions and writes every changed field with one HSET at the end (a redis.call costs far
+-- more than one more field of one). The decisions and the fields written are the prototype's,
+-- and so are the replies. There is no :buyers, :req, :resv or "queued" record: release_v2.lua
+-- reads a win's quantity and user from its stream entry, set_result_v2.lua and the store's polls
+-- derive the "queued" records.
 --
 -- :users, field <user>: "<held> <folded>\n" then one record per win, oldest first:
 --   <length of the request id>:<request id><reservation id>;
@@ -35,8 +36,8 @@
 -- while the script has written nothing, so it fails, if at all, with nothing written), HINCRBY
 -- meta wins, HINCRBY meta buyers (when the call has first-time holders), XADD, one HSET :users of
 -- every winning user's new field and every replaying user's field unchanged, then (on the
--- activity's first win) the hash-table conversion at the end. A later write failing (a WRONGTYPE left by an operator) leaves stock taken for wins nobody was told of:
--- undersold, never oversold.
+-- activity's first win) the hash-table conversion at the end. A later write failing (a WRONGTYPE
+-- left by an operator) leaves stock taken for wins nobody was told of: undersold, never oversold.
 local m = redis.call('HMGET', KEYS[1], 'limit', 'start_ms', 'end_ms', 'layout')
 if not m[1] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
