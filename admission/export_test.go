@@ -61,3 +61,12 @@ func (s *RedisStore) HalfTransfer(ctx context.Context, activity string, from, to
 // before the admission tries again, for tests that make it lose the race for that stock. Set it
 // before the store is used concurrently.
 func (s *RedisStore) SetAfterPull(f func(activity string, home int)) { s.afterPull = f }
+
+// AdmitScript returns the admission script of the layout the store creates activities with
+// (admit.lua or admit_v2.lua) and its KEYS for activity, for benchmarks that call it directly.
+func (s *RedisStore) AdmitScript(activity string) (src string, keys []string) {
+	if s.layout == redisLayout2 {
+		return luaAdmitV2, s.admitKeysV2(activity)
+	}
+	return luaAdmit, s.admitKeys(activity)
+}

@@ -62,7 +62,7 @@ type RedisOptions struct {
 
 	// Layout is the key layout Define writes into the activities it creates: 1 (the default; 0
 	// means 1) or 2, the one-field-per-user layout (docs/admission.md, "A one-field-per-user
-	// layout"), which costs Redis about 2.6 times fewer instructions per won admission. An
+	// layout"), which costs Redis about 3 times fewer instructions per won admission. An
 	// existing activity keeps the layout it was created with, and every store serves both, so
 	// the option only decides new activities. Turn it on only once every gateway and order
 	// backend on the Redis runs a release that knows layout 2: an older one would admit and

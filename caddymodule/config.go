@@ -86,7 +86,7 @@ type StoreConfig struct {
 	RebalanceInterval caddy.Duration `json:"rebalance_interval,omitempty"`
 
 	// Layout is the Redis key layout of the activities this node creates: 1 (the default) or 2,
-	// the one-field-per-user layout, about 2.6 times fewer Redis instructions per won admission
+	// the one-field-per-user layout, about 3 times fewer Redis instructions per won admission
 	// (docs/admission.md). An existing activity keeps its layout; every node serves both. Turn
 	// it on only after every gateway and order backend on the Redis runs this release.
 	Layout int `json:"layout,omitempty"`

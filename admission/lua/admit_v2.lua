@@ -2,8 +2,13 @@
 -- "A one-field-per-user layout"): the same decisions as admit.lua, in the same order and with the
 -- same answers, on another key layout: one field per user in :users holds everything the user's
 -- wins need, one XADD per call carries all of the call's wins, and the stock is written once per
--- call. It is the prototype of admission/testdata/wonlayout/admit.lua with the layout check and
--- the :meta wins counter added. There is no :buyers, :req, :resv or "queued" record: release_v2.lua
+-- call. It began as the prototype admission/testdata/wonlayout/admit.lua and differs from it in:
+-- the layout check, the :meta wins and buyers counters, and its commands per call: where the
+-- prototype runs one HGET :users per request and one HSET :users per winning or replaying user,
+-- this reads every request's user's field with one HMGET (HGET for a call of one request) before
+-- the decisions and writes every changed field with one HSET at the end (a redis.call costs far
+-- more than one more field of one). The decisions and the fields written are the prototype's,
+-- and so are the replies. There is no :buyers, :req, :resv or "queued" record: release_v2.lua
 -- reads a win's quantity and user from its stream entry, set_result_v2.lua and the store's polls
 -- derive the "queued" records.
 --
@@ -29,8 +34,10 @@
 -- Every decision is taken before the first write. The writes, only for a call with a win or a
 -- replay, in this order: DECRBY (the first write: Redis refuses a script's write for OOM only
 -- while the script has written nothing, so it fails, if at all, with nothing written), HINCRBY
--- meta wins, XADD, one HSET :users per user. A later write failing (a WRONGTYPE left by an
--- operator) leaves stock taken for wins nobody was told of: undersold, never oversold.
+-- meta wins, HINCRBY meta buyers (when the call has first-time holders), XADD, one HSET :users of
+-- every winning user's new field and every replaying user's field unchanged, then (on the
+-- activity's first win) the hash-table conversion at the end. A later write failing (a WRONGTYPE
+-- left by an operator) leaves stock taken for wins nobody was told of: undersold, never oversold.
 local m = redis.call('HMGET', KEYS[1], 'limit', 'start_ms', 'end_ms', 'layout')
 if not m[1] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
@@ -84,24 +91,42 @@ local function remaining_of(resv)
   return r
 end
 
+-- Every request's user's field, read at once: the j-th of fields is the j-th request's (a user
+-- named twice is read twice: nothing is written before the decisions, so both read the same). A
+-- call of one request reads it with HGET (v1) and writes at most one field (hu, hv): no tables
+-- of arguments, nor one of replies. The table of the HMGET's arguments is then reused for the
+-- HSET's.
+local us, fields, v1, hu, hv = nil, nil, false, nil, nil
+if nargv == 3 then
+  v1 = redis.call('HGET', KEYS[3], ARGV[1])
+else
+  us = {}
+  local j = 0
+  for i = 1, nargv, 3 do
+    j = j + 1
+    us[j] = ARGV[i]
+  end
+  fields = redis.call('HMGET', KEYS[3], unpack(us))
+end
+
 local last, prev = {}, {}     -- user -> the user's latest win in this call; win -> their one before
 -- Per win: user, qty, request id, remaining, held, the user's field as read; reply slots.
 local wu, wq, wr, wl, wh, wv, wp = {}, {}, {}, {}, {}, {}, {}
 local rewrite = nil           -- user -> field, for replays: their stored answers are written again
-local out, n, nw = {}, 0, 0
+local out, n, nw, np = {}, 0, 0, 0
 local nb = 0                  -- users who held nothing before their win in this call (:meta buyers)
 
 for i = 1, nargv, 3 do
   local user, qs, rid = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local qty = 1
   if qs ~= '1' then qty = tonumber(qs) end
-  -- A user's second request in this call: nothing was written yet, so read again, unless they won.
+  -- A user's second request in this call: as read (nothing is written yet), unless they won.
   local k = last[user]
   local v
   if k then
     v = wv[k]
   else
-    v = redis.call('HGET', KEYS[3], user) or false
+    v = fields and fields[n / 4 + 1] or v1   -- n counts the reply slots, 4 per request
   end
   local first
   if v then first = answer_in(v, rid) end
@@ -115,8 +140,8 @@ for i = 1, nargv, 3 do
     out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, remaining_of(first), first, 1
   elseif k then
     out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, wl[k], '', 1
-    wp[#wp + 1] = n + 3
-    wp[#wp + 1] = k
+    wp[np + 1], wp[np + 2] = n + 3, k
+    np = np + 2
   elseif closed ~= 0 then
     out[n + 1], out[n + 2], out[n + 3], out[n + 4] = closed, left, '', 0
   elseif qty > limit then
@@ -140,13 +165,16 @@ for i = 1, nargv, 3 do
       wu[nw], wq[nw], wr[nw], wl[nw], wh[nw], wv[nw] = user, qs, rid, left, held + qty, v
       prev[nw], last[user] = lk, nw
       out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, left, '', 0
-      wp[#wp + 1] = n + 3
-      wp[#wp + 1] = nw
+      wp[np + 1], wp[np + 2] = n + 3, nw
+      np = np + 2
     end
   end
   n = n + 4
 end
 
+-- The one HSET of every changed field (the winners' new fields, the replays'), its arguments in
+-- us: one command, not one per user.
+local hn = 0
 if nw > 0 then
   -- Decimal strings of small integers (win numbers, request id lengths): a number turned into a
   -- string costs Lua a sprintf (about 2,500 instructions); a table of constants, a few per entry.
@@ -169,39 +197,51 @@ if nw > 0 then
   for k = 1, nw do
     ids[k] = e .. (IDX[k] or format('%d', k))
   end
-  for j = 1, #wp, 2 do
+  for j = 1, np, 2 do
     out[wp[j]] = ids[wp[j + 1]]
   end
   for k = 1, nw do
     local user = wu[k]
     if last[user] == k then
-      local r = wr[k]
-      local rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[k] .. ';'
-      local j = prev[k]
-      while j do
-        r = wr[j]
-        rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[j] .. ';' .. rec
-        j = prev[j]
-      end
-      local v = wv[k]
+      local r, v, j = wr[k], wv[k], prev[k]
       local held = wh[k]
       if held == 1 then held = '1' else held = format('%d', held) end
-      if v then
-        local nl = find(v, '\n', 1, true)
-        v = held .. ' ' .. string.match(v, '^%d+ (%d+)') .. sub(v, nl) .. rec
+      if not v and not j then
+        -- A first-time buyer's one win, the common case: one string.
+        v = held .. ' 0\n' .. (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[k] .. ';'
       else
-        v = held .. ' 0\n' .. rec
+        local rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[k] .. ';'
+        while j do
+          r = wr[j]
+          rec = (IDX[#r] or format('%d', #r)) .. ':' .. r .. ids[j] .. ';' .. rec
+          j = prev[j]
+        end
+        if v then
+          local nl = find(v, '\n', 1, true)
+          v = held .. ' ' .. string.match(v, '^%d+ (%d+)') .. sub(v, nl) .. rec
+        else
+          v = held .. ' 0\n' .. rec
+        end
       end
-      redis.call('HSET', KEYS[3], user, v)
-      if rewrite then rewrite[user] = nil end
+      if us then us[hn + 1], us[hn + 2] = user, v else hu, hv = user, v end
+      hn = hn + 2
     end
   end
 end
 if rewrite then
-  -- A replay writes the stored answers again, unchanged (replicas_ack, as admit.lua does).
+  -- A replay writes the stored answers again, unchanged (replicas_ack, as admit.lua does), unless
+  -- the user also won in this call.
   for user, v in pairs(rewrite) do
-    redis.call('HSET', KEYS[3], user, v)
+    if not last[user] then
+      if us then us[hn + 1], us[hn + 2] = user, v else hu, hv = user, v end
+      hn = hn + 2
+    end
   end
+end
+if us and hn > 0 then
+  redis.call('HSET', KEYS[3], unpack(us, 1, hn))
+elseif hu then
+  redis.call('HSET', KEYS[3], hu, hv)
 end
 
 -- As admit.lua: make the per-win hashes hash tables on the activity's first win.
