@@ -28,10 +28,20 @@ const (
 	defaultAdmitInFlight = 2
 )
 
-// admitCall is one Admit waiting for its decision.
+// admitCall is one Admit waiting for its decision. Calls are reused (admitGroups.calls): a call
+// goes back only once its caller has read its answer, or withdrawn it unsent, so no batch still
+// holds a call that is handed out again.
 type admitCall struct {
-	req  Request
-	done chan admitAnswer // buffered: the batch never blocks on a caller that has gone
+	req    Request
+	answer admitAnswer   // written by the batch before it signals done
+	done   chan struct{} // buffered: the batch never blocks on a caller that has gone
+}
+
+// answerWith gives c its answer and wakes its caller; the channel orders the write before the
+// caller's read.
+func (c *admitCall) answerWith(d Decision, err error) {
+	c.answer = admitAnswer{d: d, err: err}
+	c.done <- struct{}{}
 }
 
 type admitAnswer struct {
@@ -52,17 +62,39 @@ type admitGroups struct {
 
 	mu     sync.Mutex
 	queues map[string]*admitQueue // only activities with waiting or running calls
+
+	// calls holds answered calls for reuse: a fresh one costs three allocations (the call, its
+	// channel and the channel's buffer) on every Admit.
+	calls sync.Pool
 }
 
 func newAdmitGroups(batch, inFlight int, run func(context.Context, string, []*admitCall)) *admitGroups {
-	return &admitGroups{batch: batch, inFlight: inFlight, run: run, queues: map[string]*admitQueue{}}
+	g := &admitGroups{batch: batch, inFlight: inFlight, run: run, queues: map[string]*admitQueue{}}
+	g.calls.New = func() any { return &admitCall{done: make(chan struct{}, 1)} }
+	return g
+}
+
+// newCall returns an unused call for r.
+func (g *admitGroups) newCall(r Request) *admitCall {
+	c := g.calls.Get().(*admitCall)
+	c.req = r
+	return c
+}
+
+// recycle returns the answer of c, whose channel has been read or which was never sent, and puts
+// c back for another Admit.
+func (g *admitGroups) recycle(c *admitCall) admitAnswer {
+	a := c.answer
+	c.req, c.answer = Request{}, admitAnswer{} // hold no user's strings while pooled
+	g.calls.Put(c)
+	return a
 }
 
 // admit queues r and waits for its decision or for ctx. A call still queued when ctx ends is
 // withdrawn and nothing is sent for it; a call already sent may still be decided (a win the
 // caller does not hear of, exactly as when a single call's context ends after it was sent).
 func (g *admitGroups) admit(ctx context.Context, r Request) (Decision, error) {
-	c := &admitCall{req: r, done: make(chan admitAnswer, 1)}
+	c := g.newCall(r)
 	g.mu.Lock()
 	q := g.queues[r.Activity]
 	if q == nil {
@@ -82,16 +114,21 @@ func (g *admitGroups) admit(ctx context.Context, r Request) (Decision, error) {
 	}
 
 	select {
-	case a := <-c.done:
+	case <-c.done:
+		a := g.recycle(c)
 		return a.d, a.err
 	case <-ctx.Done():
 		g.mu.Lock()
 		withdrawn := g.withdraw(r.Activity, c)
 		g.mu.Unlock()
-		if !withdrawn {
-			// Sent already: the answer may have arrived at the same moment; prefer it.
+		if withdrawn {
+			g.recycle(c)
+		} else {
+			// Sent already: the answer may have arrived at the same moment; prefer it. If it
+			// has not, the batch will still write into c, so c is left to the collector.
 			select {
-			case a := <-c.done:
+			case <-c.done:
+				a := g.recycle(c)
 				return a.d, a.err
 			default:
 			}
@@ -152,7 +189,7 @@ func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls [
 	reply, acked, err := s.runAdmit(ctx, activity, calls)
 	if err != nil {
 		for _, c := range calls {
-			c.done <- admitAnswer{err: err}
+			c.answerWith(Decision{}, err)
 		}
 		return
 	}
@@ -161,7 +198,7 @@ func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls [
 		if err == nil {
 			d, err = s.checkAcked(activity, d, acked)
 		}
-		c.done <- admitAnswer{d: d, err: err}
+		c.answerWith(d, err) // c may be reused from here on
 	}
 }
 
