@@ -62,6 +62,9 @@ type admitGroups struct {
 
 	mu     sync.Mutex
 	queues map[string]*admitQueue // only activities with waiting or running calls
+	// spare is the last queue let go of, for the next activity that needs one: without it a
+	// caller who finds nothing queued (a quiet sale) allocates a queue and its slice each time.
+	spare *admitQueue
 
 	// calls holds answered calls for reuse: a fresh one costs three allocations (the call, its
 	// channel and the channel's buffer) on every Admit.
@@ -98,14 +101,17 @@ func (g *admitGroups) admit(ctx context.Context, r Request) (Decision, error) {
 	g.mu.Lock()
 	q := g.queues[r.Activity]
 	if q == nil {
-		q = &admitQueue{}
+		q, g.spare = g.spare, nil
+		if q == nil {
+			q = &admitQueue{}
+		}
 		g.queues[r.Activity] = q
 	}
 	q.pending = append(q.pending, c)
 	var first []*admitCall
 	if q.inFlight < g.inFlight {
 		q.inFlight++
-		first = g.take(q)
+		first = g.take(q, nil)
 	}
 	g.mu.Unlock()
 	if first != nil {
@@ -143,25 +149,26 @@ func (g *admitGroups) drain(ctx context.Context, activity string, calls []*admit
 		g.run(ctx, activity, calls)
 		g.mu.Lock()
 		q := g.queues[activity]
-		calls = g.take(q)
+		calls = g.take(q, calls) // run is done with the slice: the next batch reuses it
 		if calls == nil {
 			q.inFlight--
 			if q.inFlight == 0 {
 				delete(g.queues, activity)
+				g.spare = q // empty, and nothing else holds it now
 			}
 		}
 		g.mu.Unlock()
 	}
 }
 
-// take removes the next batch from q, or returns nil when nothing waits. g.mu must be held.
-func (g *admitGroups) take(q *admitQueue) []*admitCall {
+// take removes the next batch from q into buf's array (a new one when buf is nil or too small),
+// or returns nil when nothing waits. g.mu must be held.
+func (g *admitGroups) take(q *admitQueue, buf []*admitCall) []*admitCall {
 	n := min(len(q.pending), g.batch)
 	if n == 0 {
 		return nil
 	}
-	calls := make([]*admitCall, n)
-	copy(calls, q.pending)
+	calls := append(buf[:0], q.pending[:n]...)
 	rest := copy(q.pending, q.pending[n:])
 	clear(q.pending[rest:])
 	q.pending = q.pending[:rest]
