@@ -66,8 +66,8 @@ type admitGroups struct {
 	// caller who finds nothing queued (a quiet sale) allocates a queue and its slice each time.
 	spare *admitQueue
 
-	// calls holds answered calls for reuse: a fresh one costs three allocations (the call, its
-	// channel and the channel's buffer) on every Admit.
+	// calls holds answered calls for reuse, so that an Admit does not allocate a call and its
+	// channel each time.
 	calls sync.Pool
 }
 
@@ -154,6 +154,9 @@ func (g *admitGroups) drain(ctx context.Context, activity string, calls []*admit
 			q.inFlight--
 			if q.inFlight == 0 {
 				delete(g.queues, activity)
+				if cap(q.pending) > g.batch {
+					q.pending = nil // a burst's long array is not kept for a quiet time
+				}
 				g.spare = q // empty, and nothing else holds it now
 			}
 		}
