@@ -28,10 +28,20 @@ const (
 	defaultAdmitInFlight = 2
 )
 
-// admitCall is one Admit waiting for its decision.
+// admitCall is one Admit waiting for its decision. Calls are reused (admitGroups.calls): a call
+// goes back only once its caller has read its answer, or withdrawn it unsent, so no batch still
+// holds a call that is handed out again.
 type admitCall struct {
-	req  Request
-	done chan admitAnswer // buffered: the batch never blocks on a caller that has gone
+	req    Request
+	answer admitAnswer   // written by the batch before it signals done
+	done   chan struct{} // buffered: the batch never blocks on a caller that has gone
+}
+
+// answerWith gives c its answer and wakes its caller; the channel orders the write before the
+// caller's read.
+func (c *admitCall) answerWith(d Decision, err error) {
+	c.answer = admitAnswer{d: d, err: err}
+	c.done <- struct{}{}
 }
 
 type admitAnswer struct {
@@ -52,28 +62,56 @@ type admitGroups struct {
 
 	mu     sync.Mutex
 	queues map[string]*admitQueue // only activities with waiting or running calls
+	// spare is the last queue let go of, for the next activity that needs one: without it a
+	// caller who finds nothing queued (a quiet sale) allocates a queue and its slice each time.
+	spare *admitQueue
+
+	// calls holds answered calls for reuse, so that an Admit does not allocate a call and its
+	// channel each time.
+	calls sync.Pool
 }
 
 func newAdmitGroups(batch, inFlight int, run func(context.Context, string, []*admitCall)) *admitGroups {
-	return &admitGroups{batch: batch, inFlight: inFlight, run: run, queues: map[string]*admitQueue{}}
+	g := &admitGroups{batch: batch, inFlight: inFlight, run: run, queues: map[string]*admitQueue{}}
+	g.calls.New = func() any { return &admitCall{done: make(chan struct{}, 1)} }
+	return g
+}
+
+// newCall returns an unused call for r.
+func (g *admitGroups) newCall(r Request) *admitCall {
+	c := g.calls.Get().(*admitCall)
+	c.req = r
+	return c
+}
+
+// recycle returns the answer of c, whose channel has been read or which was never sent, and puts
+// c back for another Admit.
+func (g *admitGroups) recycle(c *admitCall) admitAnswer {
+	a := c.answer
+	c.req, c.answer = Request{}, admitAnswer{} // hold no user's strings while pooled
+	g.calls.Put(c)
+	return a
 }
 
 // admit queues r and waits for its decision or for ctx. A call still queued when ctx ends is
 // withdrawn and nothing is sent for it; a call already sent may still be decided (a win the
 // caller does not hear of, exactly as when a single call's context ends after it was sent).
 func (g *admitGroups) admit(ctx context.Context, r Request) (Decision, error) {
-	c := &admitCall{req: r, done: make(chan admitAnswer, 1)}
+	c := g.newCall(r)
 	g.mu.Lock()
 	q := g.queues[r.Activity]
 	if q == nil {
-		q = &admitQueue{}
+		q, g.spare = g.spare, nil
+		if q == nil {
+			q = &admitQueue{}
+		}
 		g.queues[r.Activity] = q
 	}
 	q.pending = append(q.pending, c)
 	var first []*admitCall
 	if q.inFlight < g.inFlight {
 		q.inFlight++
-		first = g.take(q)
+		first = g.take(q, nil)
 	}
 	g.mu.Unlock()
 	if first != nil {
@@ -82,16 +120,21 @@ func (g *admitGroups) admit(ctx context.Context, r Request) (Decision, error) {
 	}
 
 	select {
-	case a := <-c.done:
+	case <-c.done:
+		a := g.recycle(c)
 		return a.d, a.err
 	case <-ctx.Done():
 		g.mu.Lock()
 		withdrawn := g.withdraw(r.Activity, c)
 		g.mu.Unlock()
-		if !withdrawn {
-			// Sent already: the answer may have arrived at the same moment; prefer it.
+		if withdrawn {
+			g.recycle(c)
+		} else {
+			// Sent already: the answer may have arrived at the same moment; prefer it. If it
+			// has not, the batch will still write into c, so c is left to the collector.
 			select {
-			case a := <-c.done:
+			case <-c.done:
+				a := g.recycle(c)
 				return a.d, a.err
 			default:
 			}
@@ -106,25 +149,29 @@ func (g *admitGroups) drain(ctx context.Context, activity string, calls []*admit
 		g.run(ctx, activity, calls)
 		g.mu.Lock()
 		q := g.queues[activity]
-		calls = g.take(q)
+		calls = g.take(q, calls) // run is done with the slice: the next batch reuses it
 		if calls == nil {
 			q.inFlight--
 			if q.inFlight == 0 {
 				delete(g.queues, activity)
+				if cap(q.pending) > g.batch {
+					q.pending = nil // a burst's long array is not kept for a quiet time
+				}
+				g.spare = q // empty, and nothing else holds it now
 			}
 		}
 		g.mu.Unlock()
 	}
 }
 
-// take removes the next batch from q, or returns nil when nothing waits. g.mu must be held.
-func (g *admitGroups) take(q *admitQueue) []*admitCall {
+// take removes the next batch from q into buf's array (a new one when buf is nil or too small),
+// or returns nil when nothing waits. g.mu must be held.
+func (g *admitGroups) take(q *admitQueue, buf []*admitCall) []*admitCall {
 	n := min(len(q.pending), g.batch)
 	if n == 0 {
 		return nil
 	}
-	calls := make([]*admitCall, n)
-	copy(calls, q.pending)
+	calls := append(buf[:0], q.pending[:n]...)
 	rest := copy(q.pending, q.pending[n:])
 	clear(q.pending[rest:])
 	q.pending = q.pending[:rest]
@@ -152,7 +199,7 @@ func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls [
 	reply, acked, err := s.runAdmit(ctx, activity, calls)
 	if err != nil {
 		for _, c := range calls {
-			c.done <- admitAnswer{err: err}
+			c.answerWith(Decision{}, err)
 		}
 		return
 	}
@@ -161,7 +208,7 @@ func (s *RedisStore) runAdmitBatch(ctx context.Context, activity string, calls [
 		if err == nil {
 			d, err = s.checkAcked(activity, d, acked)
 		}
-		c.done <- admitAnswer{d: d, err: err}
+		c.answerWith(d, err) // c may be reused from here on
 	}
 }
 

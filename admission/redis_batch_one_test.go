@@ -32,12 +32,13 @@ func TestRedisOneBatch(t *testing.T) {
 	}
 	calls := make([]*admitCall, len(reqs))
 	for i, r := range reqs {
-		calls[i] = &admitCall{req: r, done: make(chan admitAnswer, 1)}
+		calls[i] = &admitCall{req: r, done: make(chan struct{}, 1)}
 	}
 	s.runAdmitBatch(ctx, "b1", calls)
 	ans := make([]admitAnswer, len(calls))
 	for i, c := range calls {
-		ans[i] = <-c.done
+		<-c.done
+		ans[i] = c.answer
 	}
 
 	if a := ans[0]; a.err != nil || a.d.Outcome != Won || a.d.Replayed || a.d.Remaining != 2 {

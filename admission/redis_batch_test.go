@@ -113,7 +113,8 @@ func TestRedisGroupedAdmission(t *testing.T) {
 
 // TestRedisGroupedCancel checks the two ways a caller's context can end: while its call still
 // waits in the queue (it is withdrawn and nothing is sent for it), and after its batch was sent
-// (the batch still runs for everybody else in it).
+// (the batch still runs for everybody else in it, and answers into the gone caller's call, so
+// that call must not serve the callers who come after: each of them gets its own answer).
 func TestRedisGroupedCancel(t *testing.T) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
@@ -192,11 +193,27 @@ func TestRedisGroupedCancel(t *testing.T) {
 	if a := <-sent; !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("sent caller after cancel: %+v, %v", a.d, a.err)
 	}
+	// Callers after the cancels, while "sent" is still in flight: the store reuses answered
+	// calls, and one of these would be handed the call "sent" left if that went back too.
+	const after = 6
+	afters := make([]chan answer, after)
+	for i := range afters {
+		afters[i] = admit(ctx, fmt.Sprint("after-", i))
+	}
+	waitQueue(1 + after)
 
 	srv.Resume()
 	resumed = true
 	if a := <-later; a.err != nil || a.d.Outcome != admission.Won {
 		t.Fatalf("later caller: %+v, %v", a.d, a.err)
+	}
+	for i, ch := range afters {
+		user := fmt.Sprint("after-", i)
+		a := <-ch
+		r, err := s.GetResult(ctx, "c1", user)
+		if a.err != nil || a.d.Outcome != admission.Won || err != nil || a.d.ReservationID != r.ReservationID {
+			t.Errorf("%s: answered %+v, %v; its result %+v, %v: want its own win", user, a.d, a.err, r, err)
+		}
 	}
 	// "sent" was decided although its caller had gone; "queued" never reached the server.
 	if got := raw.HGet(ctx, "seckill:{c1}:buyers", "sent").Val(); got != "1" {
@@ -205,8 +222,8 @@ func TestRedisGroupedCancel(t *testing.T) {
 	if raw.HExists(ctx, "seckill:{c1}:buyers", "queued").Val() {
 		t.Error("a withdrawn call was admitted")
 	}
-	if n := redisInt(t, raw, "seckill:{c1}:stock"); n != 7 {
-		t.Errorf("stock = %d, want 7 (warm-up, sent, later)", n)
+	if n := redisInt(t, raw, "seckill:{c1}:stock"); n != 10-3-after {
+		t.Errorf("stock = %d, want %d (warm-up, sent, later and the %d after them)", n, 10-3-after, after)
 	}
 	waitQueueIdle(t, s, "c1") // the last batch's goroutine lets go of the queue after its answers
 }
