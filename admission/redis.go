@@ -31,7 +31,7 @@ type RedisOptions struct {
 	// AdmitBatch is the most Admit calls for one activity that share one script call (group
 	// admission: while a call for the activity is in flight, newcomers queue and go together in
 	// the next one; see redis_batch.go). Default 64; 1 turns grouping off, so that every Admit is
-	// its own script call.
+	// its own script call; at most MaxAdmitBatch.
 	AdmitBatch int
 
 	// AdmitInFlight is how many grouped script calls per activity may be in flight at once;
@@ -151,6 +151,9 @@ func NewRedisStore(client redis.UniversalClient, opts RedisOptions) (*RedisStore
 	}
 	if opts.AdmitBatch < 0 || opts.AdmitInFlight < 0 {
 		return nil, fmt.Errorf("new redis store: %w: admit batch %d and in-flight %d must not be negative", ErrBadInput, opts.AdmitBatch, opts.AdmitInFlight)
+	}
+	if opts.AdmitBatch > MaxAdmitBatch {
+		return nil, fmt.Errorf("new redis store: %w: admit batch %d is above %d", ErrBadInput, opts.AdmitBatch, MaxAdmitBatch)
 	}
 	ack, err := newReplicasAck(client, opts.ReplicasAck, opts.ReplicasAckTimeout)
 	if err != nil {

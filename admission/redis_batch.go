@@ -28,6 +28,11 @@ const (
 	defaultAdmitInFlight = 2
 )
 
+// MaxAdmitBatch bounds RedisOptions.AdmitBatch. 1024 decisions hold the Redis server for about
+// 10 ms, longer than any other client of it should wait; and the scripts unpack a call's
+// requests into one command's arguments, which Lua bounds at 8,000 values.
+const MaxAdmitBatch = 1024
+
 // admitCall is one Admit waiting for its decision. Calls are reused (admitGroups.calls): a call
 // goes back only once its caller has read its answer, or withdrawn it unsent, so no batch still
 // holds a call that is handed out again.

@@ -277,3 +277,23 @@ func redisEvalCalls(t testing.TB, raw *redis.Client) int64 {
 	}
 	return total
 }
+
+// TestRedisAdmitBatchOptions: a batch size the scripts cannot carry, or a negative one, is refused
+// with ErrBadInput when the store is made, not by every script call of a busy sale; the bound
+// itself is accepted.
+func TestRedisAdmitBatchOptions(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = c.Close() })
+	for _, o := range []admission.RedisOptions{
+		{AdmitBatch: -1},
+		{AdmitInFlight: -1},
+		{AdmitBatch: admission.MaxAdmitBatch + 1},
+	} {
+		if _, err := admission.NewRedisStore(c, o); !errors.Is(err, admission.ErrBadInput) {
+			t.Errorf("NewRedisStore(%+v): %v, want ErrBadInput", o, err)
+		}
+	}
+	if _, err := admission.NewRedisStore(c, admission.RedisOptions{AdmitBatch: admission.MaxAdmitBatch}); err != nil {
+		t.Errorf("NewRedisStore(AdmitBatch %d): %v", admission.MaxAdmitBatch, err)
+	}
+}

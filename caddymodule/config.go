@@ -109,7 +109,7 @@ const maxPoolSize = 4096
 
 // maxAdmitBatch bounds AdmitBatch: 1024 decisions hold the Redis server for about 10 ms, longer
 // than any other client of it should wait (docs/admission.md, "Group admission").
-const maxAdmitBatch = 1024
+const maxAdmitBatch = admission.MaxAdmitBatch
 
 // Store types.
 const (
