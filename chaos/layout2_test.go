@@ -359,12 +359,21 @@ func (e *env) ackedEntryFields() []string {
 	return out
 }
 
-// requireMultiWinEntries fails the test unless some entry of the activity's layout-2 streams (one,
-// or one per bucket) holds 2+ wins: a sale of one-win entries would leave layout 2's queue
-// untested.
+// requireMultiWinEntries fails the test unless some entry of the activity's layout-2 streams holds
+// 2+ wins: a sale of one-win entries would leave layout 2's queue untested.
 func (e *env) requireMultiWinEntries() {
 	e.t.Helper()
-	var wins, entries, multi int64
+	wins, entries, multi := e.multiWinEntries()
+	if multi == 0 {
+		e.t.Fatalf("the sale's %d wins are %d entries of one win each: layout 2's entries untested", wins, entries)
+	}
+	e.t.Logf("the sale's %d wins are %d entries, %d of them with 2+ wins", wins, entries, multi)
+}
+
+// multiWinEntries counts the wins and the entries of the activity's layout-2 streams (one, or one
+// per bucket), and the entries among them that hold 2+ wins.
+func (e *env) multiWinEntries() (wins, entries, multi int64) {
+	e.t.Helper()
 	for _, stream := range e.streamKeys() {
 		es, err := e.rawEntries(context.Background(), stream, "-", "+")
 		if err != nil {
@@ -378,8 +387,5 @@ func (e *env) requireMultiWinEntries() {
 			}
 		}
 	}
-	if multi == 0 {
-		e.t.Fatalf("the sale's %d wins are %d entries of one win each: layout 2's entries untested", wins, entries)
-	}
-	e.t.Logf("the sale's %d wins are %d entries, %d of them with 2+ wins", wins, entries, multi)
+	return wins, entries, multi
 }
