@@ -57,9 +57,9 @@ func TestSentinelMasterKilledLayout2(t *testing.T) { failover(t, sentinel, killM
 // continues it finds itself a replica. Calls it had in its socket are never answered by it.
 func TestClusterMasterPaused(t *testing.T) { failover(t, cluster, pauseMaster, 1) }
 
-// TestClusterMasterPausedLayout2 is scenario 9 on Redis key layout 2: the stopped master's
-// layout-2 scripts that it never answered must not have written a win the promoted replica
-// lacks.
+// TestClusterMasterPausedLayout2 is scenario 9 on Redis key layout 2: what waited in the stopped
+// master's sockets (admit_v2.lua calls, the order backend's read_new.lua) must become neither a
+// win answered nor an order the promoted replica lacks.
 func TestClusterMasterPausedLayout2(t *testing.T) { failover(t, cluster, pauseMaster, 2) }
 
 // TestSentinelMasterPaused is scenario 9 on Sentinel (full run only: the short run has the
