@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -35,7 +36,15 @@ import (
 // from it and they are gone (checked too).
 //
 // SECKILL_CHAOS=full runs ten times the buyers.
-func TestRedisFailoverLoss(t *testing.T) {
+func TestRedisFailoverLoss(t *testing.T) { redisFailoverLoss(t, 1) }
+
+// TestRedisFailoverLossLayout2 is TestRedisFailoverLoss on Redis key layout 2: a win is on a
+// server when its reservation E-k is win k of entry E of the stream, for its buyer, and a record
+// of the buyer's :users field (what a replay and a poll read); the same wins must be lost, or
+// kept, as on layout 1.
+func TestRedisFailoverLossLayout2(t *testing.T) { redisFailoverLoss(t, 2) }
+
+func redisFailoverLoss(t *testing.T, layout int) {
 	buyers := 200
 	if os.Getenv("SECKILL_CHAOS") == "full" {
 		buyers = 2000
@@ -43,7 +52,7 @@ func TestRedisFailoverLoss(t *testing.T) {
 	for _, aof := range []string{"off", "everysec", "always"} {
 		for _, ack := range []int{0, 1} {
 			t.Run(fmt.Sprintf("aof_%s/replicas_ack_%d", aof, ack), func(t *testing.T) {
-				r := redisFailover(t, aof, ack, buyers)
+				r := redisFailover(t, aof, ack, buyers, layout)
 				t.Logf("aof %s, replicas_ack %d: %d buyers; %d answered won (%d before the hold, %d during it), "+
 					"%d of them lost on the promoted replica; %d answered not replicated (%d before the hold; %d of their wins on the replica); "+
 					"old master's AOF kept %d of the lost wins, %d after rejoining as a replica",
@@ -85,7 +94,10 @@ type failoverResult struct {
 	rejoinedKept    int    // ... after it rejoined as a replica of the new master
 }
 
-func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
+// win is an answered win: its buyer and reservation id.
+type win struct{ user, resv string }
+
+func redisFailover(t *testing.T, aof string, ack, buyers, layout int) failoverResult {
 	ctx := context.Background()
 	var opts []testsrv.RedisOption
 	if aof != "off" {
@@ -94,7 +106,7 @@ func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
 	master := testsrv.StartRedis(t, opts...)
 	link := testsrv.StartProxy(t, master.Addr)
 	replica := testsrv.StartReplicaVia(t, master, link)
-	var o admission.RedisOptions
+	o := admission.RedisOptions{Layout: layout}
 	if ack > 0 {
 		// Far above a replica's acknowledgement on a loaded machine: while the link flows, no
 		// buyer may be refused for a slow one.
@@ -107,8 +119,8 @@ func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
 	var (
 		res   failoverResult
 		mu    sync.Mutex
-		resvs []string // reservation ids of answered wins
-		unack []string // reservation ids of ErrNotReplicated answers
+		resvs []win // answered wins
+		unack []win // ErrNotReplicated answers
 	)
 	buy := func(phase, from, to int) {
 		var wg sync.WaitGroup
@@ -121,10 +133,10 @@ func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
 				switch {
 				case err == nil && d.Outcome == admission.Won:
 					res.won[phase]++
-					resvs = append(resvs, d.ReservationID)
+					resvs = append(resvs, win{fmt.Sprintf("u%d", u), d.ReservationID})
 				case errors.As(err, &re):
 					res.unconfirmed[phase]++
-					unack = append(unack, re.ReservationID)
+					unack = append(unack, win{fmt.Sprintf("u%d", u), re.ReservationID})
 				default:
 					t.Errorf("buyer u%d: %+v, %v", u, d, err)
 				}
@@ -140,30 +152,22 @@ func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
 	if err := replica.Promote(); err != nil {
 		t.Fatal(err)
 	}
-	has := func(r *testsrv.Redis, resv string) bool {
-		v, err := r.Do("HEXISTS", "seckill:{"+act.ID+"}:resv", resv)
-		if err != nil {
-			t.Fatalf("HEXISTS on %s: %v", r.Addr, err)
-		}
-		return v == "1"
-	}
-	var lost []string
-	for _, id := range resvs {
-		if !has(replica, id) {
-			lost = append(lost, id)
+	has := func(r *testsrv.Redis, w win) bool { return winOn(t, r, act.ID, w, layout) }
+	var lost []win
+	for _, w := range resvs {
+		if !has(replica, w) {
+			lost = append(lost, w)
 		}
 	}
 	res.lost = len(lost)
-	for _, id := range unack {
-		if has(replica, id) {
+	for _, w := range unack {
+		if has(replica, w) {
 			res.unconfirmedKept++
 		}
 	}
 	// The promoted replica never sold more than the stock.
-	if v, err := replica.Do("XLEN", "seckill:{"+act.ID+"}:orders"); err != nil {
-		t.Fatal(err)
-	} else if n, _ := strconv.Atoi(v); n > buyers {
-		t.Errorf("promoted replica's wins queue holds %d, above the stock %d", n, buyers)
+	if n := queuedOn(t, replica, act.ID, layout); n > buyers {
+		t.Errorf("promoted replica's wins queue holds %d wins, above the stock %d", n, buyers)
 	}
 	if aof == "off" {
 		return res
@@ -171,8 +175,8 @@ func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
 
 	// The old master comes back from its AOF ...
 	master.Restart()
-	for _, id := range lost {
-		if has(master, id) {
+	for _, w := range lost {
+		if has(master, w) {
 			res.aofKept++
 		}
 	}
@@ -188,8 +192,8 @@ func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
 	if err := master.WaitLinkUp(10 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range lost {
-		if has(master, id) {
+	for _, w := range lost {
+		if has(master, w) {
 			res.rejoinedKept++
 		}
 	}
@@ -200,6 +204,62 @@ func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
 		}
 	}
 	return res
+}
+
+// winOn reports whether server r holds the win w of activity act: layout 1, its reservation in
+// :resv; layout 2, its reservation E-k is win k of entry E of :orders, for w's buyer, and a
+// record of the buyer's :users field ("<length of the request id>:<request id><reservation>;",
+// the request id "r" here). The check is a read-only script, so it runs on a replica as well.
+func winOn(t *testing.T, r *testsrv.Redis, act string, w win, layout int) bool {
+	t.Helper()
+	keys := "seckill:{" + act + "}"
+	if layout != 2 {
+		v, err := r.Do("HEXISTS", keys+":resv", w.resv)
+		if err != nil {
+			t.Fatalf("HEXISTS on %s: %v", r.Addr, err)
+		}
+		return v == "1"
+	}
+	i := strings.LastIndexByte(w.resv, '-')
+	if i < 0 {
+		t.Fatalf("reservation %q is not a layout-2 win id E-k", w.resv)
+	}
+	const script = `
+local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
+if #e ~= 1 then return 0 end
+local f, k = e[1][2], tonumber(ARGV[2])
+if #f < 4 + 2 * k or f[3 + 2 * k] ~= ARGV[3] then return 0 end
+local u = redis.call('HGET', KEYS[2], ARGV[3])
+if not u or not string.find(u, ARGV[4], 1, true) then return 0 end
+return 1`
+	v, err := r.Do("EVAL_RO", script, "2", keys+":orders", keys+":users", w.resv[:i], w.resv[i+1:], w.user, "1:r"+w.resv+";")
+	if err != nil {
+		t.Fatalf("read win %s of %s on %s: %v", w.resv, w.user, r.Addr, err)
+	}
+	return v == "1"
+}
+
+// queuedOn is how many wins server r's wins queue of activity act holds: its entries in layout
+// 1, the wins of its entries in layout 2 (read raw, not from the :meta counter the scripts keep).
+func queuedOn(t *testing.T, r *testsrv.Redis, act string, layout int) int {
+	t.Helper()
+	key := "seckill:{" + act + "}:orders"
+	v, err := r.Do("XLEN", key)
+	if layout == 2 {
+		const script = `
+local n = 0
+for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do n = n + (#e[2] - 4) / 2 end
+return n`
+		v, err = r.Do("EVAL_RO", script, "1", key)
+	}
+	if err != nil {
+		t.Fatalf("count the wins of %s on %s: %v", key, r.Addr, err)
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		t.Fatalf("count the wins of %s on %s: %q", key, r.Addr, v)
+	}
+	return n
 }
 
 // waitForKey waits until key exists on r (a replica catching up).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,16 +36,31 @@ const recoveryMargin = 3 * time.Second
 // gateways admit again within a few seconds of the promotion (not the minute go-redis alone
 // takes: docs/failover.md), the order backend goes on reading the wins queue on the new master,
 // the old master comes back as a replica; then the common end and the paths check.
-func TestClusterMasterKilled(t *testing.T) { failover(t, cluster, killMaster) }
+func TestClusterMasterKilled(t *testing.T) { failover(t, cluster, killMaster, 1) }
+
+// TestClusterMasterKilledLayout2 is scenario 7 on Redis key layout 2 (`store redis { layout 2 }`):
+// every win acknowledged before the kill is win k of an entry E of the promoted replica's stream,
+// the sale made entries of several wins, and the consumer, the results and the restock read
+// them on the new master.
+func TestClusterMasterKilledLayout2(t *testing.T) { failover(t, cluster, killMaster, 2) }
 
 // TestSentinelMasterKilled is scenario 8: scenario 7 on Sentinel (master + replica + 3 sentinels,
 // down-after-milliseconds 2 s); the old master comes back as a replica of the new one.
-func TestSentinelMasterKilled(t *testing.T) { failover(t, sentinel, killMaster) }
+func TestSentinelMasterKilled(t *testing.T) { failover(t, sentinel, killMaster, 1) }
+
+// TestSentinelMasterKilledLayout2 is scenario 8 on Redis key layout 2, as
+// TestClusterMasterKilledLayout2 is scenario 7.
+func TestSentinelMasterKilledLayout2(t *testing.T) { failover(t, sentinel, killMaster, 2) }
 
 // TestClusterMasterPaused is scenario 9: the master of the activity's slot is stopped (SIGSTOP)
 // for 5 s, longer than cluster-node-timeout: its replica takes over while it sleeps, and when it
 // continues it finds itself a replica. Calls it had in its socket are never answered by it.
-func TestClusterMasterPaused(t *testing.T) { failover(t, cluster, pauseMaster) }
+func TestClusterMasterPaused(t *testing.T) { failover(t, cluster, pauseMaster, 1) }
+
+// TestClusterMasterPausedLayout2 is scenario 9 on Redis key layout 2: what waited in the stopped
+// master's sockets (admit_v2.lua calls, the order backend's read_new.lua) must become neither a
+// win answered nor an order the promoted replica lacks.
+func TestClusterMasterPausedLayout2(t *testing.T) { failover(t, cluster, pauseMaster, 2) }
 
 // TestSentinelMasterPaused is scenario 9 on Sentinel (full run only: the short run has the
 // Cluster's).
@@ -52,13 +68,30 @@ func TestSentinelMasterPaused(t *testing.T) {
 	if !currentMode().full {
 		t.Skip("SECKILL_CHAOS=full")
 	}
-	failover(t, sentinel, pauseMaster)
+	failover(t, sentinel, pauseMaster, 1)
 }
 
-func failover(t *testing.T, topo topology, f fault) {
+// TestSentinelMasterPausedLayout2 is scenario 9 on Sentinel on Redis key layout 2 (full run only,
+// as its layout-1 sibling).
+func TestSentinelMasterPausedLayout2(t *testing.T) {
+	if !currentMode().full {
+		t.Skip("SECKILL_CHAOS=full")
+	}
+	failover(t, sentinel, pauseMaster, 2)
+}
+
+// failover runs scenarios 7–9 on topo with fault f, the activity in Redis key layout layout.
+func failover(t *testing.T, topo topology, f fault, layout int) {
 	m := currentMode()
-	act := newActivity(fmt.Sprintf("failover-%s-%s", topo, f), m.stock, 2)
+	id := fmt.Sprintf("failover-%s-%s", topo, f)
+	if layout != 1 {
+		id = fmt.Sprintf("%s-l%d", id, layout)
+	}
+	act := newActivity(id, m.stock, 2)
 	e := newEnvOn(t, act, topo)
+	if layout != 1 {
+		e.setLayout(layout)
+	}
 	// The distributed user limit puts a Redis call in front of every path and buy call.
 	e.seckillOptions = "rate_limit user 100/s burst 100 distributed"
 	gws := []*gateway{e.startGateway("gateway-1"), e.startGateway("gateway-2")}
@@ -140,9 +173,10 @@ func failover(t *testing.T, topo topology, f fault) {
 					round, deliveredNow, deliveredErr, f, delivered0, pending, lag, err, e.queued())
 			}
 		}
-		if missing := e.missingFromStream(acked); len(missing) > 0 {
-			t.Errorf("round %d: %d of %d wins acknowledged before the %s are not in the new master's queue: %v",
-				round, len(missing), len(acked), f, missing)
+		missing := e.missingFromStream(acked)
+		if len(missing) > 0 {
+			t.Errorf("round %d: %d of %d wins acknowledged before the %s are not in the new master's queue: %v (%s)",
+				round, len(missing), len(acked), f, missing, madeBefore(missing, failed))
 		}
 
 		// The old master comes back as a replica.
@@ -159,14 +193,35 @@ func failover(t *testing.T, topo topology, f fault) {
 		d.gate.release()
 		t.Logf("round %d (%s, %s): promotion %s after the %s; first admission %s after the %s (%s after the promotion; goal: node timeout + 2 s = 4 s); "+
 			"gateways reading a result from the new master after %v; %d buys answered 503 busy in between; "+
-			"%d wins acknowledged before the %s, all on the new master; old master %s back as a replica after %s; %s",
+			"%d wins acknowledged before the %s, %d of them missing on the new master; old master %s back as a replica after %s; %s",
 			round, topo, f, took.Round(time.Millisecond), f, firstAdmit.Round(time.Millisecond), f, (firstAdmit - took).Round(time.Millisecond),
-			roundAll(perGateway), busy, len(acked), f, old.Addr, rejoined.Round(time.Millisecond), captchas)
+			roundAll(perGateway), busy, len(acked), f, len(missing), old.Addr, rejoined.Round(time.Millisecond), captchas)
 	}
 	wait()
 	t.Logf("answers: %s", summary(d.snapshot()))
+	if layout == 2 {
+		e.requireMultiWinEntries()
+	}
 	e.verify(d)
 	e.checkPathsAfterFailover(gws, be, d)
+}
+
+// madeBefore says how long before the fault the reservations' queue entries were made (an entry
+// id's first part is the master's clock in milliseconds): a win made in the last milliseconds
+// may not have reached the replica yet, which Redis does not promise without WAIT
+// (docs/failover.md, "Losses per durability setting").
+func madeBefore(resvs []string, fault time.Time) string {
+	var ds []string
+	for _, r := range resvs {
+		ms, _, _ := strings.Cut(r, "-")
+		v, err := strconv.ParseInt(ms, 10, 64)
+		if err != nil {
+			ds = append(ds, "?")
+			continue
+		}
+		ds = append(ds, fault.Sub(time.UnixMilli(v)).Round(time.Millisecond).String())
+	}
+	return "made " + strings.Join(ds, ", ") + " before the fault"
 }
 
 // masterOfActivity is the server holding the activity's keys.

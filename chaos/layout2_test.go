@@ -359,20 +359,33 @@ func (e *env) ackedEntryFields() []string {
 	return out
 }
 
-// requireMultiWinEntries fails the test unless some entry of the activity's layout-2 stream
-// holds 2+ wins: a sale of one-win entries would leave layout 2's queue untested.
+// requireMultiWinEntries fails the test unless some entry of the activity's layout-2 streams holds
+// 2+ wins: a sale of one-win entries would leave layout 2's queue untested.
 func (e *env) requireMultiWinEntries() {
 	e.t.Helper()
-	es := e.entriesAfter("-")
-	var wins, multi int64
-	for _, x := range es {
-		wins += x.wins
-		if x.wins >= 2 {
-			multi++
+	wins, entries, multi := e.multiWinEntries()
+	if multi == 0 {
+		e.t.Fatalf("the sale's %d wins are %d entries of one win each: layout 2's entries untested", wins, entries)
+	}
+	e.t.Logf("the sale's %d wins are %d entries, %d of them with 2+ wins", wins, entries, multi)
+}
+
+// multiWinEntries counts the wins and the entries of the activity's layout-2 streams (one, or one
+// per bucket), and the entries among them that hold 2+ wins.
+func (e *env) multiWinEntries() (wins, entries, multi int64) {
+	e.t.Helper()
+	for _, stream := range e.streamKeys() {
+		es, err := e.rawEntries(context.Background(), stream, "-", "+")
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		entries += int64(len(es))
+		for _, x := range es {
+			wins += x.wins
+			if x.wins >= 2 {
+				multi++
+			}
 		}
 	}
-	if multi == 0 {
-		e.t.Fatalf("the sale's %d wins are %d entries of one win each: layout 2's entries untested", wins, len(es))
-	}
-	e.t.Logf("the sale's %d wins are %d entries, %d of them with 2+ wins", wins, len(es), multi)
+	return wins, entries, multi
 }

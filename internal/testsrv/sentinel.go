@@ -137,10 +137,12 @@ func (s *Sentinel) WaitFailover(old *Redis, timeout time.Duration) (*Redis, time
 }
 
 // WaitReplicaOf waits until r (an old master, restarted) has been turned into a replica of master
-// by the sentinels and is in sync with it.
+// by the sentinels and applies its writes (WaitStreaming: link up is not enough, and a master
+// killed in the second after the resync would take every write it answered since with it).
 func (s *Sentinel) WaitReplicaOf(r, master *Redis, timeout time.Duration) {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	host, port, _ := net.SplitHostPort(master.Addr)
 	if err := poll(ctx, r.Addr+" to replicate "+master.Addr, func() (bool, error) {
@@ -148,6 +150,9 @@ func (s *Sentinel) WaitReplicaOf(r, master *Redis, timeout time.Duration) {
 		return err == nil && strings.Contains(repl, "role:slave") && strings.Contains(repl, "master_host:"+host+"\r\n") &&
 			strings.Contains(repl, "master_port:"+port+"\r\n") && strings.Contains(repl, "master_link_status:up"), nil
 	}); err != nil {
+		s.t.Fatal(err)
+	}
+	if err := r.WaitStreaming(master, time.Until(deadline)); err != nil {
 		s.t.Fatal(err)
 	}
 }

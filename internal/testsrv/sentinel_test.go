@@ -34,4 +34,9 @@ func TestSentinelFailover(t *testing.T) {
 	if v, err := old.cmd1(ctx, "GET", "k"); err != nil || v != "900" {
 		t.Fatalf("GET k on the old master, now a replica: %q, %v", v, err)
 	}
+	// Back as a replica means the new master's writes reach it from now on: a failover right
+	// after WaitReplicaOf keeps them (the chaos suite's next round kills the new master).
+	if r, err := promoted.Pipeline([]string{"SET", "k", "901"}, []string{"WAIT", "1", "100"}); err != nil || r[1] != "1" {
+		t.Fatalf("SET and WAIT 1 100 on the new master right after its replica rejoined: %q, %v", r, err)
+	}
 }
