@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
 )
 
 // Acknowledged writes (RedisOptions.ReplicasAck). Redis replicates asynchronously: a master
@@ -175,6 +177,10 @@ func (s *RedisStore) readGroupAcked(ctx context.Context, activity, key, group, c
 // the replicas did not confirm stay pending in the group, and a *ReplicationError tells the
 // caller to re-read its pending entries later. op names the call in errors.
 func (s *RedisStore) runDelivery(ctx context.Context, op, activity string, script *redis.Script, src string, keys []string, args ...any) ([]any, error) {
+	// On a Cluster, an answer that delivers entries is taken only once another node confirms
+	// that the node answering is still the master of the stream's slot, as a plain XREADGROUP's
+	// is: a replaced master that continues must not hand out wins the new master never had.
+	ctx = redisclient.ConfirmDelivery(ctx, deliveredCmd)
 	if s.ack == nil {
 		return script.Run(ctx, s.client, keys, args...).Slice()
 	}
@@ -189,6 +195,16 @@ func (s *RedisStore) runDelivery(ctx context.Context, op, activity string, scrip
 		return nil, &ReplicationError{Op: op, Activity: activity, Wanted: s.ack.n, Acked: acked}
 	}
 	return reply, nil
+}
+
+// deliveredCmd is delivered for a delivery script's command, for redisclient.ConfirmDelivery.
+func deliveredCmd(c redis.Cmder) bool {
+	cmd, ok := c.(*redis.Cmd)
+	if !ok {
+		return false
+	}
+	reply, err := cmd.Slice()
+	return err == nil && delivered(reply)
 }
 
 // delivered reports whether a delivery script's reply holds entries (read_new.lua answers

@@ -23,7 +23,8 @@ var ErrNotMaster = errors.New("redisclient: the answering node is no longer the 
 const (
 	// slowAnswer: a script or claim answered later than this may have waited in a stopped
 	// master's socket, so its node's mastership is confirmed before the answer is taken. Stream
-	// reads that deliver entries are always confirmed (they block by design).
+	// reads that deliver entries are always confirmed (they block by design), and so are
+	// delivery scripts marked with ConfirmDelivery.
 	slowAnswer = time.Second
 	// confirmTimeout bounds the question to the other nodes; without an answer in time the
 	// answer is taken (a rush must not stall on a slow peer: the map monitor still cuts a
@@ -31,9 +32,27 @@ const (
 	confirmTimeout = 300 * time.Millisecond
 )
 
+// deliveryKey is the context key of ConfirmDelivery's predicate.
+type deliveryKey struct{}
+
+// ConfirmDelivery returns ctx marked so that a script answered on it is confirmed however fast it
+// answered, when delivered reports that the answer hands out stream entries: a script that
+// delivers entries (the store's read_new.lua) is a stream read by other means, and its answer
+// must not come from a replaced master any more than an XREADGROUP's may.
+func ConfirmDelivery(ctx context.Context, delivered func(redis.Cmder) bool) context.Context {
+	return context.WithValue(ctx, deliveryKey{}, delivered)
+}
+
+// Delivers reports whether ctx carries ConfirmDelivery's mark and cmd's answer delivered entries:
+// what the node hook asks of a script's answer before it takes it.
+func Delivers(ctx context.Context, cmd redis.Cmder) bool {
+	f, _ := ctx.Value(deliveryKey{}).(func(redis.Cmder) bool)
+	return f != nil && f(cmd)
+}
+
 // confirmKey returns the key whose slot's master must confirm cmd's answer, or "" when the
 // answer needs no confirmation.
-func confirmKey(cmd redis.Cmder, elapsed time.Duration) string {
+func confirmKey(ctx context.Context, cmd redis.Cmder, elapsed time.Duration) string {
 	args := cmd.Args()
 	switch cmd.Name() {
 	// Answered without error: it returned entries. A plain XREAD delivers nothing, but the store
@@ -47,7 +66,7 @@ func confirmKey(cmd redis.Cmder, elapsed time.Duration) string {
 			}
 		}
 	case "evalsha", "eval", "evalsha_ro", "eval_ro":
-		if elapsed >= slowAnswer && len(args) > 3 && argString(args[2]) != "0" {
+		if (elapsed >= slowAnswer || Delivers(ctx, cmd)) && len(args) > 3 && argString(args[2]) != "0" {
 			return argString(args[3])
 		}
 	case "xclaim", "xautoclaim":

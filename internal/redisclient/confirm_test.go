@@ -155,3 +155,37 @@ func TestConfirmByNodeID(t *testing.T) {
 		t.Fatalf("read %v, want the one entry", streams)
 	}
 }
+
+// TestConfirmKeyDelivery: a script answered fast is taken without asking, unless its context
+// carries ConfirmDelivery's mark and the answer delivered entries; a slow one is always confirmed.
+func TestConfirmKeyDelivery(t *testing.T) {
+	const key = "{d}:orders"
+	script := func() *redis.Cmd {
+		cmd := redis.NewCmd(context.Background(), "evalsha", "0123", 2, "{d}:meta", key, "g")
+		cmd.SetVal([]any{"top"})
+		return cmd
+	}
+	yes := func(redis.Cmder) bool { return true }
+	no := func(redis.Cmder) bool { return false }
+	bg := context.Background()
+	for _, tc := range []struct {
+		name    string
+		ctx     context.Context
+		elapsed time.Duration
+		want    string
+	}{
+		{"fast, unmarked", bg, time.Millisecond, ""},
+		{"fast, marked, delivered", ConfirmDelivery(bg, yes), time.Millisecond, "{d}:meta"},
+		{"fast, marked, nothing delivered", ConfirmDelivery(bg, no), time.Millisecond, ""},
+		{"slow, unmarked", bg, slowAnswer, "{d}:meta"},
+	} {
+		if got := confirmKey(tc.ctx, script(), tc.elapsed); got != tc.want {
+			t.Errorf("%s: confirmKey = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	// The mark is about scripts: a plain command on a marked context is judged as before.
+	get := redis.NewStringCmd(bg, "get", key)
+	if got := confirmKey(ConfirmDelivery(bg, yes), get, time.Millisecond); got != "" {
+		t.Errorf("GET on a marked context: confirmKey = %q, want none", got)
+	}
+}

@@ -188,7 +188,7 @@ func (h nodeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			h.m.failed(h.node)
 		}
 		if err == nil {
-			if key := confirmKey(cmd, time.Since(start)); key != "" {
+			if key := confirmKey(ctx, cmd, time.Since(start)); key != "" {
 				if err := h.m.confirm(h.node, h.node.Options().Addr, key); err != nil {
 					cmd.SetErr(err)
 					return err
@@ -214,7 +214,7 @@ func (h nodeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 			if cmd.Err() != nil {
 				continue
 			}
-			key := confirmKey(cmd, elapsed)
+			key := confirmKey(ctx, cmd, elapsed)
 			if key == "" {
 				continue
 			}
