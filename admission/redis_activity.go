@@ -194,50 +194,39 @@ func (s *RedisStore) Holders(ctx context.Context, activity string) ([]string, er
 		}
 		return s.bucketHolders(ctx, activity, n)
 	}
-	layout, err := s.layoutOf(ctx, activity)
-	if err != nil {
-		return nil, fmt.Errorf("holders %s: %w", activity, err)
-	}
-	for try := 0; ; try++ {
+	// The definition's layout is read in the same transaction, so a stale cached one (another
+	// node deleted the activity and defined it again with the other layout) is corrected as a
+	// script's refusal is (layoutRetry): the Guard's holder set must not come out empty.
+	users, err := layoutRetry(ctx, s, activity, func(layout int) ([]string, error) {
 		var (
 			meta  *redis.SliceCmd
 			users *redis.StringSliceCmd
 		)
-		_, err = s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			meta = p.HMGet(ctx, s.key(activity, "meta"), "start_ms", "layout")
 			if layout != redisLayout2 {
 				users = p.HKeys(ctx, s.key(activity, "buyers"))
 			}
 			return nil
-		})
-		if err != nil {
-			return nil, fmt.Errorf("holders %s: %w", activity, err)
+		}); err != nil {
+			return nil, err
 		}
 		m := meta.Val()
 		if len(m) != 2 || m[0] == nil {
-			return nil, fmt.Errorf("holders %s: %w", activity, ErrUnknownActivity)
+			return nil, ErrUnknownActivity
 		}
-		// A read corrects a stale cached layout too (another node deleted the activity and
-		// defined it again with the other layout): the Guard's holder set must not come out empty.
-		actual := redisLayout1
-		if m[1] == "2" {
-			actual = redisLayout2
-		}
-		if actual != layout && try == 0 {
-			if layout, err = s.relayout(ctx, activity); err != nil {
-				return nil, fmt.Errorf("holders %s: %w", activity, err)
-			}
-			continue
+		if (m[1] == "2") != (layout == redisLayout2) {
+			return nil, fmt.Errorf("%w: cached layout %d", ErrLayout, layout)
 		}
 		if layout == redisLayout2 {
-			u, err := s.holdersV2(ctx, activity)
-			if err != nil {
-				return nil, fmt.Errorf("holders %s: %w", activity, err)
-			}
-			return u, nil
+			return s.holdersV2(ctx, activity)
 		}
 		return users.Val(), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("holders %s: %w", activity, err)
 	}
+	return users, nil
 }
 
 // redisMetaCount reads a counter field of :meta; absent ("") is 0.

@@ -618,13 +618,12 @@ func (s *RedisStore) Backlog(ctx context.Context, activity, group string) (int64
 func (s *RedisStore) backlogOn(ctx context.Context, activity, on, group string) (int64, error) {
 	keys := []string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "acked")}
 	v, err := scriptBacklog.Run(ctx, s.client, keys, group).Int64()
-	var re redis.Error
 	switch {
 	case err == nil:
 		return v, nil
-	case errors.As(err, &re) && strings.HasPrefix(strings.TrimPrefix(re.Error(), "ERR "), "NOGROUP"):
+	case redis.HasErrorPrefix(err, "NOGROUP"):
 		return 0, fmt.Errorf("backlog %s: consumer group %q %w", activity, group, ErrNotFound)
-	case errors.As(err, &re) && strings.HasPrefix(strings.TrimPrefix(re.Error(), "ERR "), "LAG"):
+	case redis.HasErrorPrefix(err, "LAG"):
 		return 0, fmt.Errorf("backlog %s/%s: redis does not know the group's lag", activity, group)
 	}
 	return 0, fmt.Errorf("backlog %s: %w", activity, redisScriptErr(err))
