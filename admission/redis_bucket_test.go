@@ -23,6 +23,18 @@ import (
 func TestRedisBuckets(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	var n atomic.Int64
+	redisBucketVariants(t, func(t *testing.T, opts admission.RedisOptions) {
+		admissiontest.RunBuckets(t, func(t *testing.T) admission.Store {
+			opts.KeyPrefix = fmt.Sprintf("bk%d", n.Add(1))
+			s, _ := redisTestStore(t, srv.Addr, opts, nil)
+			return s
+		})
+	})
+}
+
+// redisBucketVariants runs a split-activity test with the rebalancer off (pulls alone must keep
+// every promise), on, and with group admission off.
+func redisBucketVariants(t *testing.T, test func(t *testing.T, opts admission.RedisOptions)) {
 	for _, v := range []struct {
 		name string
 		opts admission.RedisOptions
@@ -31,14 +43,7 @@ func TestRedisBuckets(t *testing.T) {
 		{"rebalancer", admission.RedisOptions{}},
 		{"single_calls", admission.RedisOptions{AdmitBatch: 1, RebalanceInterval: -1}},
 	} {
-		t.Run(v.name, func(t *testing.T) {
-			admissiontest.RunBuckets(t, func(t *testing.T) admission.Store {
-				opts := v.opts
-				opts.KeyPrefix = fmt.Sprintf("bk%d", n.Add(1))
-				s, _ := redisTestStore(t, srv.Addr, opts, nil)
-				return s
-			})
-		})
+		t.Run(v.name, func(t *testing.T) { test(t, v.opts) })
 	}
 }
 

@@ -54,23 +54,14 @@ func TestRedisLayout2ClusterConformance(t *testing.T) {
 func TestRedisLayout2Buckets(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	var n atomic.Int64
-	for _, v := range []struct {
-		name string
-		opts admission.RedisOptions
-	}{
-		{"pulls_only", admission.RedisOptions{RebalanceInterval: -1}},
-		{"rebalancer", admission.RedisOptions{}},
-		{"single_calls", admission.RedisOptions{AdmitBatch: 1, RebalanceInterval: -1}},
-	} {
-		t.Run(v.name, func(t *testing.T) {
-			admissiontest.RunBuckets(t, func(t *testing.T) admission.Store {
-				opts := layout2(v.opts)
-				opts.KeyPrefix = fmt.Sprintf("l2bk%d", n.Add(1))
-				s, _ := redisTestStore(t, srv.Addr, opts, nil)
-				return s
-			})
+	redisBucketVariants(t, func(t *testing.T, v admission.RedisOptions) {
+		admissiontest.RunBuckets(t, func(t *testing.T) admission.Store {
+			opts := layout2(v)
+			opts.KeyPrefix = fmt.Sprintf("l2bk%d", n.Add(1))
+			s, _ := redisTestStore(t, srv.Addr, opts, nil)
+			return s
 		})
-	}
+	})
 }
 
 // TestRedisLayout2ReplicasAckConformance runs it with replicas_ack (a private master and
