@@ -319,23 +319,20 @@ func (s *RedisStore) ackOn(ctx context.Context, activity, on, group string, ids 
 // in canonical decimal (0 names no win, which the scripts leave alone, as XACK an unknown id);
 // ok is false for anything else, a layout-1 entry id "<ms>-<seq>" among them.
 func splitWinID(id string) (entry, k string, ok bool) {
-	dash := strings.LastIndexByte(id, '-')
-	if dash <= 0 || strings.Count(id, "-") != 2 {
+	ms, rest, ok1 := strings.Cut(id, "-")
+	seq, ks, ok2 := strings.Cut(rest, "-")
+	if !ok1 || !ok2 || !allDigits(ms) || !allDigits(seq) {
 		return "", "", false
 	}
-	n, err := strconv.ParseUint(id[dash+1:], 10, 31)
-	if err != nil || !allDigits(id[:dash], true) {
+	n, err := strconv.ParseUint(ks, 10, 31)
+	if err != nil {
 		return "", "", false
 	}
-	return id[:dash], strconv.FormatUint(n, 10), true
+	return id[:len(ms)+1+len(seq)], strconv.FormatUint(n, 10), true
 }
 
-// allDigits reports whether v is decimal digits, with one dash between two runs when dash is set.
-func allDigits(v string, dash bool) bool {
-	if dash {
-		a, b, ok := strings.Cut(v, "-")
-		return ok && allDigits(a, false) && allDigits(b, false)
-	}
+// allDigits reports whether v is one or more decimal digits.
+func allDigits(v string) bool {
 	if v == "" {
 		return false
 	}
