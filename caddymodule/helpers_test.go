@@ -84,6 +84,10 @@ type client struct {
 	http *http.Client
 }
 
+// afterReload drops the connections c kept alive: they were the old server's, which closes them
+// at a moment of its own (see loadCaddy).
+func (c *client) afterReload() { c.http.CloseIdleConnections() }
+
 func newClient(t testing.TB, base string) *client {
 	tr := &http.Transport{MaxIdleConnsPerHost: 256, MaxConnsPerHost: 256}
 	t.Cleanup(tr.CloseIdleConnections)

@@ -1,8 +1,13 @@
 package caddymodule_test
 
 import (
+	"bufio"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -94,7 +99,65 @@ func startCaddyAdmin(t testing.TB, seckill, site string) (base, adminAddr string
 }
 
 // loadCaddy loads (or reloads) caddyfile(port, seckill, site) into the Caddy of this process.
+// After a reload it returns once the old server no longer listens on port: Caddy binds each
+// configuration's listener with SO_REUSEPORT and returns from a reload once the old server has
+// only been told to shut down, so until then the kernel may still queue a new connection on the
+// old socket, which is reset when that socket closes. A client that kept a connection alive
+// across the reload must still drop it (client.afterReload): the old server closes it at a
+// moment of its own, and a request sent on it then fails with EOF.
 func loadCaddy(t testing.TB, port int, seckill, site string) error {
 	t.Helper()
-	return loadCaddyfile(t, caddyfile(t, port, seckill, site))
+	if err := loadCaddyfile(t, caddyfile(t, port, seckill, site)); err != nil {
+		return err
+	}
+	waitSoleListener(t, port)
+	return nil
+}
+
+// waitSoleListener waits until exactly one socket listens on the TCP port, as the kernel lists
+// them in /proc/net/tcp and /proc/net/tcp6.
+func waitSoleListener(t testing.TB, port int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := listeners(port)
+		if err != nil {
+			t.Fatalf("count the listeners on port %d: %v", port, err)
+		}
+		if n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sockets still listen on port %d 10 s after a reload; want the new server's only", n, port)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// listeners counts the sockets in state LISTEN (0A) on the local TCP port.
+func listeners(port int) (int, error) {
+	n := 0
+	for _, table := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		f, err := os.Open(table)
+		if err != nil {
+			return 0, err
+		}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			if len(fields) < 4 || fields[3] != "0A" {
+				continue
+			}
+			_, hexPort, ok := strings.Cut(fields[1], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); ok && err == nil && int(p) == port {
+				n++
+			}
+		}
+		err = sc.Err()
+		_ = f.Close()
+		if err != nil {
+			return 0, fmt.Errorf("read %s: %w", table, err)
+		}
+	}
+	return n, nil
 }
