@@ -28,6 +28,13 @@ type LocalOptions struct {
 	FsyncAlways bool             // flush each group commit to the device (power-loss safe); default:
 	// each commit is handed to the OS before any answer (process-crash safe)
 
+	// WaitTimeout bounds how long a call waits for the commit of its changes, so that a stalled
+	// disk answers ErrLocalWaitTimeout instead of holding its callers; 0: only the call's context
+	// bounds it. One timer serves every caller of a commit, where a deadline in each caller's
+	// context costs each call a timer of its own: the bound counts from the first of the callers
+	// that share a timer, so a caller that joined later may be answered sooner.
+	WaitTimeout time.Duration
+
 	checkpointEvery time.Duration // tests: how often the WAL is folded in; 0 = localCheckpointEvery
 }
 
@@ -59,6 +66,9 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("open local store: %w", badInput("empty folder"))
 	}
+	if opts.WaitTimeout < 0 {
+		return nil, fmt.Errorf("open local store %s: %w", dir, badInput("negative wait timeout %s", opts.WaitTimeout))
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, fmt.Errorf("open local store: create folder %s: %w", dir, err)
 	}
@@ -77,7 +87,7 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open local store %s: load: %w", dir, err)
 	}
-	w, err := newLocalWriter(db, dir, mem.entryCounts())
+	w, err := newLocalWriter(db, dir, mem.entryCounts(), opts.WaitTimeout)
 	if err != nil {
 		_ = db.Close()
 		_ = lock.Close()

@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/admissiontest"
@@ -10,7 +11,12 @@ import (
 
 func openLocal(t *testing.T) *admission.LocalStore {
 	t.Helper()
-	s, err := admission.OpenLocalStore(t.TempDir(), admission.LocalOptions{})
+	return openLocalWith(t, admission.LocalOptions{})
+}
+
+func openLocalWith(t *testing.T, opts admission.LocalOptions) *admission.LocalStore {
+	t.Helper()
+	s, err := admission.OpenLocalStore(t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +40,7 @@ func (g guardedLocal) Close() error {
 
 func TestGuardLocalConformance(t *testing.T) {
 	admissiontest.Run(t, func(t *testing.T) admission.Store {
-		local := openLocal(t)
+		local := openLocalWith(t, admission.LocalOptions{WaitTimeout: time.Second}) // as the edge opens it
 		g := admission.NewGuard(local, admission.GuardOptions{})
 		g.Start(context.Background())
 		return guardedLocal{g, local}

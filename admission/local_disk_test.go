@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -328,6 +329,77 @@ func TestLocalStalledCommit(t *testing.T) {
 	}
 	if n := mustRemaining(t, s, "a"); n != 9 {
 		t.Errorf("remaining = %d, want 9", n)
+	}
+}
+
+// TestLocalWaitTimeout stalls the commits as TestLocalStalledCommit does, with callers whose
+// contexts have no deadline: WaitTimeout ends every caller's wait with ErrLocalWaitTimeout (a
+// context.DeadlineExceeded, which the edge answers 503 busy), and the wins none of them was told
+// about are committed and replayed afterwards.
+func TestLocalWaitTimeout(t *testing.T) {
+	const bound = 150 * time.Millisecond
+	s, err := OpenLocalStore(t.TempDir(), LocalOptions{WaitTimeout: bound})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustDefine(t, s, openAt(time.Now(), "a", 100, 1))
+	// A commit that does not stall answers as before, also once a bound's time has passed.
+	if d, err := s.Admit(context.Background(), Request{Activity: "a", User: "before", Qty: 1, RequestID: "b"}); err != nil || d.Outcome != Won {
+		t.Fatalf("admit = %+v, %v", d, err)
+	}
+	time.Sleep(2 * bound)
+	bg := context.Background()
+	conn, err := s.w.db.Conn(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const callers = 20
+	var wg sync.WaitGroup
+	errs := make([]error, callers)
+	took := make([]time.Duration, callers)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			_, errs[i] = s.Admit(bg, Request{Activity: "a", User: fmt.Sprintf("u%d", i), Qty: 1, RequestID: fmt.Sprintf("r%d", i)})
+			took[i] = time.Since(t0)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, ErrLocalWaitTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("caller %d while the commit stalls: %v; want ErrLocalWaitTimeout", i, err)
+		}
+	}
+	// The bound counts from the first of the callers that share a timer: that caller waits it
+	// out in full, one who joined later may be answered sooner.
+	if longest := slices.Max(took); longest < bound {
+		t.Errorf("the callers gave up after at most %s, before the bound %s", longest, bound)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range callers {
+		d, err := s.Admit(bg, Request{Activity: "a", User: fmt.Sprintf("u%d", i), Qty: 1, RequestID: fmt.Sprintf("r%d", i)})
+		if err != nil || d.Outcome != Won || !d.Replayed {
+			t.Errorf("caller %d's retry after the stall = %+v, %v; want the replayed win", i, d, err)
+		}
+	}
+	if n := mustRemaining(t, s, "a"); n != 100-1-callers {
+		t.Errorf("remaining = %d, want %d", n, 100-1-callers)
+	}
+}
+
+// TestLocalNegativeWaitTimeout: a negative bound is refused before the folder is touched.
+func TestLocalNegativeWaitTimeout(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	if _, err := OpenLocalStore(dir, LocalOptions{WaitTimeout: -time.Second}); !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), "negative wait timeout") {
+		t.Fatalf("open with a negative wait timeout: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the folder was created: %v", err)
 	}
 }
 

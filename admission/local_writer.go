@@ -17,10 +17,12 @@ import (
 // commit). A caller waits for the commit that holds the changes its answer depends on; while one
 // commit runs, the next batch gathers, with no timer, as in RedisStore's group admission.
 type localWriter struct {
-	db    *sql.DB
-	dir   string
-	stmts [localStmtCount]*sql.Stmt
-	seq   int64 // the writer goroutine's last win's number (win_log's key counts wins)
+	db  *sql.DB
+	dir string
+	// waitTimeout bounds a caller's wait for its commit (LocalOptions.WaitTimeout); 0: no bound.
+	waitTimeout time.Duration
+	stmts       [localStmtCount]*sql.Stmt
+	seq         int64 // the writer goroutine's last win's number (win_log's key counts wins)
 	// row gathers the wins of the commit being written (local_winlog.go).
 	row winLogRow
 	// next is each activity's next win index, for the writer goroutine: a win that is not its
@@ -30,8 +32,8 @@ type localWriter struct {
 	mu       sync.Mutex
 	pending  []memChange   // recorded, not yet taken by the writer
 	spare    []memChange   // the previous batch, reused
-	gather   chan struct{} // closed when the pending changes are committed (or never will be)
-	flushing chan struct{} // closed when the batch being committed is
+	gather   *localBatch   // the pending changes' commit
+	flushing *localBatch   // the commit being written
 	taken    uint64        // the last sequence number in the batch being committed
 	err      error         // set once: a failed commit, or the writer stopped
 	enq      atomic.Uint64 // sequence number of the last change recorded
@@ -46,6 +48,51 @@ type localWriter struct {
 	wake chan struct{} // capacity 1: changes are pending
 	stop chan struct{} // closed by close
 	done chan struct{} // closed when the goroutine has ended
+}
+
+// localBatch is one commit as its callers wait for it.
+type localBatch struct {
+	done chan struct{} // closed when the batch is committed (or never will be)
+	// late is closed waitTimeout after the batch's first caller began to wait, by a timer that
+	// caller armed: one timer per commit rather than a deadline per call, which cost a buy more
+	// than its share of the commit (docs/BENCHMARKS.md). A caller that comes once it has closed
+	// arms the next one. Guarded by localWriter.mu.
+	late  chan struct{}
+	timer *time.Timer
+}
+
+func newLocalBatch() *localBatch { return &localBatch{done: make(chan struct{})} }
+
+// lateChan returns a channel closed at most waitTimeout from now, shared with the callers of the
+// batch that came before within the same window; nil (never ready) without a bound. The caller
+// holds w.mu.
+func (w *localWriter) lateChan(b *localBatch) <-chan struct{} {
+	if w.waitTimeout <= 0 {
+		return nil
+	}
+	if b.late != nil {
+		select {
+		case <-b.late: // that window has passed: this caller gets a new one
+		default:
+			return b.late
+		}
+	}
+	late := make(chan struct{})
+	b.late, b.timer = late, time.AfterFunc(w.waitTimeout, func() { close(late) })
+	return late
+}
+
+// finish wakes the batch's callers and stops its timer. The caller holds w.mu.
+func (b *localBatch) finish() {
+	select {
+	case <-b.done:
+		return
+	default:
+	}
+	close(b.done)
+	if b.timer != nil {
+		b.timer.Stop()
+	}
 }
 
 // The writer's prepared statements.
@@ -97,14 +144,15 @@ var localStmtText = [localStmtCount]string{
 	stmtWinLogDelete: `DELETE FROM win_log WHERE seq = ?`,
 }
 
-// newLocalWriter starts the writer of db, whose activities have next[id] wins each.
-func newLocalWriter(db *sql.DB, dir string, next map[string]int) (*localWriter, error) {
+// newLocalWriter starts the writer of db, whose activities have next[id] wins each; a caller
+// waits at most waitTimeout for its commit (0: as long as its context allows).
+func newLocalWriter(db *sql.DB, dir string, next map[string]int, waitTimeout time.Duration) (*localWriter, error) {
 	w := &localWriter{
-		db: db, dir: dir, next: next,
-		gather: make(chan struct{}), flushing: make(chan struct{}),
+		db: db, dir: dir, next: next, waitTimeout: waitTimeout,
+		gather: newLocalBatch(), flushing: newLocalBatch(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	close(w.flushing) // nothing is being committed yet
+	w.flushing.finish() // nothing is being committed yet
 	if err := db.QueryRow(`SELECT COALESCE((SELECT seq + n - 1 FROM win_log ORDER BY seq DESC LIMIT 1), 0)`).Scan(&w.seq); err != nil {
 		return nil, fmt.Errorf("open local store %s: last win: %w", dir, err)
 	}
@@ -153,11 +201,16 @@ func (w *localWriter) failure() error {
 	return w.err
 }
 
+// ErrLocalWaitTimeout is returned when a call's commit took longer than LocalOptions.WaitTimeout.
+// Its changes may still be committed, as a Redis call whose answer was lost may have run. It
+// wraps context.DeadlineExceeded, which callers already treat as a store that is too slow.
+var ErrLocalWaitTimeout = fmt.Errorf("local store: the commit took longer than the wait timeout: %w", context.DeadlineExceeded)
+
 // wait returns once every change recorded before it was called is committed, or with ctx's error
-// (the changes may then still be committed, as a Redis call whose answer was lost may have run).
-// Once the writer has failed it returns the failure, even for a caller whose own changes were
-// committed: a change recorded after the failure was dropped without a sequence number, so no
-// caller can tell that its answer does not depend on one.
+// or ErrLocalWaitTimeout (the changes may then still be committed, as a Redis call whose answer
+// was lost may have run). Once the writer has failed it returns the failure, even for a caller
+// whose own changes were committed: a change recorded after the failure was dropped without a
+// sequence number, so no caller can tell that its answer does not depend on one.
 func (w *localWriter) wait(ctx context.Context) error {
 	seq := w.enq.Load()
 	if w.dur.Load() >= seq {
@@ -169,13 +222,19 @@ func (w *localWriter) wait(ctx context.Context) error {
 		w.mu.Unlock()
 		return err
 	}
-	ch := w.gather
+	b := w.gather
 	if seq <= w.taken {
-		ch = w.flushing
+		b = w.flushing
 	}
+	late := w.lateChan(b)
 	w.mu.Unlock()
 	select {
-	case <-ch:
+	case <-b.done:
+	case <-late:
+		if err := w.failure(); err != nil || w.dur.Load() >= seq {
+			return err
+		}
+		return fmt.Errorf("%w (%s)", ErrLocalWaitTimeout, w.waitTimeout)
 	case <-ctx.Done():
 		if err := w.failure(); err != nil || w.dur.Load() >= seq {
 			return err
@@ -210,7 +269,7 @@ func (w *localWriter) run() {
 				break
 			}
 			w.pending, w.spare = w.spare[:0], nil
-			w.flushing, w.taken, w.gather = done, last, make(chan struct{})
+			w.flushing, w.taken, w.gather = done, last, newLocalBatch()
 			w.mu.Unlock()
 			t0 := time.Now()
 			err := w.commit(batch)
@@ -227,7 +286,7 @@ func (w *localWriter) run() {
 			w.commits.Add(1)
 			w.changes.Add(uint64(len(batch)))
 			w.busy.Add(int64(took))
-			close(done)
+			done.finish()
 			w.mu.Unlock()
 			if w.restartWAL.Swap(false) {
 				// Best effort, like every checkpoint: the WAL keeps what it cannot fold in.
@@ -274,12 +333,8 @@ func (w *localWriter) fail(err error) {
 	w.err = err
 	w.failed.Store(true)
 	w.pending = nil
-	select {
-	case <-w.flushing:
-	default:
-		close(w.flushing)
-	}
-	close(w.gather)
+	w.flushing.finish()
+	w.gather.finish()
 }
 
 // commit writes one batch in one transaction.

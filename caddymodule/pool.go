@@ -123,7 +123,8 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.store = admission.NewMemoryStore(admission.MemoryOptions{})
 		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
 	case storeLocal:
-		st, err := openReopenableLocal(s.Dir, admission.LocalOptions{FsyncAlways: s.fsyncAlways()})
+		// The store bounds the wait for a commit itself, with one timer per commit.
+		st, err := openReopenableLocal(s.Dir, admission.LocalOptions{FsyncAlways: s.fsyncAlways(), WaitTimeout: admitTimeout})
 		if errors.Is(err, admission.ErrLocalLocked) {
 			return nil, fmt.Errorf("the folder is in use by another process (another Caddy, or `caddy validate` "+
 				"while one runs): one process at a time may open a store folder: %w", err)
@@ -185,12 +186,11 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.captchas = captcha.NewRedisStore(b.client, prefix)
 		b.gcra = ratelimit.NewGCRA(b.client, prefix)
 	}
+	// The memory store answers in microseconds and cannot stall; store local bounds its wait for a
+	// disk itself (LocalOptions.WaitTimeout), so only Redis calls get a deadline per call.
 	var timeout, open time.Duration
-	switch {
-	case b.client != nil:
+	if b.client != nil {
 		timeout, open = admitTimeout, breakerOpenTimeout
-	case s.typ() == storeLocal: // the memory store answers in microseconds and cannot stall; a disk can
-		timeout = admitTimeout
 	}
 	b.guard = admission.NewGuard(b.store, admission.GuardOptions{
 		Name:         "seckill",

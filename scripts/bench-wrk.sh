@@ -113,6 +113,13 @@ echo "store | round | seckill req/s | respond req/s | ratio | seckill p99 | resp
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 secs=${DURATION%s}
+# commits prints store local's commits and the changes they held so far, from the admin endpoint's
+# metrics ("- -" when there are none: another store).
+commits() {
+	curl -fs "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null | awk '
+		/^caddy_seckill_local_commits_total / { c = $2 } /^caddy_seckill_local_committed_changes_total / { n = $2 }
+		END { if (c == "") print "- -"; else print c, n }'
+}
 # measure runs wrk on path prefix $2 into $1 (name.txt), and writes the gateway's CPU µs per answered
 # request to name.cpu; with PERF, perf samples the gateway meanwhile (name.perf in $PERF).
 measure() {
@@ -166,13 +173,18 @@ for store in $STORES; do
 			-first $(( (r - 1) * SLICE )) -users "$SLICE" -out "$dir/buys-$r.tsv"
 	done
 	for r in $(seq "$REPEATS"); do
+		read -r c0 n0 < <(commits)
 		measure "seckill-$r" ""
+		read -r c1 n1 < <(commits)
 		measure "respond-$r" /baseline
 		s_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/seckill-$r.txt")
 		r_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/respond-$r.txt")
 		s_p99=$(awk '/^p50_us/ {print $4}' "$dir/seckill-$r.txt")
 		r_p99=$(awk '/^p50_us/ {print $4}' "$dir/respond-$r.txt")
 		statuses=$(sed -n 's/^statuses //p' "$dir/seckill-$r.txt")
+		if [ "$c0" != - ] && [ "$c1" != - ]; then
+			statuses="$statuses; changes per commit: $(awk -v c0="$c0" -v c1="$c1" -v n0="$n0" -v n1="$n1" 'BEGIN { c = c1 - c0; printf "%.1f", c ? (n1 - n0) / c : 0 }')"
+		fi
 		awk -v st="$store" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" \
 			-v sc="$(cat "$dir/seckill-$r.cpu")" -v rc="$(cat "$dir/respond-$r.cpu")" 'BEGIN {
 			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, c }'
