@@ -264,9 +264,10 @@ func checkRush(t *testing.T, s *LocalStore, log *rushLog, round, said int) {
 	if a.stock != rushStock-sold || a.stock < 0 {
 		t.Errorf("round %d: %d left, want %d - %d held", round, a.stock, rushStock, sold)
 	}
+	buyers := a.buyersView()
 	for u, n := range held {
-		if n > rushLimit || a.buyers[u] != n {
-			t.Errorf("round %d: user %s holds %d (buyers says %d), limit %d", round, u, n, a.buyers[u], rushLimit)
+		if n > rushLimit || buyers[u] != n {
+			t.Errorf("round %d: user %s holds %d (buyers says %d), limit %d", round, u, n, buyers[u], rushLimit)
 		}
 	}
 	for k, n := range entries {
@@ -275,7 +276,7 @@ func checkRush(t *testing.T, s *LocalStore, log *rushLog, round, said int) {
 		}
 	}
 	for k, answer := range log.wins {
-		if d, ok := a.answers[k]; !ok || fmt.Sprintf("%s %d", d.ReservationID, d.Remaining) != answer {
+		if d, ok := a.answerFor(k.user, k.id); !ok || fmt.Sprintf("%s %d", d.ReservationID, d.Remaining) != answer {
 			t.Errorf("round %d: answered win %s/%s %s is lost (store has %+v)", round, k.user, k.id, answer, d)
 		}
 	}

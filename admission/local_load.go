@@ -50,8 +50,9 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 		a.lastMS, a.seq = ms, seq
 		a.byID[e.id] = idx
 		a.entries = append(a.entries, e)
-		a.answers[reqKey{e.user, e.requestID}] = Decision{Outcome: Won, ReservationID: e.id, Remaining: w.remaining}
-		a.buyers[e.user] += e.qty
+		u := a.user(e.user)
+		a.addAnswer(u, idx, w.remaining)
+		a.take(u, e.qty)
 		a.stock -= e.qty
 		return nil
 	}
@@ -87,11 +88,7 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 		e := a.entries[i]
 		a.released[id] = struct{}{}
 		a.stock += e.qty
-		if left := a.buyers[e.user] - e.qty; left > 0 {
-			a.buyers[e.user] = left
-		} else {
-			delete(a.buyers, e.user)
-		}
+		a.give(e.user, e.qty)
 		return nil
 	})
 	if err != nil {
@@ -119,10 +116,13 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 			if err := json.Unmarshal([]byte(resvs), &r.Reservations); err != nil {
 				return fmt.Errorf("result %s/%s: reservations: %w", act, user, err)
 			}
-			a.resvs[user] = r.Reservations
+		}
+		u := a.user(user)
+		if resvs != "" {
+			u.resvs = r.Reservations
 		}
 		r.Reservations = nil
-		a.results[user] = r
+		u.result, u.hasResult = r, true
 		if after[a] == nil {
 			after[a] = map[string]int{}
 		}
@@ -137,7 +137,7 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 			if n, ok := after[a][e.user]; ok && i < n {
 				continue
 			}
-			a.setResult(e.user, Result{Code: "queued", ReservationID: e.id}, true)
+			a.user(e.user).fold(Result{Code: "queued", ReservationID: e.id}, true)
 		}
 	}
 
@@ -212,9 +212,9 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 		if a.stock < 0 || a.stock > a.def.Stock {
 			return fmt.Errorf("activity %s: %d left of %d after the wins and releases", id, a.stock, a.def.Stock)
 		}
-		for u, n := range a.buyers {
-			if n > a.def.Limit {
-				return fmt.Errorf("activity %s: user %q holds %d, above the limit %d", id, u, n, a.def.Limit)
+		for name, u := range a.users {
+			if u.held > a.def.Limit {
+				return fmt.Errorf("activity %s: user %q holds %d, above the limit %d", id, name, u.held, a.def.Limit)
 			}
 		}
 	}

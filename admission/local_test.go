@@ -170,11 +170,8 @@ func dumpMemory(m *MemoryStore) localDump {
 		d := actDump{
 			ID: id, Salt: a.def.Salt, Stock: a.def.Stock, Limit: a.def.Limit,
 			StartMS: a.def.Start.UnixMilli(), EndMS: a.def.End.UnixMilli(), PayMS: a.def.PayWithin.Milliseconds(),
-			Left: a.stock, Buyers: a.buyers, Answers: map[string]Decision{}, Results: a.results, Resvs: a.resvs,
+			Left: a.stock, Buyers: a.buyersView(), Answers: a.answersView(), Results: a.resultsView(), Resvs: a.resvsView(),
 			LastMS: a.lastMS, Seq: a.seq, Groups: map[string]groupDump{},
-		}
-		for k, v := range a.answers {
-			d.Answers[k.user+"/"+k.id] = v
 		}
 		for r := range a.released {
 			d.Released = append(d.Released, r)
@@ -407,7 +404,7 @@ func (m *MemoryStore) answersFor(t *testing.T, act, user, req string) Decision {
 		t.Fatal(err)
 	}
 	defer a.mu.Unlock()
-	d, ok := a.answers[reqKey{user, req}]
+	d, ok := a.answerFor(user, req)
 	if !ok {
 		t.Fatalf("no answer for %s/%s/%s", act, user, req)
 	}

@@ -55,11 +55,9 @@ type memActivity struct {
 	deleted  bool
 	def      Activity
 	stock    int64
-	buyers   map[string]int64    // user → items held (:buyers)
-	answers  map[reqKey]Decision // first answer per request id (:req)
+	users    map[string]*memUser // user → held items, answers and results (memory_user.go)
+	holders  int64               // users holding items: HLEN :buyers
 	released map[string]struct{} // released reservation ids (:released)
-	results  map[string]Result   // user → latest result (:results)
-	resvs    map[string][]Result // user → result per reservation, once two (:results <user>\0...)
 
 	// The wins queue (:orders stream). A reservation id is its win's entry id, as in Redis.
 	entries []memEntry
@@ -70,10 +68,6 @@ type memActivity struct {
 	dead    []Win
 	arrived chan struct{} // closed on the next append; nil while nobody waits
 }
-
-// reqKey scopes a request id to its user. A struct key, unlike a concatenated string, costs no
-// allocation on lookup, which keeps the rejection path allocation-free.
-type reqKey struct{ user, id string }
 
 // NewMemoryStore returns an empty in-memory store.
 func NewMemoryStore(opts MemoryOptions) *MemoryStore {
@@ -131,11 +125,8 @@ func newMemActivity(a Activity) *memActivity {
 		gone:     make(chan struct{}),
 		def:      a,
 		stock:    a.Stock,
-		buyers:   make(map[string]int64),
-		answers:  make(map[reqKey]Decision),
+		users:    make(map[string]*memUser),
 		released: make(map[string]struct{}),
-		results:  make(map[string]Result),
-		resvs:    make(map[string][]Result),
 		byID:     make(map[string]int),
 		groups:   make(map[string]*memGroup),
 	}
@@ -210,7 +201,7 @@ func (s *MemoryStore) Activity(ctx context.Context, id string) (Snapshot, error)
 		Activity:  a.def,
 		Remaining: a.stock,
 		Sold:      a.def.Stock - a.stock,
-		Buyers:    int64(len(a.buyers)),
+		Buyers:    a.holders,
 		Queued:    int64(len(a.entries)),
 		Dead:      int64(len(a.dead)),
 	}, nil
@@ -274,10 +265,12 @@ func (s *MemoryStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	}
 	defer a.mu.Unlock()
 
-	key := reqKey{r.User, r.RequestID}
-	if d, ok := a.answers[key]; ok {
-		d.Replayed = true
-		return d, nil
+	u := a.users[r.User] // nil for a new user
+	if u != nil {
+		if d, ok := a.answer(u, r.RequestID); ok {
+			d.Replayed = true
+			return d, nil
+		}
 	}
 	now := s.now()
 	switch ms := now.UnixMilli(); {
@@ -289,7 +282,7 @@ func (s *MemoryStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	if r.Qty > a.def.Limit {
 		return Decision{}, fmt.Errorf("admit %s: %w", r.Activity, badInput("qty %d is above the per-user limit %d", r.Qty, a.def.Limit))
 	}
-	if a.buyers[r.User]+r.Qty > a.def.Limit {
+	if u != nil && u.held+r.Qty > a.def.Limit {
 		return Decision{Outcome: LimitReached, Remaining: a.stock}, nil
 	}
 	if a.stock < r.Qty {
@@ -297,11 +290,15 @@ func (s *MemoryStore) Admit(ctx context.Context, r Request) (Decision, error) {
 	}
 
 	a.stock -= r.Qty
-	a.buyers[r.User] += r.Qty
+	if u == nil {
+		u = newMemUser()
+		a.users[r.User] = u
+	}
+	a.take(u, r.Qty)
 	id := a.append(now, r)
+	a.addAnswer(u, len(a.entries)-1, a.stock)
+	u.fold(Result{Code: "queued", ReservationID: id}, true)
 	d := Decision{Outcome: Won, ReservationID: id, Remaining: a.stock}
-	a.answers[key] = d
-	a.setResult(r.User, Result{Code: "queued", ReservationID: id}, true)
 	if s.jnl != nil {
 		s.jnl.record(memChange{kind: changeWin, act: r.Activity, idx: len(a.entries) - 1, entry: a.entries[len(a.entries)-1], remaining: a.stock})
 	}
@@ -350,11 +347,7 @@ func (s *MemoryStore) Release(ctx context.Context, activity, reservationID strin
 	a.released[reservationID] = struct{}{}
 	s.journal(memChange{kind: changeRelease, act: activity, entry: e})
 	a.stock += e.qty
-	if left := a.buyers[e.user] - e.qty; left > 0 {
-		a.buyers[e.user] = left
-	} else {
-		delete(a.buyers, e.user)
-	}
+	a.give(e.user, e.qty)
 	a.mu.Unlock()
 	s.publish(activity)
 	return true, nil
@@ -389,9 +382,11 @@ func (s *MemoryStore) Holders(ctx context.Context, activity string) ([]string, e
 		return nil, fmt.Errorf("holders: %w", err)
 	}
 	defer a.mu.Unlock()
-	users := make([]string, 0, len(a.buyers))
-	for u := range a.buyers {
-		users = append(users, u)
+	users := make([]string, 0, a.holders)
+	for name, u := range a.users {
+		if u.held > 0 {
+			users = append(users, name)
+		}
 	}
 	return users, nil
 }
@@ -415,25 +410,16 @@ func (s *MemoryStore) SetResult(ctx context.Context, activity, user string, r Re
 		return fmt.Errorf("set result: %w", err)
 	}
 	defer a.mu.Unlock()
-	a.setResult(user, r, false)
+	u := a.user(user)
+	u.fold(r, false)
 	if s.jnl != nil {
 		// The folded record, with the user's Reservations, so a load needs no fold of its own
 		// except for the wins that came after it (see loadLocal).
-		top := a.results[user]
-		top.Reservations = slices.Clone(a.resvs[user])
+		top := u.result
+		top.Reservations = slices.Clone(u.resvs)
 		s.jnl.record(memChange{kind: changeResult, act: activity, user: user, result: top, idx: len(a.entries)})
 	}
 	return nil
-}
-
-// setResult folds a record into user's records (foldResult); the caller holds a.mu.
-func (a *memActivity) setResult(user string, r Result, win bool) {
-	top, hasTop := a.results[user]
-	top, list := foldResult(top, hasTop, a.resvs[user], r, win)
-	a.results[user] = top
-	if list != nil {
-		a.resvs[user] = list
-	}
 }
 
 // GetResult implements Store.
@@ -473,11 +459,11 @@ func (s *MemoryStore) readResult(ctx context.Context, op, activity, user string,
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	defer a.mu.Unlock()
-	r, ok := a.results[user]
-	if !ok {
+	u := a.users[user]
+	if u == nil || !u.hasResult {
 		return fmt.Errorf("%s %s/%s: %w", op, activity, user, ErrNotFound)
 	}
-	read(r, a.resvs[user])
+	read(u.result, u.resvs)
 	return nil
 }
 
