@@ -51,13 +51,14 @@ type MemoryStore struct {
 type memActivity struct {
 	gone chan struct{} // closed when the activity is deleted: ends blocking reads
 
-	mu       sync.Mutex
-	deleted  bool
-	def      Activity
-	stock    int64
-	users    map[string]*memUser // user → held items, answers and results (memory_user.go)
-	holders  int64               // users holding items: HLEN :buyers
-	released map[string]struct{} // released reservation ids (:released)
+	mu        sync.Mutex
+	deleted   bool
+	def       Activity
+	stock     int64
+	users     map[string]*memUser // user → held items, answers and results (memory_user.go)
+	userBlock []memUser           // where the next new users are carved from (newUser)
+	holders   int64               // users holding items: HLEN :buyers
+	released  map[string]struct{} // released reservation ids (:released)
 
 	// The wins queue (:orders stream). A reservation id is its win's entry id, as in Redis.
 	entries []memEntry
@@ -291,7 +292,7 @@ func (s *MemoryStore) Admit(ctx context.Context, r Request) (Decision, error) {
 
 	a.stock -= r.Qty
 	if u == nil {
-		u = newMemUser()
+		u = a.newUser()
 		a.users[r.User] = u
 	}
 	a.take(u, r.Qty)

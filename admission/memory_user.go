@@ -35,15 +35,21 @@ type memAnswer struct {
 func (a *memActivity) user(name string) *memUser {
 	u := a.users[name]
 	if u == nil {
-		u = newMemUser()
+		u = a.newUser()
 		a.users[name] = u
 	}
 	return u
 }
 
-// newMemUser returns an empty memUser whose answers use its inline array.
-func newMemUser() *memUser {
-	u := &memUser{}
+// newUser returns an empty memUser, not yet in a.users, whose answers use its inline array. Users
+// live as long as their activity, so they are carved from blocks (8, 16, ... 256 users): one
+// allocation serves many new users instead of one each.
+func (a *memActivity) newUser() *memUser {
+	if len(a.userBlock) == cap(a.userBlock) {
+		a.userBlock = make([]memUser, 0, min(max(2*cap(a.userBlock), 8), 256))
+	}
+	a.userBlock = append(a.userBlock, memUser{}) // within capacity: earlier users do not move
+	u := &a.userBlock[len(a.userBlock)-1]
 	u.answers = u.first[:0]
 	return u
 }
