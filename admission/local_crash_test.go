@@ -295,7 +295,7 @@ func checkRush(t *testing.T, s *LocalStore, log *rushLog, round, said int) {
 	}
 	g := a.groups["orders"]
 	for id := range log.acked {
-		if i, ok := a.byID[id]; !ok || i >= g.next || g.pending[i] != nil {
+		if i, ok := a.entryIndex(id); !ok || i >= g.next || g.pending[i] != nil {
 			t.Errorf("round %d: acknowledged entry %s is back in the queue", round, id)
 		}
 	}

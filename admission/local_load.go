@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -48,7 +46,7 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 			return fmt.Errorf("wins of %s: entry id %q out of order", w.act, e.id)
 		}
 		a.lastMS, a.seq = ms, seq
-		a.byID[e.id] = idx
+		e.idMS, e.idSeq = ms, seq
 		a.entries = append(a.entries, e)
 		u := a.user(e.user)
 		a.addAnswer(u, idx, w.remaining)
@@ -81,7 +79,7 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 		if err != nil {
 			return err
 		}
-		i, ok := a.byID[id]
+		i, ok := a.entryIndex(id)
 		if !ok {
 			return fmt.Errorf("released %s/%s: no such win", act, id)
 		}
@@ -244,17 +242,6 @@ func scanRows(q func(string, ...any) (*sql.Rows, error), query string, fn func(*
 		}
 	}
 	return errors.Join(rows.Err(), rows.Close())
-}
-
-// parseEntryID splits an entry id "<ms>-<seq>" (see memActivity.nextID).
-func parseEntryID(id string) (ms int64, seq uint64, ok bool) {
-	m, s, found := strings.Cut(id, "-")
-	if !found {
-		return 0, 0, false
-	}
-	ms, err1 := strconv.ParseInt(m, 10, 64)
-	seq, err2 := strconv.ParseUint(s, 10, 64)
-	return ms, seq, err1 == nil && err2 == nil
 }
 
 // entryCounts returns how many wins each activity holds: the writer's next index for each.

@@ -62,8 +62,7 @@ type memActivity struct {
 
 	// The wins queue (:orders stream). A reservation id is its win's entry id, as in Redis.
 	entries []memEntry
-	byID    map[string]int // entry id → index in entries
-	lastMS  int64          // last id's milliseconds and sequence: ids only grow
+	lastMS  int64 // last id's milliseconds and sequence: ids only grow
 	seq     uint64
 	groups  map[string]*memGroup
 	dead    []Win
@@ -128,7 +127,6 @@ func newMemActivity(a Activity) *memActivity {
 		stock:    a.Stock,
 		users:    make(map[string]*memUser),
 		released: make(map[string]struct{}),
-		byID:     make(map[string]int),
 		groups:   make(map[string]*memGroup),
 	}
 }
@@ -335,7 +333,7 @@ func (s *MemoryStore) Release(ctx context.Context, activity, reservationID strin
 	if err != nil {
 		return false, fmt.Errorf("release: %w", err)
 	}
-	i, ok := a.byID[reservationID]
+	i, ok := a.entryIndex(reservationID)
 	if !ok {
 		a.mu.Unlock()
 		return false, fmt.Errorf("release %s/%s: reservation %w", activity, reservationID, ErrNotFound)

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -20,6 +23,10 @@ type memEntry struct {
 	qty       int64
 	requestID string
 	atMS      int64
+	// id's two numbers, "<idMS>-<idSeq>": entries are in the order of their ids, and entryIndex
+	// finds one by a binary search over these.
+	idMS  int64
+	idSeq uint64
 }
 
 // memGroup is one consumer group.
@@ -39,13 +46,41 @@ type memPending struct {
 // holds a.mu.
 func (a *memActivity) append(now time.Time, r Request) string {
 	id := a.nextID(now)
-	a.byID[id] = len(a.entries)
-	a.entries = append(a.entries, memEntry{id: id, user: r.User, qty: r.Qty, requestID: r.RequestID, atMS: now.UnixMilli()})
+	a.entries = append(a.entries, memEntry{id: id, user: r.User, qty: r.Qty, requestID: r.RequestID, atMS: now.UnixMilli(), idMS: a.lastMS, idSeq: a.seq})
 	if a.arrived != nil {
 		close(a.arrived)
 		a.arrived = nil
 	}
 	return id
+}
+
+// entryIndex returns the index of the entry whose id is id. Ids only grow (nextID), so entries
+// are sorted by them and a binary search finds one: no map from id to index, whose insert was the
+// largest part of a win in the store (docs/BENCHMARKS.md) and whose keys the collector scanned.
+func (a *memActivity) entryIndex(id string) (int, bool) {
+	ms, seq, ok := parseEntryID(id)
+	if !ok {
+		return 0, false
+	}
+	i := sort.Search(len(a.entries), func(i int) bool {
+		e := &a.entries[i]
+		return e.idMS > ms || (e.idMS == ms && e.idSeq >= seq)
+	})
+	if i < len(a.entries) && a.entries[i].id == id { // "7-01" parses as "7-1" does
+		return i, true
+	}
+	return 0, false
+}
+
+// parseEntryID splits an entry id "<ms>-<seq>" (see memActivity.nextID).
+func parseEntryID(id string) (ms int64, seq uint64, ok bool) {
+	m, s, found := strings.Cut(id, "-")
+	if !found {
+		return 0, 0, false
+	}
+	ms, err1 := strconv.ParseInt(m, 10, 64)
+	seq, err2 := strconv.ParseUint(s, 10, 64)
+	return ms, seq, err1 == nil && err2 == nil
 }
 
 // win returns entry i as delivered for the deliveries-th time.
@@ -224,7 +259,7 @@ func (s *MemoryStore) Ack(ctx context.Context, activity, group string, ids ...st
 		return nil
 	}
 	for _, id := range ids {
-		if i, ok := a.byID[id]; ok {
+		if i, ok := a.entryIndex(id); ok {
 			if _, ok := g.pending[i]; ok {
 				delete(g.pending, i)
 				s.journal(memChange{kind: changeAck, act: activity, group: group, idx: i})
@@ -283,7 +318,7 @@ func (s *MemoryStore) DeadLetter(ctx context.Context, activity, group string, w 
 		return err
 	}
 	defer a.mu.Unlock()
-	i, ok := a.byID[w.ID]
+	i, ok := a.entryIndex(w.ID)
 	if !ok {
 		return fmt.Errorf("dead letter %s: entry %s %w", activity, w.ID, ErrNotFound)
 	}

@@ -2,9 +2,12 @@ package admission
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // A user who wins, releases and wins again, more often than a memUser keeps answers in its slice
@@ -76,5 +79,65 @@ func checkBuyers(t *testing.T, s Store, users ...string) {
 	slices.Sort(got)
 	if err != nil || !slices.Equal(got, users) {
 		t.Fatalf("holders = %v, %v; want %v", got, err, users)
+	}
+}
+
+// TestMemoryEntryIndex: a win is found by its reservation id through the binary search over the
+// entries (no map from id to index), also after the clock stepped back (ids still grow) and across
+// many wins in one millisecond, in the memory store and in a local store reopened from disk; an id
+// that is not a win's exact spelling is not found.
+func TestMemoryEntryIndex(t *testing.T) {
+	clock := newFakeClock()
+	dir := t.TempDir()
+	ls := openLocal(t, dir, clock)
+	mustDefine(t, ls, openAt(clock.Now(), "a", 1000, 1))
+	var ids []string
+	for i := range 300 {
+		switch {
+		case i%50 == 49:
+			clock.Add(-3 * time.Millisecond) // the clock steps back: ids must still grow
+		case i%7 == 0:
+			clock.Add(time.Millisecond)
+		}
+		ids = append(ids, mustAdmit(t, ls, "a", fmt.Sprintf("u%d", i), 1, "r").ReservationID)
+	}
+	check := func(name string, s *MemoryStore) {
+		t.Helper()
+		a, err := s.lock("a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer a.mu.Unlock()
+		for want, id := range ids {
+			if got, ok := a.entryIndex(id); !ok || got != want {
+				t.Errorf("%s: entryIndex(%q) = %d, %v; want %d", name, id, got, ok, want)
+			}
+		}
+		ms, seq, _ := parseEntryID(ids[10])
+		for _, id := range []string{"", "x", "5", "1-2-3", "-1", fmt.Sprintf("%d-0%d", ms, seq), fmt.Sprintf("+%d-%d", ms, seq),
+			fmt.Sprintf("%d-%d", ms, seq+1000), fmt.Sprintf("%d-%d", ms-1_000_000, seq), fmt.Sprintf("%d-0", ms+1_000_000)} {
+			if i, ok := a.entryIndex(id); ok && a.entries[i].id != id {
+				t.Errorf("%s: entryIndex(%q) found entry %d, %q", name, id, i, a.entries[i].id)
+			} else if ok {
+				t.Errorf("%s: entryIndex(%q) found entry %d; no win has that id", name, id, i)
+			}
+		}
+	}
+	check("memory", ls.mem)
+	// A release finds its win by id, and a release of an id no win has is ErrNotFound.
+	if ok, err := ls.Release(context.Background(), "a", ids[123]); err != nil || !ok {
+		t.Fatalf("release %s = %v, %v", ids[123], ok, err)
+	}
+	if _, err := ls.Release(context.Background(), "a", ids[123]+"0"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("release of an unknown id: %v, want ErrNotFound", err)
+	}
+	if err := ls.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reopened := openLocal(t, dir, clock)
+	defer reopened.Close()
+	check("reopened", reopened.mem)
+	if n := mustRemaining(t, reopened, "a"); n != 1000-300+1 {
+		t.Errorf("remaining after the reopen = %d, want %d (one release)", n, 1000-300+1)
 	}
 }
