@@ -154,6 +154,10 @@ type env struct {
 	rdb   redis.UniversalClient  // raw commands: INFO, XPENDING, XINFO
 	store *admission.RedisStore  // what Reconcile reads
 	repo  *orderbackend.Postgres // opened on first use (the backends migrate the database)
+
+	// replicationLost are reservations answered 202 that a failover lost the way asynchronous
+	// replication may (see replicationTail): verify reports them instead of failing on them.
+	replicationLost map[string]bool
 }
 
 // newEnv starts redis-server (AOF, appendfsync everysec) and PostgreSQL for act.
@@ -609,6 +613,72 @@ func (e *env) entryOf(resv string) (stream, id string) {
 	return e.bucketKey(i), raw
 }
 
+// replicationWindow bounds how long before a fault a win answered 202 may have been made and still
+// be lost by the failover as asynchronous replication loses writes: the replica of a healthy
+// master on loopback is a few milliseconds behind at most, even on this loaded 2-core machine.
+const replicationWindow = 50 * time.Millisecond
+
+// replicationTail splits the wins missing from the new master's queue into those asynchronous
+// replication may lose without replicas_ack (docs/failover.md, "Losses per durability setting")
+// and the others. The replica receives a prefix of the master's writes, so a win it lacks may
+// only be newer, in its queue, than every acknowledged win it has, and made within
+// replicationWindow of the fault; a win missing before a present one, or older, is a hole no
+// replication lag explains.
+func (e *env) replicationTail(acked map[userKey]string, missing []string, fault time.Time) (tail, holes []string) {
+	isMissing := map[string]bool{}
+	for _, m := range missing {
+		isMissing[m] = true
+	}
+	newest := map[string][3]uint64{} // stream → the newest acknowledged win present on the new master
+	for _, resv := range acked {
+		if isMissing[resv] {
+			continue
+		}
+		stream, _ := e.entryOf(resv)
+		if k, ok := winOrder(resv); ok && less(newest[stream], k) {
+			newest[stream] = k
+		}
+	}
+	for _, m := range missing {
+		stream, _ := e.entryOf(m)
+		k, ok := winOrder(m)
+		if ok && less(newest[stream], k) && fault.Sub(time.UnixMilli(int64(k[0]))) <= replicationWindow {
+			tail = append(tail, m)
+		} else {
+			holes = append(holes, m)
+		}
+	}
+	return tail, holes
+}
+
+// winOrder is a reservation's place in its queue: the entry id's milliseconds and sequence, and
+// on layout 2 the win's number in its entry ("ms-seq" or "ms-seq-k", a bucket's ".b" cut off).
+func winOrder(resv string) ([3]uint64, bool) {
+	resv, _, _ = strings.Cut(resv, ".")
+	parts := strings.Split(resv, "-")
+	if len(parts) < 2 || len(parts) > 3 {
+		return [3]uint64{}, false
+	}
+	var k [3]uint64
+	for i, p := range parts {
+		v, err := strconv.ParseUint(p, 10, 64)
+		if err != nil {
+			return [3]uint64{}, false
+		}
+		k[i] = v
+	}
+	return k, true
+}
+
+func less(a, b [3]uint64) bool {
+	for i := range a {
+		if a[i] != b[i] {
+			return a[i] < b[i]
+		}
+	}
+	return false
+}
+
 // missingFromStream returns the reservations among wins that are not entries of the activity's
 // queue: a reservation id is the id of its win's queue entry (docs/admission.md).
 func (e *env) missingFromStream(wins map[userKey]string) []string {
@@ -824,7 +894,7 @@ func (e *env) verify(d *driver) (orderbackend.Report, time.Duration) {
 	if err != nil {
 		t.Fatalf("read orders: %v", err)
 	}
-	told := checkOrders(t, e.act, d, orders)
+	told := checkOrders(t, e.act, d, orders, e.replicationLost)
 	t.Logf("reconcile OK after %s: wins %d, orders %d, store remaining %d, database left %d, buyers told %d",
 		drained.Round(time.Millisecond), rep.Wins, rep.Orders, rep.StoreRemaining, rep.DBLeft, told)
 	return rep, drained
@@ -833,8 +903,10 @@ func (e *env) verify(d *driver) (orderbackend.Report, time.Duration) {
 // checkOrders holds the promises from the buyers' side against the orders of the sale: nothing
 // oversold, no user above the limit, every reservation answered in a 202 exactly one order of
 // that buyer, no Idempotency-Key admitted twice, and (once every buyer finished) every order
-// announced to its buyer in a 202. It returns how many buy intents were told of a win.
-func checkOrders(t *testing.T, act activity, d *driver, orders []orderbackend.Order) int {
+// announced to its buyer in a 202. It returns how many buy intents were told of a win. A
+// reservation in replicationLost (a Redis failover without replicas_ack lost it, see
+// replicationTail) is reported rather than failed.
+func checkOrders(t *testing.T, act activity, d *driver, orders []orderbackend.Order, replicationLost map[string]bool) int {
 	t.Helper()
 	byResv := map[string]orderbackend.Order{}
 	perUser := map[string]int64{}
@@ -867,6 +939,8 @@ func checkOrders(t *testing.T, act activity, d *driver, orders []orderbackend.Or
 		told[resv] = true
 		o, ok := byResv[resv]
 		switch {
+		case !ok && replicationLost[resv]:
+			t.Logf("win lost to asynchronous replication (no replicas_ack; docs/failover.md): %s got 202 with reservation %s (key %s) and there is no order", k.user, resv, k.key)
 		case !ok:
 			t.Errorf("lost win: %s got 202 with reservation %s (key %s) and there is no order", k.user, resv, k.key)
 		case o.User != k.user:
