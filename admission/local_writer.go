@@ -228,18 +228,20 @@ func (w *localWriter) wait(ctx context.Context) error {
 	}
 	late := w.lateChan(b)
 	w.mu.Unlock()
+	var gaveUp error
 	select {
 	case <-b.done:
 	case <-late:
-		if err := w.failure(); err != nil || w.dur.Load() >= seq {
-			return err
-		}
-		return fmt.Errorf("%w (%s)", ErrLocalWaitTimeout, w.waitTimeout)
+		gaveUp = fmt.Errorf("%w (%s)", ErrLocalWaitTimeout, w.waitTimeout)
 	case <-ctx.Done():
+		gaveUp = fmt.Errorf("waiting for the commit: %w", ctx.Err())
+	}
+	if gaveUp != nil {
+		// The commit may have landed as the wait ended: then the answer stands.
 		if err := w.failure(); err != nil || w.dur.Load() >= seq {
 			return err
 		}
-		return fmt.Errorf("waiting for the commit: %w", ctx.Err())
+		return gaveUp
 	}
 	if err := w.failure(); err != nil {
 		return err

@@ -112,8 +112,8 @@ func parseStoreRedis(d *caddyfile.Dispenser, s *StoreConfig) error {
 		case "auto_pipeline":
 			s.AutoPipeline, err = true, noArg(d)
 		case "admit_batch":
-			s.AdmitBatch, err = intArg(d, "store redis admit_batch", 1, maxAdmitBatch,
-				fmt.Sprintf("want 1 (no grouping) to %d", maxAdmitBatch))
+			s.AdmitBatch, err = intArg(d, "store redis admit_batch", 1, admission.MaxAdmitBatch,
+				fmt.Sprintf("want 1 (no grouping) to %d", admission.MaxAdmitBatch))
 		case "pool_size":
 			s.PoolSize, err = intArg(d, "store redis pool_size", 1, maxPoolSize,
 				fmt.Sprintf("want 1 to %d connections", maxPoolSize))

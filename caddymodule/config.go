@@ -107,10 +107,6 @@ const maxReplicasAckTimeout = 500 * time.Millisecond
 // need (Redis's default maxclients, 10,000, is for every node together).
 const maxPoolSize = 4096
 
-// maxAdmitBatch bounds AdmitBatch: 1024 decisions hold the Redis server for about 10 ms, longer
-// than any other client of it should wait (docs/admission.md, "Group admission").
-const maxAdmitBatch = admission.MaxAdmitBatch
-
 // Store types.
 const (
 	storeMemory = "memory"
@@ -173,8 +169,8 @@ func (s *StoreConfig) validate() error {
 		return errors.New("store redis: a cluster has only database 0")
 	case s.DB < 0:
 		return fmt.Errorf("store redis: db %d is negative", s.DB)
-	case s.AdmitBatch < 0 || s.AdmitBatch > maxAdmitBatch:
-		return fmt.Errorf("store redis: admit_batch %d: want 1 (no grouping) to %d", s.AdmitBatch, maxAdmitBatch)
+	case s.AdmitBatch < 0 || s.AdmitBatch > admission.MaxAdmitBatch:
+		return fmt.Errorf("store redis: admit_batch %d: want 1 (no grouping) to %d", s.AdmitBatch, admission.MaxAdmitBatch)
 	case s.PoolSize < 0 || s.PoolSize > maxPoolSize:
 		return fmt.Errorf("store redis: pool_size %d: want 1 to %d", s.PoolSize, maxPoolSize)
 	case s.ReplicasAck < 0 || s.ReplicasAck > admission.MaxReplicasAck:

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,13 +225,12 @@ func failover(t *testing.T, topo topology, f fault, layout int) {
 func madeBefore(resvs []string, fault time.Time) string {
 	var ds []string
 	for _, r := range resvs {
-		ms, _, _ := strings.Cut(r, "-")
-		v, err := strconv.ParseInt(ms, 10, 64)
-		if err != nil {
+		k, ok := winOrder(r)
+		if !ok {
 			ds = append(ds, "?")
 			continue
 		}
-		ds = append(ds, fault.Sub(time.UnixMilli(v)).Round(time.Millisecond).String())
+		ds = append(ds, fault.Sub(time.UnixMilli(int64(k[0]))).Round(time.Millisecond).String())
 	}
 	return "made " + strings.Join(ds, ", ") + " before the fault"
 }
