@@ -35,7 +35,7 @@ type LocalOptions struct {
 	// that share a timer, so a caller that joined later may be answered sooner.
 	WaitTimeout time.Duration
 
-	checkpointEvery time.Duration // tests: how often the WAL is folded in; 0 = localCheckpointEvery
+	checkpointEvery time.Duration // tests: how often the writer checkpoints; 0 = localCheckpointEvery
 }
 
 // LocalStore is the durable single-node Store. A MemoryStore decides, with its semantics and its
@@ -52,7 +52,6 @@ type LocalStore struct {
 	mem    *MemoryStore
 	dir    string
 	w      *localWriter
-	ckpt   *localCheckpointer
 	lock   *os.File // holds the folder's flock
 	closed atomic.Bool
 }
@@ -87,20 +86,14 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open local store %s: load: %w", dir, err)
 	}
-	w, err := newLocalWriter(db, dir, mem.entryCounts(), opts.WaitTimeout)
+	w, err := newLocalWriter(db, dir, mem.entryCounts(), opts.WaitTimeout, opts.checkpointEvery)
 	if err != nil {
 		_ = db.Close()
 		_ = lock.Close()
 		return nil, err
 	}
-	ckpt, err := newLocalCheckpointer(dir, opts.FsyncAlways, opts.checkpointEvery, w)
-	if err != nil {
-		_ = w.close()
-		_ = lock.Close()
-		return nil, err
-	}
 	mem.jnl = w
-	return &LocalStore{mem: mem, dir: dir, w: w, ckpt: ckpt, lock: lock}, nil
+	return &LocalStore{mem: mem, dir: dir, w: w, lock: lock}, nil
 }
 
 // Failure returns nil while the store works, and the error wrapping ErrLocalFailed once a commit
@@ -121,11 +114,22 @@ type LocalStats struct {
 	Commits    uint64        // transactions committed
 	Changes    uint64        // changes they held: wins, releases, result records, queue moves
 	CommitTime time.Duration // time spent writing and committing them
+
+	// Checkpoints fold the WAL into the database file, between two commits (about one a second
+	// while commits come); commits wait meanwhile, so CheckpointTime/Checkpoints is a stall.
+	Checkpoints       uint64
+	CheckpointsFailed uint64        // checkpoints that failed (a full disk): the WAL grows meanwhile
+	CheckpointTime    time.Duration // time the checkpoints took
 }
 
-// Stats returns the store's commit counters.
+// Stats returns the store's commit and checkpoint counters.
 func (s *LocalStore) Stats() LocalStats {
-	return LocalStats{Commits: s.w.commits.Load(), Changes: s.w.changes.Load(), CommitTime: time.Duration(s.w.busy.Load())}
+	w := s.w
+	return LocalStats{
+		Commits: w.commits.Load(), Changes: w.changes.Load(), CommitTime: time.Duration(w.busy.Load()),
+		Checkpoints: w.checkpoints.Load(), CheckpointsFailed: w.checkpointsFailed.Load(),
+		CheckpointTime: time.Duration(w.checkpointBusy.Load()),
+	}
 }
 
 // LocalStoreIn reports whether dir holds a local store's database, without creating anything
@@ -391,8 +395,7 @@ func (s *LocalStore) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	_ = s.mem.Close() // ends blocking reads and subscriptions; later calls fail
-	_ = s.ckpt.close()
+	_ = s.mem.Close()  // ends blocking reads and subscriptions; later calls fail
 	err := s.w.close() // a final checkpoint folds the whole WAL in
 	if cerr := s.lock.Close(); cerr != nil && err == nil {
 		err = fmt.Errorf("close local store %s: unlock: %w", s.dir, cerr)

@@ -42,8 +42,12 @@ type localWriter struct {
 	commits  atomic.Uint64 // transactions committed
 	changes  atomic.Uint64 // changes those transactions held
 	busy     atomic.Int64  // nanoseconds spent in commit, for Stats
-	// restartWAL asks for a checkpoint between two batches (localWALRestartFrames).
-	restartWAL atomic.Bool
+
+	// checkpointEvery is how often the writer checkpoints while commits come (local_checkpoint.go).
+	checkpointEvery   time.Duration
+	checkpoints       atomic.Uint64 // checkpoints run, for Stats
+	checkpointsFailed atomic.Uint64 // of which failed or left frames behind
+	checkpointBusy    atomic.Int64  // nanoseconds spent in them
 
 	wake chan struct{} // capacity 1: changes are pending
 	stop chan struct{} // closed by close
@@ -145,10 +149,14 @@ var localStmtText = [localStmtCount]string{
 }
 
 // newLocalWriter starts the writer of db, whose activities have next[id] wins each; a caller
-// waits at most waitTimeout for its commit (0: as long as its context allows).
-func newLocalWriter(db *sql.DB, dir string, next map[string]int, waitTimeout time.Duration) (*localWriter, error) {
+// waits at most waitTimeout for its commit (0: as long as its context allows), and the writer
+// checkpoints every checkpointEvery (0: localCheckpointEvery) while commits come.
+func newLocalWriter(db *sql.DB, dir string, next map[string]int, waitTimeout, checkpointEvery time.Duration) (*localWriter, error) {
+	if checkpointEvery <= 0 {
+		checkpointEvery = localCheckpointEvery
+	}
 	w := &localWriter{
-		db: db, dir: dir, next: next, waitTimeout: waitTimeout,
+		db: db, dir: dir, next: next, waitTimeout: waitTimeout, checkpointEvery: checkpointEvery,
 		gather: newLocalBatch(), flushing: newLocalBatch(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
@@ -252,13 +260,23 @@ func (w *localWriter) wait(ctx context.Context) error {
 	return nil
 }
 
-// run is the writer goroutine: one transaction per batch, in the order the changes were recorded.
+// run is the writer goroutine: one transaction per batch, in the order the changes were recorded,
+// and a checkpoint between two batches every checkpointEvery while commits come.
 func (w *localWriter) run() {
 	defer close(w.done)
+	tick := time.NewTicker(w.checkpointEvery)
+	defer tick.Stop()
+	var folded uint64 // commits at the last checkpoint
 	for {
 		stopping := false
 		select {
 		case <-w.wake:
+		case <-tick.C:
+			if n := w.commits.Load(); n != folded {
+				folded = n
+				w.checkpoint()
+			}
+			continue
 		case <-w.stop:
 			stopping = true
 		}
@@ -290,10 +308,6 @@ func (w *localWriter) run() {
 			w.busy.Add(int64(took))
 			done.finish()
 			w.mu.Unlock()
-			if w.restartWAL.Swap(false) {
-				// Best effort, like every checkpoint: the WAL keeps what it cannot fold in.
-				_, _ = w.db.Exec(`PRAGMA wal_checkpoint(PASSIVE)`)
-			}
 			if !stopping {
 				break
 			}

@@ -195,6 +195,12 @@ func localCollectors(stats func() admission.LocalStats) []prometheus.Collector {
 			func(s admission.LocalStats) float64 { return float64(s.Changes) }),
 		counter("local_commit_seconds_total", "Time store local spent writing and committing its batches; divided by the commits, what one commit costs.",
 			func(s admission.LocalStats) float64 { return s.CommitTime.Seconds() }),
+		counter("local_checkpoints_total", "Checkpoints store local ran (the WAL folded into the database file, about one a second while commits come).",
+			func(s admission.LocalStats) float64 { return float64(s.Checkpoints) }),
+		counter("local_checkpoints_failed_total", "Checkpoints that failed, as on a full disk: the WAL keeps the commits and grows until one succeeds.",
+			func(s admission.LocalStats) float64 { return float64(s.CheckpointsFailed) }),
+		counter("local_checkpoint_seconds_total", "Time store local's checkpoints took; commits wait meanwhile, so divided by the checkpoints, one stall.",
+			func(s admission.LocalStats) float64 { return s.CheckpointTime.Seconds() }),
 	}
 }
 

@@ -96,6 +96,24 @@ func TestMetricsLocalCommits(t *testing.T) {
 	if commits < 2 || changes < 4 || changes < commits || secs <= 0 {
 		t.Errorf("commits %v, changes %v, seconds %v: want the definition and 3 wins committed", commits, changes, secs)
 	}
+	// The writer checkpoints about once a second after commits.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out = string(c.get("/metrics", "").raw)
+		n := metricValue(t, out, "caddy_seckill_local_checkpoints_total")
+		failed := metricValue(t, out, "caddy_seckill_local_checkpoints_failed_total")
+		took := metricValue(t, out, "caddy_seckill_local_checkpoint_seconds_total")
+		if failed != 0 {
+			t.Fatalf("%v checkpoints failed", failed)
+		}
+		if n >= 1 && took > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoints %v taking %v s, 5 s after the commits: want one at least", n, took)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // TestMetricsNoLocalCommits: the memory store has no commits to count.

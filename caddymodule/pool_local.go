@@ -76,7 +76,11 @@ func (r *reopenableLocal) Stats() admission.LocalStats {
 }
 
 func addLocalStats(a, b admission.LocalStats) admission.LocalStats {
-	return admission.LocalStats{Commits: a.Commits + b.Commits, Changes: a.Changes + b.Changes, CommitTime: a.CommitTime + b.CommitTime}
+	return admission.LocalStats{
+		Commits: a.Commits + b.Commits, Changes: a.Changes + b.Changes, CommitTime: a.CommitTime + b.CommitTime,
+		Checkpoints: a.Checkpoints + b.Checkpoints, CheckpointsFailed: a.CheckpointsFailed + b.CheckpointsFailed,
+		CheckpointTime: a.CheckpointTime + b.CheckpointTime,
+	}
 }
 
 // store is the current LocalStore, or an error while it is closed for a reopen that failed.

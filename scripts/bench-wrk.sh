@@ -113,12 +113,13 @@ echo "store | round | seckill req/s | respond req/s | ratio | seckill p99 | resp
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 secs=${DURATION%s}
-# commits prints store local's commits and the changes they held so far, from the admin endpoint's
-# metrics ("- -" when there are none: another store).
+# commits prints store local's commits, the changes they held, its checkpoints and their seconds so
+# far, from the admin endpoint's metrics ("- - - -" when there are none: another store).
 commits() {
 	curl -fs "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null | awk '
 		/^caddy_seckill_local_commits_total / { c = $2 } /^caddy_seckill_local_committed_changes_total / { n = $2 }
-		END { if (c == "") print "- -"; else print c, n }'
+		/^caddy_seckill_local_checkpoints_total / { k = $2 } /^caddy_seckill_local_checkpoint_seconds_total / { ks = $2 }
+		END { if (c == "") print "- - - -"; else print c, n, k + 0, ks + 0 }'
 }
 # measure runs wrk on path prefix $2 into $1 (name.txt), and writes the gateway's CPU µs per answered
 # request to name.cpu; with PERF, perf samples the gateway meanwhile (name.perf in $PERF).
@@ -173,9 +174,9 @@ for store in $STORES; do
 			-first $(( (r - 1) * SLICE )) -users "$SLICE" -out "$dir/buys-$r.tsv"
 	done
 	for r in $(seq "$REPEATS"); do
-		read -r c0 n0 < <(commits)
+		read -r c0 n0 k0 ks0 < <(commits)
 		measure "seckill-$r" ""
-		read -r c1 n1 < <(commits)
+		read -r c1 n1 k1 ks1 < <(commits)
 		measure "respond-$r" /baseline
 		s_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/seckill-$r.txt")
 		r_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/respond-$r.txt")
@@ -184,6 +185,7 @@ for store in $STORES; do
 		statuses=$(sed -n 's/^statuses //p' "$dir/seckill-$r.txt")
 		if [ "$c0" != - ] && [ "$c1" != - ]; then
 			statuses="$statuses; changes per commit: $(awk -v c0="$c0" -v c1="$c1" -v n0="$n0" -v n1="$n1" 'BEGIN { c = c1 - c0; printf "%.1f", c ? (n1 - n0) / c : 0 }')"
+			statuses="$statuses; checkpoints: $(awk -v k0="$k0" -v k1="$k1" -v s0="$ks0" -v s1="$ks1" 'BEGIN { k = k1 - k0; printf "%d, %.2f ms each", k, k ? (s1 - s0) * 1000 / k : 0 }')"
 		fi
 		awk -v st="$store" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" \
 			-v sc="$(cat "$dir/seckill-$r.cpu")" -v rc="$(cat "$dir/respond-$r.cpu")" 'BEGIN {
