@@ -86,7 +86,9 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open local store %s: load: %w", dir, err)
 	}
-	w, err := newLocalWriter(db, dir, mem.entryCounts(), opts.WaitTimeout, opts.checkpointEvery)
+	w, err := newLocalWriter(db, dir, mem.entryCounts(), localWriterOptions{
+		waitTimeout: opts.WaitTimeout, checkpointEvery: opts.checkpointEvery, fsyncAlways: opts.FsyncAlways,
+	})
 	if err != nil {
 		_ = db.Close()
 		_ = lock.Close()

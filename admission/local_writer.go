@@ -43,15 +43,19 @@ type localWriter struct {
 	changes  atomic.Uint64 // changes those transactions held
 	busy     atomic.Int64  // nanoseconds spent in commit, for Stats
 
-	// checkpointEvery is how often the writer checkpoints while commits come (local_checkpoint.go).
+	// checkpointEvery is how often the writer checkpoints while commits come (local_checkpoint.go);
+	// checkpointDue asks it for one, once syncLoop has flushed the WAL.
 	checkpointEvery   time.Duration
+	checkpointDue     atomic.Bool
+	fsyncAlways       bool
 	checkpoints       atomic.Uint64 // checkpoints run, for Stats
 	checkpointsFailed atomic.Uint64 // of which failed or left frames behind
 	checkpointBusy    atomic.Int64  // nanoseconds spent in them
 
-	wake chan struct{} // capacity 1: changes are pending
-	stop chan struct{} // closed by close
-	done chan struct{} // closed when the goroutine has ended
+	wake     chan struct{} // capacity 1: changes are pending, or a checkpoint is due
+	stop     chan struct{} // closed by close
+	done     chan struct{} // closed when the writer goroutine has ended
+	syncDone chan struct{} // closed when syncLoop has ended
 }
 
 // localBatch is one commit as its callers wait for it.
@@ -148,17 +152,23 @@ var localStmtText = [localStmtCount]string{
 	stmtWinLogDelete: `DELETE FROM win_log WHERE seq = ?`,
 }
 
-// newLocalWriter starts the writer of db, whose activities have next[id] wins each; a caller
-// waits at most waitTimeout for its commit (0: as long as its context allows), and the writer
-// checkpoints every checkpointEvery (0: localCheckpointEvery) while commits come.
-func newLocalWriter(db *sql.DB, dir string, next map[string]int, waitTimeout, checkpointEvery time.Duration) (*localWriter, error) {
-	if checkpointEvery <= 0 {
-		checkpointEvery = localCheckpointEvery
+// localWriterOptions are a localWriter's settings from LocalOptions.
+type localWriterOptions struct {
+	waitTimeout     time.Duration // a caller's wait for its commit; 0: as long as its context allows
+	checkpointEvery time.Duration // while commits come; 0: localCheckpointEvery
+	fsyncAlways     bool          // every commit syncs the WAL (synchronous=FULL)
+}
+
+// newLocalWriter starts the writer of db (in dir), whose activities have next[id] wins each.
+func newLocalWriter(db *sql.DB, dir string, next map[string]int, opts localWriterOptions) (*localWriter, error) {
+	if opts.checkpointEvery <= 0 {
+		opts.checkpointEvery = localCheckpointEvery
 	}
 	w := &localWriter{
-		db: db, dir: dir, next: next, waitTimeout: waitTimeout, checkpointEvery: checkpointEvery,
+		db: db, dir: dir, next: next, waitTimeout: opts.waitTimeout,
+		checkpointEvery: opts.checkpointEvery, fsyncAlways: opts.fsyncAlways,
 		gather: newLocalBatch(), flushing: newLocalBatch(),
-		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), syncDone: make(chan struct{}),
 	}
 	w.flushing.finish() // nothing is being committed yet
 	if err := db.QueryRow(`SELECT COALESCE((SELECT seq + n - 1 FROM win_log ORDER BY seq DESC LIMIT 1), 0)`).Scan(&w.seq); err != nil {
@@ -173,6 +183,7 @@ func newLocalWriter(db *sql.DB, dir string, next map[string]int, waitTimeout, ch
 		w.stmts[i] = st
 	}
 	go w.run()
+	go w.syncLoop()
 	return w, nil
 }
 
@@ -261,26 +272,20 @@ func (w *localWriter) wait(ctx context.Context) error {
 }
 
 // run is the writer goroutine: one transaction per batch, in the order the changes were recorded,
-// and a checkpoint between two batches every checkpointEvery while commits come.
+// and a checkpoint between two batches when syncLoop asks for one.
 func (w *localWriter) run() {
 	defer close(w.done)
-	tick := time.NewTicker(w.checkpointEvery)
-	defer tick.Stop()
-	var folded uint64 // commits at the last checkpoint
 	for {
 		stopping := false
 		select {
 		case <-w.wake:
-		case <-tick.C:
-			if n := w.commits.Load(); n != folded {
-				folded = n
-				w.checkpoint()
-			}
-			continue
 		case <-w.stop:
 			stopping = true
 		}
 		for {
+			if w.checkpointDue.Swap(false) && !stopping {
+				w.checkpoint()
+			}
 			w.gatherBatch()
 			w.mu.Lock()
 			batch, last, done := w.pending, w.enq.Load(), w.gather
@@ -523,6 +528,7 @@ func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 func (w *localWriter) close() error {
 	close(w.stop)
 	<-w.done
+	<-w.syncDone
 	w.mu.Lock()
 	err := w.err
 	w.mu.Unlock()
