@@ -65,7 +65,8 @@ func (w *localWriter) syncLoop() {
 func (w *localWriter) checkpoint() {
 	t0 := time.Now()
 	var busy, frames, done int
-	if err := w.db.QueryRow(`PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &done); err != nil || busy != 0 {
+	err := w.db.QueryRow(`PRAGMA wal_checkpoint(PASSIVE)`).Scan(&busy, &frames, &done)
+	if err != nil || busy != 0 || done < frames { // failed, or left frames behind
 		w.checkpointsFailed.Add(1)
 	}
 	w.checkpoints.Add(1)
