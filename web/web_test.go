@@ -261,6 +261,9 @@ func TestSoldOutAndLimitMessages(t *testing.T) {
 	alice.do(chromedp.Navigate(g.pageURL(t, "one-each", "alice")))
 	bob.waitFor("the Buy button to open", buyOpen, 20*time.Second)
 	alice.waitFor("the Buy button to open", buyOpen, 10*time.Second)
+	// The page fetches its buy path at the opening instant; fetched after zed's win, that path
+	// call answers sold_out and the page closes Buy before Bob reaches it (a CI run did).
+	bob.waitFor("the buy path", `window.seckillSale.path !== null`, 10*time.Second)
 
 	if code := g.buy(t, "last-one", "zed"); code != "queued" {
 		t.Fatalf("zed's buy = %q, want queued", code)
