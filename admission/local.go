@@ -86,9 +86,7 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open local store %s: load: %w", dir, err)
 	}
-	w, err := newLocalWriter(db, dir, mem.entryCounts(), localWriterOptions{
-		waitTimeout: opts.WaitTimeout, checkpointEvery: opts.checkpointEvery, fsyncAlways: opts.FsyncAlways,
-	})
+	w, err := newLocalWriter(db, dir, mem.entryCounts(), opts)
 	if err != nil {
 		_ = db.Close()
 		_ = lock.Close()

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // BenchmarkLocalAdmitWon measures a winning admission from 64 concurrent callers (32 per core on
@@ -103,7 +105,7 @@ func BenchmarkLocalCommit(b *testing.B) {
 	mustDefine(b, s, openAt(time.Now(), "bench", 1<<62, 1))
 	ctx := context.Background()
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := testsrv.ProcessCPU(b)
 	b.ResetTimer()
 	for i := range b.N {
 		d, err := s.Admit(ctx, Request{Activity: "bench", User: "user-" + strconv.Itoa(i), Qty: 1, RequestID: "r"})
@@ -112,5 +114,5 @@ func BenchmarkLocalCommit(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64(testsrv.ProcessCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 }

@@ -152,21 +152,15 @@ var localStmtText = [localStmtCount]string{
 	stmtWinLogDelete: `DELETE FROM win_log WHERE seq = ?`,
 }
 
-// localWriterOptions are a localWriter's settings from LocalOptions.
-type localWriterOptions struct {
-	waitTimeout     time.Duration // a caller's wait for its commit; 0: as long as its context allows
-	checkpointEvery time.Duration // while commits come; 0: localCheckpointEvery
-	fsyncAlways     bool          // every commit syncs the WAL (synchronous=FULL)
-}
-
-// newLocalWriter starts the writer of db (in dir), whose activities have next[id] wins each.
-func newLocalWriter(db *sql.DB, dir string, next map[string]int, opts localWriterOptions) (*localWriter, error) {
+// newLocalWriter starts the writer of db (in dir), whose activities have next[id] wins each, with
+// opts' WaitTimeout, FsyncAlways and checkpointEvery.
+func newLocalWriter(db *sql.DB, dir string, next map[string]int, opts LocalOptions) (*localWriter, error) {
 	if opts.checkpointEvery <= 0 {
 		opts.checkpointEvery = localCheckpointEvery
 	}
 	w := &localWriter{
-		db: db, dir: dir, next: next, waitTimeout: opts.waitTimeout,
-		checkpointEvery: opts.checkpointEvery, fsyncAlways: opts.fsyncAlways,
+		db: db, dir: dir, next: next, waitTimeout: opts.WaitTimeout,
+		checkpointEvery: opts.checkpointEvery, fsyncAlways: opts.FsyncAlways,
 		gather: newLocalBatch(), flushing: newLocalBatch(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), syncDone: make(chan struct{}),
 	}
