@@ -206,3 +206,101 @@ func TestLocalWinLogDamaged(t *testing.T) {
 	}
 	t.Logf("open: %v", err)
 }
+
+// TestLocalCommitPaths commits a batch of wins alone (one INSERT in autocommit, commitWins), one
+// with more wins than one row takes and one with a release among its wins (both in a transaction,
+// the first of several rows): every win reads back once, in the order recorded, and the release
+// is there.
+func TestLocalCommitPaths(t *testing.T) {
+	dir := t.TempDir()
+	db, err := openLocalDB(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newLocalWriter(db, dir, map[string]int{}, LocalOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := w.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	next := map[string]int{}
+	wins := func(act string, n int) []memChange {
+		cs := make([]memChange, n)
+		for i := range cs {
+			idx := next[act]
+			next[act]++
+			cs[i] = memChange{kind: changeWin, act: act, idx: idx, remaining: int64(1000 - idx), entry: memEntry{
+				id: fmt.Sprintf("%d-0", 1800000000000+idx), user: fmt.Sprintf("%s-%03d-%s", act, idx, strings.Repeat("u", 240)),
+				qty: 1, requestID: strings.Repeat("r", MaxRequestIDLen), atMS: 1800000000000,
+			}}
+		}
+		return cs
+	}
+	long := wins("b", 3*localOneRowWins)
+	mixed := append(wins("c", 2), memChange{kind: changeRelease, act: "c", entry: memEntry{id: "1800000000000-0"}})
+	batches := []struct {
+		name    string
+		changes []memChange
+		oneRow  bool
+	}{
+		{"wins alone", wins("a", 5), true},
+		{"as many wins as one row takes", wins("a", localOneRowWins), true},
+		{"more wins than one row takes", long, false},
+		{"wins and a release", mixed, false},
+	}
+	var want []string
+	for _, b := range batches {
+		if got := oneRowOfWins(b.changes); got != b.oneRow {
+			t.Fatalf("%s: oneRowOfWins = %v, want %v", b.name, got, b.oneRow)
+		}
+		w.recordAll(b.changes) // one call: one batch
+		if err := w.wait(context.Background()); err != nil {
+			t.Fatalf("%s: %v", b.name, err)
+		}
+		for _, c := range b.changes {
+			if c.kind == changeWin {
+				want = append(want, fmt.Sprintf("%s/%d/%s", c.act, c.idx, c.entry.user))
+			}
+		}
+	}
+	var got []string
+	rows := 0
+	err = eachRow(db, `SELECT n, data FROM win_log ORDER BY seq`, func(r *sql.Rows) error {
+		var n int
+		var data []byte
+		if err := r.Scan(&n, &data); err != nil {
+			return err
+		}
+		rows++
+		return decodeWins(data, n, func(pw *packedWin) error {
+			got = append(got, fmt.Sprintf("%s/%d/%s", pw.act, pw.idx, pw.entry.user))
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("win_log holds %d wins, want the %d recorded, in order", len(got), len(want))
+	}
+	if rows < 5 {
+		t.Errorf("win_log has %d rows, want at least 5 (the long batch in several)", rows)
+	}
+	var released int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM released WHERE activity = 'c'`).Scan(&released); err != nil || released != 1 {
+		t.Errorf("released rows of c: %d, %v; want 1", released, err)
+	}
+}
+
+// TestLocalWinPacksSmall: a win with every field at its longest packs into fewer bytes than
+// localOneRowWins assumes (600), so that a row commitWins writes stays near localWinLogMax.
+func TestLocalWinPacksSmall(t *testing.T) {
+	e := memEntry{id: "18446744073709551615-18446744073709551615", user: strings.Repeat("u", MaxUserIDLen),
+		qty: -1 << 63, requestID: strings.Repeat("r", MaxRequestIDLen), atMS: -1 << 63}
+	if n := len(appendWin(nil, strings.Repeat("a", MaxActivityIDLen), 1<<62, &e, -1<<63)); n >= 600 {
+		t.Fatalf("the longest win packs into %d bytes, want fewer than 600", n)
+	}
+}
