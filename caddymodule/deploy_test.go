@@ -251,7 +251,8 @@ func isBucketPanel(p dashboardPanel) bool {
 // all at home in one bucket so that stock is pulled, while a private Prometheus scrapes the
 // gateway; then every query of the bucket panels must return series, with one stock series per
 // bucket. And every metric the dashboard and the alert rules name must be one this gateway (store
-// redis, buckets, the embedded order backend) exports: a renamed metric fails here.
+// redis, buckets, the embedded order backend) or one with store local exports: a renamed metric
+// fails here.
 func TestDashboardBucketPanels(t *testing.T) {
 	panels, _ := readDashboard(t)
 	var bucketPanels []dashboardPanel
@@ -301,14 +302,20 @@ func TestDashboardBucketPanels(t *testing.T) {
 		t.Errorf("stock per bucket: %v %v, want 8 series", res, err)
 	}
 
-	// Every metric the dashboard and the alert rules name is exported.
+	// Every metric the dashboard and the alert rules name is exported: by this gateway, or by one
+	// with store local (its commit and checkpoint counters), loaded next in its place.
 	exported := map[string]bool{}
-	for _, line := range strings.Split(string(s.c.get("/metrics", "").raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
-			name, _, _ := strings.Cut(rest, " ")
-			exported[name] = true
+	addExported := func(c *client) {
+		for _, line := range strings.Split(string(c.get("/metrics", "").raw), "\n") {
+			if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+				name, _, _ := strings.Cut(rest, " ")
+				exported[name] = true
+			}
 		}
 	}
+	addExported(s.c)
+	addExported(startSale(t, jwtBlock+"captcha off\nurl_secret u\nstore local "+t.TempDir()+"\n"+
+		ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders-local.db"))+saleBlock("dashl", 5)).c)
 	rules, err := os.ReadFile(alertRules)
 	if err != nil {
 		t.Fatal(err)
