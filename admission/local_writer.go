@@ -356,7 +356,8 @@ func (w *localWriter) fail(err error) {
 // longest ids each packs into fewer than 600 bytes, so such a row stays near localWinLogMax.
 const localOneRowWins = localWinLogMax / 600
 
-// commit writes one batch in one transaction.
+// commit writes one batch in one transaction: a batch of wins alone as one statement (commitWins),
+// any other between BEGIN and COMMIT.
 func (w *localWriter) commit(batch []memChange) (err error) {
 	if oneRowOfWins(batch) {
 		return w.commitWins(batch)
