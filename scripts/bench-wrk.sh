@@ -12,7 +12,9 @@
 #   PERF=/tmp/perf scripts/bench-wrk.sh           # also where the gateway's CPU goes, by perf
 #
 # "gw CPU/req" is the gateway process's CPU time (user + system, /proc) over the wrk run divided
-# by the requests answered. With PERF=DIR, perf (Debian package linux-perf) samples the gateway's
+# by the requests answered. After its rounds each store gets a summary line: the median ratio and
+# the median of the buy's CPU per request over respond's in the same round, which the machine's
+# speed cancels out of; on a shared machine both move less than a single round. With PERF=DIR, perf (Debian package linux-perf) samples the gateway's
 # stacks during each run (files kept in DIR), and at the end a table gives, per store, the
 # microseconds of gateway CPU per request spent under each part of the handler and the server,
 # for the buy path and for respond (scripts/perf-breakdown.py).
@@ -189,9 +191,15 @@ for store in $STORES; do
 		fi
 		awk -v st="$store" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" \
 			-v sc="$(cat "$dir/seckill-$r.cpu")" -v rc="$(cat "$dir/respond-$r.cpu")" 'BEGIN {
-			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, c }'
+			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, c
+			printf "%.4f %.4f\n", s / b, sc / rc > "/dev/stderr" }' 2>> "$dir/ratios"
 	done
 	stop_gateway
+	# The median over the rounds, which a busy neighbour moves less than the range: the ratio, and
+	# the gateway's CPU per buy over its CPU per respond of the same round (the machine's speed
+	# cancels out of it).
+	sort -n -k1,1 "$dir/ratios" | awk -v st="$store" '{ r[NR] = $1 } END { printf "# %s: ratio median %.2f, %.2f–%.2f over %d rounds", st, (r[int((NR + 1) / 2)] + r[int(NR / 2) + 1]) / 2, r[1], r[NR], NR }'
+	sort -n -k2,2 "$dir/ratios" | awk '{ c[NR] = $2 } END { printf "; buy CPU ÷ respond CPU median %.2f, %.2f–%.2f\n", (c[int((NR + 1) / 2)] + c[int(NR / 2) + 1]) / 2, c[1], c[NR] }'
 done
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -n "$PERF" ]; then
