@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -352,13 +353,18 @@ func (w *localWriter) fail(err error) {
 	w.gather.finish()
 }
 
-// localOneRowWins is the most wins a batch may hold to be written by commitWins: even at the
-// longest ids each packs into fewer than 600 bytes, so such a row stays near localWinLogMax.
-const localOneRowWins = localWinLogMax / 600
+// localMaxWinBytes bounds one packed win (appendWin): the longest ids (an entry id is two uint64s
+// and a dash, nextID), a length of at most two bytes before each string, and four numbers.
+const localMaxWinBytes = MaxActivityIDLen + MaxUserIDLen + MaxRequestIDLen + 41 + 4*2 + 4*binary.MaxVarintLen64
+
+// localOneRowWins is the most wins a batch may hold to be written by commitWins, so that its one
+// row stays within localWinLogMax.
+const localOneRowWins = localWinLogMax / localMaxWinBytes
 
 // commit writes one batch in one transaction: a batch of wins alone as one statement (commitWins),
 // any other between BEGIN and COMMIT.
 func (w *localWriter) commit(batch []memChange) (err error) {
+	w.row.data, w.row.n = w.row.data[:0], 0
 	if oneRowOfWins(batch) {
 		return w.commitWins(batch)
 	}
@@ -371,7 +377,6 @@ func (w *localWriter) commit(batch []memChange) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	w.row.data, w.row.n = w.row.data[:0], 0
 	var st [localStmtCount]*sql.Stmt
 	exec := func(i int, args ...any) error {
 		if st[i] == nil {
@@ -430,14 +435,13 @@ func oneRowOfWins(batch []memChange) bool {
 // mode: one statement is a transaction of its own, as atomic and durable as BEGIN ... COMMIT,
 // without those two statements' work, which cost more than the INSERT (docs/BENCHMARKS.md).
 func (w *localWriter) commitWins(batch []memChange) error {
-	w.row.data, w.row.n = w.row.data[:0], 0
 	for i := range batch {
 		if _, err := w.packWin(&batch[i]); err != nil {
 			return err
 		}
 	}
-	return w.row.flush(func(seq int64, n int, data []byte) error {
-		_, err := w.stmts[stmtWinLog].Exec(seq, n, data)
+	return w.flushWins(func(i int, args ...any) error {
+		_, err := w.stmts[i].Exec(args...)
 		return err
 	})
 }

@@ -295,12 +295,15 @@ func TestLocalCommitPaths(t *testing.T) {
 	}
 }
 
-// TestLocalWinPacksSmall: a win with every field at its longest packs into fewer bytes than
-// localOneRowWins assumes (600), so that a row commitWins writes stays near localWinLogMax.
+// TestLocalWinPacksSmall: a win with every field at its longest packs into no more bytes than
+// localMaxWinBytes, so that a row commitWins writes stays within localWinLogMax.
 func TestLocalWinPacksSmall(t *testing.T) {
 	e := memEntry{id: "18446744073709551615-18446744073709551615", user: strings.Repeat("u", MaxUserIDLen),
 		qty: -1 << 63, requestID: strings.Repeat("r", MaxRequestIDLen), atMS: -1 << 63}
-	if n := len(appendWin(nil, strings.Repeat("a", MaxActivityIDLen), 1<<62, &e, -1<<63)); n >= 600 {
-		t.Fatalf("the longest win packs into %d bytes, want fewer than 600", n)
+	if n := len(appendWin(nil, strings.Repeat("a", MaxActivityIDLen), 1<<62, &e, -1<<63)); n > localMaxWinBytes {
+		t.Fatalf("the longest win packs into %d bytes, more than localMaxWinBytes (%d)", n, localMaxWinBytes)
+	}
+	if localOneRowWins*localMaxWinBytes > localWinLogMax {
+		t.Fatalf("%d wins of %d bytes exceed a row's %d", localOneRowWins, localMaxWinBytes, localWinLogMax)
 	}
 }

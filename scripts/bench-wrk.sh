@@ -111,6 +111,8 @@ stock=$(( SLICE * REPEATS / ACTIVITIES + 1 ))
 base="http://127.0.0.1:$PORT"
 echo "# wrk -t$THREADS -c$CONNS -d$DURATION, $REPEATS rounds, $SLICE fresh users per round, $ACTIVITIES activities x $stock items; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "store | round | seckill req/s | respond req/s | ratio | seckill p99 | respond p99 | p99 ratio | gw CPU/req seckill | respond | seckill statuses"
+# median prints the median of the numbers on stdin, then their least and greatest.
+median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.2f, %.2f–%.2f", (v[int((NR + 1) / 2)] + v[int(NR / 2) + 1]) / 2, v[1], v[NR] }'; }
 # cpu_ticks prints the CPU time (user + system, in clock ticks) process $1 has used.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
@@ -191,15 +193,15 @@ for store in $STORES; do
 		fi
 		awk -v st="$store" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" \
 			-v sc="$(cat "$dir/seckill-$r.cpu")" -v rc="$(cat "$dir/respond-$r.cpu")" 'BEGIN {
-			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, c
-			printf "%.4f %.4f\n", s / b, sc / rc > "/dev/stderr" }' 2>> "$dir/ratios"
+			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, c }'
+		echo "$s_rps $r_rps $(cat "$dir/seckill-$r.cpu") $(cat "$dir/respond-$r.cpu")" >> "$dir/rounds"
 	done
 	stop_gateway
 	# The median over the rounds, which a busy neighbour moves less than the range: the ratio, and
 	# the gateway's CPU per buy over its CPU per respond of the same round (the machine's speed
 	# cancels out of it).
-	sort -n -k1,1 "$dir/ratios" | awk -v st="$store" '{ r[NR] = $1 } END { printf "# %s: ratio median %.2f, %.2f–%.2f over %d rounds", st, (r[int((NR + 1) / 2)] + r[int(NR / 2) + 1]) / 2, r[1], r[NR], NR }'
-	sort -n -k2,2 "$dir/ratios" | awk '{ c[NR] = $2 } END { printf "; buy CPU ÷ respond CPU median %.2f, %.2f–%.2f\n", (c[int((NR + 1) / 2)] + c[int(NR / 2) + 1]) / 2, c[1], c[NR] }'
+	echo "# $store: ratio median $(awk '{ print $1 / $2 }' "$dir/rounds" | median) over $REPEATS rounds;" \
+		"buy CPU ÷ respond CPU median $(awk '{ print $3 / $4 }' "$dir/rounds" | median)"
 done
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -n "$PERF" ]; then
