@@ -12,7 +12,8 @@
 #   PERF=/tmp/perf scripts/bench-wrk.sh           # also where the gateway's CPU goes, by perf
 #
 # "gw CPU/req" is the gateway process's CPU time (user + system, /proc) over the wrk run divided
-# by the requests answered. After its rounds each store gets a summary line: the median ratio and
+# by the requests answered; the last column adds the machine's idle share during each run and its
+# context switches per request (/proc/stat), which tell a saturated run from one that waited. After its rounds each store gets a summary line: the median ratio and
 # the median of the buy's CPU per request over respond's in the same round, which the machine's
 # speed cancels out of; on a shared machine both move less than a single round. With PERF=DIR, perf (Debian package linux-perf) samples the gateway's
 # stacks during each run (files kept in DIR), and at the end a table gives, per store, the
@@ -125,11 +126,16 @@ commits() {
 		/^caddy_seckill_local_checkpoints_total / { k = $2 } /^caddy_seckill_local_checkpoint_seconds_total / { ks = $2 }
 		END { if (c == "") print "- - - -"; else print c, n, k + 0, ks + 0 }'
 }
+# machine prints the whole machine's idle and iowait ticks, all its ticks, and its context switches
+# so far (/proc/stat): whether a run left the cores idle, and how often the kernel switched tasks.
+machine() { awk '/^cpu / { i = $5 + $6; t = 0; for (k = 2; k <= NF; k++) t += $k } /^ctxt / { c = $2 } END { print i, t, c }' /proc/stat; }
 # measure runs wrk on path prefix $2 into $1 (name.txt), and writes the gateway's CPU µs per answered
-# request to name.cpu; with PERF, perf samples the gateway meanwhile (name.perf in $PERF).
+# request to name.cpu and the machine's idle share and context switches per request to name.mach;
+# with PERF, perf samples the gateway meanwhile (name.perf in $PERF).
 measure() {
-	local name=$1 prefix=$2 t0 t1 n
+	local name=$1 prefix=$2 t0 t1 n m0 m1
 	t0=$(cpu_ticks "$pid")
+	m0=$(machine)
 	"${pdeath[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$dir/buys-$r.tsv" "$prefix" "$THREADS" > "$dir/$name.txt" &
 	child=$!
 	if [ -n "$PERF" ]; then
@@ -138,8 +144,10 @@ measure() {
 	wait "$child"
 	child=""
 	t1=$(cpu_ticks "$pid")
+	m1=$(machine)
 	n=$(awk '/requests in/ {print $1}' "$dir/$name.txt")
 	awk -v t=$(( t1 - t0 )) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }' > "$dir/$name.cpu"
+	echo "$m0 $m1" | awk -v n="$n" '{ printf "idle %.0f %%, %.2f context switches/req", 100 * ($4 - $1) / ($5 - $2), ($6 - $3) / n }' > "$dir/$name.mach"
 	if [ -n "$PERF" ]; then cp "$dir/$name.txt" "$PERF/$store-$name.txt"; cp "$dir/$name.cpu" "$PERF/$store-$name.cpu"; fi
 }
 for store in $STORES; do
@@ -186,7 +194,7 @@ for store in $STORES; do
 		r_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/respond-$r.txt")
 		s_p99=$(awk '/^p50_us/ {print $4}' "$dir/seckill-$r.txt")
 		r_p99=$(awk '/^p50_us/ {print $4}' "$dir/respond-$r.txt")
-		statuses=$(sed -n 's/^statuses //p' "$dir/seckill-$r.txt")
+		statuses="$(sed -n 's/^statuses //p' "$dir/seckill-$r.txt"); machine: $(cat "$dir/seckill-$r.mach") (respond: $(cat "$dir/respond-$r.mach"))"
 		if [ "$c0" != - ] && [ "$c1" != - ]; then
 			statuses="$statuses; changes per commit: $(awk -v c0="$c0" -v c1="$c1" -v n0="$n0" -v n1="$n1" 'BEGIN { c = c1 - c0; printf "%.1f", c ? (n1 - n0) / c : 0 }')"
 			statuses="$statuses; checkpoints: $(awk -v k0="$k0" -v k1="$k1" -v s0="$ks0" -v s1="$ks1" 'BEGIN { k = k1 - k0; printf "%d, %.2f ms each", k, k ? (s1 - s0) * 1000 / k : 0 }')"
