@@ -64,7 +64,7 @@ func TokenFromRequest(r *http.Request) (string, error) {
 // 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=".
 func b64token(s string) bool {
 	i := 0
-	for i < len(s) && b64tokenChar(s[i]) {
+	for i < len(s) && b64tokenByte[s[i]] {
 		i++
 	}
 	if i == 0 {
@@ -78,10 +78,5 @@ func b64token(s string) bool {
 	return true
 }
 
-func b64tokenChar(c byte) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	}
-	return c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '/'
-}
+// b64tokenByte marks the bytes a b64token is made of before its padding.
+var b64tokenByte = byteSet("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/")

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -52,6 +53,58 @@ type tokenHeader struct {
 	unencoded bool
 }
 
+// headerMemo remembers the headers of the first tokens that verified: a token issuer writes the
+// same header on every token (`{"alg":"HS256","typ":"JWT"}`, a kid per key), so on the buy path
+// the header's decoding and reading is the same work each time. Only headers of tokens that
+// passed every check are kept, so nobody without a signing key can fill its slots; once they are
+// full (more headers than slots, or keys rotated without a reload), other headers are read as
+// before. A header is a pure function of its segment's text, so a remembered one reads the same.
+type headerMemo struct {
+	slots [headerMemoSlots]atomic.Pointer[memoHeader]
+}
+
+// headerMemoSlots is how many distinct headers a Verifier remembers: one per signing key in use,
+// with room for a rotation.
+const headerMemoSlots = 4
+
+type memoHeader struct {
+	seg string
+	hdr tokenHeader
+}
+
+// lookup returns the header of segment seg if it is remembered.
+func (m *headerMemo) lookup(seg string) (tokenHeader, bool) {
+	for i := range m.slots {
+		e := m.slots[i].Load()
+		if e == nil {
+			break // slots fill in order
+		}
+		if e.seg == seg {
+			return e.hdr, true
+		}
+	}
+	return tokenHeader{}, false
+}
+
+// remember keeps hdr, read from segment seg of a token that verified, in a free slot if any.
+func (m *headerMemo) remember(seg string, hdr tokenHeader) {
+	if len(seg) > maxMemoHeader {
+		return
+	}
+	e := &memoHeader{seg: strings.Clone(seg), hdr: hdr}
+	for i := range m.slots {
+		if m.slots[i].CompareAndSwap(nil, e) {
+			return
+		}
+		if m.slots[i].Load().seg == seg {
+			return // remembered meanwhile by another verification
+		}
+	}
+}
+
+// maxMemoHeader keeps unusually large headers (an embedded certificate chain) out of the memo.
+const maxMemoHeader = 512
+
 func malformed(what string, err error) error {
 	if err == nil {
 		return fmt.Errorf("%w: %s", jwt.ErrTokenMalformed, what)
@@ -75,13 +128,15 @@ func (v *Verifier) parse(ctx context.Context, token string, tc *tokenClaims) err
 	}()
 	s.buf = s.buf[:0]
 
-	headerJSON, err := s.decode(head)
-	if err != nil {
-		return malformed("could not base64 decode header", err)
-	}
-	hdr, err := readHeader(headerJSON)
-	if err != nil {
-		return malformed("could not JSON decode header", err)
+	hdr, known := v.headers.lookup(head)
+	if !known {
+		headerJSON, err := s.decode(head)
+		if err != nil {
+			return malformed("could not base64 decode header", err)
+		}
+		if hdr, err = readHeader(headerJSON); err != nil {
+			return malformed("could not JSON decode header", err)
+		}
 	}
 	// Before the claims are read: a token that asks for an extension this package does not
 	// implement must not be read at all, let alone accepted.
@@ -124,6 +179,9 @@ func (v *Verifier) parse(ctx context.Context, token string, tc *tokenClaims) err
 	}
 	if err := v.validator.Validate(tc); err != nil {
 		return fmt.Errorf("%w: %w", jwt.ErrTokenInvalidClaims, err)
+	}
+	if !known {
+		v.headers.remember(head, hdr) // signed by a configured key: not a header anyone can choose
 	}
 	tc.payload = payload
 	return nil

@@ -64,6 +64,7 @@ type Verifier struct {
 	algs      []string       // the configured algorithms
 	validator *jwt.Validator // exp (required), nbf, iss, aud, leeway
 	scratch   *sync.Pool     // of *scratch: buffers and HMAC states reused across verifications
+	headers   headerMemo     // the headers of verified tokens, read once
 	userClaim string
 	secret    []byte
 	static    []crypto.PublicKey
@@ -245,11 +246,21 @@ func (v *Verifier) keys(ctx context.Context, alg, kid string) ([]crypto.PublicKe
 // base64url without padding, and the dots between the segments.
 func compactJWS(token string) bool {
 	for i := 0; i < len(token); i++ {
-		switch c := token[i]; {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-', c == '_', c == '.':
-		default:
+		if !jwsByte[token[i]] {
 			return false
 		}
 	}
 	return true
+}
+
+// jwsByte marks the bytes of the JWS compact serialisation: one table lookup a byte instead of a
+// chain of comparisons, on a few hundred bytes of every request.
+var jwsByte = byteSet("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+// byteSet returns a table that marks the bytes of chars.
+func byteSet(chars string) (t [256]bool) {
+	for i := 0; i < len(chars); i++ {
+		t[chars[i]] = true
+	}
+	return t
 }
