@@ -13,18 +13,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 )
 
-// hs256 signs payload under header with the test secret.
-func hs256(t *testing.T, header, payload string) string {
-	t.Helper()
-	b64 := base64.RawURLEncoding.EncodeToString
-	signing := b64([]byte(header)) + "." + b64([]byte(payload))
-	sig, err := jwt.SigningMethodHS256.Sign(signing, secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return signing + "." + b64(sig)
-}
-
+// memoSegs lists the header segments v remembers, in slot order.
 func memoSegs(v *Verifier) []string {
 	var segs []string
 	for i := range v.headers.slots {
@@ -45,13 +34,13 @@ func TestHeaderMemo(t *testing.T) {
 	ctx := context.Background()
 
 	// Refused tokens leave nothing behind: a bad signature, an expired token, an unknown alg.
-	forged := hs256(t, `{"alg":"HS256","x":1}`, claims)
+	forged := hmacToken(`{"alg":"HS256","x":1}`, claims)
 	forged = forged[:strings.LastIndex(forged, ".")+1] + "AAAA"
 	refused := []string{
 		forged,
-		hs256(t, `{"alg":"HS256","x":2}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, time.Now().Add(-time.Hour).Unix())),
-		hs256(t, `{"alg":"HS384"}`, claims),
-		hs256(t, `{"alg":"HS256","crit":["x"]}`, claims),
+		hmacToken(`{"alg":"HS256","x":2}`, fmt.Sprintf(`{"sub":"alice","exp":%d}`, time.Now().Add(-time.Hour).Unix())),
+		hmacToken(`{"alg":"HS384"}`, claims),
+		hmacToken(`{"alg":"HS256","crit":["x"]}`, claims),
 	}
 	for _, tok := range refused {
 		if _, err := v.Verify(ctx, tok); !errors.Is(err, ErrUnauthorized) {
@@ -65,7 +54,7 @@ func TestHeaderMemo(t *testing.T) {
 	// A verified token's header is remembered once, and its next tokens verify from the memo.
 	header := `{"alg":"HS256","typ":"JWT"}`
 	for range 3 {
-		c, err := v.Verify(ctx, hs256(t, header, claims))
+		c, err := v.Verify(ctx, hmacToken(header, claims))
 		if err != nil || c.User != "alice" {
 			t.Fatalf("verify: %v, %+v", err, c)
 		}
@@ -75,19 +64,19 @@ func TestHeaderMemo(t *testing.T) {
 	}
 	// The memo keeps the header, not the verdict: a remembered header with a bad signature, or
 	// claims that fail, is refused as before.
-	good := hs256(t, header, claims)
+	good := hmacToken(header, claims)
 	bad := good[:strings.LastIndex(good, ".")+1] + "AAAA"
 	if _, err := v.Verify(ctx, bad); !errors.Is(err, jwt.ErrTokenSignatureInvalid) {
 		t.Fatalf("bad signature under a remembered header: %v", err)
 	}
-	if _, err := v.Verify(ctx, hs256(t, header, `{"sub":"alice"}`)); !errors.Is(err, jwt.ErrTokenRequiredClaimMissing) {
+	if _, err := v.Verify(ctx, hmacToken(header, `{"sub":"alice"}`)); !errors.Is(err, jwt.ErrTokenRequiredClaimMissing) {
 		t.Fatalf("no exp under a remembered header: %v", err)
 	}
 
 	// More headers than slots: every one still verifies, the memo holds the first four.
 	for i := range 2 * headerMemoSlots {
 		h := fmt.Sprintf(`{"alg":"HS256","kid":"k%d"}`, i)
-		if _, err := v.Verify(ctx, hs256(t, h, claims)); err != nil {
+		if _, err := v.Verify(ctx, hmacToken(h, claims)); err != nil {
 			t.Fatalf("header %d: %v", i, err)
 		}
 	}
@@ -106,7 +95,7 @@ func TestHeaderMemoConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range 50 {
 				user := fmt.Sprintf("u%d-%d", g, i)
-				tok := hs256(t, fmt.Sprintf(`{"alg":"HS256","kid":"k%d"}`, i%3), fmt.Sprintf(`{"sub":%q,"exp":%d}`, user, exp))
+				tok := hmacToken(fmt.Sprintf(`{"alg":"HS256","kid":"k%d"}`, i%3), fmt.Sprintf(`{"sub":%q,"exp":%d}`, user, exp))
 				c, err := v.Verify(context.Background(), tok)
 				if err != nil || c.User != user {
 					t.Errorf("verify %s: %v, %+v", user, err, c)
@@ -126,5 +115,20 @@ func TestHeaderMemoConcurrent(t *testing.T) {
 	}
 	if len(segs) != 3 {
 		t.Fatalf("memo holds %d headers, want the 3 in use", len(segs))
+	}
+}
+
+// TestHeaderMemoFullAllocatesNothing: once every slot is taken, remembering another header (which
+// each verified token under it asks for) costs no allocation.
+func TestHeaderMemoFullAllocatesNothing(t *testing.T) {
+	var m headerMemo
+	for i := range headerMemoSlots {
+		m.remember(fmt.Sprintf("seg%d", i), tokenHeader{alg: "HS256", hasAlg: true})
+	}
+	if allocs := testing.AllocsPerRun(100, func() { m.remember("another", tokenHeader{alg: "HS256", hasAlg: true}) }); allocs != 0 {
+		t.Fatalf("remember on a full memo: %v allocations, want 0", allocs)
+	}
+	if _, ok := m.lookup("another"); ok {
+		t.Fatal("a header past the slots was remembered")
 	}
 }

@@ -86,18 +86,27 @@ func (m *headerMemo) lookup(seg string) (tokenHeader, bool) {
 	return tokenHeader{}, false
 }
 
-// remember keeps hdr, read from segment seg of a token that verified, in a free slot if any.
+// remember keeps hdr, read from segment seg of a token that verified, in a free slot if any. With
+// every slot taken it allocates nothing: an issuer with more headers than slots pays no more per
+// token than before the memo.
 func (m *headerMemo) remember(seg string, hdr tokenHeader) {
 	if len(seg) > maxMemoHeader {
 		return
 	}
-	e := &memoHeader{seg: strings.Clone(seg), hdr: hdr}
+	var e *memoHeader
 	for i := range m.slots {
-		if m.slots[i].CompareAndSwap(nil, e) {
-			return
+		cur := m.slots[i].Load()
+		if cur == nil {
+			if e == nil {
+				e = &memoHeader{seg: strings.Clone(seg), hdr: hdr}
+			}
+			if m.slots[i].CompareAndSwap(nil, e) {
+				return
+			}
+			cur = m.slots[i].Load() // taken meanwhile by another verification
 		}
-		if m.slots[i].Load().seg == seg {
-			return // remembered meanwhile by another verification
+		if cur.seg == seg {
+			return
 		}
 	}
 }

@@ -13,9 +13,10 @@
 #
 # "gw CPU/req" is the gateway process's CPU time (user + system, /proc) over the wrk run divided
 # by the requests answered; the last column adds the machine's idle share during each run and its
-# context switches per request (/proc/stat), which tell a saturated run from one that waited. After its rounds each store gets a summary line: the median ratio and
-# the median of the buy's CPU per request over respond's in the same round, which the machine's
-# speed cancels out of; on a shared machine both move less than a single round. With PERF=DIR, perf (Debian package linux-perf) samples the gateway's
+# context switches per request (/proc/stat), which tell a saturated run from one that waited.
+# After its rounds each store gets a summary line: the median ratio and the median of the buy's
+# CPU per request over respond's in the same round, which the machine's speed cancels out of; on
+# a shared machine both move less than a single round. With PERF=DIR, perf (Debian package linux-perf) samples the gateway's
 # stacks during each run (files kept in DIR), and at the end a table gives, per store, the
 # microseconds of gateway CPU per request spent under each part of the handler and the server,
 # for the buy path and for respond (scripts/perf-breakdown.py).
