@@ -277,18 +277,12 @@ func TestLocalDiskFull(t *testing.T) {
 
 // TestLocalDiskFullTmpfs is a real full file system: a small tmpfs, where the test may mount one.
 func TestLocalDiskFullTmpfs(t *testing.T) {
-	mnt := testsrv.Tmpfs(t, "2m")
+	mnt := testsrv.Tmpfs(t, "20m") // the ring's 16 MiB, the database and room to fill
 	dir := filepath.Join(mnt, "store")
 	s := openLocal(t, dir, nil)
 	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1))
 	// Leave a little room, so the sale fills it.
-	filler := filepath.Join(mnt, "filler")
-	f, err := os.Create(filler)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = f.Write(make([]byte, 1<<20+512<<10))
-	_ = f.Close()
+	filler := testsrv.Fill(t, mnt, 512<<10)
 	wins := rushUntilFull(t, s)
 	checkFullThenReopen(t, s, dir, wins, func() {
 		if err := os.Remove(filler); err != nil {
@@ -298,10 +292,14 @@ func TestLocalDiskFullTmpfs(t *testing.T) {
 }
 
 // TestLocalStalledCommit holds the database's only connection, so that commits stall as on a hung
-// disk: no answer may leave before its commit, a caller's context ends its wait, and the win it
-// was not told about is committed and replayed afterwards.
+// disk: with fsync always (no ring) no answer may leave before its commit, a caller's context ends
+// its wait, and the win it was not told about is committed and replayed afterwards. The ring's
+// side is TestLocalRingStalledCommit.
 func TestLocalStalledCommit(t *testing.T) {
-	s := openLocal(t, t.TempDir(), nil)
+	s, err := OpenLocalStore(t.TempDir(), LocalOptions{FsyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer s.Close()
 	mustDefine(t, s, openAt(time.Now(), "a", 10, 1))
 	bg := context.Background()
@@ -309,6 +307,7 @@ func TestLocalStalledCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer conn.Close() // before s.Close, which commits
 	ctx, cancel := context.WithTimeout(bg, 200*time.Millisecond)
 	defer cancel()
 	if d, err := s.Admit(ctx, Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r"}); !errors.Is(err, context.DeadlineExceeded) {
@@ -332,13 +331,13 @@ func TestLocalStalledCommit(t *testing.T) {
 	}
 }
 
-// TestLocalWaitTimeout stalls the commits as TestLocalStalledCommit does, with callers whose
-// contexts have no deadline: WaitTimeout ends every caller's wait with ErrLocalWaitTimeout (a
-// context.DeadlineExceeded, which the edge answers 503 busy), and the wins none of them was told
-// about are committed and replayed afterwards.
+// TestLocalWaitTimeout stalls the commits as TestLocalStalledCommit does (fsync always: every
+// caller waits for its commit), with callers whose contexts have no deadline: WaitTimeout ends
+// every caller's wait with ErrLocalWaitTimeout (a context.DeadlineExceeded, which the edge answers
+// 503 busy), and the wins none of them was told about are committed and replayed afterwards.
 func TestLocalWaitTimeout(t *testing.T) {
 	const bound = 150 * time.Millisecond
-	s, err := OpenLocalStore(t.TempDir(), LocalOptions{WaitTimeout: bound})
+	s, err := OpenLocalStore(t.TempDir(), LocalOptions{WaitTimeout: bound, FsyncAlways: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,3 +27,11 @@ func lockDir(dir string) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// mapShared maps the first size bytes of f for reading and writing, shared with the file: what is
+// stored into the mapping is in the kernel's page cache at once.
+func mapShared(f *os.File, size int) ([]byte, error) {
+	return syscall.Mmap(int(f.Fd()), 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+}
+
+func unmapShared(b []byte) error { return syscall.Munmap(b) }

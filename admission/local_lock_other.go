@@ -11,3 +11,10 @@ import (
 func lockDir(dir string) (*os.File, error) {
 	return nil, fmt.Errorf("open local store %s: %w", dir, badInput("store local needs a Unix system (flock)"))
 }
+
+// mapShared needs mmap, which this platform's syscall package does not offer.
+func mapShared(*os.File, int) ([]byte, error) {
+	return nil, badInput("store local needs a Unix system (mmap)")
+}
+
+func unmapShared([]byte) error { return nil }

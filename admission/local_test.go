@@ -37,6 +37,8 @@ func TestLocalHelperProcess(t *testing.T) {
 		err = helperScenario(dir)
 	case "rush":
 		err = helperRush(dir, os.Getenv(helperSyncEnv) == "1")
+	case "ringstall":
+		err = helperRingStall(dir)
 	case "transfers": // dir is a Redis address (redis_bucket_crash_test.go)
 		err = helperTransfers(dir)
 	default:

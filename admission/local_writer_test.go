@@ -221,6 +221,7 @@ func TestLocalCommitPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.start(nil, 1, 0) // no ring: commitWins writes a batch of wins alone
 	defer func() {
 		if err := w.close(); err != nil {
 			t.Error(err)

@@ -1,6 +1,9 @@
 package testsrv
 
 import (
+	"os"
+	"path/filepath"
+	"syscall"
 	"os/exec"
 	"testing"
 )
@@ -20,4 +23,23 @@ func Tmpfs(t testing.TB, size string) string {
 		}
 	})
 	return mnt
+}
+
+// Fill writes a file in the file system of dir that leaves it leave bytes free, and returns the
+// file's path: what a test removes to make room again.
+func Fill(t testing.TB, dir string, leave int64) string {
+	t.Helper()
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(fs.Bavail) * fs.Bsize
+	if free <= leave {
+		t.Fatalf("%s has %d bytes free, not more than the %d to leave", dir, free, leave)
+	}
+	p := filepath.Join(dir, "filler")
+	if err := os.WriteFile(p, make([]byte, free-leave), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -1,0 +1,98 @@
+package admission
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// localRingMeta is what the database says of the ring: the journal number of the last change
+// committed (journal_seq), the epoch of the last opening (ring_epoch), and the epoch of the last
+// opening that closed cleanly, with every change committed (ring_clean); each 0 when absent.
+type localRingMeta struct {
+	journal, epoch, clean uint64
+}
+
+func readLocalRingMeta(db *sql.DB) (localRingMeta, error) {
+	var m localRingMeta
+	err := eachRow(db, `SELECT key, value FROM meta WHERE key IN ('journal_seq', 'ring_epoch', 'ring_clean')`, func(rows *sql.Rows) error {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return err
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("meta %s: %w", k, err)
+		}
+		switch k {
+		case "journal_seq":
+			m.journal = n
+		case "ring_epoch":
+			m.epoch = n
+		case "ring_clean":
+			m.clean = n
+		}
+		return nil
+	})
+	return m, err
+}
+
+// setLocalMeta stores one meta value, in its own transaction.
+func setLocalMeta(db *sql.DB, key string, v uint64) error {
+	_, err := db.Exec(`INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, strconv.FormatUint(v, 10))
+	return err
+}
+
+// errRingMissing is a folder whose ring is gone while it may hold changes that were answered.
+var errRingMissing = errors.New("the ring file is missing, and the store was not closed cleanly: it may hold answered changes not yet in the database")
+
+// replayRing opens dir's ring and commits, through w, the changes it holds beyond the database's
+// last commit, so that every change a caller was answered for is in the database. It returns the
+// ring, or nil when the store runs without one (fsyncAlways: every answer waits for its commit;
+// a ring left by an earlier opening is replayed and closed), the new opening's epoch (stored
+// before it returns) and the journal number of its first change's predecessor, and how many
+// changes it replayed.
+func replayRing(db *sql.DB, dir string, w *localWriter, fsyncAlways bool) (ring *localRing, epoch, base uint64, replayed int, err error) {
+	meta, err := readLocalRingMeta(db)
+	if err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("ring: %w", err)
+	}
+	// A new ring only where the last opening had none or closed cleanly.
+	ring, err = openLocalRing(dir, !fsyncAlways && (meta.epoch == 0 || meta.clean == meta.epoch))
+	if err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("ring: %w", err)
+	}
+	defer func() {
+		if ring != nil && (err != nil || fsyncAlways) {
+			err = errors.Join(err, ring.close())
+			ring = nil
+		}
+	}()
+	if ring == nil && meta.epoch != 0 && meta.clean != meta.epoch {
+		return nil, 0, 0, 0, fmt.Errorf("ring: %w; restore %s to the folder", errRingMissing, localRingName)
+	}
+	base = meta.journal
+	if ring != nil && meta.epoch != 0 {
+		changes, err := ring.changesAfter(meta.journal, meta.epoch)
+		if err != nil {
+			return nil, 0, 0, 0, fmt.Errorf("ring: %w", err)
+		}
+		if len(changes) > 0 {
+			batch := make([]memChange, len(changes))
+			for i := range changes {
+				batch[i] = changes[i].c
+			}
+			base = changes[len(changes)-1].seq
+			if err := w.commit(batch, base); err != nil {
+				return nil, 0, 0, 0, fmt.Errorf("ring: replay %d changes after %d: %w", len(changes), meta.journal, err)
+			}
+			replayed = len(changes)
+		}
+	}
+	epoch = meta.epoch + 1
+	if err := setLocalMeta(db, "ring_epoch", epoch); err != nil {
+		return nil, 0, 0, 0, fmt.Errorf("ring: new epoch: %w", err)
+	}
+	return ring, epoch, base, replayed, nil
+}

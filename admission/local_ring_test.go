@@ -1,0 +1,420 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// ringSamples is one change of every kind, each field set that its kind commits.
+func ringSamples() []memChange {
+	at := time.UnixMilli(1_800_000_000_123)
+	return []memChange{
+		{kind: changeDefine, act: "a", def: Activity{ID: "a", Stock: 100, Limit: 2, Start: at, End: at.Add(time.Hour), PayWithin: 15 * time.Minute, Salt: "s4lt"}},
+		{kind: changeWin, act: "a", idx: 7, remaining: 92, entry: memEntry{id: "1800000000123-4", user: "u", qty: 1, requestID: "r", atMS: 1_800_000_000_123}},
+		{kind: changeRelease, act: "a", entry: memEntry{id: "1800000000123-4"}},
+		{kind: changeResult, act: "a", user: "u", idx: 8, result: Result{Code: "paid", ReservationID: "1800000000123-4", OrderID: "o1", PayBeforeMS: 42,
+			Reservations: []Result{{Code: "cancelled", ReservationID: "1-0"}, {Code: "paid", ReservationID: "1800000000123-4", OrderID: "o1"}}}},
+		{kind: changeResult, act: "a", user: "v", idx: 3, result: Result{Code: "failed"}},
+		{kind: changeGroup, act: "a", group: "orders"},
+		{kind: changePending, act: "a", group: "orders", idx: 7, pend: memPending{consumer: "c1", deliveries: 3, at: time.Unix(0, 1_800_000_000_123_456_789)}},
+		{kind: changeNext, act: "a", group: "orders", idx: 8},
+		{kind: changeAck, act: "a", group: "orders", idx: 7},
+		{kind: changeDead, act: "a", group: "orders", idx: 6, pend: memPending{deliveries: 5}, reason: "no stock in the warehouse"},
+		{kind: changeDelete, act: "a"},
+	}
+}
+
+// TestRingChangeRoundTrip: every kind of change reads back from its packing as the writer would
+// commit it.
+func TestRingChangeRoundTrip(t *testing.T) {
+	for _, c := range ringSamples() {
+		b, err := appendChange(nil, &c)
+		if err != nil {
+			t.Fatalf("kind %d: %v", c.kind, err)
+		}
+		got, err := decodeChange(c.kind, b)
+		if err != nil {
+			t.Fatalf("kind %d: %v", c.kind, err)
+		}
+		if !reflect.DeepEqual(got, c) {
+			t.Errorf("kind %d read back as\n%+v\nwant\n%+v", c.kind, got, c)
+		}
+		if _, err := decodeChange(c.kind, b[:len(b)-1]); !errors.Is(err, errRingChange) {
+			t.Errorf("kind %d cut short by a byte: %v, want errRingChange", c.kind, err)
+		}
+		if _, err := decodeChange(c.kind, append(b, 0)); !errors.Is(err, errRingChange) {
+			t.Errorf("kind %d with a byte more: %v, want errRingChange", c.kind, err)
+		}
+	}
+	if _, err := decodeChange(99, nil); !errors.Is(err, errRingChange) {
+		t.Errorf("unknown kind: %v, want errRingChange", err)
+	}
+}
+
+// putOps writes operations of the given sizes into r from change from+1 on, in epoch.
+func putOps(t *testing.T, r *localRing, from, epoch uint64, sizes ...int) uint64 {
+	t.Helper()
+	seq := from
+	for _, n := range sizes {
+		for i := range n {
+			seq++
+			c := memChange{kind: changeAck, act: "a", group: "g", idx: int(seq)}
+			b, _ := appendChange(nil, &c)
+			if !r.put(seq, epoch, c.kind, i == n-1, b) {
+				t.Fatalf("put %d failed", seq)
+			}
+		}
+	}
+	return seq
+}
+
+func seqsOf(cs []ringChange) []uint64 {
+	var out []uint64
+	for _, c := range cs {
+		if c.c.idx != int(c.seq) {
+			panic(fmt.Sprintf("change %d holds %d", c.seq, c.c.idx))
+		}
+		out = append(out, c.seq)
+	}
+	return out
+}
+
+// TestRingChangesAfter: what an open replays is the run of matching slots after the last commit,
+// up to the first torn, stale or foreign slot, without an operation cut short.
+func TestRingChangesAfter(t *testing.T) {
+	dir := t.TempDir()
+	r, err := openLocalRing(dir, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	got := func(from, epoch uint64) []uint64 {
+		t.Helper()
+		cs, err := r.changesAfter(from, epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seqsOf(cs)
+	}
+	if s := got(0, 1); len(s) != 0 {
+		t.Fatalf("a new ring replays %v", s)
+	}
+	last := putOps(t, r, 100, 3, 1, 2, 1) // changes 101, 102-103, 104
+	if s := got(100, 3); !reflect.DeepEqual(s, []uint64{101, 102, 103, 104}) {
+		t.Fatalf("replay after 100 = %v", s)
+	}
+	if s := got(102, 3); !reflect.DeepEqual(s, []uint64{103, 104}) {
+		t.Fatalf("replay after 102 = %v", s) // 103 ends its operation: the slot says so
+	}
+	if s := got(100, 2); len(s) != 0 {
+		t.Fatalf("another epoch's slots replayed: %v", s)
+	}
+	if s := got(90, 3); len(s) != 0 {
+		t.Fatalf("a gap before the slots (change 91 never written) replayed %v", s)
+	}
+	// An operation whose last change never came: the kill came in the middle of it.
+	putOps(t, r, last, 3, 1)
+	seq := last + 2
+	c := memChange{kind: changeAck, act: "a", group: "g", idx: int(seq)}
+	b, _ := appendChange(nil, &c)
+	r.put(seq, 3, c.kind, false, b)
+	if s := got(100, 3); !reflect.DeepEqual(s, []uint64{101, 102, 103, 104, 105}) {
+		t.Fatalf("replay with a half operation at the end = %v", s)
+	}
+	// A torn slot: a byte of its payload changed after the checksum.
+	r.slot(103)[localRingSlotHdr] ^= 0xff
+	if s := got(100, 3); !reflect.DeepEqual(s, []uint64{101}) {
+		t.Fatalf("replay with 103 torn = %v, want 101 only (102's operation is cut)", s)
+	}
+	r.slot(103)[localRingSlotHdr] ^= 0xff
+	// A slot whose checksum matches but whose payload is not a change: damage, not a torn tail.
+	junk := []byte{0xff, 0xff, 0xff}
+	r.put(104, 3, changeAck, true, junk)
+	if _, err := r.changesAfter(100, 3); !errors.Is(err, errRingChange) {
+		t.Fatalf("undecodable change: %v, want errRingChange", err)
+	}
+	// Too long for a slot: not written.
+	if r.put(200, 3, changeAck, true, make([]byte, localRingPayload+1)) {
+		t.Fatal("a payload longer than a slot was put")
+	}
+}
+
+// TestLocalRingForeignFile: a ring file of the wrong size or header is refused, and left alone.
+func TestLocalRingForeignFile(t *testing.T) {
+	for name, content := range map[string][]byte{
+		"short":      []byte("not a ring"),
+		"bad header": make([]byte, localRingSize),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := openLocal(t, dir, nil)
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, localRingName)
+			if err := os.WriteFile(path, content, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			_, err := OpenLocalStore(dir, LocalOptions{})
+			if err == nil || !strings.Contains(err.Error(), localRingName) {
+				t.Fatalf("open with a foreign ring = %v, want an error naming the ring", err)
+			}
+			if fi, err := os.Stat(path); err != nil || fi.Size() != int64(len(content)) {
+				t.Fatalf("the foreign ring was touched: %v %v", fi, err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+// TestLocalRingStalledCommit holds the database's only connection, so that no commit can land:
+// callers are answered from the ring without waiting, until its slots all hold changes not yet
+// committed; the next caller then waits for a commit, and its context ends the wait. Once the
+// commits land, everything answered is in the database.
+func TestLocalRingStalledCommit(t *testing.T) {
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1))
+	if d := mustAdmit(t, s, "a", "before", 1, "r"); d.Outcome != Won {
+		t.Fatalf("admit = %+v", d)
+	}
+	bg := context.Background()
+	time.Sleep(20 * time.Millisecond) // let the writer commit what came before
+	conn, err := s.w.db.Conn(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := 0
+	for {
+		ctx, cancel := context.WithTimeout(bg, 300*time.Millisecond)
+		d, err := s.Admit(ctx, Request{Activity: "a", User: "u" + strconv.Itoa(answered), Qty: 1, RequestID: "r"})
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if err != nil || d.Outcome != Won {
+			t.Fatalf("admit %d with the commits stalled = %+v, %v", answered, d, err)
+		}
+		answered++
+		if answered > localRingSlots {
+			t.Fatalf("%d answers with no commit: more than the ring holds", answered)
+		}
+	}
+	if answered < localRingSlots-10 {
+		t.Fatalf("%d answers from the ring before a caller waited, want about %d", answered, localRingSlots)
+	}
+	if st := s.Stats(); st.Unringed == 0 {
+		t.Errorf("stats %+v: want the waiting caller's change counted as not in the ring", st)
+	}
+	if err := conn.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := mustAdmit(t, s, "a", "after", 1, "r"); d.Outcome != Won {
+		t.Fatalf("admit after the stall = %+v", d)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openLocal(t, dir, nil)
+	defer s.Close()
+	if st := s.Stats(); st.Replayed != 0 {
+		t.Errorf("a clean close left %d changes to replay", st.Replayed)
+	}
+	for i := range answered {
+		if d := mustAdmit(t, s, "a", "u"+strconv.Itoa(i), 1, "r"); d.Outcome != Won || !d.Replayed {
+			t.Fatalf("answered win %d after reopen = %+v", i, d)
+		}
+	}
+}
+
+// helperRingStall holds the database's connection, so that nothing is committed, and admits,
+// releases and records results from several goroutines, every answer from the ring; it prints
+// them (W user reservation, R reservation, S user) and DONE, then waits to be killed.
+func helperRingStall(dir string) error {
+	s, err := OpenLocalStore(dir, LocalOptions{})
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	if _, err := s.Define(ctx, openAt(time.Now(), "a", 1_000, 1), false); err != nil {
+		return err
+	}
+	time.Sleep(20 * time.Millisecond) // the definition's commit
+	conn, err := s.w.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	var outMu sync.Mutex
+	say := func(format string, args ...any) {
+		outMu.Lock()
+		fmt.Printf(format+"\n", args...)
+		outMu.Unlock()
+	}
+	var wg sync.WaitGroup
+	var failed error
+	var failMu sync.Mutex
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 60 {
+				user := fmt.Sprintf("g%d-%d", g, i)
+				d, err := s.Admit(ctx, Request{Activity: "a", User: user, Qty: 1, RequestID: "r"})
+				if err == nil && d.Outcome == Won {
+					say("W %s %s", user, d.ReservationID)
+					switch i % 4 {
+					case 1:
+						var ok bool
+						if ok, err = s.Release(ctx, "a", d.ReservationID); ok {
+							say("R %s", d.ReservationID)
+						}
+					case 2:
+						if err = s.SetResult(ctx, "a", user, Result{Code: "paid", ReservationID: d.ReservationID, OrderID: "o-" + user}); err == nil {
+							say("S %s", user)
+						}
+					}
+				}
+				if err != nil {
+					failMu.Lock()
+					failed = err
+					failMu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed != nil {
+		return failed
+	}
+	if st := s.Stats(); st.Commits > 1 || st.Unringed != 0 {
+		return fmt.Errorf("stats %+v: want no commit after the definition's, every change in the ring", st)
+	}
+	say("DONE")
+	select {}
+}
+
+// TestLocalRingCrash SIGKILLs a child whose answers all came from the ring (its commits stalled):
+// the database holds none of them, the reopened store has every one. Without the ring file the
+// folder is refused, not opened without those answers; a second open replays nothing.
+func TestLocalRingCrash(t *testing.T) {
+	dir := t.TempDir()
+	p, lines := startHelper(t, "ringstall", dir)
+	var said []string
+	waitLine(t, lines, "DONE", &said)
+	kill(t, p)
+	wins, released, results := map[string]string{}, map[string]bool{}, map[string]bool{}
+	for _, l := range said {
+		f := strings.Fields(l)
+		switch f[0] {
+		case "W":
+			wins[f[1]] = f[2]
+		case "R":
+			released[f[1]] = true
+		case "S":
+			results[f[1]] = true
+		}
+	}
+	if len(wins) != 480 || len(released) == 0 || len(results) == 0 {
+		t.Fatalf("the child said %d wins, %d releases, %d results", len(wins), len(released), len(results))
+	}
+
+	ring := filepath.Join(dir, localRingName)
+	if err := os.Rename(ring, ring+".away"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenLocalStore(dir, LocalOptions{}); !errors.Is(err, errRingMissing) {
+		t.Fatalf("open without the ring after a crash = %v, want errRingMissing", err)
+	} else {
+		t.Log(err)
+	}
+	if err := os.Rename(ring+".away", ring); err != nil {
+		t.Fatal(err)
+	}
+
+	check := func(s *LocalStore) {
+		t.Helper()
+		ctx := context.Background()
+		for user, id := range wins {
+			d, err := s.Admit(ctx, Request{Activity: "a", User: user, Qty: 1, RequestID: "r"})
+			if err != nil || !d.Replayed || d.ReservationID != id {
+				t.Fatalf("answered win of %s after the kill = %+v, %v; want %s", user, d, err, id)
+			}
+		}
+		for user := range results {
+			r, err := s.GetResult(ctx, "a", user)
+			if err != nil || r.Code != "paid" || r.OrderID != "o-"+user {
+				t.Fatalf("result of %s after the kill = %+v, %v", user, r, err)
+			}
+		}
+		if n := mustRemaining(t, s, "a"); n != 1_000-int64(len(wins))+int64(len(released)) {
+			t.Fatalf("remaining %d after the kill, want %d", n, 1_000-len(wins)+len(released))
+		}
+	}
+	s := openLocal(t, dir, nil)
+	if st := s.Stats(); st.Replayed < uint64(len(wins)+len(released)+len(results)) {
+		t.Errorf("stats %+v: want at least %d changes replayed", st, len(wins)+len(released)+len(results))
+	} else {
+		t.Logf("replayed %d changes", st.Replayed)
+	}
+	check(s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openLocal(t, dir, nil)
+	defer s.Close()
+	if st := s.Stats(); st.Replayed != 0 {
+		t.Errorf("the second open replayed %d changes again", st.Replayed)
+	}
+	check(s)
+}
+
+// TestLocalRingFsyncAlways: with fsync always a store writes no ring (every answer waits for its
+// synced commit), yet replays one an earlier opening left, and a folder closed cleanly opens
+// without its ring.
+func TestLocalRingFsyncAlways(t *testing.T) {
+	dir := t.TempDir()
+	p, lines := startHelper(t, "ringstall", dir)
+	var said []string
+	waitLine(t, lines, "DONE", &said)
+	kill(t, p)
+	s, err := OpenLocalStore(dir, LocalOptions{FsyncAlways: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Replayed == 0 {
+		t.Errorf("stats %+v: the ring was not replayed", st)
+	}
+	if n := mustRemaining(t, s, "a"); n == 1_000 {
+		t.Error("nothing the child was answered for is in the store")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, localRingName)); err != nil {
+		t.Fatal(err)
+	}
+	s, err = OpenLocalStore(dir, LocalOptions{FsyncAlways: true})
+	if err != nil {
+		t.Fatalf("open a cleanly closed folder without its ring: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, localRingName)); !os.IsNotExist(err) {
+		t.Errorf("fsync always made a ring: %v", err)
+	}
+	s = openLocal(t, dir, nil) // and without fsync always, a new ring
+	defer s.Close()
+	if _, err := os.Stat(filepath.Join(dir, localRingName)); err != nil {
+		t.Errorf("no ring: %v", err)
+	}
+}
