@@ -14,12 +14,12 @@ import (
 )
 
 // TestLocalDiskFullReload is the README's answer to a full disk, end to end in Caddy: store local
-// on a real 2 MB tmpfs sells until the disk is full, then every buy is a 503 busy; with room again,
+// on a real 20 MB tmpfs (the ring takes 16 MiB) sells until the disk is full, then every buy is a 503 busy; with room again,
 // a reload opens the folder again, and the sale goes on where the answers left it: remaining is
 // the stock less every 202, each 202 replays with its reservation, and the commit counters of the
 // metrics have not gone down.
 func TestLocalDiskFullReload(t *testing.T) {
-	mnt := testsrv.Tmpfs(t, "2m")
+	mnt := testsrv.Tmpfs(t, "20m")
 	dir := filepath.Join(mnt, "store")
 	const stock = 1 << 30
 	now := time.Now()
@@ -35,10 +35,7 @@ func TestLocalDiskFullReload(t *testing.T) {
 	c.http.Transport.(*http.Transport).DisableKeepAlives = true // a reload closes kept connections
 
 	// Leave a little room, so that the sale fills it.
-	filler := filepath.Join(mnt, "filler")
-	if err := os.WriteFile(filler, make([]byte, 1<<20+512<<10), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	filler := testsrv.Fill(t, mnt, 512<<10)
 	type win struct{ user, key, path, reservation string }
 	var wins []win
 	refused := ""

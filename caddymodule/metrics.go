@@ -201,6 +201,10 @@ func localCollectors(stats func() admission.LocalStats) []prometheus.Collector {
 			func(s admission.LocalStats) float64 { return float64(s.CheckpointsFailed) }),
 		counter("local_checkpoint_seconds_total", "Time store local's checkpoints took; commits wait meanwhile, so divided by the checkpoints, one stall.",
 			func(s admission.LocalStats) float64 { return s.CheckpointTime.Seconds() }),
+		counter("local_ring_replayed_changes_total", "Changes store local found in its ring and not in its database when it opened the folder (a crash came before their commit), and committed.",
+			func(s admission.LocalStats) float64 { return float64(s.Replayed) }),
+		counter("local_unringed_changes_total", "Changes that did not go into store local's ring (its slots all held changes not yet committed, or the change was larger than a slot): their callers waited for the commit.",
+			func(s admission.LocalStats) float64 { return float64(s.Unringed) }),
 	}
 }
 

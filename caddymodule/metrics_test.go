@@ -88,12 +88,17 @@ func TestMetricsLocalCommits(t *testing.T) {
 		tok := token(t, u)
 		expect(t, "win", c.post(buyPath(t, c, "m", tok), tok, ""), http.StatusAccepted, "queued")
 	}
-	out := string(c.get("/metrics", "").raw)
-	commits := metricValue(t, out, "caddy_seckill_local_commits_total")
-	changes := metricValue(t, out, "caddy_seckill_local_committed_changes_total")
-	secs := metricValue(t, out, "caddy_seckill_local_commit_seconds_total")
-	// The definition and three wins at least, each answered after its commit.
-	if commits < 2 || changes < 4 || changes < commits || secs <= 0 {
+	// The definition and three wins at least: each answered once in the ring, committed within
+	// a few milliseconds, together or not.
+	var out string
+	var commits, changes, secs float64
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && changes < 4; time.Sleep(10 * time.Millisecond) {
+		out = string(c.get("/metrics", "").raw)
+		commits = metricValue(t, out, "caddy_seckill_local_commits_total")
+		changes = metricValue(t, out, "caddy_seckill_local_committed_changes_total")
+		secs = metricValue(t, out, "caddy_seckill_local_commit_seconds_total")
+	}
+	if commits < 1 || changes < 4 || changes < commits || secs <= 0 {
 		t.Errorf("commits %v, changes %v, seconds %v: want the definition and 3 wins committed", commits, changes, secs)
 	}
 	// The writer checkpoints about once a second after commits.

@@ -93,6 +93,12 @@ func loadBackend(s *StoreConfig, logger *zap.Logger) (*backend, string, error) {
 	switch {
 	case !loaded:
 		logger.Info("admission store ready", zap.String("store", s.typ()), zap.String("dir", s.Dir))
+		if b.local != nil {
+			if n := b.local.Stats().Replayed; n > 0 {
+				logger.Warn("store local replayed changes from its ring that a crash had left uncommitted",
+					zap.String("dir", s.Dir), zap.Uint64("changes", n))
+			}
+		}
 	case b.local == nil:
 	case s.fsyncAlways() != b.cfg.fsyncAlways():
 		_, _ = pool.Delete(key)

@@ -80,6 +80,7 @@ func addLocalStats(a, b admission.LocalStats) admission.LocalStats {
 		Commits: a.Commits + b.Commits, Changes: a.Changes + b.Changes, CommitTime: a.CommitTime + b.CommitTime,
 		Checkpoints: a.Checkpoints + b.Checkpoints, CheckpointsFailed: a.CheckpointsFailed + b.CheckpointsFailed,
 		CheckpointTime: a.CheckpointTime + b.CheckpointTime,
+		Replayed:       a.Replayed + b.Replayed, Unringed: a.Unringed + b.Unringed,
 	}
 }
 

@@ -196,7 +196,7 @@ func TestStoreForgottenSale(t *testing.T) {
 // opens its folder again, has lost none of the wins it answered, and sells on. It needs a small tmpfs, so it runs where the test may
 // mount one (as root).
 func TestStoreLocalDiskFull(t *testing.T) {
-	mnt := testsrv.Tmpfs(t, "2m")
+	mnt := testsrv.Tmpfs(t, "20m") // the ring takes 16 MiB
 	dir := filepath.Join(mnt, "data")
 	port, err := testsrv.FreePort()
 	if err != nil {
@@ -212,10 +212,7 @@ func TestStoreLocalDiskFull(t *testing.T) {
 	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
 
 	// Leave a little room, so that the sale fills it.
-	filler := filepath.Join(mnt, "filler")
-	if err := os.WriteFile(filler, make([]byte, 1<<20+512<<10), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	filler := testsrv.Fill(t, mnt, 512<<10)
 	wins, busy := 0, 0
 	for i := 0; i < 20_000 && busy < 10; i++ {
 		tok := token(t, fmt.Sprintf("u%d", i))
