@@ -2,9 +2,9 @@ package testsrv
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
-	"os/exec"
 	"testing"
 )
 
