@@ -54,6 +54,8 @@ type LocalStore struct {
 	w      *localWriter
 	lock   *os.File // holds the folder's flock
 	closed atomic.Bool
+	// replayed is how many changes the open replayed from the ring, for Stats.
+	replayed uint64
 }
 
 var _ Store = (*LocalStore)(nil)
@@ -110,10 +112,9 @@ func OpenLocalStore(dir string, opts LocalOptions) (*LocalStore, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open local store %s: %w", dir, err)
 	}
-	w.replayed = uint64(replayed)
 	w.start(ring, epoch, base)
 	mem.jnl = w
-	return &LocalStore{mem: mem, dir: dir, w: w, lock: lock}, nil
+	return &LocalStore{mem: mem, dir: dir, w: w, lock: lock, replayed: uint64(replayed)}, nil
 }
 
 // Failure returns nil while the store works, and the error wrapping ErrLocalFailed once a commit
@@ -155,7 +156,7 @@ func (s *LocalStore) Stats() LocalStats {
 		Commits: w.commits.Load(), Changes: w.changes.Load(), CommitTime: time.Duration(w.busy.Load()),
 		Checkpoints: w.checkpoints.Load(), CheckpointsFailed: w.checkpointsFailed.Load(),
 		CheckpointTime: time.Duration(w.checkpointBusy.Load()),
-		Replayed:       w.replayed, Unringed: w.unringed.Load(),
+		Replayed:       s.replayed, Unringed: w.unringed.Load(),
 	}
 }
 

@@ -93,14 +93,9 @@ func decodeChange(k changeKind, data []byte) (memChange, error) {
 	case changeDelete:
 		c.act = d.string()
 	case changeWin:
-		c.act = d.string()
-		c.idx = int(d.uvarint())
-		c.entry.id = d.string()
-		c.entry.user = d.string()
-		c.entry.qty = d.varint()
-		c.entry.requestID = d.string()
-		c.entry.atMS = d.varint()
-		c.remaining = d.varint()
+		var w packedWin
+		d.win(&w)
+		c.act, c.idx, c.entry, c.remaining = w.act, w.idx, w.entry, w.remaining
 	case changeRelease:
 		c.act = d.string()
 		c.entry.id = d.string()

@@ -38,9 +38,12 @@ func readLocalRingMeta(db *sql.DB) (localRingMeta, error) {
 	return m, err
 }
 
+// localSetMeta stores one meta value (its key, then the value).
+const localSetMeta = `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+
 // setLocalMeta stores one meta value, in its own transaction.
 func setLocalMeta(db *sql.DB, key string, v uint64) error {
-	_, err := db.Exec(`INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, strconv.FormatUint(v, 10))
+	_, err := db.Exec(localSetMeta, key, strconv.FormatUint(v, 10))
 	return err
 }
 
@@ -59,8 +62,12 @@ func replayRing(db *sql.DB, dir string, w *localWriter, fsyncAlways bool) (ring 
 		return nil, 0, 0, 0, fmt.Errorf("ring: %w", err)
 	}
 	// A new ring only where the last opening had none or closed cleanly.
-	ring, err = openLocalRing(dir, !fsyncAlways && (meta.epoch == 0 || meta.clean == meta.epoch))
+	clean := meta.epoch == 0 || meta.clean == meta.epoch
+	ring, err = openLocalRing(dir, !fsyncAlways && clean)
 	if err != nil {
+		if clean {
+			err = fmt.Errorf("%w; the store was closed cleanly, so the ring holds nothing the database lacks: removing %s is safe", err, localRingName)
+		}
 		return nil, 0, 0, 0, fmt.Errorf("ring: %w", err)
 	}
 	defer func() {
@@ -69,7 +76,7 @@ func replayRing(db *sql.DB, dir string, w *localWriter, fsyncAlways bool) (ring 
 			ring = nil
 		}
 	}()
-	if ring == nil && meta.epoch != 0 && meta.clean != meta.epoch {
+	if ring == nil && !clean {
 		return nil, 0, 0, 0, fmt.Errorf("ring: %w; restore %s to the folder", errRingMissing, localRingName)
 	}
 	base = meta.journal
@@ -79,12 +86,8 @@ func replayRing(db *sql.DB, dir string, w *localWriter, fsyncAlways bool) (ring 
 			return nil, 0, 0, 0, fmt.Errorf("ring: %w", err)
 		}
 		if len(changes) > 0 {
-			batch := make([]memChange, len(changes))
-			for i := range changes {
-				batch[i] = changes[i].c
-			}
-			base = changes[len(changes)-1].seq
-			if err := w.commit(batch, base); err != nil {
+			base += uint64(len(changes))
+			if err := w.commit(changes, base); err != nil {
 				return nil, 0, 0, 0, fmt.Errorf("ring: replay %d changes after %d: %w", len(changes), meta.journal, err)
 			}
 			replayed = len(changes)

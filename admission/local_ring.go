@@ -47,13 +47,6 @@ type localRing struct {
 	broken bool // a write faulted (the file's blocks went away): every later change waits for its commit
 }
 
-// ringChange is one change read back from the ring.
-type ringChange struct {
-	seq  uint64
-	last bool
-	c    memChange
-}
-
 // openLocalRing maps dir's ring, creating it when create is set and the folder has none. A
 // missing ring without create is (nil, nil).
 func openLocalRing(dir string, create bool) (*localRing, error) {
@@ -136,10 +129,7 @@ func createLocalRing(dir, path string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(dir)
+		err = publish(tmp, path, dir)
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
@@ -184,12 +174,13 @@ func (r *localRing) put(seq, epoch uint64, kind changeKind, last bool, payload [
 	return true
 }
 
-// changesAfter returns the changes of epoch that follow change number from, in order: every slot
-// from from+1 on whose checksum, epoch and number match, up to the first that does not, without
-// the changes of an operation whose last change is not among them (the crash came in the middle
-// of it, before its caller was answered). A slot that matches but does not decode is an error.
-func (r *localRing) changesAfter(from, epoch uint64) ([]ringChange, error) {
-	var out []ringChange
+// changesAfter returns the changes of epoch that follow change number from, in order (numbered
+// from+1, from+2, ...): every slot from from+1 on whose checksum, epoch and number match, up to
+// the first that does not, without the changes of an operation whose last change is not among
+// them (the crash came in the middle of it, before its caller was answered). A slot that matches
+// but does not decode is an error.
+func (r *localRing) changesAfter(from, epoch uint64) ([]memChange, error) {
+	var out []memChange
 	complete := 0
 	for seq := from + 1; seq <= from+localRingSlots; seq++ {
 		s := r.slot(seq)
@@ -203,7 +194,7 @@ func (r *localRing) changesAfter(from, epoch uint64) ([]ringChange, error) {
 		if err != nil {
 			return nil, fmt.Errorf("change %d: %w", seq, err)
 		}
-		out = append(out, ringChange{seq: seq, last: s[7]&1 != 0, c: c})
+		out = append(out, c)
 		if s[7]&1 != 0 {
 			complete = len(out)
 		}

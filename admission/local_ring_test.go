@@ -77,13 +77,16 @@ func putOps(t *testing.T, r *localRing, from, epoch uint64, sizes ...int) uint64
 	return seq
 }
 
-func seqsOf(cs []ringChange) []uint64 {
+// seqsOf numbers the changes changesAfter(from) returned, checking that each is the one putOps
+// wrote under its number.
+func seqsOf(from uint64, cs []memChange) []uint64 {
 	var out []uint64
-	for _, c := range cs {
-		if c.c.idx != int(c.seq) {
-			panic(fmt.Sprintf("change %d holds %d", c.seq, c.c.idx))
+	for i, c := range cs {
+		seq := from + 1 + uint64(i)
+		if c.idx != int(seq) {
+			panic(fmt.Sprintf("change %d holds %d", seq, c.idx))
 		}
-		out = append(out, c.seq)
+		out = append(out, seq)
 	}
 	return out
 }
@@ -103,7 +106,7 @@ func TestRingChangesAfter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return seqsOf(cs)
+		return seqsOf(from, cs)
 	}
 	if s := got(0, 1); len(s) != 0 {
 		t.Fatalf("a new ring replays %v", s)
@@ -221,14 +224,8 @@ func TestLocalRingStalledCommit(t *testing.T) {
 	if d := mustAdmit(t, s, "a", "after", 1, "r"); d.Outcome != Won {
 		t.Fatalf("admit after the stall = %+v", d)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = openLocal(t, dir, nil)
+	s = reopenClean(t, s, dir)
 	defer s.Close()
-	if st := s.Stats(); st.Replayed != 0 {
-		t.Errorf("a clean close left %d changes to replay", st.Replayed)
-	}
 	for i := range answered {
 		if d := mustAdmit(t, s, "a", "u"+strconv.Itoa(i), 1, "r"); d.Outcome != Won || !d.Replayed {
 			t.Fatalf("answered win %d after reopen = %+v", i, d)
@@ -302,15 +299,36 @@ func helperRingStall(dir string) error {
 	select {}
 }
 
+// reopenClean closes s and opens dir again: a clean close leaves nothing to replay.
+func reopenClean(t *testing.T, s *LocalStore, dir string) *LocalStore {
+	t.Helper()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openLocal(t, dir, nil)
+	if st := s.Stats(); st.Replayed != 0 {
+		t.Errorf("the open after a clean close replayed %d changes", st.Replayed)
+	}
+	return s
+}
+
+// ringStallKilled runs helperRingStall on dir until it has said DONE, SIGKILLs it and returns
+// what it said.
+func ringStallKilled(t *testing.T, dir string) []string {
+	t.Helper()
+	p, lines := startHelper(t, "ringstall", dir)
+	var said []string
+	waitLine(t, lines, "DONE", &said)
+	kill(t, p)
+	return said
+}
+
 // TestLocalRingCrash SIGKILLs a child whose answers all came from the ring (its commits stalled):
 // the database holds none of them, the reopened store has every one. Without the ring file the
 // folder is refused, not opened without those answers; a second open replays nothing.
 func TestLocalRingCrash(t *testing.T) {
 	dir := t.TempDir()
-	p, lines := startHelper(t, "ringstall", dir)
-	var said []string
-	waitLine(t, lines, "DONE", &said)
-	kill(t, p)
+	said := ringStallKilled(t, dir)
 	wins, released, results := map[string]string{}, map[string]bool{}, map[string]bool{}
 	for _, l := range said {
 		f := strings.Fields(l)
@@ -366,14 +384,8 @@ func TestLocalRingCrash(t *testing.T) {
 		t.Logf("replayed %d changes", st.Replayed)
 	}
 	check(s)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	s = openLocal(t, dir, nil)
+	s = reopenClean(t, s, dir)
 	defer s.Close()
-	if st := s.Stats(); st.Replayed != 0 {
-		t.Errorf("the second open replayed %d changes again", st.Replayed)
-	}
 	check(s)
 }
 
@@ -382,10 +394,7 @@ func TestLocalRingCrash(t *testing.T) {
 // without its ring.
 func TestLocalRingFsyncAlways(t *testing.T) {
 	dir := t.TempDir()
-	p, lines := startHelper(t, "ringstall", dir)
-	var said []string
-	waitLine(t, lines, "DONE", &said)
-	kill(t, p)
+	ringStallKilled(t, dir)
 	s, err := OpenLocalStore(dir, LocalOptions{FsyncAlways: true})
 	if err != nil {
 		t.Fatal(err)
@@ -416,5 +425,49 @@ func TestLocalRingFsyncAlways(t *testing.T) {
 	defer s.Close()
 	if _, err := os.Stat(filepath.Join(dir, localRingName)); err != nil {
 		t.Errorf("no ring: %v", err)
+	}
+}
+
+// TestLocalRingFault cuts the ring file short under the running store, so that the next write to
+// its mapping faults (SIGBUS): the process lives on, the ring is given up, every later call waits
+// for its commit and nothing answered is lost. The next open refuses the damaged ring, saying that
+// after a clean close it is safe to remove, and without it the sale goes on.
+func TestLocalRingFault(t *testing.T) {
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	mustDefine(t, s, openAt(time.Now(), "a", 100, 1))
+	mustAdmit(t, s, "a", "before", 1, "r")
+	ring := filepath.Join(dir, localRingName)
+	if err := os.Truncate(ring, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if d := mustAdmit(t, s, "a", "u"+strconv.Itoa(i), 1, "r"); d.Outcome != Won {
+			t.Fatalf("admit %d after the fault = %+v", i, d)
+		}
+	}
+	if st := s.Stats(); st.Unringed < 5 || st.Commits == 0 {
+		t.Fatalf("stats %+v: want the changes after the fault outside the ring, and committed", st)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := OpenLocalStore(dir, LocalOptions{})
+	if err == nil || !strings.Contains(err.Error(), "removing "+localRingName+" is safe") {
+		t.Fatalf("open with the cut ring after a clean close = %v, want the refusal with its remedy", err)
+	}
+	t.Log(err)
+	if err := os.Remove(ring); err != nil {
+		t.Fatal(err)
+	}
+	s = openLocal(t, dir, nil)
+	defer s.Close()
+	for _, u := range []string{"before", "u0", "u4"} {
+		if d := mustAdmit(t, s, "a", u, 1, "r"); !d.Replayed {
+			t.Fatalf("win of %s after the reopen = %+v, want its replay", u, d)
+		}
+	}
+	if n := mustRemaining(t, s, "a"); n != 94 {
+		t.Fatalf("remaining %d, want 94", n)
 	}
 }

@@ -282,15 +282,21 @@ func createLocalDB(dir, path string) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(dir)
+		err = publish(tmp, path, dir)
 	}
 	if err != nil {
 		return fmt.Errorf("open local store %s: create %s: %w", dir, path, err)
 	}
 	return nil
+}
+
+// publish renames the finished file tmp to path in dir and flushes the folder's entries, so that
+// path appears whole or not at all, and stays after a power loss.
+func publish(tmp, path, dir string) error {
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(dir)
 }
 
 // syncDir flushes dir's entries, so a rename survives a power loss.

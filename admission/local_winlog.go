@@ -84,14 +84,7 @@ func decodeWins(data []byte, n int, fn func(*packedWin) error) error {
 	d := winDecoder{b: data}
 	var w packedWin
 	for i := range n {
-		w.act = d.string()
-		w.idx = int(d.uvarint())
-		w.entry.id = d.string()
-		w.entry.user = d.string()
-		w.entry.qty = d.varint()
-		w.entry.requestID = d.string()
-		w.entry.atMS = d.varint()
-		w.remaining = d.varint()
+		d.win(&w)
 		if d.err {
 			return fmt.Errorf("%w: win %d of %d", errWinLog, i+1, n)
 		}
@@ -110,6 +103,18 @@ func decodeWins(data []byte, n int, fn func(*packedWin) error) error {
 type winDecoder struct {
 	b   []byte
 	err bool
+}
+
+// win reads one win that appendWin packed.
+func (d *winDecoder) win(w *packedWin) {
+	w.act = d.string()
+	w.idx = int(d.uvarint())
+	w.entry.id = d.string()
+	w.entry.user = d.string()
+	w.entry.qty = d.varint()
+	w.entry.requestID = d.string()
+	w.entry.atMS = d.varint()
+	w.remaining = d.varint()
 }
 
 func (d *winDecoder) uvarint() uint64 {

@@ -64,7 +64,6 @@ type localWriter struct {
 	slow      atomic.Uint64 // the last change recorded that is not in the ring: callers wait for it
 	urgent    bool          // a caller waits for the batch being gathered; guarded by mu
 	unringed  atomic.Uint64 // changes that did not go into the ring, for Stats
-	replayed  uint64        // changes the open replayed from the ring, for Stats
 	lastTake  time.Time     // when the writer last took a batch (its goroutine only)
 	lazy      *time.Timer   // the writer's wait for the next commit in ring mode
 
@@ -138,7 +137,7 @@ const (
 	stmtDelDead
 	stmtWinLogUpdate
 	stmtWinLogDelete
-	stmtJournal
+	stmtMeta
 	localStmtCount
 )
 
@@ -167,7 +166,7 @@ var localStmtText = [localStmtCount]string{
 	stmtDelDead:      `DELETE FROM dead WHERE activity = ?`,
 	stmtWinLogUpdate: `UPDATE win_log SET n = ?, data = ? WHERE seq = ?`,
 	stmtWinLogDelete: `DELETE FROM win_log WHERE seq = ?`,
-	stmtJournal:      `INSERT INTO meta (key, value) VALUES ('journal_seq', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`,
+	stmtMeta:         localSetMeta,
 }
 
 // newLocalWriter prepares the writer of db (in dir), whose activities have next[id] wins each,
@@ -228,11 +227,10 @@ func (w *localWriter) recordAll(cs []memChange) {
 			w.unringed.Add(uint64(len(cs)))
 		}
 		// The writer commits on its own schedule (lazyWait): it needs waking only for the first
-		// change of a batch, or when the ring's slots run short.
-		wake = len(w.pending) == 0 || len(w.pending) >= localRingSlots/4
-		if len(w.pending) >= localRingSlots/4 {
-			w.urgent = true
-		}
+		// change of a batch, or at once when the ring's slots run short.
+		short := len(w.pending) >= localRingSlots/4
+		w.urgent = w.urgent || short
+		wake = len(w.pending) == 0 || short
 	}
 	w.pending = append(w.pending, cs...)
 	w.enq.Add(uint64(len(cs)))
@@ -532,7 +530,7 @@ func (w *localWriter) commit(batch []memChange, journal uint64) (err error) {
 		return err
 	}
 	if journal != 0 {
-		if err := exec(stmtJournal, strconv.FormatUint(journal, 10)); err != nil {
+		if err := exec(stmtMeta, "journal_seq", strconv.FormatUint(journal, 10)); err != nil {
 			return err
 		}
 	}
