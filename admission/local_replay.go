@@ -41,10 +41,18 @@ func readLocalRingMeta(db *sql.DB) (localRingMeta, error) {
 // localSetMeta stores one meta value (its key, then the value).
 const localSetMeta = `INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 
-// setLocalMeta stores one meta value, in its own transaction.
-func setLocalMeta(db *sql.DB, key string, v uint64) error {
-	_, err := db.Exec(localSetMeta, key, strconv.FormatUint(v, 10))
-	return err
+// setLocalMeta stores v under each of keys, in one transaction.
+func setLocalMeta(db *sql.DB, v uint64, keys ...string) error {
+	tx, err := db.Begin()
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if _, err := tx.Exec(localSetMeta, k, strconv.FormatUint(v, 10)); err != nil {
+			return errors.Join(err, tx.Rollback())
+		}
+	}
+	return tx.Commit()
 }
 
 // errRingMissing is a folder whose ring is gone while it may hold changes that were answered.
@@ -94,7 +102,13 @@ func replayRing(db *sql.DB, dir string, w *localWriter, fsyncAlways bool) (ring 
 		}
 	}
 	epoch = meta.epoch + 1
-	if err := setLocalMeta(db, "ring_epoch", epoch); err != nil {
+	keys := []string{"ring_epoch"}
+	if fsyncAlways {
+		// An opening without a ring answers nothing from one: it is clean from its start, and a
+		// crash of it must not ask for a ring that never was.
+		keys = append(keys, "ring_clean")
+	}
+	if err := setLocalMeta(db, epoch, keys...); err != nil {
 		return nil, 0, 0, 0, fmt.Errorf("ring: new epoch: %w", err)
 	}
 	return ring, epoch, base, replayed, nil

@@ -693,7 +693,7 @@ func (w *localWriter) close() error {
 	if !errors.Is(err, ErrLocalFailed) {
 		// Everything recorded is committed: the ring holds nothing the database lacks, and may
 		// go missing before the next open without loss.
-		dbErr = setLocalMeta(w.db, "ring_clean", w.ringEpoch)
+		dbErr = setLocalMeta(w.db, w.ringEpoch, "ring_clean")
 		if _, cerr := w.db.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`); dbErr == nil {
 			dbErr = cerr
 		}

@@ -27,6 +27,9 @@ type localNode struct {
 	db     string // the order database
 	admin  string // http://127.0.0.1:port of Caddy's admin endpoint
 	hc     *http.Client
+
+	cfg             string // the Caddyfile's path
+	port, adminPort int
 }
 
 // startLocalNode writes the node's Caddyfile and runs Caddy until the activity's status answers.
@@ -52,25 +55,38 @@ func startLocalNode(t *testing.T, act activity) *localNode {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(dir, "Caddyfile")
-	if err := os.WriteFile(cfg, []byte(n.caddyfile(port, adminPort)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	n.cfg, n.port, n.adminPort = filepath.Join(dir, "Caddyfile"), port, adminPort
+	n.configure(true)
 	n.gateway = &gateway{base: fmt.Sprintf("http://127.0.0.1:%d", port), activity: act.id}
-	n.server = e.newServer("node", bins.caddy, []string{"run", "--config", cfg, "--adapter", "caddyfile"}, nil)
+	n.server = e.newServer("node", bins.caddy, []string{"run", "--config", n.cfg, "--adapter", "caddyfile"}, nil)
 	n.waitReady()
 	return n
 }
 
+// configure writes the Caddyfile the next start runs: Caddyfile.example's deployment, with the
+// store's fsync policy always or no.
+func (n *localNode) configure(fsyncAlways bool) {
+	n.e.t.Helper()
+	if err := os.WriteFile(n.cfg, []byte(n.caddyfile(fsyncAlways)), 0o600); err != nil {
+		n.e.t.Fatal(err)
+	}
+}
+
 // caddyfile is Caddyfile.example's deployment for a program: store local, the embedded order
 // backend, captcha off, no rate limits, the admin endpoint (for reconcile and live counters).
-func (n *localNode) caddyfile(port, adminPort int) string {
+func (n *localNode) caddyfile(fsyncAlways bool) string {
 	a := n.e.act
+	fsync := "no"
+	if fsyncAlways {
+		fsync = "always"
+	}
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
 	seckill {
-		store local %s
+		store local %s {
+			fsync %s
+		}
 		jwt {
 			algorithms HS256
 			hmac_secret %s
@@ -96,8 +112,8 @@ http://:%d {
 		seckill
 	}
 }
-`, adminPort, n.folder, jwtSecret, urlSecret, n.db, a.id, a.stock, a.limit,
-		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), port)
+`, n.adminPort, n.folder, fsync, jwtSecret, urlSecret, n.db, a.id, a.stock, a.limit,
+		a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), n.port)
 }
 
 // counters are an activity's live counters, as the admin API shows them.
@@ -230,6 +246,10 @@ func TestLocalStoreKilled(t *testing.T) {
 				inFlight[a.user] = true
 			}
 		}
+		// Starts alternate in pairs between fsync always and the ring, from always on the new
+		// folder: every change of policy across a kill, and a folder that never had a ring.
+		always := (round/2)%2 == 0
+		n.configure(always)
 		began := time.Now()
 		var err error
 		n.restart()
@@ -265,8 +285,8 @@ func TestLocalStoreKilled(t *testing.T) {
 		}
 		flood += len(inFlight)
 		t.Logf("round %d: killed at %d answered wins (target %d), %d buys in flight (%d of them committed wins); "+
-			"restarted in %s; remaining %d, queued %d",
-			round, len(answered), target, len(inFlight), committed, restarted.Round(time.Millisecond), snap.Remaining, snap.Queued)
+			"restarted (fsync always: %v) in %s; remaining %d, queued %d",
+			round, len(answered), target, len(inFlight), committed, always, restarted.Round(time.Millisecond), snap.Remaining, snap.Queued)
 		resumed = time.Now()
 		d.gate.release()
 	}
