@@ -36,6 +36,7 @@ type LocalOptions struct {
 	WaitTimeout time.Duration
 
 	checkpointEvery time.Duration // tests: how often the writer checkpoints; 0 = localCheckpointEvery
+	commitEvery     time.Duration // tests: the ring's commit schedule; 0 = localRingCommitEvery
 }
 
 // LocalStore is the durable single-node Store. A MemoryStore decides, with its semantics and its

@@ -233,6 +233,35 @@ func TestLocalRingStalledCommit(t *testing.T) {
 	}
 }
 
+// TestLocalRingHighWater holds the writer's schedule at an hour: the ring's answers do not wait for
+// it, and a commit comes only when a quarter of the slots holds changes not yet committed, long
+// before the ring runs out and callers would have to wait.
+func TestLocalRingHighWater(t *testing.T) {
+	s, err := OpenLocalStore(t.TempDir(), LocalOptions{commitEvery: time.Hour, checkpointEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1)) // a define waits for its commit
+	before := s.Stats().Commits
+	base := s.w.enq.Load()
+	for i := 0; s.Stats().Commits == before; i++ {
+		pending := s.w.enq.Load() - base
+		if pending > localRingSlots/2 {
+			t.Fatalf("%d changes pending and no commit: the high-water mark (%d) did not wake the writer", pending, localRingSlots/4)
+		}
+		if d := mustAdmit(t, s, "a", "u"+strconv.Itoa(i), 1, "r"); d.Outcome != Won {
+			t.Fatalf("admit %d = %+v", i, d)
+		}
+		if pending+1 < localRingSlots/4 && s.Stats().Commits != before {
+			t.Fatalf("a commit after %d changes, before the high-water mark and an hour early", pending+1)
+		}
+	}
+	if st := s.Stats(); st.Unringed != 0 {
+		t.Errorf("stats %+v: every answer should have come from the ring", st)
+	}
+}
+
 // helperRingStall holds the database's connection, so that nothing is committed, and admits,
 // releases and records results from several goroutines, every answer from the ring; it prints
 // them (W user reservation, R reservation, S user) and DONE, then waits to be killed.

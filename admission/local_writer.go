@@ -56,16 +56,18 @@ type localWriter struct {
 
 	// ring, when set, holds every change not yet committed (local_ring.go): a change in it is
 	// safe from a process crash, so its caller need not wait for the commit, and the writer
-	// commits every localRingCommitEvery instead of as soon as it can. Nil with FsyncAlways.
-	ring      *localRing
-	ringEpoch uint64        // this opening's epoch, in every slot it writes
-	ringBase  uint64        // the journal number of the change before this opening's first
-	ringBuf   []byte        // a change packed for its slot; guarded by mu
-	slow      atomic.Uint64 // the last change recorded that is not in the ring: callers wait for it
-	urgent    bool          // a caller waits for the batch being gathered; guarded by mu
-	unringed  atomic.Uint64 // changes that did not go into the ring, for Stats
-	lastTake  time.Time     // when the writer last took a batch (its goroutine only)
-	lazy      *time.Timer   // the writer's wait for the next commit in ring mode
+	// commits every commitEvery (localRingCommitEvery) instead of as soon as it can. Nil with
+	// FsyncAlways.
+	ring        *localRing
+	commitEvery time.Duration
+	ringEpoch   uint64        // this opening's epoch, in every slot it writes
+	ringBase    uint64        // the journal number of the change before this opening's first
+	ringBuf     []byte        // a change packed for its slot; guarded by mu
+	slow        atomic.Uint64 // the last change recorded that is not in the ring: callers wait for it
+	urgent      bool          // a caller waits for the batch being gathered; guarded by mu
+	unringed    atomic.Uint64 // changes that did not go into the ring, for Stats
+	lastTake    time.Time     // when the writer last took a batch (its goroutine only)
+	lazy        *time.Timer   // the writer's wait for the next commit in ring mode
 
 	wake     chan struct{} // capacity 1: changes are pending, or a checkpoint is due
 	stop     chan struct{} // closed by close
@@ -175,9 +177,12 @@ func newLocalWriter(db *sql.DB, dir string, next map[string]int, opts LocalOptio
 	if opts.checkpointEvery <= 0 {
 		opts.checkpointEvery = localCheckpointEvery
 	}
+	if opts.commitEvery <= 0 {
+		opts.commitEvery = localRingCommitEvery
+	}
 	w := &localWriter{
 		db: db, dir: dir, next: next, waitTimeout: opts.WaitTimeout,
-		checkpointEvery: opts.checkpointEvery, fsyncAlways: opts.FsyncAlways,
+		checkpointEvery: opts.checkpointEvery, fsyncAlways: opts.FsyncAlways, commitEvery: opts.commitEvery,
 		gather: newLocalBatch(), flushing: newLocalBatch(),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}), syncDone: make(chan struct{}),
 	}
@@ -401,7 +406,7 @@ func (w *localWriter) run() {
 // it: a commit costs about the same for 10 changes as for 100, so a lazy writer costs a buy less.
 const localRingCommitEvery = 2 * time.Millisecond
 
-// lazyWait holds the writer in ring mode until localRingCommitEvery after it last took a batch,
+// lazyWait holds the writer in ring mode until commitEvery after it last took a batch,
 // or until a caller waits for the batch, the ring's slots run short, a checkpoint is due or the
 // store stops. It reports whether it held the writer on its schedule (not for a waiting caller).
 func (w *localWriter) lazyWait(stopping bool) bool {
@@ -412,7 +417,7 @@ func (w *localWriter) lazyWait(stopping bool) bool {
 		if urgent {
 			return false
 		}
-		d := time.Until(w.lastTake.Add(localRingCommitEvery))
+		d := time.Until(w.lastTake.Add(w.commitEvery))
 		if d <= 0 {
 			return true
 		}
