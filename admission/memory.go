@@ -153,8 +153,10 @@ func (s *MemoryStore) Define(ctx context.Context, a Activity, force bool) (Activ
 		if a.Salt == "" {
 			a.Salt = NewSalt()
 		}
-		s.setActivity(a.ID, newMemActivity(a))
+		// Journal before publishing: once published, an admit may journal a win, which must
+		// never come ahead of its activity's definition.
 		s.journal(memChange{kind: changeDefine, act: a.ID, def: a})
+		s.setActivity(a.ID, newMemActivity(a))
 		return a, nil
 	}
 

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"testing"
 )
 
@@ -45,5 +46,49 @@ func TestMemoryReadGroupJournalsOneChange(t *testing.T) {
 		if c.kind != changePending || c.idx != i || c.pend.consumer != "c" {
 			t.Errorf("change %d = %+v, want the delivery of entry %d to c", i, c, i)
 		}
+	}
+}
+
+// defineHookJournal runs onDefine while it is handed an activity's definition, before keeping it.
+type defineHookJournal struct {
+	changes  []memChange
+	onDefine func()
+}
+
+func (j *defineHookJournal) record(c memChange) { j.recordAll([]memChange{c}) }
+func (j *defineHookJournal) recordAll(cs []memChange) {
+	for _, c := range cs {
+		if c.kind == changeDefine && j.onDefine != nil {
+			f := j.onDefine
+			j.onDefine = nil
+			f()
+		}
+	}
+	j.changes = append(j.changes, cs...)
+}
+
+// A new activity reaches the journal before any caller can find it: an admit that came between
+// the two won a win journaled ahead of its activity's definition, which a crash then left in the
+// LocalStore's ring alone, and the load refused the folder for good (found in review). The admit
+// here runs at the very moment the definition is handed to the journal.
+func TestMemoryDefineJournaledBeforeVisible(t *testing.T) {
+	clock := newFakeClock()
+	s := newMemory(t, clock)
+	j := &defineHookJournal{}
+	s.jnl = j
+	var admitErr error
+	j.onDefine = func() {
+		_, admitErr = s.Admit(context.Background(), Request{Activity: "a", User: "early", Qty: 1, RequestID: "r"})
+	}
+	mustDefine(t, s, openAt(clock.Now(), "a", 10, 1))
+	if !errors.Is(admitErr, ErrUnknownActivity) {
+		t.Errorf("an admit while the definition is being journaled: %v; want %v", admitErr, ErrUnknownActivity)
+	}
+	if len(j.changes) == 0 || j.changes[0].kind != changeDefine {
+		t.Fatalf("journal %+v: a change ahead of the activity's definition", j.changes)
+	}
+	mustAdmit(t, s, "a", "later", 1, "r")
+	if n := len(j.changes); n != 2 || j.changes[1].kind != changeWin {
+		t.Errorf("journal %+v: want the definition, then the later win", j.changes)
 	}
 }
