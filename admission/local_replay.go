@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 )
 
@@ -101,7 +102,12 @@ func replayRing(db *sql.DB, dir string, w *localWriter, fsyncAlways bool) (ring 
 			replayed = len(changes)
 		}
 	}
-	epoch = meta.epoch + 1
+	// A random epoch, never a count: a count starts again at 1 in a new database beside an old ring,
+	// and comes again after a power loss took back the commit that stored it, and either time
+	// the ring's slots of the old opening with that number would be replayed as this one's.
+	for epoch == 0 || epoch == meta.epoch || epoch == meta.clean {
+		epoch = rand.Uint64()
+	}
 	keys := []string{"ring_epoch"}
 	if fsyncAlways {
 		// An opening without a ring answers nothing from one: it is clean from its start, and a

@@ -233,6 +233,35 @@ func TestLocalRingStalledCommit(t *testing.T) {
 	}
 }
 
+// TestLocalRingStaleAfterDatabaseReset removes the database and keeps the ring: the new database's
+// openings must not take the old ring's slots for their own. With epochs counted from 1 they did,
+// and the second open of the new sale replayed the old sale's wins into it (found in review).
+func TestLocalRingStaleAfterDatabaseReset(t *testing.T) {
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	mustDefine(t, s, openAt(time.Now(), "a", 100, 1))
+	for i := range 5 {
+		mustAdmit(t, s, "a", "old"+strconv.Itoa(i), 1, "r")
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if err := os.Remove(filepath.Join(dir, localDBName+suffix)); err != nil && !os.IsNotExist(err) {
+			t.Fatal(err)
+		}
+	}
+	s = openLocal(t, dir, nil)
+	mustDefine(t, s, openAt(time.Now(), "a", 100, 1))
+	for range 2 {
+		s = reopenClean(t, s, dir)
+	}
+	defer s.Close()
+	if n := mustRemaining(t, s, "a"); n != 100 {
+		t.Errorf("remaining %d in the new sale, want 100: the old ring's wins were replayed into it", n)
+	}
+}
+
 // TestLocalRingHighWater holds the writer's schedule at an hour: the ring's answers do not wait for
 // it, and a commit comes only when a quarter of the slots holds changes not yet committed, long
 // before the ring runs out and callers would have to wait.
