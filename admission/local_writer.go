@@ -360,6 +360,13 @@ func (w *localWriter) run() {
 			w.mu.Lock()
 			batch, last, done := w.pending, w.enq.Load(), w.gather
 			if len(batch) == 0 {
+				if stopping {
+					// Under the lock that found nothing pending: a change recorded after this
+					// check would sit in the ring uncommitted while close marks the ring clean.
+					w.fail(fmt.Errorf("local store %s: %w", w.dir, errLocalClosed))
+					w.mu.Unlock()
+					return
+				}
 				w.mu.Unlock()
 				break
 			}
@@ -392,12 +399,6 @@ func (w *localWriter) run() {
 			if !stopping {
 				break
 			}
-		}
-		if stopping {
-			w.mu.Lock()
-			w.fail(fmt.Errorf("local store %s: %w", w.dir, errLocalClosed))
-			w.mu.Unlock()
-			return
 		}
 	}
 }
