@@ -206,14 +206,11 @@ func loadLocal(db *sql.DB, mem *MemoryStore) error {
 		return fmt.Errorf("dead letters: %w", err)
 	}
 
+	// A buyer above the limit is no damage: a forced redefinition may lower the limit, and its
+	// holders keep what they hold.
 	for id, a := range acts {
 		if a.stock < 0 || a.stock > a.def.Stock {
 			return fmt.Errorf("activity %s: %d left of %d after the wins and releases", id, a.stock, a.def.Stock)
-		}
-		for name, u := range a.users {
-			if u.held > a.def.Limit {
-				return fmt.Errorf("activity %s: user %q holds %d, above the limit %d", id, name, u.held, a.def.Limit)
-			}
 		}
 	}
 	mem.acts.Store(&acts)

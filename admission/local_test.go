@@ -454,3 +454,35 @@ func TestLocalReopenAfterKill(t *testing.T) {
 	}
 	checkAfterReopen(t, s, clock)
 }
+
+// TestLocalLowerLimitReopens lowers the per-user limit, forced, below what a buyer holds: the
+// buyer keeps the items, further buys are refused, and the folder opens again. The load once
+// took such a buyer for damage and refused the sale for good (found in review).
+func TestLocalLowerLimitReopens(t *testing.T) {
+	dir := t.TempDir()
+	clock := newFakeClock()
+	s := openLocal(t, dir, clock)
+	a := openAt(clock.Now(), "a", 10, 2)
+	mustDefine(t, s, a)
+	if d := mustAdmit(t, s, "a", "u", 2, "r1"); d.Outcome != Won {
+		t.Fatalf("admit = %+v", d)
+	}
+	a.Limit = 1
+	if _, err := s.Define(context.Background(), a, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openLocal(t, dir, clock)
+	defer s.Close()
+	if n := mustRemaining(t, s, "a"); n != 8 {
+		t.Errorf("remaining %d, want 8", n)
+	}
+	if d := mustAdmit(t, s, "a", "u", 1, "r2"); d.Outcome != LimitReached {
+		t.Errorf("a further buy of the holder = %+v; want LimitReached", d)
+	}
+	if d := mustAdmit(t, s, "a", "v", 1, "r1"); d.Outcome != Won {
+		t.Errorf("another buyer = %+v; want Won", d)
+	}
+}

@@ -243,10 +243,11 @@ func (s *MemoryStore) Delete(ctx context.Context, id string, force bool) error {
 	if now := s.now().UnixMilli(); !force && now >= a.def.Start.UnixMilli() && now < a.def.End.UnixMilli() {
 		return fmt.Errorf("delete %s: %w", id, ErrActivityRunning)
 	}
-	// Unpublish before unlocking: a caller that finds the activity deleted looks it up again and
-	// must not find it a second time.
-	s.setActivity(id, nil)
+	// Journal, then unpublish, before unlocking: a caller that finds the activity gone must find
+	// its delete journaled (its answer waits for that commit), and one that finds it deleted
+	// looks it up again and must not find it a second time.
 	s.journal(memChange{kind: changeDelete, act: id})
+	s.setActivity(id, nil)
 	a.deleted = true
 	close(a.gone)
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 )
 
 // callJournal keeps the changes of each journal call apart.
@@ -49,18 +50,17 @@ func TestMemoryReadGroupJournalsOneChange(t *testing.T) {
 	}
 }
 
-// defineHookJournal runs onDefine while it is handed an activity's definition, before keeping it.
-type defineHookJournal struct {
-	changes  []memChange
-	onDefine func()
+// hookJournal runs on[kind] (once) while it is handed a change of that kind, before keeping it.
+type hookJournal struct {
+	changes []memChange
+	on      map[changeKind]func()
 }
 
-func (j *defineHookJournal) record(c memChange) { j.recordAll([]memChange{c}) }
-func (j *defineHookJournal) recordAll(cs []memChange) {
+func (j *hookJournal) record(c memChange) { j.recordAll([]memChange{c}) }
+func (j *hookJournal) recordAll(cs []memChange) {
 	for _, c := range cs {
-		if c.kind == changeDefine && j.onDefine != nil {
-			f := j.onDefine
-			j.onDefine = nil
+		if f := j.on[c.kind]; f != nil {
+			delete(j.on, c.kind)
 			f()
 		}
 	}
@@ -74,12 +74,11 @@ func (j *defineHookJournal) recordAll(cs []memChange) {
 func TestMemoryDefineJournaledBeforeVisible(t *testing.T) {
 	clock := newFakeClock()
 	s := newMemory(t, clock)
-	j := &defineHookJournal{}
-	s.jnl = j
 	var admitErr error
-	j.onDefine = func() {
+	j := &hookJournal{on: map[changeKind]func(){changeDefine: func() {
 		_, admitErr = s.Admit(context.Background(), Request{Activity: "a", User: "early", Qty: 1, RequestID: "r"})
-	}
+	}}}
+	s.jnl = j
 	mustDefine(t, s, openAt(clock.Now(), "a", 10, 1))
 	if !errors.Is(admitErr, ErrUnknownActivity) {
 		t.Errorf("an admit while the definition is being journaled: %v; want %v", admitErr, ErrUnknownActivity)
@@ -90,5 +89,33 @@ func TestMemoryDefineJournaledBeforeVisible(t *testing.T) {
 	mustAdmit(t, s, "a", "later", 1, "r")
 	if n := len(j.changes); n != 2 || j.changes[1].kind != changeWin {
 		t.Errorf("journal %+v: want the definition, then the later win", j.changes)
+	}
+}
+
+// An activity is gone for no caller before its delete is journaled: a caller that found it gone
+// was answered at once (nothing of its own to wait for), and a crash then brought it back. The
+// list of activities, which takes no lock, is read at the moment the delete is handed to the
+// journal (found in review).
+func TestMemoryDeleteJournaledBeforeGone(t *testing.T) {
+	clock := newFakeClock()
+	s := newMemory(t, clock)
+	a := openAt(clock.Now(), "a", 10, 1)
+	a.Start, a.End = clock.Now().Add(time.Hour), clock.Now().Add(2*time.Hour)
+	mustDefine(t, s, a)
+	var listed []string
+	s.jnl = &hookJournal{on: map[changeKind]func(){changeDelete: func() {
+		var err error
+		if listed, err = s.Activities(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}}}
+	if err := s.Delete(context.Background(), "a", false); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0] != "a" {
+		t.Errorf("activities while the delete was being journaled: %v; want [a]", listed)
+	}
+	if ids, _ := s.Activities(context.Background()); len(ids) != 0 {
+		t.Errorf("activities after the delete: %v", ids)
 	}
 }

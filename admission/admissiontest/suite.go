@@ -192,6 +192,19 @@ func testRedefineRunning(t *testing.T, s admission.Store) {
 	if d := admit(t, s, "a1", "u3", 1, "r3"); d.Outcome != admission.SoldOut {
 		t.Errorf("admit after shrink = %v, want sold_out", d.Outcome)
 	}
+	// A lower per-user limit, forced: u1 keeps its 2 items and is refused a third, once stock
+	// is back.
+	lower := shrunk
+	lower.Stock, lower.Limit = 10, 1
+	if _, err := s.Define(ctx, lower, true); err != nil {
+		t.Fatalf("forced lower limit: %v", err)
+	}
+	if d := admit(t, s, "a1", "u1", 1, "r4"); d.Outcome != admission.LimitReached {
+		t.Errorf("admit above the lowered limit = %v, want limit_reached", d.Outcome)
+	}
+	if d := admit(t, s, "a1", "u4", 1, "r1"); d.Outcome != admission.Won {
+		t.Errorf("admit of a new buyer under the lowered limit = %v, want won", d.Outcome)
+	}
 
 	// An activity that has not started may be redefined freely.
 	later := open("a2", 5, 1)
