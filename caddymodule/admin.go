@@ -160,6 +160,12 @@ func (adminAPI) define(w http.ResponseWriter, r *http.Request, app *App, id stri
 	if err := c.validateStore(id, app.Store); err != nil {
 		return apiErr(http.StatusBadRequest, err)
 	}
+	if err := app.orders.refuseEarlierSale(r.Context(), app.backend.guard, id); err != nil {
+		if errors.Is(err, errForgottenSale) {
+			return apiErr(http.StatusConflict, err)
+		}
+		return storeErr(err)
+	}
 	force := forced(r)
 	def, err := app.backend.guard.Define(r.Context(), c.definition(id), force)
 	if err != nil {

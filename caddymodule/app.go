@@ -354,6 +354,18 @@ func (c *JWTConfig) verifierConfig(repl *caddy.Replacer) (jwtauth.Config, error)
 func (a *App) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	// A reload finds the order backend running: no activity it defines anew may meet the orders
+	// of a deleted sale of its id. (The first start checks after defining, below.)
+	for id := range a.Activities {
+		err := a.orders.refuseEarlierSale(ctx, a.backend.guard, id)
+		for admission.BreakerRefused(err) && ctx.Err() == nil { // as defineActivities waits
+			time.Sleep(100 * time.Millisecond)
+			err = a.orders.refuseEarlierSale(ctx, a.backend.guard, id)
+		}
+		if err != nil {
+			return err
+		}
+	}
 	defs, err := a.defineActivities(ctx)
 	if err != nil {
 		return err

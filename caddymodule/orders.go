@@ -189,35 +189,68 @@ func refuseForgottenSales(storeType string, store admission.Store, defs []admiss
 	}
 	return func(ctx context.Context, repo orderbackend.Repository) error {
 		for _, def := range defs {
-			snap, err := store.Activity(ctx, def.ID)
+			held, err := forgottenSale(ctx, store, repo, def.ID)
+			if errors.Is(err, errForgottenSale) {
+				return fmt.Errorf("store %s with orders: activity %s: %w (%d items sold there; selling on would "+
+					"sell them again): %s", storeType, def.ID, err, held, advice)
+			}
 			if err != nil {
-				return fmt.Errorf("orders: activity %s: %w", def.ID, err)
+				return err
 			}
-			if snap.Queued > 0 || snap.Sold > 0 {
-				continue // this store made wins of it: the same sale
-			}
-			db, err := repo.Stock(ctx, def.ID)
-			switch {
-			case errors.Is(err, orderbackend.ErrNotFound):
-				continue // never sold through this database
-			case err != nil:
-				return fmt.Errorf("orders: stock of activity %s: %w", def.ID, err)
-			}
-			held := db.Total - db.Left
-			if held == 0 {
-				orders, err := repo.Orders(ctx, def.ID)
-				if err != nil {
-					return fmt.Errorf("orders: activity %s: %w", def.ID, err)
-				}
-				if len(orders) == 0 {
-					continue
-				}
-			}
-			return fmt.Errorf("store %s with orders: activity %s: %w (%d items sold there; selling on would "+
-				"sell them again): %s", storeType, def.ID, errForgottenSale, held, advice)
 		}
 		return nil
 	}
+}
+
+// earlierSaleAdvice is the advice for a new sale over the orders of a deleted one.
+const earlierSaleAdvice = "an activity deleted from the store keeps the orders of its sale in the " +
+	"order database, and a new sale of the same id would count them against its stock and refuse " +
+	"its winners' orders: give the new sale a new activity id"
+
+// refuseEarlierSale refuses to define activity id anew, in the store or through a reload, while
+// the embedded order database holds orders of a sale of that id the store has no win of (it was
+// deleted, or the store forgot it). Without an embedded order backend it checks nothing.
+func (o *ordersRunner) refuseEarlierSale(ctx context.Context, store admission.Store, id string) error {
+	st := o.state()
+	if st == nil {
+		return nil
+	}
+	held, err := forgottenSale(ctx, store, st.repo, id)
+	if errors.Is(err, errForgottenSale) {
+		return fmt.Errorf("activity %s: %w (%d items sold there): %s", id, err, held, earlierSaleAdvice)
+	}
+	return err
+}
+
+// forgottenSale reports errForgottenSale, with the items the orders hold, when the order database
+// has orders of activity id and the store has made no win of it or does not know it.
+func forgottenSale(ctx context.Context, store admission.Store, repo orderbackend.Repository, id string) (int64, error) {
+	snap, err := store.Activity(ctx, id)
+	switch {
+	case errors.Is(err, admission.ErrUnknownActivity):
+	case err != nil:
+		return 0, fmt.Errorf("orders: activity %s: %w", id, err)
+	case snap.Queued > 0 || snap.Sold > 0:
+		return 0, nil // this store made wins of it: the same sale
+	}
+	db, err := repo.Stock(ctx, id)
+	switch {
+	case errors.Is(err, orderbackend.ErrNotFound):
+		return 0, nil // never sold through this database
+	case err != nil:
+		return 0, fmt.Errorf("orders: stock of activity %s: %w", id, err)
+	}
+	held := db.Total - db.Left
+	if held == 0 {
+		orders, err := repo.Orders(ctx, id)
+		if err != nil {
+			return 0, fmt.Errorf("orders: activity %s: %w", id, err)
+		}
+		if len(orders) == 0 {
+			return 0, nil
+		}
+	}
+	return held, errForgottenSale
 }
 
 // verifierKey carries the token verifier of the configuration serving a request to the order
