@@ -3,9 +3,11 @@ package orderbackend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ var consumerScenarios = []scenario{
 	{"CrashAfterCommit", testCrashAfterCommit},
 	{"CrashBeforeCommit", testCrashBeforeCommit},
 	{"PoisonEntry", testPoisonEntry},
+	{"PoisonReleaseTimesOut", testPoisonReleaseTimesOut},
 	{"RefusedWin", testRefusedWin},
 	{"ExpiryRace", testExpiryRace},
 	{"CancelRestocks", testCancelRestocks},
@@ -231,6 +234,42 @@ func testPoisonEntry(t *testing.T, e *env) {
 	e.admit(t, "sale", "u3", 1)
 	eventually(t, "3 orders", func() bool { return len(e.orders(t, "sale")) == 3 })
 	eventually(t, "u3 result", func() bool { return e.result(t, "sale", "u3").Code == resultPending })
+	e.requireReconciled(t, "sale")
+}
+
+// timeoutOnce is the env's store whose first Release times out without effect, as a store local
+// commit that outlived the wait and then failed.
+type timeoutOnce struct {
+	admission.Store
+	done atomic.Bool
+}
+
+func (s *timeoutOnce) Release(ctx context.Context, activity, reservationID string) (bool, error) {
+	if s.done.CompareAndSwap(false, true) {
+		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, admission.ErrLocalWaitTimeout)
+	}
+	return s.Store.Release(ctx, activity, reservationID)
+}
+
+// A poison win's release that times out in the store is tried again, not taken for "nothing to
+// release": a store that is slow is no definite answer, and the item would never sell again
+// (found in review).
+func testPoisonReleaseTimesOut(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.openActivity(t, "sale", 3, 1, time.Minute)
+	m := new(Metrics)
+	slow := &timeoutOnce{Store: e.store}
+	e.startConsumerOn(t, slow, "sale", e.consumerOpts("c1", m))
+	eventually(t, "stock row", func() bool { _, err := e.repo.Stock(ctx, "sale"); return err == nil })
+	poisonTrigger(t, e)
+	e.admit(t, "sale", "poison", 1)
+	eventually(t, "the poison released", func() bool { return m.Released.Load() == 1 })
+	if !slow.done.Load() {
+		t.Fatal("the release never met the timeout")
+	}
+	if n, err := e.store.Remaining(ctx, "sale"); err != nil || n != 3 {
+		t.Errorf("remaining %d, %v; want 3: the poison's item back", n, err)
+	}
 	e.requireReconciled(t, "sale")
 }
 
