@@ -59,7 +59,7 @@ type localWriter struct {
 	// commits every commitEvery (localRingCommitEvery) instead of as soon as it can. Nil with
 	// FsyncAlways.
 	ring        *localRing
-	commitEvery time.Duration
+	commitEvery time.Duration // the ring mode's commit schedule (tests lengthen it)
 	ringEpoch   uint64        // this opening's epoch, in every slot it writes
 	ringBase    uint64        // the journal number of the change before this opening's first
 	ringBuf     []byte        // a change packed for its slot; guarded by mu
