@@ -5,6 +5,7 @@ import (
 	_ "embed" // the queue's scripts ship inside the binary
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -284,6 +285,13 @@ func (s *RedisStore) Ack(ctx context.Context, activity, group string, ids ...str
 		if n > 1 {
 			return struct{}{}, s.ackBuckets(ctx, activity, n, group, ids)
 		}
+		if slices.ContainsFunc(ids, func(id string) bool { return strings.Contains(id, ".") }) {
+			// A bucket's entry id while the count says unsplit: a stale count, unless the
+			// activity is unsplit after all (then XACK leaves the id alone, as any unknown one).
+			if err := s.mustExist(ctx, "ack", activity); err != nil {
+				return struct{}{}, err
+			}
+		}
 		return struct{}{}, s.ackOn(ctx, activity, activity, group, ids)
 	})
 	return err
@@ -463,7 +471,7 @@ func (s *RedisStore) noGroupErr(ctx context.Context, activity string, err error)
 	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "NOGROUP") {
 		return err
 	}
-	if n, xerr := s.client.Exists(ctx, s.key(activity, "meta")).Result(); xerr == nil && n == 0 {
+	if ok, xerr := s.definedOn(ctx, activity); xerr == nil && !ok {
 		return ErrUnknownActivity
 	}
 	return redisScriptErr(err)
@@ -471,14 +479,25 @@ func (s *RedisStore) noGroupErr(ctx context.Context, activity string, err error)
 
 // mustExist returns ErrUnknownActivity (wrapped with op) when the activity has no definition.
 func (s *RedisStore) mustExist(ctx context.Context, op, activity string) error {
-	n, err := s.client.Exists(ctx, s.key(activity, "meta")).Result()
+	ok, err := s.definedOn(ctx, activity)
 	switch {
 	case err != nil:
 		return fmt.Errorf("%s %s: %w", op, activity, err)
-	case n == 0:
+	case !ok:
 		return fmt.Errorf("%s %s: %w", op, activity, ErrUnknownActivity)
 	}
 	return nil
+}
+
+// definedOn reports whether on (an activity or a bucket) holds a definition of its own. A split
+// activity's parent does not: its wins, results and queue are in its buckets, and a caller that
+// took it for unsplit has a stale bucket count, which ErrUnknownActivity makes it look up again.
+func (s *RedisStore) definedOn(ctx context.Context, on string) (bool, error) {
+	vals, err := s.client.HMGet(ctx, s.key(on, "meta"), "start_ms", "buckets").Result()
+	if err != nil {
+		return false, err
+	}
+	return len(vals) == 2 && vals[0] != nil && vals[1] == nil, nil
 }
 
 func redisCheckQueue(activity, group, consumer string) error {

@@ -5,7 +5,9 @@
 -- KEYS: meta, orders, acked
 -- ARGV: group
 -- Reply: the backlog. Errors: UNKNOWN_ACTIVITY, NOGROUP, LAG (Redis does not know the lag).
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- A split activity's parent (its 'buckets' field) is UNKNOWN_ACTIVITY too: the caller's bucket
+-- count is stale, and it looks the count up again.
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'buckets') == 1 then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
 end
 local gs = redis.pcall('XINFO', 'GROUPS', KEYS[2])

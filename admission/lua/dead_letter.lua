@@ -3,7 +3,9 @@
 -- KEYS: meta, orders, dead
 -- ARGV: group, entry id, reason
 -- Reply: 1 moved, 0 not pending. Errors: UNKNOWN_ACTIVITY, NOT_FOUND, NOGROUP.
-if redis.call('EXISTS', KEYS[1]) == 0 then
+-- A split activity's parent (its 'buckets' field) is UNKNOWN_ACTIVITY too: the caller's bucket
+-- count is stale, and it looks the count up again.
+if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'buckets') == 1 then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
 end
 local e = redis.call('XRANGE', KEYS[2], ARGV[2], ARGV[2])

@@ -8,8 +8,10 @@
 -- released maps a reservation to the token of the call that released it: HSETNX is the
 -- exactly-once gate, and the token lets a transport-level retry of the winning call still learn
 -- that it won (with a plain set the retry would be told 0 and no caller would see 1).
-local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout')
-if not m[1] then
+-- A split activity's parent (its 'buckets' field) is UNKNOWN_ACTIVITY too: the caller's bucket
+-- count is stale, and it looks the count up again.
+local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout', 'buckets')
+if not m[1] or m[3] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
 end
 if m[2] then

@@ -7,8 +7,10 @@
 -- ARGV: reservation_id, call token, restock channel, activity id
 -- Reply: 1 when this call (or an earlier attempt of it, with the same token) released, else 0.
 -- Errors: UNKNOWN_ACTIVITY, LAYOUT (not a layout-2 activity: nothing written), NOT_FOUND.
-local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout')
-if not m[1] then
+-- A split activity's parent (its 'buckets' field) is UNKNOWN_ACTIVITY too: the caller's bucket
+-- count is stale, and it looks the count up again.
+local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout', 'buckets')
+if not m[1] or m[3] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
 end
 if m[2] ~= '2' then

@@ -8,8 +8,10 @@
 -- KEYS: meta, results, users
 -- ARGV: user, result JSON, its reservation id ('' for none), the most ids kept
 -- Errors: UNKNOWN_ACTIVITY, LAYOUT (not a layout-2 activity: nothing written).
-local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout')
-if not m[1] then
+-- A split activity's parent (its 'buckets' field) is UNKNOWN_ACTIVITY too: the caller's bucket
+-- count is stale, and it looks the count up again.
+local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout', 'buckets')
+if not m[1] or m[3] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
 end
 if m[2] ~= '2' then
