@@ -2,7 +2,6 @@ package admission
 
 import (
 	"context"
-	"fmt"
 	"time"
 )
 
@@ -42,19 +41,37 @@ func (s *RedisStore) RecoverTransfers(ctx context.Context, activity string) erro
 // HalfTransfer records a transfer between buckets of a split activity and runs only its take, as
 // a runner that died after the take (or whose give failed on a failover) leaves it, for tests.
 func (s *RedisStore) HalfTransfer(ctx context.Context, activity string, from, to int, qty int64) error {
+	_, err := s.TransferInHalves(ctx, activity, from, to, qty)
+	return err
+}
+
+// TransferInHalves records a transfer between buckets of a split activity, runs its take and
+// returns the rest (the give and the finish), for tests that put something between the two.
+func (s *RedisStore) TransferInHalves(ctx context.Context, activity string, from, to int, qty int64) (rest func() error, err error) {
 	n, err := s.bucketCount(ctx, activity)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	id := NewSalt()[:16]
-	intent := fmt.Sprintf("%d %d %d %d", from, to, qty, time.Now().UnixMilli())
-	if err := s.client.HSet(ctx, s.intentsKey(activity), id, intent).Err(); err != nil {
-		return err
+	gen, err := scriptBucketIntent.Run(ctx, s.client, []string{s.key(activity, "meta"), s.intentsKey(activity)},
+		id, from, to, qty, time.Now().UnixMilli()).Text()
+	if err != nil {
+		return nil, redisScriptErr(err)
 	}
 	b := bucketID(activity, from, n)
-	_, err = s.transferStep(ctx, scriptBucketTake, luaBucketTake,
-		[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, qty)
-	return err
+	cmd, err := s.transferStep(ctx, scriptBucketTake, luaBucketTake,
+		[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, qty, gen)
+	if err != nil {
+		return nil, err
+	}
+	q, err := cmd.Int64()
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		_, err := s.runTransfer(ctx, activity, n, id, gen, -1, to, q)
+		return err
+	}, nil
 }
 
 // SetAfterPull makes f run after every pull that moved stock into an admission's home bucket,

@@ -24,12 +24,12 @@ func (s *RedisStore) defineBuckets(ctx context.Context, a Activity, force bool) 
 	reply, err := scriptBucketDefine.Run(ctx, s.client,
 		[]string{s.key(a.ID, "meta"), s.intentsKey(a.ID)},
 		a.Stock, a.Limit, a.Start.UnixMilli(), a.End.UnixMilli(), a.PayWithin.Milliseconds(), a.Salt,
-		NewSalt(), redisFlag(force), n, "raise-"+NewSalt()[:12], s.layoutArg(),
+		NewSalt(), redisFlag(force), n, "raise-"+NewSalt()[:12], s.layoutArg(), NewSalt()[:16],
 	).StringSlice()
 	if err != nil {
 		return Activity{}, fmt.Errorf("define %s: %w", a.ID, redisScriptErr(err))
 	}
-	if len(reply) != 8 {
+	if len(reply) != 9 {
 		return Activity{}, fmt.Errorf("define %s: malformed reply %q", a.ID, reply)
 	}
 	stored, err := redisParseActivity(a.ID, reply[1:7])
@@ -38,7 +38,7 @@ func (s *RedisStore) defineBuckets(ctx context.Context, a Activity, force bool) 
 	}
 	stored.Buckets = n
 	// The parent's layout, which every bucket gets (a bucket created by an earlier attempt has it).
-	layout := reply[7]
+	layout, gen := reply[7], reply[8]
 	s.bucketCache.Store(a.ID, n)
 	s.startRebalancer()
 	// Every bucket: created with its share of the stock, or its definition updated.
@@ -50,7 +50,7 @@ func (s *RedisStore) defineBuckets(ctx context.Context, a Activity, force bool) 
 		b := bucketID(a.ID, i, n)
 		err := scriptBucketSetup.Run(ctx, s.client, []string{s.key(b, "meta"), s.key(b, "stock")},
 			share, stored.Limit, stored.Start.UnixMilli(), stored.End.UnixMilli(), stored.PayWithin.Milliseconds(),
-			stored.Salt, layout).Err()
+			stored.Salt, layout, gen).Err()
 		if err != nil {
 			return Activity{}, fmt.Errorf("define %s: bucket %d: %w", a.ID, i, redisScriptErr(err))
 		}

@@ -164,6 +164,76 @@ func TestRedisBucketsHalfTransferNotSoldOut(t *testing.T) {
 	}
 }
 
+// TestRedisBucketsTransferAcrossRedefine: a transfer takes from a bucket; the activity is
+// deleted and defined again, split the same way, before the transfer gives. The give must not
+// add the old definition's items to the new one's bucket: found in review, the new sale sold 13
+// of 10. Each transfer now carries its definition's gen, which the buckets check.
+func TestRedisBucketsTransferAcrossRedefine(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	s, _ := redisTestStore(t, srv.Addr, admission.RedisOptions{RebalanceInterval: -1}, nil)
+	ctx := context.Background()
+	a := admission.Activity{ID: "regen", Stock: 10, Limit: 1, Buckets: 2,
+		Start: time.Now().Add(-time.Minute), End: time.Now().Add(time.Hour), PayWithin: time.Minute}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := s.TransferInHalves(ctx, "regen", 0, 1, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "regen", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := rest(); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("the give of a transfer begun before the delete: %v; want ErrUnknownActivity", err)
+	}
+	if n, err := s.Remaining(ctx, "regen"); err != nil || n != 10 {
+		t.Errorf("remaining %d, %v; want 10", n, err)
+	}
+	won := 0
+	for i := range 20 {
+		d, err := s.Admit(ctx, admission.Request{Activity: "regen", User: fmt.Sprintf("u%d", i), Qty: 1, RequestID: "r"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Outcome == admission.Won {
+			won++
+		}
+	}
+	if won != 10 {
+		t.Errorf("%d wins of 10 items", won)
+	}
+}
+
+// TestRedisBucketsIntentWithoutGen: an intent recorded by a build before gens ("from to qty ms",
+// during a rolling deploy) is completed under the parent's gen, not refused for ever.
+func TestRedisBucketsIntentWithoutGen(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	s, raw := redisTestStore(t, srv.Addr, admission.RedisOptions{RebalanceInterval: -1}, nil)
+	ctx := context.Background()
+	a := admission.Activity{ID: "oldintent", Stock: 10, Limit: 1, Buckets: 2,
+		Start: time.Now().Add(-time.Minute), End: time.Now().Add(time.Hour), PayWithin: time.Minute}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	intents := "seckill:{oldintent}:intents"
+	if err := raw.HSet(ctx, intents, "old-build", fmt.Sprintf("0 1 2 %d", time.Now().UnixMilli())).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RecoverTransfers(ctx, "oldintent"); err != nil {
+		t.Fatalf("recover an intent without gen: %v", err)
+	}
+	if n, err := raw.HLen(ctx, intents).Result(); err != nil || n != 0 {
+		t.Errorf("%d intents left, %v; want none", n, err)
+	}
+	if n, err := s.Remaining(ctx, "oldintent"); err != nil || n != 10 {
+		t.Errorf("remaining %d, %v; want 10", n, err)
+	}
+}
+
 // TestRedisBucketsRemainingDuringTransfers: transfers move stock between buckets and no item is
 // sold, so every reading of the activity's remaining stock, taken while they run, is the stock
 // (a bucket's total and stock read apart would count a take between them as items sold).

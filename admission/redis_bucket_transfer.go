@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,7 +17,9 @@ import (
 // `from` to bucket `to` (-1 is outside the buckets: a raise gives from outside, a cut takes to
 // outside) in four steps, each idempotent under the transfer's id:
 //
-//  1. the intent "from to qty ms" is recorded in the parent's intents hash;
+//  1. the intent "from to qty ms gen" is recorded in the parent's intents hash (bucket_intent.lua),
+//     gen naming the parent's definition, which the next steps check (a transfer begun before a
+//     delete must not give to the next definition's buckets);
 //  2. bucket_take.lua on the source takes min(qty, unsold) and logs the number under the id;
 //  3. bucket_give.lua on the destination adds that number, once, and logs the id;
 //  4. bucket_finish.lua removes the intent.
@@ -42,12 +45,13 @@ const (
 // -1, see above) and returns the number moved.
 func (s *RedisStore) transfer(ctx context.Context, activity string, n, from, to int, qty int64) (int64, error) {
 	id := NewSalt()[:16]
-	intent := fmt.Sprintf("%d %d %d %d", from, to, qty, time.Now().UnixMilli())
-	if err := s.client.HSet(ctx, s.intentsKey(activity), id, intent).Err(); err != nil {
+	gen, err := scriptBucketIntent.Run(ctx, s.client, []string{s.key(activity, "meta"), s.intentsKey(activity)},
+		id, from, to, qty, time.Now().UnixMilli()).Text()
+	if err != nil {
 		s.bucketCounters.failed.Add(1)
-		return 0, fmt.Errorf("transfer %s: record intent: %w", activity, err)
+		return 0, fmt.Errorf("transfer %s: record intent: %w", activity, redisScriptErr(err))
 	}
-	q, err := s.runTransfer(ctx, activity, n, id, from, to, qty)
+	q, err := s.runTransfer(ctx, activity, n, id, gen, from, to, qty)
 	if err != nil {
 		s.bucketCounters.failed.Add(1)
 		return 0, err
@@ -79,12 +83,12 @@ func (s *RedisStore) transferStep(ctx context.Context, script *redis.Script, src
 }
 
 // runTransfer runs steps 2 to 4 of a recorded transfer.
-func (s *RedisStore) runTransfer(ctx context.Context, activity string, n int, id string, from, to int, qty int64) (int64, error) {
+func (s *RedisStore) runTransfer(ctx context.Context, activity string, n int, id, gen string, from, to int, qty int64) (int64, error) {
 	q := qty
 	if from >= 0 {
 		b := bucketID(activity, from, n)
 		cmd, err := s.transferStep(ctx, scriptBucketTake, luaBucketTake,
-			[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, qty)
+			[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, qty, gen)
 		if err == nil {
 			q, err = cmd.Int64()
 		}
@@ -96,7 +100,7 @@ func (s *RedisStore) runTransfer(ctx context.Context, activity string, n int, id
 	if to >= 0 {
 		b := bucketID(activity, to, n)
 		_, err := s.transferStep(ctx, scriptBucketGive, luaBucketGive,
-			[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, q, s.channel, activity)
+			[]string{s.key(b, "meta"), s.key(b, "stock"), s.transferLogKey(b)}, id, q, s.channel, activity, gen)
 		if err != nil {
 			return 0, fmt.Errorf("transfer %s %s: give to bucket %d: %w", activity, id, to, err)
 		}
@@ -104,7 +108,7 @@ func (s *RedisStore) runTransfer(ctx context.Context, activity string, n int, id
 		delta = -q
 	}
 	_, err := s.transferStep(ctx, scriptBucketFinish, luaBucketFinish,
-		[]string{s.key(activity, "meta"), s.intentsKey(activity)}, id, delta)
+		[]string{s.key(activity, "meta"), s.intentsKey(activity)}, id, delta, gen)
 	if err != nil {
 		return 0, fmt.Errorf("transfer %s %s: finish: %w", activity, id, err)
 	}
@@ -119,16 +123,26 @@ func (s *RedisStore) recoverTransfers(ctx context.Context, activity string, n in
 		return 0, fmt.Errorf("recover transfers of %s: %w", activity, err)
 	}
 	now, done := time.Now(), 0
+	parentGen := "" // read once, for intents recorded without a gen
 	for id, v := range intents {
-		var from, to int
-		var qty, ms int64
-		if k, err := fmt.Sscanf(v, "%d %d %d %d", &from, &to, &qty, &ms); err != nil || k != 4 {
-			return done, fmt.Errorf("recover transfers of %s: malformed intent %s %q", activity, id, v)
+		from, to, qty, ms, gen, err := parseIntent(v)
+		if err != nil {
+			return done, fmt.Errorf("recover transfers of %s: intent %s: %w", activity, id, err)
+		}
+		if gen == "" {
+			// Recorded by a build before gens (during a rolling deploy) or into a parent defined
+			// before them: the parent's definition now, as that build assumed.
+			if parentGen == "" {
+				if parentGen, err = s.client.HGet(ctx, s.key(activity, "meta"), "gen").Result(); err != nil && !errors.Is(err, redis.Nil) {
+					return done, fmt.Errorf("recover transfers of %s: %w", activity, err)
+				}
+			}
+			gen = parentGen
 		}
 		if now.Sub(time.UnixMilli(ms)) < minAge {
 			continue
 		}
-		q, err := s.runTransfer(ctx, activity, n, id, from, to, qty)
+		q, err := s.runTransfer(ctx, activity, n, id, gen, from, to, qty)
 		if err != nil {
 			s.bucketCounters.failed.Add(1)
 			return done, fmt.Errorf("recover transfers of %s: %w", activity, err)
@@ -139,6 +153,22 @@ func (s *RedisStore) recoverTransfers(ctx context.Context, activity string, n in
 		s.bucketCounters.moved.Add(q)
 	}
 	return done, nil
+}
+
+// parseIntent reads a transfer intent, "from to qty ms gen" (gen absent for a parent defined
+// before gens).
+func parseIntent(v string) (from, to int, qty, ms int64, gen string, err error) {
+	f := strings.Fields(v)
+	if len(f) != 4 && len(f) != 5 {
+		return 0, 0, 0, 0, "", fmt.Errorf("malformed intent %q", v)
+	}
+	if len(f) == 5 {
+		gen = f[4]
+	}
+	if k, serr := fmt.Sscanf(strings.Join(f[:4], " "), "%d %d %d %d", &from, &to, &qty, &ms); serr != nil || k != 4 {
+		return 0, 0, 0, 0, "", fmt.Errorf("malformed intent %q", v)
+	}
+	return from, to, qty, ms, gen, nil
 }
 
 // pullInto moves stock into bucket home of a split activity, where an admission needing qty

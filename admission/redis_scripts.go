@@ -46,6 +46,8 @@ var (
 	luaBucketGive string
 	//go:embed lua/bucket_finish.lua
 	luaBucketFinish string
+	//go:embed lua/bucket_intent.lua
+	luaBucketIntent string
 	//go:embed lua/bucket_delete.lua
 	luaBucketDelete string
 	//go:embed lua/bucket_read.lua
@@ -59,6 +61,7 @@ var (
 	scriptBucketTake   = redis.NewScript(luaBucketTake)
 	scriptBucketGive   = redis.NewScript(luaBucketGive)
 	scriptBucketFinish = redis.NewScript(luaBucketFinish)
+	scriptBucketIntent = redis.NewScript(luaBucketIntent)
 	scriptBucketDelete = redis.NewScript(luaBucketDelete)
 	scriptBucketRead   = redis.NewScript(luaBucketRead)
 )
