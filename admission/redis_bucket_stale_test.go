@@ -19,12 +19,23 @@ func TestRedisStaleBucketCount(t *testing.T) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
 	opts := admission.RedisOptions{RebalanceInterval: -1}
-	stale := func(t *testing.T) (a, b *admission.RedisStore, win admission.Decision) {
+	// stale returns the two nodes and B's win in an activity of its own (named after the test);
+	// readFirst has A read x's queue before the delete, so that A notes the stream as layout 1
+	// and reads it later with a plain XREADGROUP, not the script.
+	stale := func(t *testing.T, readFirst bool) (a, b *admission.RedisStore, id string, win admission.Decision) {
 		a, _ = redisTestStore(t, srv.Addr, opts, nil)
 		b, _ = redisTestStore(t, srv.Addr, opts, nil)
-		id := strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
+		id = strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-"))
 		redisDefine(t, a, redisOpen(id, 10, 1))
 		redisAdmit(t, a, id, "warm", "r0") // A's count: 1
+		if readFirst {
+			if err := a.EnsureGroup(ctx, id, "g"); err != nil {
+				t.Fatal(err)
+			}
+			if ws, err := a.ReadGroup(ctx, id, "g", "c", 10, 0, false); err != nil || len(ws) != 1 {
+				t.Fatalf("read before the delete: %+v, %v", ws, err)
+			}
+		}
 		if err := b.Delete(ctx, id, true); err != nil {
 			t.Fatal(err)
 		}
@@ -34,58 +45,69 @@ func TestRedisStaleBucketCount(t *testing.T) {
 		if win = redisAdmit(t, b, id, "u1", "r1"); win.Outcome != admission.Won {
 			t.Fatalf("admit: %+v", win)
 		}
-		return a, b, win
+		return a, b, id, win
 	}
-	act := func(t *testing.T) string { return strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) }
 
 	t.Run("release", func(t *testing.T) {
-		a, b, win := stale(t)
-		if ok, err := a.Release(ctx, act(t), win.ReservationID); err != nil || !ok {
+		a, b, id, win := stale(t, false)
+		if ok, err := a.Release(ctx, id, win.ReservationID); err != nil || !ok {
 			t.Fatalf("release by the stale node: %v, %v; want released", ok, err)
 		}
-		if n, err := b.Remaining(ctx, act(t)); err != nil || n != 10 {
+		if n, err := b.Remaining(ctx, id); err != nil || n != 10 {
 			t.Errorf("remaining %d, %v after the release; want 10", n, err)
 		}
 	})
 	t.Run("queue", func(t *testing.T) {
-		a, _, win := stale(t)
-		if err := a.EnsureGroup(ctx, act(t), "g"); err != nil {
+		a, _, id, win := stale(t, false)
+		if err := a.EnsureGroup(ctx, id, "g"); err != nil {
 			t.Fatal(err)
 		}
-		wins, err := a.ReadGroup(ctx, act(t), "g", "c", 10, 10*time.Millisecond, false)
+		wins, err := a.ReadGroup(ctx, id, "g", "c", 10, 10*time.Millisecond, false)
 		if err != nil || len(wins) != 1 || wins[0].ReservationID != win.ReservationID {
 			t.Fatalf("read by the stale node: %+v, %v; want the win %s", wins, err, win.ReservationID)
 		}
-		if err := a.Ack(ctx, act(t), "g", wins[0].ID); err != nil {
+		if err := a.Ack(ctx, id, "g", wins[0].ID); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := a.Backlog(ctx, act(t), "g"); err != nil || n != 0 {
+		if n, err := a.Backlog(ctx, id, "g"); err != nil || n != 0 {
 			t.Errorf("backlog %d, %v after the ack; want 0", n, err)
 		}
 	})
-	t.Run("ack", func(t *testing.T) {
-		a, b, win := stale(t)
-		if err := b.EnsureGroup(ctx, act(t), "g"); err != nil {
+	t.Run("plain read", func(t *testing.T) {
+		// No EnsureGroup on A first: its plain XREADGROUP of the parent's stream answers NOGROUP,
+		// which must be told from a missing group by the parent's buckets field.
+		a, b, id, win := stale(t, true)
+		if err := b.EnsureGroup(ctx, id, "g"); err != nil {
 			t.Fatal(err)
 		}
-		wins, err := b.ReadGroup(ctx, act(t), "g", "c", 10, 0, false)
+		wins, err := a.ReadGroup(ctx, id, "g", "c", 10, 0, false)
+		if err != nil || len(wins) != 1 || wins[0].ReservationID != win.ReservationID {
+			t.Fatalf("plain read by the stale node: %+v, %v; want the win %s", wins, err, win.ReservationID)
+		}
+	})
+	t.Run("ack", func(t *testing.T) {
+		a, b, id, win := stale(t, false)
+		if err := b.EnsureGroup(ctx, id, "g"); err != nil {
+			t.Fatal(err)
+		}
+		wins, err := b.ReadGroup(ctx, id, "g", "c", 10, 0, false)
 		if err != nil || len(wins) != 1 || wins[0].ReservationID != win.ReservationID {
 			t.Fatalf("read: %+v, %v", wins, err)
 		}
-		if err := a.Ack(ctx, act(t), "g", wins[0].ID); err != nil {
+		if err := a.Ack(ctx, id, "g", wins[0].ID); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := b.Backlog(ctx, act(t), "g"); err != nil || n != 0 {
+		if n, err := b.Backlog(ctx, id, "g"); err != nil || n != 0 {
 			t.Errorf("backlog %d, %v after the stale node's ack; want 0", n, err)
 		}
 	})
 	t.Run("result", func(t *testing.T) {
-		a, b, win := stale(t)
+		a, b, id, win := stale(t, false)
 		rec := admission.Result{Code: "pending_payment", ReservationID: win.ReservationID, OrderID: "o1"}
-		if err := a.SetResult(ctx, act(t), "u1", rec); err != nil {
+		if err := a.SetResult(ctx, id, "u1", rec); err != nil {
 			t.Fatal(err)
 		}
-		if r, err := b.GetResult(ctx, act(t), "u1"); err != nil || r.Code != "pending_payment" {
+		if r, err := b.GetResult(ctx, id, "u1"); err != nil || r.Code != "pending_payment" {
 			t.Errorf("result seen by another node: %+v, %v; want pending_payment", r, err)
 		}
 	})

@@ -123,7 +123,7 @@ func (s *RedisStore) recoverTransfers(ctx context.Context, activity string, n in
 		return 0, fmt.Errorf("recover transfers of %s: %w", activity, err)
 	}
 	now, done := time.Now(), 0
-	parentGen := "" // read once, for intents recorded without a gen
+	parentGen, genRead := "", false // for intents recorded without a gen
 	for id, v := range intents {
 		from, to, qty, ms, gen, err := parseIntent(v)
 		if err != nil {
@@ -132,10 +132,11 @@ func (s *RedisStore) recoverTransfers(ctx context.Context, activity string, n in
 		if gen == "" {
 			// Recorded by a build before gens (during a rolling deploy) or into a parent defined
 			// before them: the parent's definition now, as that build assumed.
-			if parentGen == "" {
+			if !genRead {
 				if parentGen, err = s.client.HGet(ctx, s.key(activity, "meta"), "gen").Result(); err != nil && !errors.Is(err, redis.Nil) {
 					return done, fmt.Errorf("recover transfers of %s: %w", activity, err)
 				}
+				genRead = true
 			}
 			gen = parentGen
 		}
@@ -162,11 +163,11 @@ func parseIntent(v string) (from, to int, qty, ms int64, gen string, err error) 
 	if len(f) != 4 && len(f) != 5 {
 		return 0, 0, 0, 0, "", fmt.Errorf("malformed intent %q", v)
 	}
+	if _, err := fmt.Sscan(v, &from, &to, &qty, &ms); err != nil {
+		return 0, 0, 0, 0, "", fmt.Errorf("malformed intent %q: %w", v, err)
+	}
 	if len(f) == 5 {
 		gen = f[4]
-	}
-	if k, serr := fmt.Sscanf(strings.Join(f[:4], " "), "%d %d %d %d", &from, &to, &qty, &ms); serr != nil || k != 4 {
-		return 0, 0, 0, 0, "", fmt.Errorf("malformed intent %q", v)
 	}
 	return from, to, qty, ms, gen, nil
 }
