@@ -61,7 +61,7 @@ FUZZTIME ?= 30s
 # Go shrinks every new-coverage input for up to 60 s by default, which stalls short runs.
 FUZZMINIMIZETIME ?= 10s
 fuzz:
-	GO=$(GO) ./scripts/fuzz.sh ./admission/hashedurl/ FuzzVerify $(FUZZTIME) $(FUZZMINIMIZETIME)
+	GO=$(GO) ./scripts/fuzz.sh ./hashedurl/ FuzzVerify $(FUZZTIME) $(FUZZMINIMIZETIME)
 	GO=$(GO) ./scripts/fuzz.sh ./jwtauth/ FuzzVerify $(FUZZTIME) $(FUZZMINIMIZETIME)
 	GO=$(GO) ./scripts/fuzz.sh ./jwtauth/ FuzzTokenFromRequest $(FUZZTIME) $(FUZZMINIMIZETIME)
 	GO=$(GO) ./scripts/fuzz.sh ./caddymodule/ FuzzParseQty $(FUZZTIME) $(FUZZMINIMIZETIME)

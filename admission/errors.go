@@ -39,7 +39,7 @@ var (
 	// on the master, not undone: the answer is unknown, not no (docs/admission.md).
 	ErrNotReplicated = errors.New("not confirmed by replicas")
 
-	// ErrLayout is returned by RedisStore when an activity's scripts refused its key layout
+	// ErrLayout is returned by redisstore.Store when an activity's scripts refused its key layout
 	// (RedisOptions.Layout) even after the store read the layout again: the activity's
 	// definition and its buckets disagree, or it was redefined with the other layout while the
 	// call ran. Nothing was written.
@@ -62,6 +62,6 @@ func (e *ReplicationError) Error() string {
 // Unwrap returns ErrNotReplicated.
 func (e *ReplicationError) Unwrap() error { return ErrNotReplicated }
 
-func badInput(format string, args ...any) error {
+func BadInput(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrBadInput, fmt.Sprintf(format, args...))
 }

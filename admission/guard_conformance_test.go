@@ -6,12 +6,13 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/admissiontest"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 )
 
-// guardedMemory is a started Guard over a MemoryStore; closing it closes both.
+// guardedMemory is a started Guard over a localstore.Memory; closing it closes both.
 type guardedMemory struct {
 	*admission.Guard
-	mem *admission.MemoryStore
+	mem *localstore.Memory
 }
 
 func (g guardedMemory) Close() error {
@@ -23,7 +24,7 @@ func (g guardedMemory) Close() error {
 // the conformance suite.
 func TestGuardConformance(t *testing.T) {
 	admissiontest.Run(t, func(t *testing.T) admission.Store {
-		mem := admission.NewMemoryStore(admission.MemoryOptions{})
+		mem := localstore.NewMemory(localstore.MemoryOptions{})
 		g := admission.NewGuard(mem, admission.GuardOptions{})
 		g.Start(context.Background())
 		return guardedMemory{g, mem}

@@ -84,3 +84,14 @@ func (g *Guard) loadHoldersInBackground(activity string, f *guardFlag, gen uint6
 		g.loadHolders(ctx, activity, f, gen)
 	}()
 }
+
+// HoldersLoaded reports whether the guard has loaded the holders of activity's current sell-out,
+// after which a flagged activity's refusals no longer ask the store who may replay a win.
+func (g *Guard) HoldersLoaded(activity string) bool {
+	f := (*g.flags.Load())[activity]
+	if f == nil {
+		return false
+	}
+	v := f.state.Load()
+	return v&soldOutBit != 0 && f.holdersLoaded(v)
+}

@@ -1,4 +1,4 @@
-package admission
+package admission_test
 
 import (
 	"context"
@@ -10,18 +10,21 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 )
 
 var errInjected = errors.New("injected store failure: connection refused")
 
-// wrappedStore is the real MemoryStore with a call counter, a failure switch and a way to lose
+// wrappedStore is the real localstore.Memory with a call counter, a failure switch and a way to lose
 // restock broadcasts. It is not a mock: every call that is not failed runs the real store.
 type wrappedStore struct {
-	*MemoryStore
+	*localstore.Memory
 	calls        atomic.Int64
 	fail         atomic.Bool
 	dropRestocks bool
-	afterAdmit   func(Decision) // runs after the real Admit, before the answer returns
+	afterAdmit   func(admission.Decision) // runs after the real Admit, before the answer returns
 
 	// Holders calls are counted apart: the Guard makes them in the background, and calls counts
 	// the store calls that requests cause. holdersHook, if set, runs first; an error it returns is
@@ -30,7 +33,7 @@ type wrappedStore struct {
 	holdersHook func() error
 }
 
-func wrap(m *MemoryStore) *wrappedStore { return &wrappedStore{MemoryStore: m} }
+func wrap(m *localstore.Memory) *wrappedStore { return &wrappedStore{Memory: m} }
 
 func (s *wrappedStore) enter() error {
 	s.calls.Add(1)
@@ -40,39 +43,39 @@ func (s *wrappedStore) enter() error {
 	return nil
 }
 
-func (s *wrappedStore) Define(ctx context.Context, a Activity, force bool) (Activity, error) {
+func (s *wrappedStore) Define(ctx context.Context, a admission.Activity, force bool) (admission.Activity, error) {
 	if err := s.enter(); err != nil {
-		return Activity{}, err
+		return admission.Activity{}, err
 	}
-	return s.MemoryStore.Define(ctx, a, force)
+	return s.Memory.Define(ctx, a, force)
 }
 
-func (s *wrappedStore) Activity(ctx context.Context, id string) (Snapshot, error) {
+func (s *wrappedStore) Activity(ctx context.Context, id string) (admission.Snapshot, error) {
 	if err := s.enter(); err != nil {
-		return Snapshot{}, err
+		return admission.Snapshot{}, err
 	}
-	return s.MemoryStore.Activity(ctx, id)
+	return s.Memory.Activity(ctx, id)
 }
 
 func (s *wrappedStore) Activities(ctx context.Context) ([]string, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	return s.MemoryStore.Activities(ctx)
+	return s.Memory.Activities(ctx)
 }
 
 func (s *wrappedStore) Delete(ctx context.Context, id string, force bool) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	return s.MemoryStore.Delete(ctx, id, force)
+	return s.Memory.Delete(ctx, id, force)
 }
 
-func (s *wrappedStore) Admit(ctx context.Context, r Request) (Decision, error) {
+func (s *wrappedStore) Admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
 	if err := s.enter(); err != nil {
-		return Decision{}, err
+		return admission.Decision{}, err
 	}
-	d, err := s.MemoryStore.Admit(ctx, r)
+	d, err := s.Memory.Admit(ctx, r)
 	if s.afterAdmit != nil {
 		s.afterAdmit(d)
 	}
@@ -83,14 +86,14 @@ func (s *wrappedStore) Release(ctx context.Context, activity, id string) (bool, 
 	if err := s.enter(); err != nil {
 		return false, err
 	}
-	return s.MemoryStore.Release(ctx, activity, id)
+	return s.Memory.Release(ctx, activity, id)
 }
 
 func (s *wrappedStore) Remaining(ctx context.Context, activity string) (int64, error) {
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	return s.MemoryStore.Remaining(ctx, activity)
+	return s.Memory.Remaining(ctx, activity)
 }
 
 func (s *wrappedStore) Holders(ctx context.Context, activity string) ([]string, error) {
@@ -103,28 +106,28 @@ func (s *wrappedStore) Holders(ctx context.Context, activity string) ([]string, 
 			return nil, err
 		}
 	}
-	return s.MemoryStore.Holders(ctx, activity)
+	return s.Memory.Holders(ctx, activity)
 }
 
-func (s *wrappedStore) SetResult(ctx context.Context, activity, user string, r Result) error {
+func (s *wrappedStore) SetResult(ctx context.Context, activity, user string, r admission.Result) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	return s.MemoryStore.SetResult(ctx, activity, user, r)
+	return s.Memory.SetResult(ctx, activity, user, r)
 }
 
-func (s *wrappedStore) GetResult(ctx context.Context, activity, user string) (Result, error) {
+func (s *wrappedStore) GetResult(ctx context.Context, activity, user string) (admission.Result, error) {
 	if err := s.enter(); err != nil {
-		return Result{}, err
+		return admission.Result{}, err
 	}
-	return s.MemoryStore.GetResult(ctx, activity, user)
+	return s.Memory.GetResult(ctx, activity, user)
 }
 
 func (s *wrappedStore) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
 	if err := s.enter(); err != nil {
 		return dst, "", err
 	}
-	return s.MemoryStore.AppendResult(ctx, dst, activity, user)
+	return s.Memory.AppendResult(ctx, dst, activity, user)
 }
 
 // Restocks subscribes for real; with dropRestocks every broadcast is read and thrown away, as if
@@ -133,7 +136,7 @@ func (s *wrappedStore) Restocks(ctx context.Context) (<-chan string, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	ch, err := s.MemoryStore.Restocks(ctx)
+	ch, err := s.Memory.Restocks(ctx)
 	if err != nil || !s.dropRestocks {
 		return ch, err
 	}
@@ -150,47 +153,47 @@ func (s *wrappedStore) EnsureGroup(ctx context.Context, activity, group string) 
 	if err := s.enter(); err != nil {
 		return err
 	}
-	return s.MemoryStore.EnsureGroup(ctx, activity, group)
+	return s.Memory.EnsureGroup(ctx, activity, group)
 }
 
-func (s *wrappedStore) ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
+func (s *wrappedStore) ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]admission.Win, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	return s.MemoryStore.ReadGroup(ctx, activity, group, consumer, count, block, pending)
+	return s.Memory.ReadGroup(ctx, activity, group, consumer, count, block, pending)
 }
 
 func (s *wrappedStore) Ack(ctx context.Context, activity, group string, ids ...string) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	return s.MemoryStore.Ack(ctx, activity, group, ids...)
+	return s.Memory.Ack(ctx, activity, group, ids...)
 }
 
-func (s *wrappedStore) Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]Win, error) {
+func (s *wrappedStore) Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]admission.Win, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	return s.MemoryStore.Claim(ctx, activity, group, consumer, minIdle, count)
+	return s.Memory.Claim(ctx, activity, group, consumer, minIdle, count)
 }
 
-func (s *wrappedStore) DeadLetter(ctx context.Context, activity, group string, w Win, reason string) error {
+func (s *wrappedStore) DeadLetter(ctx context.Context, activity, group string, w admission.Win, reason string) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
-	return s.MemoryStore.DeadLetter(ctx, activity, group, w, reason)
+	return s.Memory.DeadLetter(ctx, activity, group, w, reason)
 }
 
-func (s *wrappedStore) DeadLetters(ctx context.Context, activity string, count int) ([]Win, error) {
+func (s *wrappedStore) DeadLetters(ctx context.Context, activity string, count int) ([]admission.Win, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
-	return s.MemoryStore.DeadLetters(ctx, activity, count)
+	return s.Memory.DeadLetters(ctx, activity, count)
 }
 
-func startGuard(t *testing.T, s Store, opts GuardOptions) *Guard {
+func startGuard(t *testing.T, s admission.Store, opts admission.GuardOptions) *admission.Guard {
 	t.Helper()
-	g := NewGuard(s, opts)
+	g := admission.NewGuard(s, opts)
 	g.Start(context.Background())
 	t.Cleanup(func() { _ = g.Close() })
 	return g
@@ -210,13 +213,13 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 
 // sellOut defines act with stock items and sells them through s (the raw store, as another node
 // would); it returns the reservations.
-func sellOut(t *testing.T, s Store, act string, stock int64) []string {
+func sellOut(t *testing.T, s admission.Store, act string, stock int64) []string {
 	t.Helper()
 	mustDefine(t, s, openAt(time.Now(), act, stock, 1))
 	var resv []string
 	for i := range stock {
 		d := mustAdmit(t, s, act, "seller-"+strconv.FormatInt(i, 10), 1, "r")
-		if d.Outcome != Won {
+		if d.Outcome != admission.Won {
 			t.Fatalf("sell-out admission = %+v", d)
 		}
 		resv = append(resv, d.ReservationID)
@@ -225,13 +228,13 @@ func sellOut(t *testing.T, s Store, act string, stock int64) []string {
 }
 
 func TestGuardSoldOutSkipsStore(t *testing.T) {
-	store := wrap(newMemory(t, nil))
+	store := wrap(newMemory(t))
 	resv := sellOut(t, store, "a", 3)
-	g := NewGuard(store, GuardOptions{})
+	g := admission.NewGuard(store, admission.GuardOptions{})
 	if g.SoldOut("a") {
 		t.Fatal("flag set before any sold-out answer")
 	}
-	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || d.Remaining != 0 {
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || d.Remaining != 0 {
 		t.Fatalf("first rejection = %+v", d)
 	}
 	if !g.SoldOut("a") {
@@ -239,7 +242,7 @@ func TestGuardSoldOutSkipsStore(t *testing.T) {
 	}
 	before := store.calls.Load()
 	for i := range 100 {
-		if d := mustAdmit(t, g, "a", "u"+strconv.Itoa(i), 1, "r"); d.Outcome != SoldOut {
+		if d := mustAdmit(t, g, "a", "u"+strconv.Itoa(i), 1, "r"); d.Outcome != admission.SoldOut {
 			t.Fatalf("flagged admission = %+v", d)
 		}
 	}
@@ -248,7 +251,7 @@ func TestGuardSoldOutSkipsStore(t *testing.T) {
 	}
 	// Other activities are not affected.
 	mustDefine(t, store, openAt(time.Now(), "b", 1, 1))
-	if d := mustAdmit(t, g, "b", "u", 1, "r"); d.Outcome != Won {
+	if d := mustAdmit(t, g, "b", "u", 1, "r"); d.Outcome != admission.Won {
 		t.Errorf("other activity = %+v", d)
 	}
 	// A release through this Guard clears its own flag at once, without Start.
@@ -258,18 +261,18 @@ func TestGuardSoldOutSkipsStore(t *testing.T) {
 	if g.SoldOut("a") {
 		t.Error("flag still set after a release through the guard")
 	}
-	if d := mustAdmit(t, g, "a", "late", 1, "r2"); d.Outcome != Won {
+	if d := mustAdmit(t, g, "a", "late", 1, "r2"); d.Outcome != admission.Won {
 		t.Errorf("admission after release = %+v", d)
 	}
 }
 
 func TestGuardReplayAfterSellOut(t *testing.T) {
-	store := wrap(newMemory(t, nil))
+	store := wrap(newMemory(t))
 	mustDefine(t, store, openAt(time.Now(), "a", 1, 1))
-	g := NewGuard(store, GuardOptions{})
+	g := admission.NewGuard(store, admission.GuardOptions{})
 	ctx := context.Background()
-	won, err := g.Admit(ctx, Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1", MayReplay: true})
-	if err != nil || won.Outcome != Won {
+	won, err := g.Admit(ctx, admission.Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1", MayReplay: true})
+	if err != nil || won.Outcome != admission.Won {
 		t.Fatalf("first buy = %+v, %v", won, err)
 	}
 	if !g.SoldOut("a") {
@@ -279,8 +282,8 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	// The winner holds an item: its retry with its own key reaches the store and gets its first
 	// answer back.
 	before := store.calls.Load()
-	again, err := g.Admit(ctx, Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1", MayReplay: true})
-	if err != nil || again.Outcome != Won || !again.Replayed || again.ReservationID != won.ReservationID {
+	again, err := g.Admit(ctx, admission.Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1", MayReplay: true})
+	if err != nil || again.Outcome != admission.Won || !again.Replayed || again.ReservationID != won.ReservationID {
 		t.Fatalf("retry after sell-out = %+v, %v; want the first win replayed", again, err)
 	}
 	if n := store.calls.Load() - before; n != 1 {
@@ -288,7 +291,7 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	}
 	// Another user holds nothing, so has no win to replay: the flag answers its keyed request.
 	before = store.calls.Load()
-	if d, _ := g.Admit(ctx, Request{Activity: "a", User: "other", Qty: 1, RequestID: "key-1", MayReplay: true}); d.Outcome != SoldOut {
+	if d, _ := g.Admit(ctx, admission.Request{Activity: "a", User: "other", Qty: 1, RequestID: "key-1", MayReplay: true}); d.Outcome != admission.SoldOut {
 		t.Errorf("other user's keyed request = %+v, want sold_out", d)
 	}
 	if n := store.calls.Load() - before; n != 0 {
@@ -296,7 +299,7 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	}
 	// Without MayReplay the flag answers alone.
 	before = store.calls.Load()
-	if d, _ := g.Admit(ctx, Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1"}); d.Outcome != SoldOut {
+	if d, _ := g.Admit(ctx, admission.Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1"}); d.Outcome != admission.SoldOut {
 		t.Errorf("unkeyed request = %+v, want sold_out from the flag", d)
 	}
 	if n := store.calls.Load() - before; n != 0 {
@@ -304,33 +307,23 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	}
 }
 
-// holdersReady reports whether g has the holders set of act's current sell-out.
-func holdersReady(g *Guard, act string) bool {
-	f := (*g.flags.Load())[act]
-	if f == nil {
-		return false
-	}
-	v := f.state.Load()
-	return v&soldOutBit != 0 && f.holdersLoaded(v)
-}
-
 // waitHolders waits until g has loaded the holders of act's current sell-out.
-func waitHolders(t *testing.T, g *Guard, act string) {
+func waitHolders(t *testing.T, g *admission.Guard, act string) {
 	t.Helper()
-	eventually(t, 5*time.Second, "holders of "+act+" loaded", func() bool { return holdersReady(g, act) })
+	eventually(t, 5*time.Second, "holders of "+act+" loaded", func() bool { return g.HoldersLoaded(act) })
 }
 
 // keyed is a request with a client-chosen idempotency key.
-func keyed(act, user, key string) Request {
-	return Request{Activity: act, User: user, Qty: 1, RequestID: key, MayReplay: true}
+func keyed(act, user, key string) admission.Request {
+	return admission.Request{Activity: act, User: user, Qty: 1, RequestID: key, MayReplay: true}
 }
 
 func TestGuardKeyedNonHoldersSkipStore(t *testing.T) {
-	store := wrap(newMemory(t, nil))
+	store := wrap(newMemory(t))
 	sellOut(t, store, "a", 3)
-	g := NewGuard(store, GuardOptions{})
+	g := admission.NewGuard(store, admission.GuardOptions{})
 	ctx := context.Background()
-	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
 		t.Fatalf("first rejection = %+v, flag %v", d, g.SoldOut("a"))
 	}
 	waitHolders(t, g, "a")
@@ -345,7 +338,7 @@ func TestGuardKeyedNonHoldersSkipStore(t *testing.T) {
 			defer wg.Done()
 			for i := range 25 {
 				d, err := g.Admit(ctx, keyed("a", "u"+strconv.Itoa(w*25+i), "key-"+strconv.Itoa(i)))
-				if err != nil || d.Outcome != SoldOut {
+				if err != nil || d.Outcome != admission.SoldOut {
 					t.Errorf("non-holder's keyed request = %+v, %v; want sold_out", d, err)
 				}
 			}
@@ -358,7 +351,7 @@ func TestGuardKeyedNonHoldersSkipStore(t *testing.T) {
 	// A holder's retry still reaches the store and gets its win replayed.
 	before = store.calls.Load()
 	d, err := g.Admit(ctx, keyed("a", "seller-1", "r"))
-	if err != nil || d.Outcome != Won || !d.Replayed {
+	if err != nil || d.Outcome != admission.Won || !d.Replayed {
 		t.Errorf("holder's retry = %+v, %v; want the first win replayed", d, err)
 	}
 	if n := store.calls.Load() - before; n != 1 {
@@ -368,43 +361,43 @@ func TestGuardKeyedNonHoldersSkipStore(t *testing.T) {
 
 // Decide tells the flag's answers from the store's: the edge counts them at different layers.
 func TestGuardDecideTellsFlagFromStore(t *testing.T) {
-	store := wrap(newMemory(t, nil))
+	store := wrap(newMemory(t))
 	sellOut(t, store, "a", 3)
-	g := NewGuard(store, GuardOptions{})
+	g := admission.NewGuard(store, admission.GuardOptions{})
 	ctx := context.Background()
-	d, flagged, err := g.Decide(ctx, Request{Activity: "a", User: "late", Qty: 1, RequestID: "r"})
-	if err != nil || d.Outcome != SoldOut || flagged {
+	d, flagged, err := g.Decide(ctx, admission.Request{Activity: "a", User: "late", Qty: 1, RequestID: "r"})
+	if err != nil || d.Outcome != admission.SoldOut || flagged {
 		t.Fatalf("the store's sell-out answer = %+v, flagged %v, %v; want sold_out, not flagged", d, flagged, err)
 	}
-	d, flagged, err = g.Decide(ctx, Request{Activity: "a", User: "later", Qty: 1, RequestID: "r"})
-	if err != nil || d.Outcome != SoldOut || !flagged {
+	d, flagged, err = g.Decide(ctx, admission.Request{Activity: "a", User: "later", Qty: 1, RequestID: "r"})
+	if err != nil || d.Outcome != admission.SoldOut || !flagged {
 		t.Fatalf("the flag's answer = %+v, flagged %v, %v; want sold_out, flagged", d, flagged, err)
 	}
 	waitHolders(t, g, "a")
-	if d, flagged, err = g.Decide(ctx, keyed("a", "someone", "k")); err != nil || d.Outcome != SoldOut || !flagged {
+	if d, flagged, err = g.Decide(ctx, keyed("a", "someone", "k")); err != nil || d.Outcome != admission.SoldOut || !flagged {
 		t.Errorf("a non-holder's keyed request = %+v, flagged %v, %v; want sold_out, flagged", d, flagged, err)
 	}
-	if d, flagged, err = g.Decide(ctx, keyed("a", "seller-1", "r")); err != nil || d.Outcome != Won || flagged {
+	if d, flagged, err = g.Decide(ctx, keyed("a", "seller-1", "r")); err != nil || d.Outcome != admission.Won || flagged {
 		t.Errorf("a holder's retry = %+v, flagged %v, %v; want the store's replayed win", d, flagged, err)
 	}
 }
 
 // Until the holders are known, a keyed request may be a winner's retry: it goes to the store.
 func TestGuardKeyedBeforeHoldersLoad(t *testing.T) {
-	store := wrap(newMemory(t, nil))
+	store := wrap(newMemory(t))
 	sellOut(t, store, "a", 1)
 	gate := make(chan struct{})
 	store.holdersHook = func() error { <-gate; return nil }
-	g := NewGuard(store, GuardOptions{})
+	g := admission.NewGuard(store, admission.GuardOptions{})
 	ctx := context.Background()
-	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
 		t.Fatalf("first rejection = %+v", d)
 	}
 	before := store.calls.Load()
-	if d, err := g.Admit(ctx, keyed("a", "seller-0", "r")); err != nil || d.Outcome != Won || !d.Replayed {
+	if d, err := g.Admit(ctx, keyed("a", "seller-0", "r")); err != nil || d.Outcome != admission.Won || !d.Replayed {
 		t.Errorf("holder's retry before the load = %+v, %v; want the first win replayed", d, err)
 	}
-	if d, err := g.Admit(ctx, keyed("a", "other", "r")); err != nil || d.Outcome != SoldOut {
+	if d, err := g.Admit(ctx, keyed("a", "other", "r")); err != nil || d.Outcome != admission.SoldOut {
 		t.Errorf("non-holder's keyed request before the load = %+v, %v", d, err)
 	}
 	if n := store.calls.Load() - before; n != 2 {
@@ -413,7 +406,7 @@ func TestGuardKeyedBeforeHoldersLoad(t *testing.T) {
 	close(gate)
 	waitHolders(t, g, "a")
 	before = store.calls.Load()
-	if d, _ := g.Admit(ctx, keyed("a", "other", "r")); d.Outcome != SoldOut {
+	if d, _ := g.Admit(ctx, keyed("a", "other", "r")); d.Outcome != admission.SoldOut {
 		t.Errorf("non-holder's keyed request = %+v", d)
 	}
 	if n := store.calls.Load() - before; n != 0 {
@@ -423,7 +416,7 @@ func TestGuardKeyedBeforeHoldersLoad(t *testing.T) {
 
 // A failed load leaves keyed requests going to the store, and the probe loads the holders again.
 func TestGuardHoldersLoadRetried(t *testing.T) {
-	store := wrap(newMemory(t, nil))
+	store := wrap(newMemory(t))
 	sellOut(t, store, "a", 1)
 	var failures atomic.Int64
 	store.holdersHook = func() error {
@@ -432,36 +425,36 @@ func TestGuardHoldersLoadRetried(t *testing.T) {
 		}
 		return nil
 	}
-	g := startGuard(t, store, GuardOptions{ProbeInterval: 20 * time.Millisecond})
-	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+	g := startGuard(t, store, admission.GuardOptions{ProbeInterval: 20 * time.Millisecond})
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
 		t.Fatalf("first rejection = %+v", d)
 	}
 	waitHolders(t, g, "a")
 	if n := store.holderCalls.Load(); n < 2 {
 		t.Errorf("holders loaded after %d calls, want a failure and a retry", n)
 	}
-	if d, err := g.Admit(context.Background(), keyed("a", "seller-0", "r")); err != nil || d.Outcome != Won || !d.Replayed {
+	if d, err := g.Admit(context.Background(), keyed("a", "seller-0", "r")); err != nil || d.Outcome != admission.Won || !d.Replayed {
 		t.Errorf("holder's retry = %+v, %v", d, err)
 	}
 }
 
 // A restock drops the holders: the next sell-out has new holders, loaded afresh.
 func TestGuardRestockDropsHolders(t *testing.T) {
-	store := wrap(newMemory(t, nil))
+	store := wrap(newMemory(t))
 	resv := sellOut(t, store, "a", 2)
-	g := NewGuard(store, GuardOptions{})
+	g := admission.NewGuard(store, admission.GuardOptions{})
 	ctx := context.Background()
 	mustAdmit(t, g, "a", "late", 1, "r")
 	waitHolders(t, g, "a")
 	if ok, err := g.Release(ctx, "a", resv[0]); !ok || err != nil {
 		t.Fatalf("release = %v, %v", ok, err)
 	}
-	if f := (*g.flags.Load())["a"]; g.SoldOut("a") || f.holders.Load() != nil {
-		t.Fatalf("after a restock: flag %v, holders %v; want both dropped", g.SoldOut("a"), f.holders.Load())
+	if g.SoldOut("a") || !admission.HoldersDropped(g, "a") {
+		t.Fatalf("after a restock: flag %v, holders dropped %v; want both dropped", g.SoldOut("a"), admission.HoldersDropped(g, "a"))
 	}
 	// "late" buys the released item: a new holder, and a new sell-out.
 	won, err := g.Admit(ctx, keyed("a", "late", "k"))
-	if err != nil || won.Outcome != Won || !g.SoldOut("a") {
+	if err != nil || won.Outcome != admission.Won || !g.SoldOut("a") {
 		t.Fatalf("buy after the restock = %+v, %v, flag %v", won, err, g.SoldOut("a"))
 	}
 	waitHolders(t, g, "a")
@@ -474,7 +467,7 @@ func TestGuardRestockDropsHolders(t *testing.T) {
 	}
 	// seller-0 gave its item back: no longer a holder, its keyed request stays local.
 	before := store.calls.Load()
-	if d, _ := g.Admit(ctx, keyed("a", "seller-0", "other-key")); d.Outcome != SoldOut {
+	if d, _ := g.Admit(ctx, keyed("a", "seller-0", "other-key")); d.Outcome != admission.SoldOut {
 		t.Errorf("former holder's keyed request = %+v", d)
 	}
 	if n := store.calls.Load() - before; n != 0 {
@@ -483,33 +476,33 @@ func TestGuardRestockDropsHolders(t *testing.T) {
 }
 
 func TestGuardFlagOnlyWhenNothingLeft(t *testing.T) {
-	store := newMemory(t, nil)
+	store := newMemory(t)
 	mustDefine(t, store, openAt(time.Now(), "a", 3, 2))
-	g := NewGuard(store, GuardOptions{})
+	g := admission.NewGuard(store, admission.GuardOptions{})
 	mustAdmit(t, g, "a", "u1", 2, "r1")
-	if d := mustAdmit(t, g, "a", "u1", 1, "r2"); d.Outcome != LimitReached || g.SoldOut("a") {
+	if d := mustAdmit(t, g, "a", "u1", 1, "r2"); d.Outcome != admission.LimitReached || g.SoldOut("a") {
 		t.Fatalf("limit reached = %+v, flag %v; want no flag", d, g.SoldOut("a"))
 	}
-	if d := mustAdmit(t, g, "a", "u2", 2, "r1"); d.Outcome != SoldOut || d.Remaining != 1 || g.SoldOut("a") {
+	if d := mustAdmit(t, g, "a", "u2", 2, "r1"); d.Outcome != admission.SoldOut || d.Remaining != 1 || g.SoldOut("a") {
 		t.Fatalf("qty 2 of 1 = %+v, flag %v; want no flag", d, g.SoldOut("a"))
 	}
 	// The last item: the win that empties the stock flags the activity.
-	if d := mustAdmit(t, g, "a", "u2", 1, "r2"); d.Outcome != Won || d.Remaining != 0 || !g.SoldOut("a") {
+	if d := mustAdmit(t, g, "a", "u2", 1, "r2"); d.Outcome != admission.Won || d.Remaining != 0 || !g.SoldOut("a") {
 		t.Fatalf("last item = %+v, flag %v; want the flag", d, g.SoldOut("a"))
 	}
 }
 
 // A sell-out answer that crossed a restock must not leave the flag set.
 func TestGuardSoldOutAnswerCrossingRestock(t *testing.T) {
-	mem := newMemory(t, nil)
+	mem := newMemory(t)
 	resv := sellOut(t, mem, "a", 1)
 	store := wrap(mem)
-	g := NewGuard(store, GuardOptions{ProbeInterval: time.Hour})
+	g := admission.NewGuard(store, admission.GuardOptions{ProbeInterval: time.Hour})
 	var once sync.Once
-	store.afterAdmit = func(d Decision) {
+	store.afterAdmit = func(d admission.Decision) {
 		once.Do(func() {
 			// The answer is sold out, but before it reaches the guard the item comes back.
-			if d.Outcome != SoldOut {
+			if d.Outcome != admission.SoldOut {
 				t.Errorf("admission = %+v, want sold out", d)
 			}
 			if ok, err := g.Release(context.Background(), "a", resv[0]); !ok || err != nil {
@@ -517,25 +510,25 @@ func TestGuardSoldOutAnswerCrossingRestock(t *testing.T) {
 			}
 		})
 	}
-	if d := mustAdmit(t, g, "a", "u", 1, "r"); d.Outcome != SoldOut {
+	if d := mustAdmit(t, g, "a", "u", 1, "r"); d.Outcome != admission.SoldOut {
 		t.Fatalf("admission = %+v", d)
 	}
 	if g.SoldOut("a") {
 		t.Error("a stale sold-out answer set the flag after a restock")
 	}
-	if d := mustAdmit(t, g, "a", "u", 1, "r2"); d.Outcome != Won {
+	if d := mustAdmit(t, g, "a", "u", 1, "r2"); d.Outcome != admission.Won {
 		t.Errorf("admission after restock = %+v", d)
 	}
 }
 
 func TestGuardRestockBroadcastClearsFlag(t *testing.T) {
-	store := newMemory(t, nil)
+	store := newMemory(t)
 	resv := sellOut(t, store, "a", 2)
 	// Two nodes; the probe is out of the picture, so only the broadcast can clear the flags.
-	g1 := startGuard(t, store, GuardOptions{ProbeInterval: time.Hour})
-	g2 := startGuard(t, store, GuardOptions{ProbeInterval: time.Hour})
-	for _, g := range []*Guard{g1, g2} {
-		if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+	g1 := startGuard(t, store, admission.GuardOptions{ProbeInterval: time.Hour})
+	g2 := startGuard(t, store, admission.GuardOptions{ProbeInterval: time.Hour})
+	for _, g := range []*admission.Guard{g1, g2} {
+		if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
 			t.Fatalf("rejection = %+v, flag %v", d, g.SoldOut("a"))
 		}
 	}
@@ -544,18 +537,18 @@ func TestGuardRestockBroadcastClearsFlag(t *testing.T) {
 		t.Fatalf("release = %v, %v", ok, err)
 	}
 	eventually(t, time.Second, "restock broadcast clears both flags", func() bool { return !g1.SoldOut("a") && !g2.SoldOut("a") })
-	if d := mustAdmit(t, g1, "a", "late", 1, "r2"); d.Outcome != Won {
+	if d := mustAdmit(t, g1, "a", "late", 1, "r2"); d.Outcome != admission.Won {
 		t.Errorf("admission after restock = %+v", d)
 	}
 }
 
 func TestGuardProbeClearsFlagWhenBroadcastLost(t *testing.T) {
-	mem := newMemory(t, nil)
+	mem := newMemory(t)
 	resv := sellOut(t, mem, "a", 1)
 	store := wrap(mem)
 	store.dropRestocks = true
-	g := startGuard(t, store, GuardOptions{ProbeInterval: 20 * time.Millisecond})
-	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != SoldOut || !g.SoldOut("a") {
+	g := startGuard(t, store, admission.GuardOptions{ProbeInterval: 20 * time.Millisecond})
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
 		t.Fatalf("rejection = %+v", d)
 	}
 	// While sold out the probe keeps the flag.
@@ -567,15 +560,15 @@ func TestGuardProbeClearsFlagWhenBroadcastLost(t *testing.T) {
 		t.Fatalf("release = %v, %v", ok, err)
 	}
 	eventually(t, 5*time.Second, "probe clears the flag", func() bool { return !g.SoldOut("a") })
-	if d := mustAdmit(t, g, "a", "late", 1, "r2"); d.Outcome != Won {
+	if d := mustAdmit(t, g, "a", "late", 1, "r2"); d.Outcome != admission.Won {
 		t.Errorf("admission after probe = %+v", d)
 	}
 }
 
 func TestGuardProbeClearsDeletedActivity(t *testing.T) {
-	mem := newMemory(t, nil)
+	mem := newMemory(t)
 	sellOut(t, mem, "a", 1)
-	g := startGuard(t, mem, GuardOptions{ProbeInterval: 20 * time.Millisecond})
+	g := startGuard(t, mem, admission.GuardOptions{ProbeInterval: 20 * time.Millisecond})
 	mustAdmit(t, g, "a", "late", 1, "r")
 	if !g.SoldOut("a") {
 		t.Fatal("no flag")
@@ -584,7 +577,7 @@ func TestGuardProbeClearsDeletedActivity(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 5*time.Second, "probe clears the flag of a deleted activity", func() bool { return !g.SoldOut("a") })
-	if _, err := g.Admit(context.Background(), Request{Activity: "a", User: "u", Qty: 1, RequestID: "r"}); !errors.Is(err, ErrUnknownActivity) {
+	if _, err := g.Admit(context.Background(), admission.Request{Activity: "a", User: "u", Qty: 1, RequestID: "r"}); !errors.Is(err, admission.ErrUnknownActivity) {
 		t.Errorf("admission for a deleted activity: %v, want ErrUnknownActivity", err)
 	}
 }
@@ -611,20 +604,20 @@ func (l *stateLog) String() string {
 }
 
 func TestGuardBreakerFailsClosed(t *testing.T) {
-	mem := newMemory(t, nil)
+	mem := newMemory(t)
 	mustDefine(t, mem, openAt(time.Now(), "a", 1000, 1))
 	store := wrap(mem)
 	var log stateLog
-	g := NewGuard(store, GuardOptions{ConsecutiveFailures: 3, OpenTimeout: 100 * time.Millisecond, OnStateChange: log.hook})
+	g := admission.NewGuard(store, admission.GuardOptions{ConsecutiveFailures: 3, OpenTimeout: 100 * time.Millisecond, OnStateChange: log.hook})
 	ctx := context.Background()
-	req := func(i int) Request {
-		return Request{Activity: "a", User: "u" + strconv.Itoa(i), Qty: 1, RequestID: "r"}
+	req := func(i int) admission.Request {
+		return admission.Request{Activity: "a", User: "u" + strconv.Itoa(i), Qty: 1, RequestID: "r"}
 	}
 
 	store.fail.Store(true)
 	for i := range 3 {
 		d, err := g.Admit(ctx, req(i))
-		if !errors.Is(err, ErrBusy) || !errors.Is(err, errInjected) || d.Outcome == Won {
+		if !errors.Is(err, admission.ErrBusy) || !errors.Is(err, errInjected) || d.Outcome == admission.Won {
 			t.Fatalf("admission on a failing store = %+v, %v; want ErrBusy wrapping the failure", d, err)
 		}
 	}
@@ -634,11 +627,11 @@ func TestGuardBreakerFailsClosed(t *testing.T) {
 	before := store.calls.Load()
 	for i := range 50 {
 		d, err := g.Admit(ctx, req(100+i))
-		if !errors.Is(err, ErrBusy) || !errors.Is(err, gobreaker.ErrOpenState) || d.Outcome == Won {
+		if !errors.Is(err, admission.ErrBusy) || !errors.Is(err, gobreaker.ErrOpenState) || d.Outcome == admission.Won {
 			t.Fatalf("admission with the breaker open = %+v, %v", d, err)
 		}
 	}
-	if _, err := g.Remaining(ctx, "a"); !errors.Is(err, ErrBusy) {
+	if _, err := g.Remaining(ctx, "a"); !errors.Is(err, admission.ErrBusy) {
 		t.Errorf("remaining with the breaker open: %v, want ErrBusy", err)
 	}
 	if n := store.calls.Load() - before; n != 0 {
@@ -647,16 +640,16 @@ func TestGuardBreakerFailsClosed(t *testing.T) {
 
 	// The store recovers; after the open timeout a trial call goes through and admission resumes.
 	store.fail.Store(false)
-	var won Decision
+	var won admission.Decision
 	eventually(t, 5*time.Second, "admission resumes", func() bool {
 		d, err := g.Admit(ctx, req(1000))
-		if err != nil && !errors.Is(err, ErrBusy) {
+		if err != nil && !errors.Is(err, admission.ErrBusy) {
 			t.Fatalf("admission: %v", err)
 		}
 		won = d
 		return err == nil
 	})
-	if won.Outcome != Won {
+	if won.Outcome != admission.Won {
 		t.Errorf("admission after recovery = %+v", won)
 	}
 	if st := g.BreakerState(); st != gobreaker.StateClosed {
@@ -672,13 +665,13 @@ func TestGuardBreakerFailsClosed(t *testing.T) {
 }
 
 func TestGuardBreakerIgnoresAnswers(t *testing.T) {
-	mem := newMemory(t, nil)
+	mem := newMemory(t)
 	now := time.Now()
 	mustDefine(t, mem, openAt(now, "a", 2, 1))
-	mustDefine(t, mem, Activity{ID: "later", Stock: 1, Limit: 1, Start: now.Add(time.Hour), End: now.Add(2 * time.Hour)})
-	mustDefine(t, mem, Activity{ID: "past", Stock: 1, Limit: 1, Start: now.Add(-2 * time.Hour), End: now.Add(-time.Hour)})
+	mustDefine(t, mem, admission.Activity{ID: "later", Stock: 1, Limit: 1, Start: now.Add(time.Hour), End: now.Add(2 * time.Hour)})
+	mustDefine(t, mem, admission.Activity{ID: "past", Stock: 1, Limit: 1, Start: now.Add(-2 * time.Hour), End: now.Add(-time.Hour)})
 	store := wrap(mem)
-	g := NewGuard(store, GuardOptions{ConsecutiveFailures: 2, OpenTimeout: time.Hour})
+	g := admission.NewGuard(store, admission.GuardOptions{ConsecutiveFailures: 2, OpenTimeout: time.Hour})
 	ctx := context.Background()
 	canceled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -697,32 +690,32 @@ func TestGuardBreakerIgnoresAnswers(t *testing.T) {
 				ok   func(error) bool
 			}{name, err, func(e error) bool { return errors.Is(e, want) }})
 		}
-		d, err := g.Admit(ctx, Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r2"})
-		if d.Outcome != LimitReached {
+		d, err := g.Admit(ctx, admission.Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r2"})
+		if d.Outcome != admission.LimitReached {
 			t.Errorf("limit = %+v, %v", d, err)
 		}
-		d, _ = g.Admit(ctx, Request{Activity: "later", User: "u1", Qty: 1, RequestID: "r"})
-		d2, _ := g.Admit(ctx, Request{Activity: "past", User: "u1", Qty: 1, RequestID: "r"})
-		if d.Outcome != NotStarted || d2.Outcome != Ended {
+		d, _ = g.Admit(ctx, admission.Request{Activity: "later", User: "u1", Qty: 1, RequestID: "r"})
+		d2, _ := g.Admit(ctx, admission.Request{Activity: "past", User: "u1", Qty: 1, RequestID: "r"})
+		if d.Outcome != admission.NotStarted || d2.Outcome != admission.Ended {
 			t.Errorf("window answers = %v, %v", d.Outcome, d2.Outcome)
 		}
-		_, err = g.Admit(ctx, Request{Activity: "a", User: "", Qty: 1, RequestID: "r"})
-		add("bad input", err, ErrBadInput)
-		_, err = g.Admit(ctx, Request{Activity: "nope", User: "u", Qty: 1, RequestID: "r"})
-		add("unknown activity", err, ErrUnknownActivity)
+		_, err = g.Admit(ctx, admission.Request{Activity: "a", User: "", Qty: 1, RequestID: "r"})
+		add("bad input", err, admission.ErrBadInput)
+		_, err = g.Admit(ctx, admission.Request{Activity: "nope", User: "u", Qty: 1, RequestID: "r"})
+		add("unknown activity", err, admission.ErrUnknownActivity)
 		_, err = g.Release(ctx, "a", "1-0")
-		add("unknown reservation", err, ErrNotFound)
+		add("unknown reservation", err, admission.ErrNotFound)
 		_, err = g.GetResult(ctx, "a", "nobody")
-		add("no result", err, ErrNotFound)
+		add("no result", err, admission.ErrNotFound)
 		for range 3 { // in a row: more than ConsecutiveFailures if they counted
-			_, err = g.Admit(canceled, Request{Activity: "a", User: "u9", Qty: 1, RequestID: "r"})
+			_, err = g.Admit(canceled, admission.Request{Activity: "a", User: "u9", Qty: 1, RequestID: "r"})
 			add("canceled", err, context.Canceled)
 		}
 		if st := g.BreakerState(); st != gobreaker.StateClosed {
 			t.Fatalf("breaker %v after canceled calls, want closed", st)
 		}
 		for _, c := range checks {
-			if !c.ok(c.err) || errors.Is(c.err, ErrBusy) {
+			if !c.ok(c.err) || errors.Is(c.err, admission.ErrBusy) {
 				t.Errorf("%s: err = %v", c.name, c.err)
 			}
 		}
@@ -733,7 +726,7 @@ func TestGuardBreakerIgnoresAnswers(t *testing.T) {
 	// A sold-out answer with stock left (qty above what remains) is an answer too.
 	mustDefine(t, mem, openAt(now, "b", 1, 2))
 	for i := range 3 {
-		if d := mustAdmit(t, g, "b", "u"+strconv.Itoa(i), 2, "r"); d.Outcome != SoldOut || d.Remaining != 1 {
+		if d := mustAdmit(t, g, "b", "u"+strconv.Itoa(i), 2, "r"); d.Outcome != admission.SoldOut || d.Remaining != 1 {
 			t.Fatalf("qty 2 of 1 = %+v", d)
 		}
 	}
@@ -751,10 +744,10 @@ func TestGuardBreakerIgnoresAnswers(t *testing.T) {
 }
 
 func TestGuardBreakerFailureRatio(t *testing.T) {
-	mem := newMemory(t, nil)
+	mem := newMemory(t)
 	mustDefine(t, mem, openAt(time.Now(), "a", 100, 100))
 	store := wrap(mem)
-	g := NewGuard(store, GuardOptions{FailureRatio: 0.5, RatioMinRequests: 10, OpenTimeout: time.Hour})
+	g := admission.NewGuard(store, admission.GuardOptions{FailureRatio: 0.5, RatioMinRequests: 10, OpenTimeout: time.Hour})
 	ctx := context.Background()
 	// Every other call fails: never 5 in a row, but half of them.
 	for i := range 9 {
@@ -772,14 +765,14 @@ func TestGuardBreakerFailureRatio(t *testing.T) {
 }
 
 func TestGuardQueueBreakerIsSeparate(t *testing.T) {
-	mem := newMemory(t, nil)
+	mem := newMemory(t)
 	mustDefine(t, mem, openAt(time.Now(), "a", 100, 1))
 	store := wrap(mem)
-	g := NewGuard(store, GuardOptions{ConsecutiveFailures: 2, OpenTimeout: time.Hour})
+	g := admission.NewGuard(store, admission.GuardOptions{ConsecutiveFailures: 2, OpenTimeout: time.Hour})
 	ctx := context.Background()
 	store.fail.Store(true)
 	for range 2 {
-		if _, err := g.ReadGroup(ctx, "a", "g", "c", 10, 0, false); !errors.Is(err, ErrBusy) {
+		if _, err := g.ReadGroup(ctx, "a", "g", "c", 10, 0, false); !errors.Is(err, admission.ErrBusy) {
 			t.Fatalf("read on a failing store: %v, want ErrBusy", err)
 		}
 	}
@@ -790,15 +783,15 @@ func TestGuardQueueBreakerIsSeparate(t *testing.T) {
 	if _, err := g.ReadGroup(ctx, "a", "g", "c", 10, 0, false); !errors.Is(err, gobreaker.ErrOpenState) {
 		t.Errorf("read with the queue breaker open: %v", err)
 	}
-	if d := mustAdmit(t, g, "a", "u", 1, "r"); d.Outcome != Won || g.BreakerState() != gobreaker.StateClosed {
+	if d := mustAdmit(t, g, "a", "u", 1, "r"); d.Outcome != admission.Won || g.BreakerState() != gobreaker.StateClosed {
 		t.Errorf("admission with only the queue breaker open = %+v, breaker %v", d, g.BreakerState())
 	}
 }
 
 func TestGuardCloseStopsBackground(t *testing.T) {
-	mem := newMemory(t, nil)
+	mem := newMemory(t)
 	resv := sellOut(t, mem, "a", 1)
-	g := NewGuard(mem, GuardOptions{ProbeInterval: 10 * time.Millisecond})
+	g := admission.NewGuard(mem, admission.GuardOptions{ProbeInterval: 10 * time.Millisecond})
 	g.Start(context.Background())
 	g.Start(context.Background()) // idempotent
 	mustAdmit(t, g, "a", "late", 1, "r")
@@ -825,15 +818,15 @@ func (s *wrappedStore) Backlog(ctx context.Context, activity, group string) (int
 	if err := s.enter(); err != nil {
 		return 0, err
 	}
-	return s.MemoryStore.Backlog(ctx, activity, group)
+	return s.Memory.Backlog(ctx, activity, group)
 }
 
 // partialStore marks every decision's Remaining as only a bucket's (RemainingPartial), as a
-// split activity's RedisStore does for a win in a home bucket.
-type partialStore struct{ *MemoryStore }
+// split activity's redisstore.Store does for a win in a home bucket.
+type partialStore struct{ *localstore.Memory }
 
-func (s partialStore) Admit(ctx context.Context, r Request) (Decision, error) {
-	d, err := s.MemoryStore.Admit(ctx, r)
+func (s partialStore) Admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
+	d, err := s.Memory.Admit(ctx, r)
 	d.RemainingPartial = true
 	return d, err
 }
@@ -841,10 +834,48 @@ func (s partialStore) Admit(ctx context.Context, r Request) (Decision, error) {
 // TestGuardNoFlagOnPartialRemaining: a win that leaves its bucket at 0 is not the activity's
 // sell-out, so the Guard does not flag it (chaos scenario 11 undersold before it).
 func TestGuardNoFlagOnPartialRemaining(t *testing.T) {
-	store := newMemory(t, nil)
+	store := newMemory(t)
 	mustDefine(t, store, openAt(time.Now(), "a", 1, 1))
-	g := NewGuard(partialStore{store}, GuardOptions{})
-	if d := mustAdmit(t, g, "a", "u1", 1, "r1"); d.Outcome != Won || d.Remaining != 0 || g.SoldOut("a") {
+	g := admission.NewGuard(partialStore{store}, admission.GuardOptions{})
+	if d := mustAdmit(t, g, "a", "u1", 1, "r1"); d.Outcome != admission.Won || d.Remaining != 0 || g.SoldOut("a") {
 		t.Fatalf("win with a partial 0 = %+v, flag %v; want no flag", d, g.SoldOut("a"))
 	}
+}
+
+func newMemory(t testing.TB) *localstore.Memory {
+	s := localstore.NewMemory(localstore.MemoryOptions{})
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// openAt returns an activity whose window opened a minute before now.
+func openAt(now time.Time, id string, stock, limit int64) admission.Activity {
+	return admission.Activity{ID: id, Stock: stock, Limit: limit, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}
+}
+
+func mustDefine(t testing.TB, s admission.Store, a admission.Activity) admission.Activity {
+	t.Helper()
+	got, err := s.Define(context.Background(), a, false)
+	if err != nil {
+		t.Fatalf("define %s: %v", a.ID, err)
+	}
+	return got
+}
+
+func mustAdmit(t testing.TB, s admission.Store, act, user string, qty int64, req string) admission.Decision {
+	t.Helper()
+	d, err := s.Admit(context.Background(), admission.Request{Activity: act, User: user, Qty: qty, RequestID: req})
+	if err != nil {
+		t.Fatalf("admit %s/%s/%s: %v", act, user, req, err)
+	}
+	return d
+}
+
+func mustRemaining(t testing.TB, s admission.Store, act string) int64 {
+	t.Helper()
+	n, err := s.Remaining(context.Background(), act)
+	if err != nil {
+		t.Fatalf("remaining %s: %v", act, err)
+	}
+	return n
 }

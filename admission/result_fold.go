@@ -10,21 +10,21 @@ import "strings"
 // failed order.
 func resultInFlight(code string) bool { return code == "queued" || code == "pending_payment" }
 
-// foldResult folds r, a new record of one reservation, into a user's latest record (top, when
+// FoldResult folds r, a new record of one reservation, into a user's latest record (top, when
 // hasTop) and per-reservation records (list, nil until there are two reservations). A win (an
 // admission) is always the latest; another record is unless the latest is another reservation
 // still in flight.
-func foldResult(top Result, hasTop bool, list []Result, r Result, win bool) (Result, []Result) {
+func FoldResult(top Result, hasTop bool, list []Result, r Result, win bool) (Result, []Result) {
 	if r.ReservationID != "" {
 		if list == nil && hasTop && top.ReservationID != "" && top.ReservationID != r.ReservationID {
-			list = []Result{withoutReservations(top)}
+			list = []Result{WithoutReservations(top)}
 		}
 		if list != nil {
-			list = putReservation(list, withoutReservations(r))
+			list = putReservation(list, WithoutReservations(r))
 		}
 	}
 	if win || !hasTop || top.ReservationID == "" || top.ReservationID == r.ReservationID || !resultInFlight(top.Code) {
-		top = withoutReservations(r)
+		top = WithoutReservations(r)
 	}
 	return top, list
 }
@@ -45,30 +45,30 @@ func putReservation(list []Result, r Result) []Result {
 	return list
 }
 
-func withoutReservations(r Result) Result {
+func WithoutReservations(r Result) Result {
 	r.Reservations = nil
 	return r
 }
 
-// checkResultRecord refuses a reservation id the Redis store's list of ids could not hold.
-func checkResultRecord(r Result) error {
+// CheckResultRecord refuses a reservation id the Redis store's list of ids could not hold.
+func CheckResultRecord(r Result) error {
 	if !validResultCode(r.Code) {
-		return badInput("result code %q", r.Code)
+		return BadInput("result code %q", r.Code)
 	}
 	if strings.ContainsAny(r.ReservationID, " \x00") {
-		return badInput("reservation id %q contains a space or a NUL byte", r.ReservationID)
+		return BadInput("reservation id %q contains a space or a NUL byte", r.ReservationID)
 	}
 	return nil
 }
 
-// checkUserID checks a user id (of an admission or a result call): a NUL byte would make it collide with the
+// CheckUserID checks a user id (of an admission or a result call): a NUL byte would make it collide with the
 // names of another user's per-reservation records.
-func checkUserID(user string) error {
+func CheckUserID(user string) error {
 	if user == "" || len(user) > MaxUserIDLen {
-		return badInput("user id must be 1-%d bytes", MaxUserIDLen)
+		return BadInput("user id must be 1-%d bytes", MaxUserIDLen)
 	}
 	if strings.IndexByte(user, 0) >= 0 {
-		return badInput("user id must not contain a NUL byte")
+		return BadInput("user id must not contain a NUL byte")
 	}
 	return nil
 }

@@ -7,16 +7,16 @@ import (
 )
 
 // The result record's JSON. Buyers poll their result many times per win, and the edge answers
-// each poll with the record as JSON. RedisStore keeps the record as JSON already (admit.lua writes
+// each poll with the record as JSON. redisstore.Store keeps the record as JSON already (admit.lua writes
 // a winner's, SetResult the order backend's), in the very encoding encoding/json gives a Result,
 // which is also the edge's answer. So a poll can hand the stored text on (Store.AppendResult)
-// instead of decoding it into a Result and encoding that again. appendResultJSON writes that
+// instead of decoding it into a Result and encoding that again. AppendResultJSON writes that
 // encoding without reflection, and parseResultJSON recognizes it; anything else (an escape, a
 // field order or spacing of another writer) goes through encoding/json, so the answer is always
 // encoding/json's encoding of the record (TestResultJSONMatchesEncodingJSON, FuzzResultJSON).
 
-// appendResultJSON appends r as json.Marshal encodes it.
-func appendResultJSON(dst []byte, r Result) []byte {
+// AppendResultJSON appends r as json.Marshal encodes it.
+func AppendResultJSON(dst []byte, r Result) []byte {
 	dst = append(dst, `{"code":`...)
 	dst = appendJSONString(dst, r.Code)
 	if r.ReservationID != "" {
@@ -37,7 +37,7 @@ func appendResultJSON(dst []byte, r Result) []byte {
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = appendResultJSON(dst, e)
+			dst = AppendResultJSON(dst, e)
 		}
 		dst = append(dst, ']')
 	}
@@ -86,7 +86,7 @@ func validResultCode(c string) bool {
 	return ok
 }
 
-// parseResultJSON reads v when it is exactly appendResultJSON's encoding of a record with a known
+// parseResultJSON reads v when it is exactly AppendResultJSON's encoding of a record with a known
 // code and plain strings; ok is false for anything else, which the caller decodes with
 // encoding/json. The strings of r are substrings of v.
 func parseResultJSON(v string) (r Result, ok bool) {
@@ -151,9 +151,9 @@ func canonicalInt(s string) bool {
 	return true
 }
 
-// decodeResult reads a stored record: parseResultJSON's fast path, or encoding/json for any other
+// DecodeResult reads a stored record: parseResultJSON's fast path, or encoding/json for any other
 // spelling.
-func decodeResult(v string) (Result, error) {
+func DecodeResult(v string) (Result, error) {
 	if r, ok := parseResultJSON(v); ok {
 		return r, nil
 	}
@@ -164,9 +164,9 @@ func decodeResult(v string) (Result, error) {
 	return r, nil
 }
 
-// appendStoredResult appends a stored record to dst in appendResultJSON's encoding and returns
+// AppendStoredResult appends a stored record to dst in AppendResultJSON's encoding and returns
 // its code: the stored text itself when it already is that encoding, else the record re-encoded.
-func appendStoredResult(dst []byte, v string) ([]byte, string, error) {
+func AppendStoredResult(dst []byte, v string) ([]byte, string, error) {
 	if r, ok := parseResultJSON(v); ok {
 		return append(dst, v...), r.Code, nil
 	}
@@ -174,5 +174,5 @@ func appendStoredResult(dst []byte, v string) ([]byte, string, error) {
 	if err := json.Unmarshal([]byte(v), &r); err != nil {
 		return dst, "", err
 	}
-	return appendResultJSON(dst, r), r.Code, nil
+	return AppendResultJSON(dst, r), r.Code, nil
 }

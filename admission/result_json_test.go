@@ -1,15 +1,9 @@
 package admission
 
 import (
-	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"testing"
-	"time"
-
-	"github.com/redis/go-redis/v9"
-
-	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // randomResultString draws a string that is usually a plain id and sometimes holds what
@@ -33,7 +27,7 @@ func randomResultString(r *rand.Rand) string {
 	return s
 }
 
-// TestResultJSONMatchesEncodingJSON checks appendResultJSON against json.Marshal on random
+// TestResultJSONMatchesEncodingJSON checks AppendResultJSON against json.Marshal on random
 // records, and that parseResultJSON takes the fast path for every record with a known code and
 // plain strings (which is what the stores write) and reads it back exactly.
 func TestResultJSONMatchesEncodingJSON(t *testing.T) {
@@ -64,9 +58,9 @@ func TestResultJSONMatchesEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := appendResultJSON([]byte("x"), rec)
+		got := AppendResultJSON([]byte("x"), rec)
 		if string(got) != "x"+string(want) {
-			t.Fatalf("#%d %+v: appendResultJSON = %s, json.Marshal = %s", i, rec, got[1:], want)
+			t.Fatalf("#%d %+v: AppendResultJSON = %s, json.Marshal = %s", i, rec, got[1:], want)
 		}
 		_, known := resultCode(rec.Code)
 		plain := plainJSON(rec.ReservationID) && plainJSON(rec.OrderID)
@@ -88,8 +82,8 @@ func TestResultJSONMatchesEncodingJSON(t *testing.T) {
 }
 
 // FuzzResultJSON checks, for any stored text, that the fast path accepts only encoding/json's own
-// encoding of what encoding/json decodes from it, and that a poll's answer (appendStoredResult)
-// and GetResult's record (decodeResult) are what decoding and encoding again give.
+// encoding of what encoding/json decodes from it, and that a poll's answer (AppendStoredResult)
+// and GetResult's record (DecodeResult) are what decoding and encoding again give.
 func FuzzResultJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"code":"queued","reservation_id":"1764441234567-0"}`,
@@ -123,62 +117,20 @@ func FuzzResultJSON(f *testing.F) {
 				t.Fatalf("fast path took %q, which is not encoding/json's %s", v, enc)
 			}
 		}
-		got, code, err := appendStoredResult([]byte("p"), v)
-		r, derr := decodeResult(v)
+		got, code, err := AppendStoredResult([]byte("p"), v)
+		r, derr := DecodeResult(v)
 		if werr != nil {
 			if err == nil || derr == nil {
-				t.Fatalf("%q does not decode (%v), yet appendStoredResult gave %q, %v and decodeResult %+v, %v", v, werr, got, err, r, derr)
+				t.Fatalf("%q does not decode (%v), yet AppendStoredResult gave %q, %v and DecodeResult %+v, %v", v, werr, got, err, r, derr)
 			}
 			return
 		}
 		enc, _ := json.Marshal(want)
 		if err != nil || string(got) != "p"+string(enc) || code != want.Code {
-			t.Fatalf("appendStoredResult(%q) = %q, %q, %v; want %q, %q", v, got, code, err, "p"+string(enc), want.Code)
+			t.Fatalf("AppendStoredResult(%q) = %q, %q, %v; want %q, %q", v, got, code, err, "p"+string(enc), want.Code)
 		}
 		if derr != nil || !r.Equal(want) {
-			t.Fatalf("decodeResult(%q) = %+v, %v; want %+v", v, r, derr, want)
+			t.Fatalf("DecodeResult(%q) = %+v, %v; want %+v", v, r, derr, want)
 		}
 	})
-}
-
-// TestRedisStoredResultsTakeFastPath checks that what admit.lua and SetResult store is in the
-// encoding the poll hands on as it is: otherwise every poll would silently decode and encode.
-func TestRedisStoredResultsTakeFastPath(t *testing.T) {
-	srv := testsrv.StartRedis(t)
-	ctx := context.Background()
-	s, err := NewRedisStore(redis.NewClient(&redis.Options{Addr: srv.Addr}), RedisOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	now := time.Now()
-	if _, err := s.Define(ctx, Activity{ID: "a", Stock: 10, Limit: 1, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}, false); err != nil {
-		t.Fatal(err)
-	}
-	d, err := s.Admit(ctx, Request{Activity: "a", User: "alice", Qty: 1, RequestID: "r"})
-	if err != nil || d.Outcome != Won {
-		t.Fatalf("admit: %+v, %v", d, err)
-	}
-	stored := func() string {
-		t.Helper()
-		v, err := s.client.HGet(ctx, s.key("a", "results"), "alice").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	if v := stored(); !fastPath(v) {
-		t.Errorf("admit.lua stored %q, which the fast path does not take", v)
-	}
-	if err := s.SetResult(ctx, "a", "alice", Result{Code: "pending_payment", ReservationID: d.ReservationID, OrderID: "o-1", PayBeforeMS: 1764441234567}); err != nil {
-		t.Fatal(err)
-	}
-	if v := stored(); !fastPath(v) {
-		t.Errorf("SetResult stored %q, which the fast path does not take", v)
-	}
-}
-
-func fastPath(v string) bool {
-	_, ok := parseResultJSON(v)
-	return ok
 }

@@ -4,9 +4,9 @@
 // Store takes it atomically (never more than the stock, never more than the per-user limit, never
 // twice for one request), appends every win to the activity's wins queue in the same step, and
 // gives a reservation back exactly once. Three stores implement it with identical semantics,
-// proven by one conformance suite (package admissiontest): RedisStore for any number of nodes,
-// LocalStore, durable in a folder on one node, and MemoryStore, which keeps nothing across a
-// restart.
+// proven by one conformance suite (package admissiontest): redisstore.Store for any number of
+// nodes, localstore.Store, durable in a folder on one node, and localstore.Memory, which keeps
+// nothing across a restart. Each is also a Caddy guest module of the namespace seckill.stores.
 //
 // Guard wraps a Store with what every node adds in front of it: a node-local sold-out flag, so a
 // rejection after the sell-out costs no store call, and a circuit breaker that fails closed.
@@ -74,10 +74,10 @@ type Store interface {
 
 	// AppendResult is GetResult for a poll: it appends the record to dst as JSON, in exactly the
 	// encoding encoding/json gives a Result (which is the edge's answer), and returns the
-	// extended slice with the record's code. RedisStore hands on the JSON it stores when it is
+	// extended slice with the record's code. redisstore.Store hands on the JSON it stores when it is
 	// already in that encoding, with no decoding and encoding again. A user without a record is
 	// ErrNotFound; so may be an unknown activity (ErrUnknownActivity is also allowed): the caller
-	// has resolved the activity already, and telling the two apart would cost RedisStore a
+	// has resolved the activity already, and telling the two apart would cost redisstore.Store a
 	// second round trip on every miss.
 	AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error)
 
@@ -92,7 +92,7 @@ type Store interface {
 }
 
 // Queue is the per-activity wins queue an order consumer reads: a Redis Stream with a consumer
-// group in RedisStore, an in-process equivalent with the same semantics in MemoryStore.
+// group in redisstore.Store, an in-process equivalent with the same semantics in localstore.Memory.
 type Queue interface {
 	// EnsureGroup creates the consumer group if it does not exist; the group starts at the
 	// beginning of the queue so that no win appended before the consumer first ran is missed.
@@ -138,7 +138,7 @@ type Activity struct {
 	// Buckets splits the stock into that many buckets under their own Redis Cluster hash tags,
 	// so that one hot activity is decided on several shards (docs/admission.md, "Stock
 	// buckets"). 0 or 1 is not split; 2 to MaxBuckets, and never more than Stock. Only
-	// RedisStore splits; the count is fixed once defined.
+	// redisstore.Store splits; the count is fixed once defined.
 	Buckets int `json:"buckets,omitempty"`
 }
 

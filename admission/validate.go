@@ -3,6 +3,7 @@ package admission
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"hash/fnv"
 	"time"
 )
 
@@ -37,22 +38,22 @@ func ValidActivityID(id string) bool {
 
 // validate checks a definition and normalises its times to the milliseconds stores keep. An empty
 // salt is left empty: the store generates one on creation and keeps the old one on redefinition.
-func (a Activity) validate() (Activity, error) {
+func (a Activity) Validate() (Activity, error) {
 	switch {
 	case !ValidActivityID(a.ID):
-		return a, badInput("activity id %q: want 1-%d of [A-Za-z0-9._-]", a.ID, MaxActivityIDLen)
+		return a, BadInput("activity id %q: want 1-%d of [A-Za-z0-9._-]", a.ID, MaxActivityIDLen)
 	case a.Stock < 0:
-		return a, badInput("activity %s: stock %d is negative", a.ID, a.Stock)
+		return a, BadInput("activity %s: stock %d is negative", a.ID, a.Stock)
 	case a.Limit <= 0:
-		return a, badInput("activity %s: per-user limit %d must be positive", a.ID, a.Limit)
+		return a, BadInput("activity %s: per-user limit %d must be positive", a.ID, a.Limit)
 	case a.Start.IsZero() || a.End.IsZero():
-		return a, badInput("activity %s: start and end are required", a.ID)
+		return a, BadInput("activity %s: start and end are required", a.ID)
 	case a.PayWithin < 0:
-		return a, badInput("activity %s: pay window %s is negative", a.ID, a.PayWithin)
+		return a, BadInput("activity %s: pay window %s is negative", a.ID, a.PayWithin)
 	case a.Buckets < 0 || a.Buckets > MaxBuckets:
-		return a, badInput("activity %s: buckets %d: want 0 to %d", a.ID, a.Buckets, MaxBuckets)
+		return a, BadInput("activity %s: buckets %d: want 0 to %d", a.ID, a.Buckets, MaxBuckets)
 	case a.Buckets > 1 && int64(a.Buckets) > a.Stock:
-		return a, badInput("activity %s: %d buckets for a stock of %d: never more buckets than items", a.ID, a.Buckets, a.Stock)
+		return a, BadInput("activity %s: %d buckets for a stock of %d: never more buckets than items", a.ID, a.Buckets, a.Stock)
 	}
 	if a.Buckets == 1 { // one bucket is no split
 		a.Buckets = 0
@@ -63,14 +64,14 @@ func (a Activity) validate() (Activity, error) {
 	a.End = time.UnixMilli(a.End.UnixMilli())
 	a.PayWithin = a.PayWithin.Truncate(time.Millisecond)
 	if !a.End.After(a.Start) {
-		return a, badInput("activity %s: end %s is not after start %s (to the millisecond)", a.ID,
+		return a, BadInput("activity %s: end %s is not after start %s (to the millisecond)", a.ID,
 			a.End.UTC().Format(time.RFC3339Nano), a.Start.UTC().Format(time.RFC3339Nano))
 	}
 	return a, nil
 }
 
-// sameDefinition reports whether b redefines a without change; an empty salt in b means "keep".
-func sameDefinition(a, b Activity) bool {
+// SameDefinition reports whether b redefines a without change; an empty salt in b means "keep".
+func SameDefinition(a, b Activity) bool {
 	return a.Stock == b.Stock && a.Buckets == b.Buckets && a.Limit == b.Limit && a.Start.Equal(b.Start) && a.End.Equal(b.End) &&
 		a.PayWithin == b.PayWithin && (b.Salt == "" || a.Salt == b.Salt)
 }
@@ -82,19 +83,28 @@ func NewSalt() string {
 	return hex.EncodeToString(b[:])
 }
 
-func (r Request) validate() error {
+func (r Request) Validate() error {
 	switch {
 	case !ValidActivityID(r.Activity):
-		return badInput("activity id %q", r.Activity)
+		return BadInput("activity id %q", r.Activity)
 	}
-	if err := checkUserID(r.User); err != nil {
+	if err := CheckUserID(r.User); err != nil {
 		return err
 	}
 	switch {
 	case r.RequestID == "" || len(r.RequestID) > MaxRequestIDLen:
-		return badInput("request id must be 1-%d bytes", MaxRequestIDLen)
+		return BadInput("request id must be 1-%d bytes", MaxRequestIDLen)
 	case r.Qty <= 0:
-		return badInput("qty %d must be positive", r.Qty)
+		return BadInput("qty %d must be positive", r.Qty)
 	}
 	return nil
+}
+
+// HomeBucket is user's bucket among n: FNV-1a of the user id, mod n. Every admission and every
+// result record of the user lives there, so the per-user limit and request-id replay stay inside
+// one script.
+func HomeBucket(user string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(user))
+	return int(h.Sum32() % uint32(n))
 }

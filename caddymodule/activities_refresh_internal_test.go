@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 )
 
 // slowListing is a real store whose Activities answer is held back until release is closed, as
@@ -30,7 +31,7 @@ func (s *slowListing) Activities(ctx context.Context) ([]string, error) {
 // every activity had answered), and a redefinition's old window came back.
 func TestRefreshKeepsNewerDefinitions(t *testing.T) {
 	ctx := context.Background()
-	mem := admission.NewMemoryStore(admission.MemoryOptions{})
+	mem := localstore.NewMemory(localstore.MemoryOptions{})
 	t.Cleanup(func() { _ = mem.Close() })
 	now := time.Now()
 	define := func(id string, start time.Time) admission.Activity {

@@ -17,11 +17,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
-	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
-	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
+	"github.com/caddy-seckill/caddy-seckill/captcha"
+	"github.com/caddy-seckill/caddy-seckill/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+	"github.com/caddy-seckill/caddy-seckill/ratelimit"
 )
 
 func init() {
@@ -185,8 +187,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 		reveal[id] = time.Duration(act.Reveal)
 	}
 	a.acts = newActivities(b.guard, reveal)
-	rs, _ := b.store.(*admission.RedisStore) // nil unless store redis
-	var localStats func() admission.LocalStats
+	rs, _ := b.store.(*redisstore.Store) // nil unless store redis
+	var localStats func() localstore.Stats
 	if b.local != nil {
 		localStats = b.local.Stats
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
-	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 )
 
 // parseStore parses the store option of the global seckill block. Syntax:
@@ -112,8 +112,8 @@ func parseStoreRedis(d *caddyfile.Dispenser, s *StoreConfig) error {
 		case "auto_pipeline":
 			s.AutoPipeline, err = true, noArg(d)
 		case "admit_batch":
-			s.AdmitBatch, err = intArg(d, "store redis admit_batch", 1, admission.MaxAdmitBatch,
-				fmt.Sprintf("want 1 (no grouping) to %d", admission.MaxAdmitBatch))
+			s.AdmitBatch, err = intArg(d, "store redis admit_batch", 1, redisstore.MaxAdmitBatch,
+				fmt.Sprintf("want 1 (no grouping) to %d", redisstore.MaxAdmitBatch))
 		case "pool_size":
 			s.PoolSize, err = intArg(d, "store redis pool_size", 1, maxPoolSize,
 				fmt.Sprintf("want 1 to %d connections", maxPoolSize))
@@ -149,8 +149,8 @@ func parseReplicasAck(d *caddyfile.Dispenser, s *StoreConfig) error {
 		return d.ArgErr()
 	}
 	n, err := strconv.Atoi(args[0])
-	if err != nil || n < 1 || n > admission.MaxReplicasAck {
-		return d.Errf("seckill: store redis replicas_ack %q: want 1 to %d replicas", args[0], admission.MaxReplicasAck)
+	if err != nil || n < 1 || n > redisstore.MaxReplicasAck {
+		return d.Errf("seckill: store redis replicas_ack %q: want 1 to %d replicas", args[0], redisstore.MaxReplicasAck)
 	}
 	s.ReplicasAck = n
 	if len(args) == 2 {

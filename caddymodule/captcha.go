@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
+	"github.com/caddy-seckill/caddy-seckill/captcha"
 )
 
 // captchaAnswer is the body of POST {prefix}/{activity}/captcha.

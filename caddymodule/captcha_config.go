@@ -7,8 +7,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
-	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+	"github.com/caddy-seckill/caddy-seckill/captcha"
+	"github.com/caddy-seckill/caddy-seckill/ratelimit"
 )
 
 // CaptchaConfig tunes the captcha of the path call. Zero fields take their defaults.

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
@@ -60,7 +61,7 @@ func cmdReconcile(fl caddycmd.Flags) (int, error) {
 		ans, err = reconcileDirect(ctx, app, activity)
 	case app != nil && app.Store.typ() == storeLocal:
 		ans, err = reconcileDirect(ctx, app, activity)
-		if errors.Is(err, admission.ErrLocalLocked) { // the running Caddy holds the folder: ask it
+		if errors.Is(err, localstore.ErrLocked) { // the running Caddy holds the folder: ask it
 			ans, err = reconcileViaAdmin(fl.String("address"), cfg, fl.String("config"), fl.String("adapter"), activity)
 		}
 	default:
@@ -128,7 +129,7 @@ func reconcileDirect(ctx context.Context, app *App, activity string) (reconcileA
 		return reconcileAnswer{}, err
 	}
 	if store.typ() == storeLocal {
-		switch ok, err := admission.LocalStoreIn(store.Dir); {
+		switch ok, err := localstore.Exists(store.Dir); {
 		case err != nil:
 			return reconcileAnswer{}, fmt.Errorf("%s: %w", store.directive(), err)
 		case !ok:

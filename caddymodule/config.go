@@ -10,7 +10,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
+	"github.com/caddy-seckill/caddy-seckill/ratelimit"
 )
 
 // StoreConfig selects and configures the admission store every node of a sale shares.
@@ -169,12 +170,12 @@ func (s *StoreConfig) validate() error {
 		return errors.New("store redis: a cluster has only database 0")
 	case s.DB < 0:
 		return fmt.Errorf("store redis: db %d is negative", s.DB)
-	case s.AdmitBatch < 0 || s.AdmitBatch > admission.MaxAdmitBatch:
-		return fmt.Errorf("store redis: admit_batch %d: want 1 (no grouping) to %d", s.AdmitBatch, admission.MaxAdmitBatch)
+	case s.AdmitBatch < 0 || s.AdmitBatch > redisstore.MaxAdmitBatch:
+		return fmt.Errorf("store redis: admit_batch %d: want 1 (no grouping) to %d", s.AdmitBatch, redisstore.MaxAdmitBatch)
 	case s.PoolSize < 0 || s.PoolSize > maxPoolSize:
 		return fmt.Errorf("store redis: pool_size %d: want 1 to %d", s.PoolSize, maxPoolSize)
-	case s.ReplicasAck < 0 || s.ReplicasAck > admission.MaxReplicasAck:
-		return fmt.Errorf("store redis: replicas_ack %d: want 1 to %d replicas", s.ReplicasAck, admission.MaxReplicasAck)
+	case s.ReplicasAck < 0 || s.ReplicasAck > redisstore.MaxReplicasAck:
+		return fmt.Errorf("store redis: replicas_ack %d: want 1 to %d replicas", s.ReplicasAck, redisstore.MaxReplicasAck)
 	case s.ReplicasAckTimeout != 0 && s.ReplicasAck == 0:
 		return errors.New("store redis: replicas_ack_timeout needs replicas_ack")
 	case s.ReplicasAckTimeout != 0 && (time.Duration(s.ReplicasAckTimeout) < time.Millisecond || time.Duration(s.ReplicasAckTimeout) > maxReplicasAckTimeout):

@@ -15,7 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/hashedurl"
+	"github.com/caddy-seckill/caddy-seckill/hashedurl"
 )
 
 // The targets below drive request bodies through a Caddy running in this process, over loopback,

@@ -7,7 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+	"github.com/caddy-seckill/caddy-seckill/ratelimit"
 )
 
 // Buckets of the user rate limit: result polling has its own, so that a buyer waiting for the

@@ -13,6 +13,8 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
 
@@ -93,8 +95,8 @@ const (
 // newMetrics creates the metrics and registers them, with the collectors of the activities, the
 // breaker state and the JWKS refresh failures (verifier may be nil), on reg; and with store
 // redis (rs not nil) its bucket transfer counters and, with replicas_ack, its WAIT counters.
-func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, verifier *jwtauth.Verifier, rs *admission.RedisStore,
-	local func() admission.LocalStats) (*metrics, error) {
+func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, verifier *jwtauth.Verifier, rs *redisstore.Store,
+	local func() localstore.Stats) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
@@ -179,8 +181,8 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 
 // localCollectors export store local's group commits: their rate, mean batch and cost, which
 // together bound the wins a second the folder can take.
-func localCollectors(stats func() admission.LocalStats) []prometheus.Collector {
-	counter := func(name, help string, v func(admission.LocalStats) float64) prometheus.Collector {
+func localCollectors(stats func() localstore.Stats) []prometheus.Collector {
+	counter := func(name, help string, v func(localstore.Stats) float64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Subsystem: metricsSubsystem,
@@ -190,28 +192,28 @@ func localCollectors(stats func() admission.LocalStats) []prometheus.Collector {
 	}
 	return []prometheus.Collector{
 		counter("local_commits_total", "Transactions store local committed (group commits) since this process opened its folder.",
-			func(s admission.LocalStats) float64 { return float64(s.Commits) }),
+			func(s localstore.Stats) float64 { return float64(s.Commits) }),
 		counter("local_committed_changes_total", "Changes (wins, releases, result records, queue moves) those commits held; divided by the commits, the mean batch.",
-			func(s admission.LocalStats) float64 { return float64(s.Changes) }),
+			func(s localstore.Stats) float64 { return float64(s.Changes) }),
 		counter("local_commit_seconds_total", "Time store local spent writing and committing its batches; divided by the commits, what one commit costs.",
-			func(s admission.LocalStats) float64 { return s.CommitTime.Seconds() }),
+			func(s localstore.Stats) float64 { return s.CommitTime.Seconds() }),
 		counter("local_checkpoints_total", "Checkpoints store local ran (the WAL folded into the database file, about one a second while commits come).",
-			func(s admission.LocalStats) float64 { return float64(s.Checkpoints) }),
+			func(s localstore.Stats) float64 { return float64(s.Checkpoints) }),
 		counter("local_checkpoints_failed_total", "Checkpoints that failed, as on a full disk: the WAL keeps the commits and grows until one succeeds.",
-			func(s admission.LocalStats) float64 { return float64(s.CheckpointsFailed) }),
+			func(s localstore.Stats) float64 { return float64(s.CheckpointsFailed) }),
 		counter("local_checkpoint_seconds_total", "Time store local's checkpoints took; commits wait meanwhile, so divided by the checkpoints, one stall.",
-			func(s admission.LocalStats) float64 { return s.CheckpointTime.Seconds() }),
+			func(s localstore.Stats) float64 { return s.CheckpointTime.Seconds() }),
 		counter("local_ring_replayed_changes_total", "Changes store local found in its ring and not in its database when it opened the folder (a crash came before their commit), and committed.",
-			func(s admission.LocalStats) float64 { return float64(s.Replayed) }),
+			func(s localstore.Stats) float64 { return float64(s.Replayed) }),
 		counter("local_unringed_changes_total", "Changes that did not go into store local's ring (its slots all held changes not yet committed, or the change was larger than a slot): their callers waited for the commit.",
-			func(s admission.LocalStats) float64 { return float64(s.Unringed) }),
+			func(s localstore.Stats) float64 { return float64(s.Unringed) }),
 	}
 }
 
 // bucketCollectors export a Redis store's stock transfers between the buckets of its split
 // activities (activity { buckets }), counted by this node since the store was created.
-func bucketCollectors(rs *admission.RedisStore) []prometheus.Collector {
-	counter := func(name, help string, v func(admission.BucketStats) int64) prometheus.Collector {
+func bucketCollectors(rs *redisstore.Store) []prometheus.Collector {
+	counter := func(name, help string, v func(redisstore.BucketStats) int64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Subsystem: metricsSubsystem,
@@ -222,17 +224,17 @@ func bucketCollectors(rs *admission.RedisStore) []prometheus.Collector {
 	return []prometheus.Collector{
 		counter("bucket_transfers_total", "Stock transfers between the buckets of split activities completed by this node: "+
 			"pulls into a dry bucket, rebalancing and recovered transfers.",
-			func(s admission.BucketStats) int64 { return s.Transfers }),
+			func(s redisstore.BucketStats) int64 { return s.Transfers }),
 		counter("bucket_items_moved_total", "Items those bucket transfers moved.",
-			func(s admission.BucketStats) int64 { return s.Moved }),
+			func(s redisstore.BucketStats) int64 { return s.Moved }),
 		counter("bucket_transfers_recovered_total", "Bucket transfers a crashed or slow runner left pending that this node completed.",
-			func(s admission.BucketStats) int64 { return s.Recovered }),
+			func(s redisstore.BucketStats) int64 { return s.Recovered }),
 		counter("bucket_dry_pulls_total", "Admissions whose buyer's home bucket had too little stock, so that stock was pulled in from another bucket.",
-			func(s admission.BucketStats) int64 { return s.DryPulls }),
+			func(s redisstore.BucketStats) int64 { return s.DryPulls }),
 		counter("bucket_contended_total", "Buys of split activities answered 503 busy because other buyers won every item their pulls brought in while stock was left (layer contended).",
-			func(s admission.BucketStats) int64 { return s.Contended }),
+			func(s redisstore.BucketStats) int64 { return s.Contended }),
 		counter("bucket_transfer_failures_total", "Bucket transfers (pulls, rebalancing, recoveries) that failed part-way on this node; a recovery completes them later.",
-			func(s admission.BucketStats) int64 { return s.FailedTransfers }),
+			func(s redisstore.BucketStats) int64 { return s.FailedTransfers }),
 		bucketStockCollector{rs},
 	}
 }
@@ -243,7 +245,7 @@ var bucketStockDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace
 	[]string{"activity", "bucket"}, nil)
 
 // bucketStockCollector exports bucket_stock from the store's last reading, never calling Redis.
-type bucketStockCollector struct{ rs *admission.RedisStore }
+type bucketStockCollector struct{ rs *redisstore.Store }
 
 // Describe implements prometheus.Collector.
 func (c bucketStockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- bucketStockDesc }

@@ -14,9 +14,11 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/captcha"
-	"github.com/caddy-seckill/caddy-seckill/admission/ratelimit"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
+	"github.com/caddy-seckill/caddy-seckill/captcha"
 	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
+	"github.com/caddy-seckill/caddy-seckill/ratelimit"
 )
 
 // pool keeps the state that must outlive a config reload: stores (a memory store is the sale
@@ -126,12 +128,12 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 	}
 	switch s.typ() {
 	case storeMemory:
-		b.store = admission.NewMemoryStore(admission.MemoryOptions{})
+		b.store = localstore.NewMemory(localstore.MemoryOptions{})
 		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
 	case storeLocal:
 		// The store bounds the wait for a commit itself, with one timer per commit.
-		st, err := openReopenableLocal(s.Dir, admission.LocalOptions{FsyncAlways: s.fsyncAlways(), WaitTimeout: admitTimeout})
-		if errors.Is(err, admission.ErrLocalLocked) {
+		st, err := openReopenableLocal(s.Dir, localstore.Options{FsyncAlways: s.fsyncAlways(), WaitTimeout: admitTimeout})
+		if errors.Is(err, localstore.ErrLocked) {
 			return nil, fmt.Errorf("the folder is in use by another process (another Caddy, or `caddy validate` "+
 				"while one runs): one process at a time may open a store folder: %w", err)
 		}
@@ -179,7 +181,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		if prefix == "" {
 			prefix = "seckill"
 		}
-		st, err := admission.NewRedisStore(b.client, admission.RedisOptions{
+		st, err := redisstore.New(b.client, redisstore.Options{
 			KeyPrefix: prefix, AutoPipeline: s.AutoPipeline, AdmitBatch: s.AdmitBatch,
 			ReplicasAck: s.ReplicasAck, ReplicasAckTimeout: time.Duration(s.ReplicasAckTimeout),
 			RebalanceInterval: time.Duration(s.RebalanceInterval), Layout: s.Layout,
@@ -193,7 +195,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.gcra = ratelimit.NewGCRA(b.client, prefix)
 	}
 	// The memory store answers in microseconds and cannot stall; store local bounds its wait for a
-	// disk itself (LocalOptions.WaitTimeout), so only Redis calls get a deadline per call.
+	// disk itself (localstore.Options.WaitTimeout), so only Redis calls get a deadline per call.
 	var timeout, open time.Duration
 	if b.client != nil {
 		timeout, open = admitTimeout, breakerOpenTimeout

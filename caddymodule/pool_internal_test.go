@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -83,7 +84,7 @@ func TestRebalanceIntervalConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = rb.Destruct() }()
-	if got := rb.store.(*admission.RedisStore).RebalanceInterval(); got != 3*time.Second {
+	if got := rb.store.(*redisstore.Store).RebalanceInterval(); got != 3*time.Second {
 		t.Errorf("store's rebalance interval %v, want 3s", got)
 	}
 }
@@ -98,7 +99,7 @@ func TestReplicasAckConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = b.Destruct() }()
-	if rs, ok := b.store.(*admission.RedisStore); !ok || !rs.ReplicasAckEnabled() {
+	if rs, ok := b.store.(*redisstore.Store); !ok || !rs.ReplicasAckEnabled() {
 		t.Fatalf("store %T does not wait for replicas", b.store)
 	}
 

@@ -9,30 +9,31 @@ import (
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 )
 
-// reopenableLocal is the pooled store local: the folder's LocalStore, which a reload replaces
+// reopenableLocal is the pooled store local: the folder's localstore.Store, which a reload replaces
 // once a commit has failed (a full disk), under the same guard, order backend and handlers. A
-// failed LocalStore answers every call with an error until the folder is opened again, and the
+// failed localstore.Store answers every call with an error until the folder is opened again, and the
 // pool keeps one store per folder for as long as any configuration uses it, so without this a
 // failed store would outlive every reload.
 type reopenableLocal struct {
 	dir  string
-	opts admission.LocalOptions
+	opts localstore.Options
 
 	mu     sync.Mutex // serialises reopen
-	cur    atomic.Pointer[admission.LocalStore]
+	cur    atomic.Pointer[localstore.Store]
 	broken atomic.Bool // the last reopen failed: cur is closed
 	// before holds the counters of the stores reopen replaced, so Stats stays monotonic.
-	before admission.LocalStats
+	before localstore.Stats
 }
 
 // errLocalReopening is what a call meets while the failed store is closed and the folder not yet
 // open again: a store error, hence 503 busy.
 var errLocalReopening = errors.New("store local: the folder is being opened again")
 
-func openReopenableLocal(dir string, opts admission.LocalOptions) (*reopenableLocal, error) {
-	st, err := admission.OpenLocalStore(dir, opts)
+func openReopenableLocal(dir string, opts localstore.Options) (*reopenableLocal, error) {
+	st, err := localstore.Open(dir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +55,7 @@ func (r *reopenableLocal) reopen() (bool, error) {
 		_ = old.Close() // releases the folder's lock; every call on it fails, as it did
 		r.before = addLocalStats(r.before, old.Stats())
 	}
-	st, err := admission.OpenLocalStore(r.dir, r.opts)
+	st, err := localstore.Open(r.dir, r.opts)
 	if err != nil {
 		r.broken.Store(true)
 		return false, fmt.Errorf("open the folder again after a failed commit: %w", err)
@@ -66,7 +67,7 @@ func (r *reopenableLocal) reopen() (bool, error) {
 
 // Stats returns the commit counters of every store this folder has had in this process, for the
 // metrics, which must never go down.
-func (r *reopenableLocal) Stats() admission.LocalStats {
+func (r *reopenableLocal) Stats() localstore.Stats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.broken.Load() {
@@ -75,8 +76,8 @@ func (r *reopenableLocal) Stats() admission.LocalStats {
 	return addLocalStats(r.before, r.cur.Load().Stats())
 }
 
-func addLocalStats(a, b admission.LocalStats) admission.LocalStats {
-	return admission.LocalStats{
+func addLocalStats(a, b localstore.Stats) localstore.Stats {
+	return localstore.Stats{
 		Commits: a.Commits + b.Commits, Changes: a.Changes + b.Changes, CommitTime: a.CommitTime + b.CommitTime,
 		Checkpoints: a.Checkpoints + b.Checkpoints, CheckpointsFailed: a.CheckpointsFailed + b.CheckpointsFailed,
 		CheckpointTime: a.CheckpointTime + b.CheckpointTime,
@@ -84,8 +85,8 @@ func addLocalStats(a, b admission.LocalStats) admission.LocalStats {
 	}
 }
 
-// store is the current LocalStore, or an error while it is closed for a reopen that failed.
-func (r *reopenableLocal) store() (*admission.LocalStore, error) {
+// store is the current localstore.Store, or an error while it is closed for a reopen that failed.
+func (r *reopenableLocal) store() (*localstore.Store, error) {
 	if r.broken.Load() {
 		return nil, errLocalReopening
 	}

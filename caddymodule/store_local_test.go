@@ -11,7 +11,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
-	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -75,11 +75,11 @@ func TestStoreLocalRestart(t *testing.T) {
 		t.Errorf("after the refused reload: remaining %d, want 2", n)
 	}
 	// Another store on the same folder, in this process or another, is refused.
-	if st, err := admission.OpenLocalStore(dir, admission.LocalOptions{}); !errors.Is(err, admission.ErrLocalLocked) {
+	if st, err := localstore.Open(dir, localstore.Options{}); !errors.Is(err, localstore.ErrLocked) {
 		if st != nil {
 			_ = st.Close()
 		}
-		t.Errorf("second open of a folder in use: %v; want ErrLocalLocked", err)
+		t.Errorf("second open of a folder in use: %v; want localstore.ErrLocked", err)
 	}
 
 	// A restart on the same folder continues the sale.
@@ -122,7 +122,7 @@ func TestStoreLocalRestart(t *testing.T) {
 		}
 	}
 	// A folder held by another store is refused at start; reconcile then asks the admin API.
-	held, err := admission.OpenLocalStore(dir, admission.LocalOptions{})
+	held, err := localstore.Open(dir, localstore.Options{})
 	if err != nil {
 		t.Fatalf("open the folder once Caddy stopped: %v", err)
 	}

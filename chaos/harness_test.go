@@ -18,7 +18,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
@@ -152,7 +152,7 @@ type env struct {
 	layout int
 
 	rdb   redis.UniversalClient  // raw commands: INFO, XPENDING, XINFO
-	store *admission.RedisStore  // what Reconcile reads
+	store *redisstore.Store      // what Reconcile reads
 	repo  *orderbackend.Postgres // opened on first use (the backends migrate the database)
 
 	// replicationLost are reservations answered 202 that a failover lost the way asynchronous
@@ -201,11 +201,11 @@ func newEnvOn(t *testing.T, act activity, topo topology) *env {
 	return e
 }
 
-// openStore opens the test's own admission.RedisStore with the env's layout.
+// openStore opens the test's own redisstore.Store with the env's layout.
 func (e *env) openStore() {
 	e.t.Helper()
-	store, err := admission.NewRedisStore(redisclient.New(e.clientOptions(&redis.UniversalOptions{})),
-		admission.RedisOptions{KeyPrefix: keyPrefix, Layout: e.layout})
+	store, err := redisstore.New(redisclient.New(e.clientOptions(&redis.UniversalOptions{})),
+		redisstore.Options{KeyPrefix: keyPrefix, Layout: e.layout})
 	if err != nil {
 		e.t.Fatal(err)
 	}

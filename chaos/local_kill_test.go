@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
@@ -327,7 +327,7 @@ func TestLocalStoreKilled(t *testing.T) {
 	n.stop()
 	rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer rcancel()
-	store, err := admission.OpenLocalStore(n.folder, admission.LocalOptions{})
+	store, err := localstore.Open(n.folder, localstore.Options{})
 	if err != nil {
 		t.Fatalf("open the folder after the stop: %v", err)
 	}

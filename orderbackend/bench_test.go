@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -262,7 +264,7 @@ func BenchmarkConsumer(b *testing.B) {
 					if sh.redis {
 						srv := testsrv.StartRedis(b)
 						client := redis.NewClient(&redis.Options{Addr: srv.Addr})
-						s, err := admission.NewRedisStore(client, admission.RedisOptions{AutoPipeline: sh.pipeline})
+						s, err := redisstore.New(client, redisstore.Options{AutoPipeline: sh.pipeline})
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -270,7 +272,7 @@ func BenchmarkConsumer(b *testing.B) {
 						m.redis = redis.NewClient(&redis.Options{Addr: srv.Addr})
 						b.Cleanup(func() { _ = m.redis.Close() })
 					} else {
-						store = admission.NewMemoryStore(admission.MemoryOptions{})
+						store = localstore.NewMemory(localstore.MemoryOptions{})
 					}
 					b.Cleanup(func() { _ = store.Close() })
 					repo := benchRepo(b, db)
@@ -378,7 +380,7 @@ func BenchmarkConsumers10(b *testing.B) {
 				b.Run(v.name, func(b *testing.B) {
 					ctx, cancel := context.WithCancel(context.Background())
 					defer cancel()
-					store := admission.NewMemoryStore(admission.MemoryOptions{})
+					store := localstore.NewMemory(localstore.MemoryOptions{})
 					b.Cleanup(func() { _ = store.Close() })
 					repo, err := NewSQLite(ctx, filepath.Join(b.TempDir(), "orders.db"))
 					if err != nil {

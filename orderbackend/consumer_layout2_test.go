@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -142,7 +143,7 @@ func TestRedisLayout2Consumer(t *testing.T) {
 func TestRedisLayout2PoisonWin(t *testing.T) {
 	e := newRedisPostgres(t, testsrv.StartPostgres(t))
 	ctx := context.Background()
-	s, err := admission.NewRedisStore(e.client, admission.RedisOptions{KeyPrefix: "seckill", Layout: 2, AdmitBatch: 64})
+	s, err := redisstore.New(e.client, redisstore.Options{KeyPrefix: "seckill", Layout: 2, AdmitBatch: 64})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 )
 
 var consumerScenarios = []scenario{
@@ -246,7 +247,7 @@ type timeoutOnce struct {
 
 func (s *timeoutOnce) Release(ctx context.Context, activity, reservationID string) (bool, error) {
 	if s.done.CompareAndSwap(false, true) {
-		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, admission.ErrLocalWaitTimeout)
+		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, localstore.ErrWaitTimeout)
 	}
 	return s.Store.Release(ctx, activity, reservationID)
 }

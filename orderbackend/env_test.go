@@ -16,6 +16,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -39,7 +41,7 @@ var dbSeq atomic.Int64
 func newMemorySQLite(t *testing.T) *env {
 	t.Helper()
 	e := &env{kind: "memory+sqlite", log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
-	e.store = admission.NewMemoryStore(admission.MemoryOptions{})
+	e.store = localstore.NewMemory(localstore.MemoryOptions{})
 	t.Cleanup(func() { _ = e.store.Close() })
 	e.dsn = filepath.Join(t.TempDir(), "orders.db")
 	e.repo = e.openRepo(t)
@@ -53,7 +55,7 @@ func newRedisPostgres(t *testing.T, pg *testsrv.Postgres) *env {
 	e.redis = testsrv.StartRedis(t)
 	e.client = redis.NewClient(&redis.Options{Addr: e.redis.Addr})
 	t.Cleanup(func() { _ = e.client.Close() })
-	s, err := admission.NewRedisStore(e.client, admission.RedisOptions{KeyPrefix: "seckill"})
+	s, err := redisstore.New(e.client, redisstore.Options{KeyPrefix: "seckill"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,13 +11,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 )
 
 // TestBacklog: Backend.Backlog counts each activity's wins its consumer group has not
 // acknowledged (none before the group exists), and the collector exports them.
 func TestBacklog(t *testing.T) {
 	ctx := context.Background()
-	store := admission.NewMemoryStore(admission.MemoryOptions{})
+	store := localstore.NewMemory(localstore.MemoryOptions{})
 	t.Cleanup(func() { _ = store.Close() })
 	repo, err := NewSQLite(ctx, filepath.Join(t.TempDir(), "orders.db"))
 	if err != nil {

@@ -44,7 +44,7 @@ func transientDB(err error) bool {
 
 // transientStore reports whether a store error may pass by itself: anything but a definite
 // answer (unknown activity, bad input, not found) or a cancellation. A deadline is transient: a
-// store that outlived its own wait (store local's ErrLocalWaitTimeout) answered nothing, and when
+// store that outlived its own wait (store local's localstore.ErrWaitTimeout) answered nothing, and when
 // it was the caller's deadline, retry returns the caller's error.
 func transientStore(err error) bool {
 	return err != nil && !errors.Is(err, admission.ErrUnknownActivity) && !errors.Is(err, admission.ErrBadInput) &&

@@ -29,7 +29,7 @@ cleanup() {
 }
 trap cleanup EXIT
 bin=${ADMISSION_TEST:-$dir/admission.test}
-[ -n "${ADMISSION_TEST:-}" ] || "$go" test -c -o "$bin" ./admission
+[ -n "${ADMISSION_TEST:-}" ] || "$go" test -c -o "$bin" ./admission/redisstore
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # hz 1: the server's timer work, which grows with the run's duration, stays negligible.
 valgrind --tool=callgrind --callgrind-out-file="$dir/cg.%n" redis-server --port "$port" \
@@ -46,7 +46,7 @@ redis-cli -p "$port" ping >/dev/null
 instructions() {
 	redis-cli -p "$port" flushall >/dev/null
 	callgrind_control -z "$vg" >/dev/null 2>&1
-	(cd admission && SECKILL_BENCH_REDIS_ADDR=127.0.0.1:$port "$bin" \
+	(cd admission/redisstore && SECKILL_BENCH_REDIS_ADDR=127.0.0.1:$port "$bin" \
 		-test.run '^$' -test.bench "^$bench\$/^$1\$" -test.benchtime "$2x" >"$dir/bench.log" 2>&1) ||
 		{ cat "$dir/bench.log" >&2; exit 1; }
 	local before

@@ -14,7 +14,7 @@ import (
 )
 
 // RunBuckets runs the conformance cases of split activities (Activity.Buckets) against stores
-// made by newStore, which must split them (RedisStore).
+// made by newStore, which must split them (redisstore.Store).
 func RunBuckets(t *testing.T, newStore NewStore) {
 	tests := []struct {
 		name string

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
@@ -86,7 +87,7 @@ func (c *common) open(ctx context.Context) (admission.Store, orderbackend.Reposi
 	})
 	// The auto-pipeliner groups the result reads of a batch's concurrent publishes: about a
 	// quarter less redis-server CPU per order (orderbackend/README.md, "Batches").
-	store, err := admission.NewRedisStore(client, admission.RedisOptions{
+	store, err := redisstore.New(client, redisstore.Options{
 		KeyPrefix: c.keyPrefix, AutoPipeline: c.autoPipeline, ReplicasAck: c.replicasAck,
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -36,7 +37,7 @@ func TestReplicasAckFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs, ok := store.(*admission.RedisStore); !ok || !rs.ReplicasAckEnabled() {
+	if rs, ok := store.(*redisstore.Store); !ok || !rs.ReplicasAckEnabled() {
 		t.Fatalf("store %T does not wait for replicas", store)
 	}
 	if _, err := open("17"); !errors.Is(err, admission.ErrBadInput) {

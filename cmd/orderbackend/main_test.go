@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
@@ -121,13 +122,13 @@ func TestUsage(t *testing.T) {
 // saleWithWins starts a private redis-server holding the open activity phone-1001 (5 items, limit
 // 1, split into buckets when buckets > 1) and one win for each of users, as the edge would have
 // left them for the order backend.
-func saleWithWins(t *testing.T, buckets int, users ...string) (*testsrv.Redis, *admission.RedisStore) {
+func saleWithWins(t *testing.T, buckets int, users ...string) (*testsrv.Redis, *redisstore.Store) {
 	t.Helper()
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	store, err := admission.NewRedisStore(client, admission.RedisOptions{KeyPrefix: "seckill"})
+	store, err := redisstore.New(client, redisstore.Options{KeyPrefix: "seckill"})
 	if err != nil {
 		t.Fatal(err)
 	}

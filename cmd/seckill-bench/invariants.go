@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
@@ -256,7 +256,7 @@ func (b *bench) reconcile(ctx context.Context) ([]orderbackend.Report, error) {
 		kind, dsn = "sqlite", s
 	}
 	client := redis.NewClient(&redis.Options{Addr: b.env.redisAddr})
-	store, err := admission.NewRedisStore(client, admission.RedisOptions{})
+	store, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("reconcile: %w", err)

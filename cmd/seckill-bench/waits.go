@@ -44,7 +44,7 @@ func classifyWait(funcs []string) waitKind {
 	switch {
 	case has("pool.(*ConnPool).waitTurn") || has("pool.(*ConnPool).Get"):
 		return waitRedisPool
-	case has("admission.(*RedisStore).runAdmit"):
+	case has("redisstore.(*Store).runAdmit"):
 		return waitAdmitReply
 	case has("github.com/redis/go-redis/"):
 		return waitRedisReply

@@ -56,7 +56,7 @@ func confirmKey(ctx context.Context, cmd redis.Cmder, elapsed time.Duration) str
 	args := cmd.Args()
 	switch cmd.Name() {
 	// Answered without error: it returned entries. A plain XREAD delivers nothing, but the store
-	// waits with it for new entries (admission.RedisStore.ReadGroup) and delivers them with a
+	// waits with it for new entries (redisstore.Store.ReadGroup) and delivers them with a
 	// script sent at once to the same node: a replaced master that answers the wait must be
 	// refused before that script reaches it.
 	case "xreadgroup", "xread":

@@ -1,0 +1,486 @@
+package localstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// errBucketsOneNode refuses a split activity in a store that has one node: there are no shards
+// to spread the stock over.
+var errBucketsOneNode = fmt.Errorf("%w: buckets needs store redis (one node has no shards to spread the stock over)", admission.ErrBadInput)
+
+// errMemoryClosed is returned by every Memory call after Close.
+var errMemoryClosed = errors.New("memory store is closed")
+
+// MemoryOptions configures a Memory.
+type MemoryOptions struct {
+	// Now is the store's clock, the equivalent of Redis TIME: it decides the activity window,
+	// stamps wins and ages pending queue entries. Nil means time.Now; tests pass a fake clock.
+	Now func() time.Time
+}
+
+// Memory is the in-process Store, for tests, demos and `go run`. Its semantics are those of
+// redisstore.Store, checked by the same conformance suite.
+//
+// It is NOT durable: stock, buyers, idempotency answers, results and the wins queue live in this
+// process only and are lost when it exits, and a second process sees none of them. Use Store
+// for one node that must survive a restart, redisstore.Store as soon as a sale runs on more than one
+// node. (Store is a Memory whose changes are committed to disk before it answers.)
+//
+// Every activity has its own mutex, so activities never contend with each other, and the activity
+// table is copied on write so that Admit finds its activity without taking any shared lock.
+type Memory struct {
+	now func() time.Time
+	jnl memJournal // nil unless a Store persists this store's changes
+
+	defMu sync.Mutex                              // serialises Define and Delete
+	acts  atomic.Pointer[map[string]*memActivity] // copied on write, read without a lock
+
+	subsMu sync.Mutex
+	subs   map[*restockSub]struct{}
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	done      chan struct{} // closed by Close: ends blocking reads and subscriptions
+}
+
+// memActivity is everything one activity owns; Redis keeps the same state under the activity's
+// hash-tagged keys.
+type memActivity struct {
+	gone chan struct{} // closed when the activity is deleted: ends blocking reads
+
+	mu        sync.Mutex
+	deleted   bool
+	def       admission.Activity
+	stock     int64
+	users     map[string]*memUser // user → held items, answers and results (memory_user.go)
+	userBlock []memUser           // where the next new users are carved from (newUser)
+	holders   int64               // users holding items: HLEN :buyers
+	released  map[string]struct{} // released reservation ids (:released)
+
+	// The wins queue (:orders stream). A reservation id is its win's entry id, as in Redis.
+	entries []memEntry
+	lastMS  int64 // last id's milliseconds and sequence: ids only grow
+	seq     uint64
+	groups  map[string]*memGroup
+	dead    []admission.Win
+	arrived chan struct{} // closed on the next append; nil while nobody waits
+}
+
+// NewMemory returns an empty in-memory store.
+func NewMemory(opts MemoryOptions) *Memory {
+	s := &Memory{
+		now:  opts.Now,
+		subs: make(map[*restockSub]struct{}),
+		done: make(chan struct{}),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	empty := map[string]*memActivity{}
+	s.acts.Store(&empty)
+	return s
+}
+
+// lock returns the activity locked. An activity deleted while we waited for its lock is looked up
+// again, so a concurrent re-creation is found.
+func (s *Memory) lock(id string) (*memActivity, error) {
+	for {
+		if s.closed.Load() {
+			return nil, errMemoryClosed
+		}
+		a := (*s.acts.Load())[id]
+		if a == nil {
+			return nil, fmt.Errorf("activity %s: %w", id, admission.ErrUnknownActivity)
+		}
+		a.mu.Lock()
+		if !a.deleted {
+			return a, nil
+		}
+		a.mu.Unlock()
+	}
+}
+
+// setActivity publishes a copy of the activity table with id set to a (or removed when a is nil).
+// The caller holds defMu.
+func (s *Memory) setActivity(id string, a *memActivity) {
+	old := *s.acts.Load()
+	next := make(map[string]*memActivity, len(old)+1)
+	for k, v := range old {
+		next[k] = v
+	}
+	if a == nil {
+		delete(next, id)
+	} else {
+		next[id] = a
+	}
+	s.acts.Store(&next)
+}
+
+// newMemActivity returns activity a with its whole stock and nothing else.
+func newMemActivity(a admission.Activity) *memActivity {
+	return &memActivity{
+		gone:     make(chan struct{}),
+		def:      a,
+		stock:    a.Stock,
+		users:    make(map[string]*memUser),
+		released: make(map[string]struct{}),
+		groups:   make(map[string]*memGroup),
+	}
+}
+
+// Define implements Store.
+func (s *Memory) Define(ctx context.Context, a admission.Activity, force bool) (admission.Activity, error) {
+	if err := ctx.Err(); err != nil {
+		return admission.Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
+	}
+	a, err := a.Validate()
+	if err != nil {
+		return admission.Activity{}, fmt.Errorf("define: %w", err)
+	}
+	if a.Buckets > 1 {
+		return admission.Activity{}, fmt.Errorf("define %s: %w", a.ID, errBucketsOneNode)
+	}
+	s.defMu.Lock()
+	defer s.defMu.Unlock()
+	if s.closed.Load() {
+		return admission.Activity{}, errMemoryClosed
+	}
+	old := (*s.acts.Load())[a.ID]
+	if old == nil {
+		if a.Salt == "" {
+			a.Salt = admission.NewSalt()
+		}
+		// Journal before publishing: once published, an admit may journal a win, which must
+		// never come ahead of its activity's definition.
+		s.journal(memChange{kind: changeDefine, act: a.ID, def: a})
+		s.setActivity(a.ID, newMemActivity(a))
+		return a, nil
+	}
+
+	old.mu.Lock()
+	defer old.mu.Unlock()
+	if admission.SameDefinition(old.def, a) {
+		return old.def, nil
+	}
+	if s.now().UnixMilli() >= old.def.Start.UnixMilli() && !force {
+		return admission.Activity{}, fmt.Errorf("define %s: %w", a.ID, admission.ErrActivityRunning)
+	}
+	if sold := old.def.Stock - old.stock; a.Stock < sold {
+		return admission.Activity{}, fmt.Errorf("define %s: stock %d, sold %d: %w", a.ID, a.Stock, sold, admission.ErrStockBelowSold)
+	}
+	if a.Salt == "" {
+		a.Salt = old.def.Salt
+	}
+	raised := a.Stock > old.def.Stock
+	old.stock += a.Stock - old.def.Stock
+	old.def = a
+	s.journal(memChange{kind: changeDefine, act: a.ID, def: a})
+	if raised {
+		// Nodes that flagged the activity sold out look again at once, as after a release.
+		s.publish(a.ID)
+	}
+	return a, nil
+}
+
+// Activity implements Store.
+func (s *Memory) Activity(ctx context.Context, id string) (admission.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return admission.Snapshot{}, fmt.Errorf("activity %s: %w", id, err)
+	}
+	if err := memCheckActivity(id); err != nil {
+		return admission.Snapshot{}, fmt.Errorf("activity: %w", err)
+	}
+	a, err := s.lock(id)
+	if err != nil {
+		return admission.Snapshot{}, err
+	}
+	defer a.mu.Unlock()
+	return admission.Snapshot{
+		Activity:  a.def,
+		Remaining: a.stock,
+		Sold:      a.def.Stock - a.stock,
+		Buyers:    a.holders,
+		Queued:    int64(len(a.entries)),
+		Dead:      int64(len(a.dead)),
+	}, nil
+}
+
+// Activities implements Store.
+func (s *Memory) Activities(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("activities: %w", err)
+	}
+	if s.closed.Load() {
+		return nil, errMemoryClosed
+	}
+	acts := *s.acts.Load()
+	ids := make([]string, 0, len(acts))
+	for id := range acts {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// Delete implements Store.
+func (s *Memory) Delete(ctx context.Context, id string, force bool) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("delete %s: %w", id, err)
+	}
+	if err := memCheckActivity(id); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	s.defMu.Lock()
+	defer s.defMu.Unlock()
+	a, err := s.lock(id)
+	if err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	defer a.mu.Unlock()
+	if now := s.now().UnixMilli(); !force && now >= a.def.Start.UnixMilli() && now < a.def.End.UnixMilli() {
+		return fmt.Errorf("delete %s: %w", id, admission.ErrActivityRunning)
+	}
+	// Journal, then unpublish, before unlocking: a caller that finds the activity gone must find
+	// its delete journaled (its answer waits for that commit), and one that finds it deleted
+	// looks it up again and must not find it a second time.
+	s.journal(memChange{kind: changeDelete, act: id})
+	s.setActivity(id, nil)
+	a.deleted = true
+	close(a.gone)
+	return nil
+}
+
+// Admit implements Store. The sold-out path allocates nothing (see BenchmarkMemoryAdmitSoldOut).
+func (s *Memory) Admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+	}
+	if err := r.Validate(); err != nil {
+		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+	}
+	a, err := s.lock(r.Activity)
+	if err != nil {
+		return admission.Decision{}, fmt.Errorf("admit: %w", err)
+	}
+	defer a.mu.Unlock()
+
+	u := a.users[r.User] // nil for a new user
+	if u != nil {
+		if d, ok := a.answer(u, r.RequestID); ok {
+			d.Replayed = true
+			return d, nil
+		}
+	}
+	now := s.now()
+	switch ms := now.UnixMilli(); {
+	case ms < a.def.Start.UnixMilli():
+		return admission.Decision{Outcome: admission.NotStarted, Remaining: a.stock}, nil
+	case ms >= a.def.End.UnixMilli():
+		return admission.Decision{Outcome: admission.Ended, Remaining: a.stock}, nil
+	}
+	if r.Qty > a.def.Limit {
+		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, admission.BadInput("qty %d is above the per-user limit %d", r.Qty, a.def.Limit))
+	}
+	if u != nil && u.held+r.Qty > a.def.Limit {
+		return admission.Decision{Outcome: admission.LimitReached, Remaining: a.stock}, nil
+	}
+	if a.stock < r.Qty {
+		return admission.Decision{Outcome: admission.SoldOut, Remaining: a.stock}, nil
+	}
+
+	a.stock -= r.Qty
+	if u == nil {
+		u = a.newUser()
+		a.users[r.User] = u
+	}
+	a.take(u, r.Qty)
+	id := a.append(now, r)
+	a.addAnswer(u, len(a.entries)-1, a.stock)
+	u.fold(admission.Result{Code: "queued", ReservationID: id}, true)
+	d := admission.Decision{Outcome: admission.Won, ReservationID: id, Remaining: a.stock}
+	if s.jnl != nil {
+		s.jnl.record(memChange{kind: changeWin, act: r.Activity, idx: len(a.entries) - 1, entry: a.entries[len(a.entries)-1], remaining: a.stock})
+	}
+	return d, nil
+}
+
+// nextID returns a new entry id shaped like a Redis stream id, "<ms>-<seq>", strictly greater than
+// every earlier one even if the clock steps back.
+func (a *memActivity) nextID(now time.Time) string {
+	if ms := now.UnixMilli(); ms > a.lastMS {
+		a.lastMS, a.seq = ms, 0
+	} else {
+		a.seq++
+	}
+	var buf [41]byte // two uint64s and a dash: one allocation, the string
+	b := strconv.AppendInt(buf[:0], a.lastMS, 10)
+	b = append(b, '-')
+	return string(strconv.AppendUint(b, a.seq, 10))
+}
+
+// Release implements Store.
+func (s *Memory) Release(ctx context.Context, activity, reservationID string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return false, fmt.Errorf("release: %w", err)
+	}
+	if err := memCheckName("reservation id", reservationID, admission.MaxRequestIDLen); err != nil {
+		return false, fmt.Errorf("release %s: %w", activity, err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return false, fmt.Errorf("release: %w", err)
+	}
+	i, ok := a.entryIndex(reservationID)
+	if !ok {
+		a.mu.Unlock()
+		return false, fmt.Errorf("release %s/%s: reservation %w", activity, reservationID, admission.ErrNotFound)
+	}
+	if _, done := a.released[reservationID]; done {
+		a.mu.Unlock()
+		return false, nil
+	}
+	e := a.entries[i]
+	a.released[reservationID] = struct{}{}
+	s.journal(memChange{kind: changeRelease, act: activity, entry: e})
+	a.stock += e.qty
+	a.give(e.user, e.qty)
+	a.mu.Unlock()
+	s.publish(activity)
+	return true, nil
+}
+
+// Remaining implements Store.
+func (s *Memory) Remaining(ctx context.Context, activity string) (int64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("remaining %s: %w", activity, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return 0, fmt.Errorf("remaining: %w", err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return 0, fmt.Errorf("remaining: %w", err)
+	}
+	defer a.mu.Unlock()
+	return a.stock, nil
+}
+
+// Holders implements Store.
+func (s *Memory) Holders(ctx context.Context, activity string) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("holders %s: %w", activity, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return nil, fmt.Errorf("holders: %w", err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return nil, fmt.Errorf("holders: %w", err)
+	}
+	defer a.mu.Unlock()
+	users := make([]string, 0, a.holders)
+	for name, u := range a.users {
+		if u.held > 0 {
+			users = append(users, name)
+		}
+	}
+	return users, nil
+}
+
+// SetResult implements Store.
+func (s *Memory) SetResult(ctx context.Context, activity, user string, r admission.Result) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("set result %s/%s: %w", activity, user, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return fmt.Errorf("set result: %w", err)
+	}
+	if err := admission.CheckUserID(user); err != nil {
+		return fmt.Errorf("set result %s: %w", activity, err)
+	}
+	if err := admission.CheckResultRecord(r); err != nil {
+		return fmt.Errorf("set result %s: %w", activity, err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return fmt.Errorf("set result: %w", err)
+	}
+	defer a.mu.Unlock()
+	u := a.user(user)
+	u.fold(r, false)
+	if s.jnl != nil {
+		// The folded record, with the user's Reservations, so a load needs no fold of its own
+		// except for the wins that came after it (see loadLocal).
+		top := u.result
+		top.Reservations = slices.Clone(u.resvs)
+		s.jnl.record(memChange{kind: changeResult, act: activity, user: user, result: top, idx: len(a.entries)})
+	}
+	return nil
+}
+
+// GetResult implements Store.
+func (s *Memory) GetResult(ctx context.Context, activity, user string) (admission.Result, error) {
+	var r admission.Result
+	err := s.readResult(ctx, "get result", activity, user, func(top admission.Result, resvs []admission.Result) {
+		r, r.Reservations = top, slices.Clone(resvs)
+	})
+	return r, err
+}
+
+// AppendResult implements Store: GetResult, encoded while the activity is locked, so a poll
+// copies nothing.
+func (s *Memory) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
+	var code string
+	err := s.readResult(ctx, "append result", activity, user, func(top admission.Result, resvs []admission.Result) {
+		top.Reservations = resvs
+		dst, code = admission.AppendResultJSON(dst, top), top.Code
+	})
+	return dst, code, err
+}
+
+// readResult checks a result read and calls read with user's latest record and per-reservation
+// records while activity's lock is held (read must not keep resvs).
+func (s *Memory) readResult(ctx context.Context, op, activity, user string, read func(top admission.Result, resvs []admission.Result)) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s %s/%s: %w", op, activity, user, err)
+	}
+	if err := memCheckActivity(activity); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := admission.CheckUserID(user); err != nil {
+		return fmt.Errorf("%s %s: %w", op, activity, err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer a.mu.Unlock()
+	u := a.users[user]
+	if u == nil || !u.hasResult {
+		return fmt.Errorf("%s %s/%s: %w", op, activity, user, admission.ErrNotFound)
+	}
+	read(u.result, u.resvs)
+	return nil
+}
+
+// Close implements Store: it ends every subscription and blocking read. The state is discarded
+// with the store.
+func (s *Memory) Close() error {
+	s.closeOnce.Do(func() {
+		s.closed.Store(true)
+		close(s.done)
+	})
+	return nil
+}

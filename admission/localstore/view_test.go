@@ -1,0 +1,63 @@
+package localstore
+
+import "github.com/caddy-seckill/caddy-seckill/admission"
+
+// Views of a memActivity's per-user state in the shape of the maps Redis keeps (:buyers, :req,
+// :results and the per-reservation records), for tests that compare or inspect whole states. The
+// caller holds a.mu.
+
+// reqKey is a request id scoped to its user.
+type reqKey struct{ user, id string }
+
+// buyersView returns user → items held, for users holding any (HGETALL :buyers).
+func (a *memActivity) buyersView() map[string]int64 {
+	m := map[string]int64{}
+	for name, u := range a.users {
+		if u.held > 0 {
+			m[name] = u.held
+		}
+	}
+	return m
+}
+
+// answersView returns "user/request id" → the stored first answer, for every win.
+func (a *memActivity) answersView() map[string]admission.Decision {
+	m := map[string]admission.Decision{}
+	for _, e := range a.entries {
+		if d, ok := a.answerFor(e.user, e.requestID); ok {
+			m[e.user+"/"+e.requestID] = d
+		}
+	}
+	return m
+}
+
+// answerFor returns user's stored answer to request id req.
+func (a *memActivity) answerFor(user, req string) (admission.Decision, bool) {
+	u := a.users[user]
+	if u == nil {
+		return admission.Decision{}, false
+	}
+	return a.answer(u, req)
+}
+
+// resultsView returns user → latest result record, for users that have one.
+func (a *memActivity) resultsView() map[string]admission.Result {
+	m := map[string]admission.Result{}
+	for name, u := range a.users {
+		if u.hasResult {
+			m[name] = u.result
+		}
+	}
+	return m
+}
+
+// resvsView returns user → per-reservation records, for users that have them.
+func (a *memActivity) resvsView() map[string][]admission.Result {
+	m := map[string][]admission.Result{}
+	for name, u := range a.users {
+		if u.resvs != nil {
+			m[name] = u.resvs
+		}
+	}
+	return m
+}

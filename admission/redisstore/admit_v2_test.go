@@ -1,0 +1,123 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestRedisAdmitV2Commands pins the commands admit_v2.lua runs per call, whatever the batch: one
+// HMGET of :users for all the call's users (an HGET for a call of one request) and one HSET of
+// every field it changes (a redis.call costs thousands of instructions, so the won path runs none
+// per request or per win).
+// It counts them in INFO commandstats of a private server, reset before each call.
+func TestRedisAdmitV2Commands(t *testing.T) {
+	ctx := context.Background()
+	_, s, raw := redisLayoutStores(t) // s creates layout-2 activities
+	if _, err := s.Define(ctx, redisTestActivity("cmds", 1<<40, 1), false); err != nil {
+		t.Fatal(err)
+	}
+	sha, err := raw.ScriptLoad(ctx, luaAdmitV2).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := s.admitKeysV2("cmds")
+	// call runs the script for the users with request id "r" and returns its answers and the
+	// commands the server ran for it (name → calls), the script's own EVALSHA included.
+	call := func(users ...string) ([]any, map[string]int64) {
+		t.Helper()
+		if err := raw.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var args []any
+		for _, u := range users {
+			args = append(args, u, 1, "r")
+		}
+		res, err := raw.EvalSha(ctx, sha, keys, args...).Slice()
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := raw.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, commandCalls(t, info)
+	}
+	users := func(from, to int) []string {
+		var u []string
+		for i := from; i < to; i++ {
+			u = append(u, fmt.Sprint("u", i))
+		}
+		return u
+	}
+	// outcomes are each answer's outcome and replayed flag, "1/0" for a new win.
+	outcomes := func(res []any) string {
+		var b strings.Builder
+		for i := 0; i < len(res); i += 4 {
+			fmt.Fprintf(&b, "%v/%v ", res[i], res[i+3])
+		}
+		return b.String()
+	}
+	want := func(n int, s string) string { return strings.Repeat(s+" ", n) }
+
+	// The activity's first win converts :users to a hash table (an HSET and HDEL of a padding
+	// field); later calls do not.
+	if res, _ := call("first"); outcomes(res) != want(1, "1/0") {
+		t.Fatalf("first win: %v", res)
+	}
+	for _, c := range []struct {
+		name  string
+		users []string
+		won   string
+		calls map[string]int64
+	}{
+		{"64 new users", users(0, 64), want(64, "1/0"),
+			map[string]int64{"time": 1, "hmget": 2, "get": 1, "decrby": 1, "hincrby": 2, "xadd": 1, "hset": 1, "object|encoding": 1}},
+		// Each replay reads its win's stream entry (its remaining), and writes its field again.
+		{"32 replays and 32 new users", append(users(32, 64), users(64, 96)...), want(32, "1/1") + want(32, "1/0"),
+			map[string]int64{"time": 1, "hmget": 2, "get": 1, "xrange": 32, "decrby": 1, "hincrby": 2, "xadd": 1, "hset": 1, "object|encoding": 1}},
+		{"replays only", users(0, 3), want(3, "1/1"),
+			map[string]int64{"time": 1, "hmget": 2, "get": 1, "xrange": 3, "hset": 1}},
+		// One request: its field read with HGET (no tables for one field).
+		{"one new user", []string{"u300"}, "1/0 ",
+			map[string]int64{"time": 1, "hmget": 1, "hget": 1, "get": 1, "decrby": 1, "hincrby": 2, "xadd": 1, "hset": 1, "object|encoding": 1}},
+		{"a new user twice, and a replay", []string{"u200", "u200", "u5"}, "1/0 1/1 1/1 ",
+			map[string]int64{"time": 1, "hmget": 2, "get": 1, "xrange": 1, "decrby": 1, "hincrby": 2, "xadd": 1, "hset": 1, "object|encoding": 1}},
+	} {
+		res, got := call(c.users...)
+		if o := outcomes(res); o != c.won {
+			t.Errorf("%s: outcomes %s, want %s", c.name, o, c.won)
+		}
+		c.calls["evalsha"] = 1
+		if !maps.Equal(got, c.calls) {
+			t.Errorf("%s: the server ran %v, want %v", c.name, got, c.calls)
+		}
+	}
+	if n := raw.HLen(ctx, keys[2]).Val(); n != 99 {
+		t.Errorf(":users has %d fields, want 99", n)
+	}
+}
+
+// commandCalls returns INFO commandstats as command → calls, without the test's own CONFIG
+// RESETSTAT.
+func commandCalls(t *testing.T, info string) map[string]int64 {
+	t.Helper()
+	calls := map[string]int64{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd || name == "config|resetstat" {
+			continue
+		}
+		v, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.ParseInt(strings.TrimPrefix(v, "calls="), 10, 64)
+		if err != nil {
+			t.Fatalf("INFO commandstats %q: %v", line, err)
+		}
+		calls[name] = n
+	}
+	return calls
+}

@@ -1,0 +1,298 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// Group admission. A flash sale sends thousands of concurrent buys to one activity, and every one
+// of them is one script call on the single Redis shard that holds the activity. Most of a call's
+// cost there is not the decision but its frame: the system calls of the round trip, the script
+// call itself, reading the definition, the clock and the stock. So concurrent Admit calls for one
+// activity are grouped: while a script call for the activity is in flight, newcomers queue, and the
+// next call carries all of them (up to the batch size). admit.lua decides them one after the
+// other, each exactly as if it ran alone, inside one atomic script. This is the hot-row "merged
+// deduction" of large flash sales, done with no timer: with one caller nothing waits, and the
+// batch grows only as much as the server is busy.
+
+const (
+	// defaultAdmitBatch is the most requests one script call carries. At about 10 µs per decision
+	// inside the script, 64 keep a call near 1 ms, so other clients of the server are not held up.
+	defaultAdmitBatch = 64
+	// defaultAdmitInFlight is how many script calls per activity may be in flight at once: two
+	// keep the server busy while one reply travels back and the next batch is sent.
+	defaultAdmitInFlight = 2
+)
+
+// MaxAdmitBatch bounds Options.AdmitBatch. 1024 decisions hold the Redis server for about
+// 10 ms, longer than any other client of it should wait; and the scripts unpack a call's
+// requests into one command's arguments, which Lua bounds at 8,000 values.
+const MaxAdmitBatch = 1024
+
+// admitCall is one Admit waiting for its decision. Calls are reused (admitGroups.calls): a call
+// goes back only once its caller has read its answer, or withdrawn it unsent, so no batch still
+// holds a call that is handed out again.
+type admitCall struct {
+	req    admission.Request
+	answer admitAnswer   // written by the batch before it signals done
+	done   chan struct{} // buffered: the batch never blocks on a caller that has gone
+}
+
+// answerWith gives c its answer and wakes its caller; the channel orders the write before the
+// caller's read.
+func (c *admitCall) answerWith(d admission.Decision, err error) {
+	c.answer = admitAnswer{d: d, err: err}
+	c.done <- struct{}{}
+}
+
+type admitAnswer struct {
+	d   admission.Decision
+	err error
+}
+
+// admitQueue holds one activity's waiting calls.
+type admitQueue struct {
+	pending  []*admitCall
+	inFlight int
+}
+
+// admitGroups queues Admit calls per activity and runs them in batches.
+type admitGroups struct {
+	batch, inFlight int
+	run             func(ctx context.Context, activity string, calls []*admitCall)
+
+	mu     sync.Mutex
+	queues map[string]*admitQueue // only activities with waiting or running calls
+	// spare is the last queue let go of, for the next activity that needs one: without it a
+	// caller who finds nothing queued (a quiet sale) allocates a queue and its slice each time.
+	spare *admitQueue
+
+	// calls holds answered calls for reuse, so that an Admit does not allocate a call and its
+	// channel each time.
+	calls sync.Pool
+}
+
+func newAdmitGroups(batch, inFlight int, run func(context.Context, string, []*admitCall)) *admitGroups {
+	g := &admitGroups{batch: batch, inFlight: inFlight, run: run, queues: map[string]*admitQueue{}}
+	g.calls.New = func() any { return &admitCall{done: make(chan struct{}, 1)} }
+	return g
+}
+
+// newCall returns an unused call for r.
+func (g *admitGroups) newCall(r admission.Request) *admitCall {
+	c := g.calls.Get().(*admitCall)
+	c.req = r
+	return c
+}
+
+// recycle returns the answer of c, whose channel has been read or which was never sent, and puts
+// c back for another Admit.
+func (g *admitGroups) recycle(c *admitCall) admitAnswer {
+	a := c.answer
+	c.req, c.answer = admission.Request{}, admitAnswer{} // hold no user's strings while pooled
+	g.calls.Put(c)
+	return a
+}
+
+// admit queues r and waits for its decision or for ctx. A call still queued when ctx ends is
+// withdrawn and nothing is sent for it; a call already sent may still be decided (a win the
+// caller does not hear of, exactly as when a single call's context ends after it was sent).
+func (g *admitGroups) admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
+	c := g.newCall(r)
+	g.mu.Lock()
+	q := g.queues[r.Activity]
+	if q == nil {
+		q, g.spare = g.spare, nil
+		if q == nil {
+			q = &admitQueue{}
+		}
+		g.queues[r.Activity] = q
+	}
+	q.pending = append(q.pending, c)
+	var first []*admitCall
+	if q.inFlight < g.inFlight {
+		q.inFlight++
+		first = g.take(q, nil)
+	}
+	g.mu.Unlock()
+	if first != nil {
+		// The batch must not end with this caller's context: it carries other callers too.
+		go g.drain(context.WithoutCancel(ctx), r.Activity, first)
+	}
+
+	select {
+	case <-c.done:
+		a := g.recycle(c)
+		return a.d, a.err
+	case <-ctx.Done():
+		g.mu.Lock()
+		withdrawn := g.withdraw(r.Activity, c)
+		g.mu.Unlock()
+		if withdrawn {
+			g.recycle(c)
+		} else {
+			// Sent already: the answer may have arrived at the same moment; prefer it. If it
+			// has not, the batch will still write into c, so c is left to the collector.
+			select {
+			case <-c.done:
+				a := g.recycle(c)
+				return a.d, a.err
+			default:
+			}
+		}
+		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, ctx.Err())
+	}
+}
+
+// drain runs batches for activity until its queue is empty.
+func (g *admitGroups) drain(ctx context.Context, activity string, calls []*admitCall) {
+	for calls != nil {
+		g.run(ctx, activity, calls)
+		g.mu.Lock()
+		q := g.queues[activity]
+		calls = g.take(q, calls) // run is done with the slice: the next batch reuses it
+		if calls == nil {
+			q.inFlight--
+			if q.inFlight == 0 {
+				delete(g.queues, activity)
+				if cap(q.pending) > g.batch {
+					q.pending = nil // a burst's long array is not kept for a quiet time
+				}
+				g.spare = q // empty, and nothing else holds it now
+			}
+		}
+		g.mu.Unlock()
+	}
+}
+
+// take removes the next batch from q into buf's array (a new one when buf is nil or too small),
+// or returns nil when nothing waits. g.mu must be held.
+func (g *admitGroups) take(q *admitQueue, buf []*admitCall) []*admitCall {
+	n := min(len(q.pending), g.batch)
+	if n == 0 {
+		return nil
+	}
+	calls := append(buf[:0], q.pending[:n]...)
+	rest := copy(q.pending, q.pending[n:])
+	clear(q.pending[rest:])
+	q.pending = q.pending[:rest]
+	return calls
+}
+
+// withdraw removes c from its activity's queue if it has not been sent. g.mu must be held.
+func (g *admitGroups) withdraw(activity string, c *admitCall) bool {
+	q := g.queues[activity]
+	if q == nil {
+		return false
+	}
+	for i, p := range q.pending {
+		if p == c {
+			q.pending = slices.Delete(q.pending, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// runAdmitBatch is the Store's admitGroups.run: one admit.lua call for calls, whose
+// requests are all for activity and already validated.
+func (s *Store) runAdmitBatch(ctx context.Context, activity string, calls []*admitCall) {
+	reply, acked, err := s.runAdmit(ctx, activity, calls)
+	if err != nil {
+		for _, c := range calls {
+			c.answerWith(admission.Decision{}, err)
+		}
+		return
+	}
+	for i, c := range calls {
+		d, err := admitDecision(reply, i, activity, c.req.Qty)
+		if err == nil {
+			d, err = s.checkAcked(activity, d, acked)
+		}
+		c.answerWith(d, err) // c may be reused from here on
+	}
+}
+
+// runAdmit runs admit.lua (admit_v2.lua for a layout-2 activity) once for calls and returns its reply, four elements per call, and with
+// Options.ReplicasAck how many replicas acknowledged the call (redis_ack.go).
+//
+// The command is built by hand rather than through redis.Script, to keep the client's share of a
+// call small (how, and what it saved: docs/admission.md, "Group admission"). A call is never
+// modified while go-redis holds the pointers into it.
+func (s *Store) runAdmit(ctx context.Context, activity string, calls []*admitCall) ([]string, int64, error) {
+	type admitReply struct {
+		reply []string
+		acked int64
+	}
+	r, err := layoutRetry(ctx, s, activity, func(layout int) (admitReply, error) {
+		reply, acked, err := s.runAdmitLayout(ctx, activity, calls, layout)
+		return admitReply{reply, acked}, err
+	})
+	return r.reply, r.acked, err
+}
+
+// runAdmitLayout is runAdmit with layout's script (admit.lua, or admit_v2.lua for layout 2).
+func (s *Store) runAdmitLayout(ctx context.Context, activity string, calls []*admitCall, layout int) ([]string, int64, error) {
+	keys := s.hotKeys(activity)
+	sha, eval := keys.admitArgs(layout)
+	args := make([]any, len(sha), len(sha)+3*len(calls))
+	copy(args, sha)
+	for _, c := range calls {
+		args = append(args, &c.req.User, c.req.Qty, &c.req.RequestID)
+	}
+	cmd := redis.NewStringSliceCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	acked, waitErr := s.processAdmit(ctx, keys, cmd)
+	reply, err := cmd.Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The server lost its script cache (a restart, SCRIPT FLUSH): send the source, which
+		// also loads it again, as redis.Script.Run does.
+		evalArgs := slices.Clone(args)
+		copy(evalArgs, eval)
+		cmd = redis.NewStringSliceCmd(ctx, evalArgs...)
+		cmd.SetFirstKeyPos(3)
+		acked, waitErr = s.processAdmit(ctx, keys, cmd)
+		reply, err = cmd.Result()
+	}
+	if err == nil && len(reply) != 4*len(calls) {
+		err = fmt.Errorf("malformed admit reply: %d elements for %d requests", len(reply), len(calls))
+	}
+	if err == nil {
+		// The script ran but its WAIT failed: whether its wins will survive a failover is
+		// unknown, as after a timeout.
+		err = waitErr
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("admit %s: %w", activity, redisScriptErr(err))
+	}
+	return reply, acked, nil
+}
+
+// processAdmit sends one admit.lua call: on the hot client, or with its WAIT on one connection
+// when the store waits for replicas.
+func (s *Store) processAdmit(ctx context.Context, keys *redisHotKeys, cmd redis.Cmder) (int64, error) {
+	if s.ack == nil {
+		_ = s.hotProc.Process(ctx, cmd)
+		return 0, nil
+	}
+	return s.ack.send(ctx, keys.admitSha[3].(string), cmd)
+}
+
+// admitDecision reads request i's {outcome, remaining, reservation_id, replayed} from
+// admit.lua's reply; outcome 0 is qty above the per-user limit, bad input for that request only.
+func admitDecision(reply []string, i int, activity string, qty int64) (admission.Decision, error) {
+	d, err := redisParseDecision(reply[4*i : 4*i+4])
+	if err == nil && d.Outcome == 0 {
+		err = admission.BadInput("qty %d is above the per-user limit", qty)
+	}
+	if err != nil {
+		return admission.Decision{}, fmt.Errorf("admit %s: %w", activity, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,152 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// Stock buckets (docs/admission.md, "Stock buckets"): an activity defined with Buckets n > 1 is a
+// parent, whose keys under its own hash tag hold the definition and the transfer intents, and n
+// complete activity key sets, the buckets, under the hash tags {A#i/n}, which Cluster spreads over
+// its slots. admit.lua, release.lua and set_result.lua (or their _v2 scripts, for a layout-2
+// activity, whose buckets have the parent's layout) run on a bucket unchanged.
+
+// BucketStats counts the stock transfers between buckets of every split activity this store has
+// served since it was created (Store.BucketStats).
+type BucketStats struct {
+	Transfers int64 // transfers completed by this store (pulls, rebalancing, recoveries)
+	Moved     int64 // items those transfers moved
+	Recovered int64 // transfers found pending (a crashed or slow runner) and completed here
+	DryPulls  int64 // admissions whose home bucket had too little stock, so stock was pulled in
+	// Contended counts admissions refused with ErrContended: stock was left, other buyers won
+	// every item their pulls brought in.
+	Contended int64
+	// FailedTransfers counts transfers (pulls, rebalancing, recoveries) that failed part-way;
+	// their intent stays until a recovery completes them.
+	FailedTransfers int64
+}
+
+// bucketCounters backs BucketStats.
+type bucketCounters struct {
+	transfers, moved, recovered, dryPulls, contended, failed atomic.Int64
+}
+
+// BucketStats returns the store's transfer counters (see BucketStats).
+func (s *Store) BucketStats() BucketStats {
+	c := &s.bucketCounters
+	return BucketStats{
+		Transfers: c.transfers.Load(),
+		Moved:     c.moved.Load(),
+		Recovered: c.recovered.Load(),
+		DryPulls:  c.dryPulls.Load(),
+
+		Contended:       c.contended.Load(),
+		FailedTransfers: c.failed.Load(),
+	}
+}
+
+// BucketLevels calls f with every split activity this store has read the buckets of (its
+// rebalancer does every RebalanceInterval) and each bucket's unsold stock at that last reading.
+// f must not keep stocks.
+func (s *Store) BucketLevels(f func(activity string, stocks []int64)) {
+	s.bucketLevels.Range(func(k, v any) bool {
+		f(k.(string), v.([]int64))
+		return true
+	})
+}
+
+// bucketID names bucket i of n of activity: '#' and '/' are outside the activity id alphabet, so
+// no user's activity id collides with it, and a different count gives different keys.
+func bucketID(activity string, i, n int) string {
+	return activity + "#" + strconv.Itoa(i) + "/" + strconv.Itoa(n)
+}
+
+// A bucket's reservation (and wins-queue entry) id is the stream id admit.lua hands out with
+// ".<bucket>" appended: stream ids never contain '.', and the bucket tells Release and Ack where
+// the entry lives.
+func bucketEntryID(raw string, i int) string {
+	return raw + "." + strconv.Itoa(i)
+}
+
+// splitBucketEntryID reverses bucketEntryID; ok is false for an id without a valid bucket.
+func splitBucketEntryID(id string, n int) (raw string, i int, ok bool) {
+	dot := strings.LastIndexByte(id, '.')
+	if dot <= 0 {
+		return "", 0, false
+	}
+	i, err := strconv.Atoi(id[dot+1:])
+	if err != nil || i < 0 || i >= n {
+		return "", 0, false
+	}
+	return id[:dot], i, true
+}
+
+// bucketCount returns how many buckets activity is split into (1: not split), from the store's
+// cache or, the first time, from the parent's definition. An activity not defined yet is not
+// cached, so that its definition is seen once it exists. The count is fixed while an activity
+// exists (bucket_define.lua); a deletion and a redefinition with another count changes every
+// bucket key (bucketID), so a stale count meets an unknown bucket and is looked up again
+// (bucketRetry).
+func (s *Store) bucketCount(ctx context.Context, activity string) (int, error) {
+	if v, ok := s.bucketCache.Load(activity); ok {
+		return v.(int), nil
+	}
+	n, _, err := s.readShape(ctx, activity)
+	return n, err
+}
+
+// readShape reads activity's bucket count and layout (redis_layout.go) from its definition, in
+// one command, and caches both once the activity is defined.
+func (s *Store) readShape(ctx context.Context, activity string) (n, layout int, err error) {
+	vals, err := s.client.HMGet(ctx, s.key(activity, "meta"), "buckets", "start_ms", "layout").Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: read bucket count: %w", activity, err)
+	}
+	if len(vals) != 3 || vals[1] == nil { // not defined (yet)
+		return 1, 1, nil
+	}
+	n, layout = 1, 1
+	if v, ok := vals[0].(string); ok {
+		if n, err = strconv.Atoi(v); err != nil || n < 2 || n > admission.MaxBuckets {
+			return 0, 0, fmt.Errorf("%s: malformed bucket count %q", activity, v)
+		}
+	}
+	if v, ok := vals[2].(string); ok {
+		if layout, err = strconv.Atoi(v); err != nil || layout != 2 {
+			return 0, 0, fmt.Errorf("%s: %w: layout %q", activity, admission.ErrLayout, v)
+		}
+	}
+	s.layoutCache.Store(activity, layout)
+	s.bucketCache.Store(activity, n)
+	if n > 1 {
+		s.startRebalancer()
+	}
+	return n, layout, nil
+}
+
+// bucketRetry runs f with activity's bucket count. When f finds the activity unknown, the count
+// may be stale (the activity was deleted and defined again with another count by another node):
+// it is looked up again, and f runs again if it changed.
+func bucketRetry[T any](ctx context.Context, s *Store, activity string, f func(n int) (T, error)) (T, error) {
+	n, err := s.bucketCount(ctx, activity)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	v, err := f(n)
+	if !errors.Is(err, admission.ErrUnknownActivity) {
+		return v, err
+	}
+	s.bucketCache.Delete(activity)
+	m, cerr := s.bucketCount(ctx, activity)
+	if cerr != nil || m == n {
+		return v, err
+	}
+	return f(m)
+}

@@ -1,0 +1,499 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+)
+
+// The wins queue of layout 2 (docs/admission.md, "The wins queue"): one stream entry per
+// admission call, the k-th win of entry E being "E-k". The entries are made here by the
+// prototype's admit.lua (testdata/wonlayout) with the :meta wins count that admit_v2.lua keeps
+// added, on activities defined as today and marked layout 2.
+
+// v2AdmitSrc is the prototype's admit.lua with the HINCRBY of :meta's wins that admit_v2.lua
+// does per call with wins, in the same script so that Backlog never sees an entry without it.
+func v2AdmitSrc(t testing.TB) string {
+	const xadd = "local e = redis.call('XADD', unpack(x)) .. '-'\n"
+	if strings.Count(protoAdmit, xadd) != 1 {
+		t.Fatal("the prototype admit.lua no longer has its one XADD line")
+	}
+	return strings.Replace(protoAdmit, xadd, xadd+"  redis.call('HINCRBY', KEYS[1], 'wins', nw)\n", 1)
+}
+
+// v2Queue drives one layout-2 activity on one store.
+type v2Queue struct {
+	s     *Store
+	raw   redis.UniversalClient
+	admit *redis.Script
+	act   string
+}
+
+func newV2Queue(t testing.TB, s *Store, raw redis.UniversalClient, act string, stock, limit int64, buckets int) *v2Queue {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	a := admission.Activity{ID: act, Stock: stock, Limit: limit, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute, Buckets: buckets}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range s.keySets(act, buckets) {
+		if err := raw.HSet(ctx, s.key(on, "meta"), "layout", "2").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &v2Queue{s: s, raw: raw, admit: redis.NewScript(v2AdmitSrc(t)), act: act}
+}
+
+// call runs one admission call on key set on (the activity or a bucket) with (user, qty,
+// request id) triples and returns the stream entry it appended, requiring every request won.
+func (q *v2Queue) call(t testing.TB, on string, reqs ...string) string {
+	t.Helper()
+	args := make([]any, len(reqs))
+	for i, r := range reqs {
+		args[i] = r
+	}
+	reply, err := q.admit.Run(context.Background(), q.raw, q.s.protoAdmitKeys(on, false), args...).Slice()
+	if err != nil {
+		t.Fatalf("admit %v: %v", reqs, err)
+	}
+	entry := ""
+	for i := 0; i < len(reply); i += 4 {
+		if reply[i].(int64) != 1 {
+			t.Fatalf("admit %v: request %d answered %v", reqs, i/4, reply[i:i+4])
+		}
+		id := reply[i+2].(string)
+		e := id[:strings.LastIndexByte(id, '-')]
+		if entry != "" && e != entry {
+			t.Fatalf("admit %v: wins in entries %s and %s", reqs, entry, e)
+		}
+		entry = e
+	}
+	return entry
+}
+
+func (q *v2Queue) backlog(t testing.TB, group string, want int64, when string) {
+	t.Helper()
+	n, err := q.s.Backlog(context.Background(), q.act, group)
+	if err != nil || n != want {
+		t.Fatalf("%s: backlog %s = %d, %v; want %d", when, group, n, err, want)
+	}
+}
+
+// pending returns the entries of on's stream pending in group.
+func (q *v2Queue) pending(t testing.TB, on, group string) []string {
+	t.Helper()
+	ps, err := q.raw.XPendingExt(context.Background(), &redis.XPendingExtArgs{
+		Stream: q.s.key(on, "orders"), Group: group, Start: "-", End: "+", Count: 1000,
+	}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	return ids
+}
+
+// winKey is what identifies a delivered win here.
+func winKey(w admission.Win) string {
+	return fmt.Sprintf("%s %s %d %s d%d", w.ID, w.User, w.Qty, w.RequestID, w.Deliveries)
+}
+
+func winKeys(ws []admission.Win) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = winKey(w)
+	}
+	return out
+}
+
+func wantWins(t testing.TB, what string, ws []admission.Win, err error, want ...string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if got := winKeys(ws); !slices.Equal(got, want) {
+		t.Fatalf("%s:\n got %q\nwant %q", what, got, want)
+	}
+}
+
+// TestRedisQueueLayout2 splits layout-2 entries into wins and acknowledges them one by one, on
+// a single server, on one with a replica and ReplicasAck (the reads' WAIT), and on the 3+3
+// Cluster: multi-win entries, a user with two wins in one entry, reads bounded in wins, a
+// partial ack, a pending re-read and a claim that leave the acknowledged wins out, acks twice,
+// a dead letter of one win, and the backlog in wins, exact at every step.
+func TestRedisQueueLayout2(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		srv := testsrv.StartRedis(t)
+		s, raw := v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
+		testQueueLayout2(t, s, raw)
+	})
+	t.Run("replicas_ack", func(t *testing.T) {
+		master := testsrv.StartRedis(t)
+		testsrv.StartReplica(t, master)
+		s, raw := v2Store(t, &redis.Options{Addr: master.Addr}, Options{ReplicasAck: 1, ReplicasAckTimeout: 5 * time.Second})
+		testQueueLayout2(t, s, raw)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cluster := testsrv.StartCluster(t)
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), MaxRetries: 3})
+		s, err := New(c, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		testQueueLayout2(t, s, c)
+	})
+}
+
+func v2Store(t testing.TB, o *redis.Options, opts Options) (*Store, *redis.Client) {
+	t.Helper()
+	s, err := New(redis.NewClient(o), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	raw := redis.NewClient(&redis.Options{Addr: o.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	return s, raw
+}
+
+func testQueueLayout2(t *testing.T, s *Store, raw redis.UniversalClient) {
+	ctx := context.Background()
+	q := newV2Queue(t, s, raw, "l2", 100, 3, 0)
+	if err := s.EnsureGroup(ctx, "l2", "g"); err != nil {
+		t.Fatal(err)
+	}
+	q.backlog(t, "g", 0, "no wins")
+	// Request ids with the pair's separator (a space) and the layout's others.
+	e1 := q.call(t, "l2", "u1", "1", "r 1", "u2", "2", "r2", "u3", "1", "r;3:\n")
+	e2 := q.call(t, "l2", "u6", "1", "r6a", "u6", "1", "r6b") // one user, two wins, one entry
+	e3 := q.call(t, "l2", "u4", "1", "r4")
+	e4 := q.call(t, "l2", "u5", "1", "r5", "u7", "1", "r7")
+	q.backlog(t, "g", 8, "8 wins, none read")
+
+	// A read of 4 wins takes e1 (3) and, still short, e2 whole (2): entries are not split.
+	ws, err := s.ReadGroup(ctx, "l2", "g", "c1", 4, 0, false)
+	wantWins(t, "read of 4", ws, err,
+		e1+"-1 u1 1 r 1 d1", e1+"-2 u2 2 r2 d1", e1+"-3 u3 1 r;3:\n d1", e2+"-1 u6 1 r6a d1", e2+"-2 u6 1 r6b d1")
+	for _, w := range ws {
+		if w.ReservationID != w.ID || w.Activity != "l2" || time.Since(w.At) > time.Minute || w.At.After(time.Now()) {
+			t.Fatalf("win %+v: reservation id, activity or admission time wrong", w)
+		}
+	}
+	// A read of 1 win takes one entry whole, here e3 (1).
+	ws, err = s.ReadGroup(ctx, "l2", "g", "c1", 1, 0, false)
+	wantWins(t, "read of 1", ws, err, e3+"-1 u4 1 r4 d1")
+	q.backlog(t, "g", 8, "6 wins delivered, none acknowledged")
+
+	// Partial ack of e1, twice; e2 whole; an unknown win and numbers beyond the entry's wins.
+	for range 2 {
+		if err := s.Ack(ctx, "l2", "g", e1+"-2", e2+"-1", e2+"-2", e1+"-4", e1+"-0", "1-1-1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.backlog(t, "g", 5, "e1-2 and e2 acknowledged")
+	if p := q.pending(t, "l2", "g"); !slices.Equal(p, []string{e1, e3}) {
+		t.Fatalf("pending entries %v, want e1 and e3 (e2 done)", p)
+	}
+
+	// c1's pending re-read leaves e1-2 out (a delivery more for e1 and e3).
+	ws, err = s.ReadGroup(ctx, "l2", "g", "c1", 10, 0, true)
+	wantWins(t, "pending re-read", ws, err, e1+"-1 u1 1 r 1 d2", e1+"-3 u3 1 r;3:\n d2", e3+"-1 u4 1 r4 d2")
+	// Pending reads count unacknowledged wins: 2 from e1 reach 2.
+	ws, err = s.ReadGroup(ctx, "l2", "g", "c1", 2, 0, true)
+	wantWins(t, "pending re-read of 2", ws, err, e1+"-1 u1 1 r 1 d3", e1+"-3 u3 1 r;3:\n d3")
+
+	// c1 dies; c2 claims e1 (2 unacknowledged wins reach a count of 2) and then e3.
+	ws, err = s.Claim(ctx, "l2", "g", "c2", 0, 2)
+	wantWins(t, "claim of 2", ws, err, e1+"-1 u1 1 r 1 d4", e1+"-3 u3 1 r;3:\n d4")
+	ws, err = s.Claim(ctx, "l2", "g", "c2", 0, 10)
+	wantWins(t, "claim of the rest", ws, err, e1+"-1 u1 1 r 1 d5", e1+"-3 u3 1 r;3:\n d5", e3+"-1 u4 1 r4 d3")
+
+	// A dead letter of one win of e1, twice: copied once, acknowledged once; the entry stays.
+	w3 := ws[1]
+	for range 2 {
+		if err := s.DeadLetter(ctx, "l2", "g", w3, "poison: test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dead, err := s.DeadLetters(ctx, "l2", 10)
+	if err != nil || len(dead) != 1 || winKey(dead[0]) != winKey(w3) || dead[0].Reason != "poison: test" ||
+		!dead[0].At.Equal(w3.At) || dead[0].ReservationID != w3.ID {
+		t.Fatalf("dead letters = %+v, %v; want %+v alone", dead, err, w3)
+	}
+	q.backlog(t, "g", 4, "e1-3 dead-lettered")
+	ws, err = s.ReadGroup(ctx, "l2", "g", "c2", 10, 0, true)
+	wantWins(t, "c2's pending after the dead letter", ws, err, e1+"-1 u1 1 r 1 d6", e3+"-1 u4 1 r4 d4")
+	// Acknowledging a dead-lettered win counts nothing.
+	if err := s.Ack(ctx, "l2", "g", e1+"-3"); err != nil {
+		t.Fatal(err)
+	}
+	q.backlog(t, "g", 4, "a dead-lettered win acknowledged")
+	// The last win of e1: the entry leaves the pending list and its :acked field goes.
+	if err := s.Ack(ctx, "l2", "g", e1+"-1"); err != nil {
+		t.Fatal(err)
+	}
+	if p := q.pending(t, "l2", "g"); !slices.Equal(p, []string{e3}) {
+		t.Fatalf("pending entries %v, want e3", p)
+	}
+	if n, err := raw.XLen(ctx, s.key("l2", "orders")).Result(); err != nil || n != 4 {
+		t.Fatalf("stream length %d, %v; want 4: entries are never deleted", n, err)
+	}
+	q.backlog(t, "g", 3, "e1 done")
+	// A dead letter of a win whose entry is done is left alone.
+	if err := s.DeadLetter(ctx, "l2", "g", admission.Win{ID: e1 + "-2"}, "late"); err != nil {
+		t.Fatal(err)
+	}
+	if dead, _ := s.DeadLetters(ctx, "l2", 10); len(dead) != 1 {
+		t.Fatalf("%d dead letters after a late one, want 1", len(dead))
+	}
+
+	// A blocking read is answered by a call made while it waits.
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		q.call(t, "l2", "u8", "1", "r8")
+	}()
+	began := time.Now()
+	ws, err = s.ReadGroup(ctx, "l2", "g", "c3", 10, 5*time.Second, false)
+	// e4 was there before the read: it comes first, without a wait.
+	wantWins(t, "read of the rest", ws, err, e4+"-1 u5 1 r5 d1", e4+"-2 u7 1 r7 d1")
+	ws, err = s.ReadGroup(ctx, "l2", "g", "c3", 10, 5*time.Second, false)
+	if err != nil || len(ws) != 1 || ws[0].User != "u8" || time.Since(began) > 4*time.Second {
+		t.Fatalf("blocking read = %+v, %v after %v; want u8's win", ws, err, time.Since(began))
+	}
+	q.backlog(t, "g", 4, "e3, e4 and u8's win unacknowledged")
+	ids := []string{e3 + "-1", e4 + "-1", e4 + "-2", ws[0].ID}
+	if err := s.Ack(ctx, "l2", "g", ids...); err != nil {
+		t.Fatal(err)
+	}
+	q.backlog(t, "g", 0, "everything acknowledged")
+	if p := q.pending(t, "l2", "g"); len(p) != 0 {
+		t.Fatalf("pending entries %v, want none", p)
+	}
+	// :acked keeps only the group's count once every entry is done.
+	if f, err := raw.HGetAll(ctx, s.key("l2", "acked")).Result(); err != nil || len(f) != 1 || f["n g"] != "9" {
+		t.Fatalf(":acked = %v, %v; want only n g = 9", f, err)
+	}
+
+	// Another group counts on its own, from the start of the stream.
+	if err := s.EnsureGroup(ctx, "l2", "g2"); err != nil {
+		t.Fatal(err)
+	}
+	q.backlog(t, "g2", 9, "a new group")
+	if _, err := s.Backlog(ctx, "l2", "nosuch"); !errors.Is(err, admission.ErrNotFound) {
+		t.Fatalf("backlog of no group: %v, want ErrNotFound", err)
+	}
+}
+
+// TestRedisQueueLayout2Buckets: a split activity's layout-2 entries, one stream per bucket,
+// come out as wins "E-k.<bucket>", which Ack and DeadLetter take back to their bucket; the
+// backlog sums the buckets' wins.
+func TestRedisQueueLayout2Buckets(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	s, raw := v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
+	q := newV2Queue(t, s, raw, "b2", 40, 2, 2)
+	if err := s.EnsureGroup(ctx, "b2", "g"); err != nil {
+		t.Fatal(err)
+	}
+	b0, b1 := bucketID("b2", 0, 2), bucketID("b2", 1, 2)
+	e0 := q.call(t, b0, "u1", "1", "r1", "u2", "1", "r2")
+	e1 := q.call(t, b1, "u3", "1", "r3", "u4", "1", "r4", "u5", "1", "r5")
+	q.backlog(t, "g", 5, "5 wins in 2 buckets")
+	var all []admission.Win
+	for len(all) < 5 {
+		ws, err := s.ReadGroup(ctx, "b2", "g", "c1", 5, time.Second, false)
+		if err != nil || len(ws) == 0 {
+			t.Fatalf("read = %v, %v", ws, err)
+		}
+		all = append(all, ws...)
+	}
+	got := winKeys(all)
+	slices.Sort(got)
+	want := []string{e0 + "-1.0 u1 1 r1 d1", e0 + "-2.0 u2 1 r2 d1", e1 + "-1.1 u3 1 r3 d1", e1 + "-2.1 u4 1 r4 d1", e1 + "-3.1 u5 1 r5 d1"}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("wins\n got %q\nwant %q", got, want)
+	}
+	if err := s.Ack(ctx, "b2", "g", e0+"-1.0", e1+"-2.1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeadLetter(ctx, "b2", "g", admission.Win{ID: e1 + "-3.1"}, "refused: test"); err != nil {
+		t.Fatal(err)
+	}
+	q.backlog(t, "g", 2, "2 acked, 1 dead")
+	ws, err := s.Claim(ctx, "b2", "g", "c2", 0, 10)
+	got = winKeys(ws)
+	slices.Sort(got)
+	want = []string{e0 + "-2.0 u2 1 r2 d2", e1 + "-1.1 u3 1 r3 d2"}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("claim = %q, %v; want %q", got, err, want)
+	}
+	dead, err := s.DeadLetters(ctx, "b2", 10)
+	if err != nil || len(dead) != 1 || dead[0].ID != e1+"-3.1" || dead[0].User != "u5" {
+		t.Fatalf("dead letters = %+v, %v", dead, err)
+	}
+	if err := s.Ack(ctx, "b2", "g", e0+"-2.0", e1+"-1.1"); err != nil {
+		t.Fatal(err)
+	}
+	q.backlog(t, "g", 0, "all done")
+	if len(q.pending(t, b0, "g"))+len(q.pending(t, b1, "g")) != 0 {
+		t.Fatal("entries still pending")
+	}
+}
+
+// TestRedisQueueLayout2ConcurrentAcks: consumers on their own connections acknowledge the wins
+// of the same entries at once, each win by two of them. An entry stays pending while any of its
+// wins is unacknowledged and leaves the pending list with its last; the count of acknowledged
+// wins, and so the backlog, counts each win once. Run it with -race.
+func TestRedisQueueLayout2ConcurrentAcks(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	s, raw := v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
+	const entries, per = 40, 8
+	q := newV2Queue(t, s, raw, "c2", entries*per, entries, 0)
+	if err := s.EnsureGroup(ctx, "c2", "g"); err != nil {
+		t.Fatal(err)
+	}
+	for e := range entries {
+		var reqs []string
+		for k := range per {
+			reqs = append(reqs, fmt.Sprintf("u%d", k), "1", fmt.Sprintf("r%d-%d", e, k))
+		}
+		q.call(t, "c2", reqs...)
+	}
+	ws, err := s.ReadGroup(ctx, "c2", "g", "c0", entries*per, 0, false)
+	if err != nil || len(ws) != entries*per {
+		t.Fatalf("read %d wins, %v; want %d", len(ws), err, entries*per)
+	}
+	stores := make([]*Store, per)
+	for i := range stores {
+		stores[i], _ = v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
+	}
+	// ackAll acknowledges the wins w with ws[i] % per in ks, each twice over, from per
+	// goroutines that each take their wins in a random order.
+	ackAll := func(ks ...int) {
+		var wg sync.WaitGroup
+		for g := range per {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rng := rand.New(rand.NewSource(int64(g)))
+				var mine []string
+				for i, w := range ws {
+					if slices.Contains(ks, i%per) && (i%per == g || (i+1)%per == g) {
+						mine = append(mine, w.ID)
+					}
+				}
+				rng.Shuffle(len(mine), func(a, b int) { mine[a], mine[b] = mine[b], mine[a] })
+				for len(mine) > 0 {
+					n := min(len(mine), 1+rng.Intn(5))
+					if err := stores[g].Ack(ctx, "c2", "g", mine[:n]...); err != nil {
+						t.Error(err)
+						return
+					}
+					mine = mine[n:]
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	ackAll(0, 1, 2, 3, 4, 5, 6)
+	if t.Failed() {
+		t.FailNow()
+	}
+	if p := q.pending(t, "c2", "g"); len(p) != entries {
+		t.Fatalf("%d entries pending with one win each unacknowledged, want %d", len(p), entries)
+	}
+	q.backlog(t, "g", entries, "one win per entry left")
+	ackAll(0, 1, 2, 3, 4, 5, 6, 7)
+	if p := q.pending(t, "c2", "g"); len(p) != 0 {
+		t.Fatalf("%d entries pending with every win acknowledged", len(p))
+	}
+	q.backlog(t, "g", 0, "every win acknowledged")
+	if f, err := raw.HGetAll(ctx, s.key("c2", "acked")).Result(); err != nil || len(f) != 1 || f["n g"] != fmt.Sprint(entries*per) {
+		t.Fatalf(":acked = %v, %v", f, err)
+	}
+}
+
+// TestRedisQueueLayoutNote: a layout-1 stream, once the store has read it, is read with a plain
+// XREADGROUP (no script); when the activity is deleted and defined again on layout 2, the stale
+// note costs one read that answers ErrLayoutChanged, and the consumer's pending read delivers
+// the wins it took, whole and in order.
+func TestRedisQueueLayoutNote(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	s, raw := v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
+	now := time.Now()
+	a := admission.Activity{ID: "ln", Stock: 10, Limit: 1, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"a", "b"} {
+		if d, err := s.Admit(ctx, admission.Request{Activity: "ln", User: u, Qty: 1, RequestID: "r" + u}); err != nil || d.Outcome != admission.Won {
+			t.Fatalf("admit %s = %+v, %v", u, d, err)
+		}
+	}
+	if err := s.EnsureGroup(ctx, "ln", "g"); err != nil {
+		t.Fatal(err)
+	}
+	scripts := func() int64 {
+		info := raw.Info(ctx, "commandstats").Val()
+		for line := range strings.SplitSeq(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:calls="); ok {
+				var n int64
+				_, _ = fmt.Sscan(strings.SplitN(v, ",", 2)[0], &n)
+				return n
+			}
+		}
+		return 0
+	}
+	ws, err := s.ReadGroup(ctx, "ln", "g", "c", 1, 0, false)
+	if err != nil || len(ws) != 1 || ws[0].User != "a" {
+		t.Fatalf("first read = %+v, %v", ws, err)
+	}
+	before := scripts()
+	ws, err = s.ReadGroup(ctx, "ln", "g", "c", 1, 0, false)
+	if err != nil || len(ws) != 1 || ws[0].User != "b" {
+		t.Fatalf("second read = %+v, %v", ws, err)
+	}
+	if n := scripts() - before; n != 0 {
+		t.Fatalf("the second read of a layout-1 stream ran %d scripts, want a plain XREADGROUP", n)
+	}
+
+	if err := s.Delete(ctx, "ln", true); err != nil {
+		t.Fatal(err)
+	}
+	q := newV2Queue(t, s, raw, "ln", 10, 1, 0)
+	if err := s.EnsureGroup(ctx, "ln", "g"); err != nil {
+		t.Fatal(err)
+	}
+	e := q.call(t, "ln", "u1", "1", "x1", "u1x", "1", "x2")
+	if _, err := s.ReadGroup(ctx, "ln", "g", "c", 10, 0, false); !errors.Is(err, ErrLayoutChanged) {
+		t.Fatalf("read with a stale note: %v, want ErrLayoutChanged", err)
+	}
+	ws, err = s.ReadGroup(ctx, "ln", "g", "c", 10, 0, true)
+	wantWins(t, "pending read after the stale note", ws, err, e+"-1 u1 1 x1 d2", e+"-2 u1x 1 x2 d2")
+	ws, err = s.ReadGroup(ctx, "ln", "g", "c", 10, 0, false)
+	wantWins(t, "read of new entries after the note turned", ws, err)
+	q.call(t, "ln", "u2", "1", "x3")
+	ws, err = s.ReadGroup(ctx, "ln", "g", "c", 10, 0, false)
+	if err != nil || len(ws) != 1 || ws[0].User != "u2" {
+		t.Fatalf("read = %+v, %v; want u2's win", ws, err)
+	}
+}
