@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
 )
 
 // addActivity parses one activity option of the global seckill block into a.Activities: its id,
@@ -22,7 +23,7 @@ func addActivity(d *caddyfile.Dispenser, a *App) error {
 	if _, dup := a.Activities[id]; dup {
 		return d.Errf("seckill: activity %s is defined twice", id)
 	}
-	if err := noArg(d); err != nil {
+	if err := caddyfileargs.NoArg(d); err != nil {
 		return err
 	}
 	act, err := parseActivity(d, id)
@@ -52,32 +53,32 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 	c := new(ActivityConfig)
 	what := "activity " + id + ": "
 	haveStock := false
-	err := parseBlock(d, "seckill", what, func(opt string) (err error) {
+	err := caddyfileargs.ParseBlock(d, "seckill", what, func(opt string) (err error) {
 		switch opt {
 		case "stock":
-			c.Stock, err = intArg[int64](d, what+"stock", 0, math.MaxInt64, "want a whole number")
+			c.Stock, err = caddyfileargs.IntArg[int64](d, what+"stock", 0, math.MaxInt64, "want a whole number")
 			haveStock = true
 		case "limit":
-			c.Limit, err = intArg[int64](d, what+"limit", 0, math.MaxInt64, "want a whole number")
+			c.Limit, err = caddyfileargs.IntArg[int64](d, what+"limit", 0, math.MaxInt64, "want a whole number")
 			if err == nil && c.Limit == 0 {
 				err = d.Errf("seckill: %slimit must be at least 1", what)
 			}
 		case "start":
-			c.Start, err = timeArg(d, what+"start")
+			c.Start, err = caddyfileargs.TimeArg(d, what+"start")
 		case "start_in":
-			c.StartIn, err = durationArg(d, what+"start_in")
+			c.StartIn, err = caddyfileargs.DurationArg(d, what+"start_in")
 			if err == nil && c.StartIn == 0 {
 				err = d.Errf("seckill: %sstart_in must be positive (for a sale open at once, give a start in the past)", what)
 			}
 		case "end":
-			c.End, err = timeArg(d, what+"end")
+			c.End, err = caddyfileargs.TimeArg(d, what+"end")
 		case "reveal":
-			c.Reveal, err = durationArg(d, what+"reveal")
+			c.Reveal, err = caddyfileargs.DurationArg(d, what+"reveal")
 		case "pay_within":
-			c.PayWithin, err = durationArg(d, what+"pay_within")
+			c.PayWithin, err = caddyfileargs.DurationArg(d, what+"pay_within")
 		case "buckets":
 			// The stock bound is checked once the block is read (validate).
-			c.Buckets, err = intArg(d, what+"buckets", minBuckets, admission.MaxBuckets,
+			c.Buckets, err = caddyfileargs.IntArg(d, what+"buckets", minBuckets, admission.MaxBuckets,
 				fmt.Sprintf("want %d to %d (leave it out for one)", minBuckets, admission.MaxBuckets))
 		default:
 			err = d.Errf("seckill: %sunrecognized option %q", what, opt)

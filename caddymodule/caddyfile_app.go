@@ -4,6 +4,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
 )
 
 func init() {
@@ -88,20 +90,20 @@ func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 // Every option but rate_limit (once per kind) and activity (once per id) may be given once.
 func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume option name
-	if err := noArg(d); err != nil {
+	if err := caddyfileargs.NoArg(d); err != nil {
 		return err
 	}
-	rateKinds := optionSet{}
-	return parseBlock(d, "seckill", "", func(opt string) (err error) {
+	rateKinds := caddyfileargs.OptionSet{}
+	return caddyfileargs.ParseBlock(d, "seckill", "", func(opt string) (err error) {
 		switch opt {
 		case "store":
 			a.Store, err = parseStore(d)
 		case "jwt":
 			a.JWT, err = parseJWT(d)
 		case "url_secret":
-			a.URLSecret, err = oneArg(d)
+			a.URLSecret, err = caddyfileargs.OneArg(d)
 		case "forward_secret":
-			a.ForwardSecret, err = oneArg(d)
+			a.ForwardSecret, err = caddyfileargs.OneArg(d)
 		case "captcha":
 			err = parseCaptcha(d, a)
 		case "orders":

@@ -4,6 +4,8 @@ import (
 	"math"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
 )
 
 // parseCaptcha parses the captcha option of the global seckill block into a. Syntax:
@@ -20,7 +22,7 @@ func parseCaptcha(d *caddyfile.Dispenser, a *App) error {
 		return d.Err("seckill: captcha needs on or off (e.g. captcha on { length 6 })")
 	}
 	v := d.Val()
-	if err := noArg(d); err != nil {
+	if err := caddyfileargs.NoArg(d); err != nil {
 		return err
 	}
 	switch v {
@@ -36,14 +38,14 @@ func parseCaptcha(d *caddyfile.Dispenser, a *App) error {
 		return d.Errf("seckill: captcha %q: want on or off", v)
 	}
 	c := new(CaptchaConfig)
-	err := parseBlock(d, "seckill", "captcha ", func(opt string) (err error) {
+	err := caddyfileargs.ParseBlock(d, "seckill", "captcha ", func(opt string) (err error) {
 		switch opt {
 		case "length":
-			c.Length, err = intArg(d, "captcha length", 1, math.MaxInt, "want a positive whole number")
+			c.Length, err = caddyfileargs.IntArg(d, "captcha length", 1, math.MaxInt, "want a positive whole number")
 		case "ttl":
-			c.TTL, err = positiveDurationArg(d, "captcha ttl")
+			c.TTL, err = caddyfileargs.PositiveDurationArg(d, "captcha ttl")
 		case "max_fetches":
-			c.MaxFetches, err = intArg[int64](d, "captcha max_fetches", 1, math.MaxInt64, "want a positive whole number")
+			c.MaxFetches, err = caddyfileargs.IntArg[int64](d, "captcha max_fetches", 1, math.MaxInt64, "want a positive whole number")
 		case "issue_rate":
 			c.IssueRate, err = parseRateArgs(d, "captcha issue_rate", d.RemainingArgs())
 		default:

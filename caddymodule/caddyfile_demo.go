@@ -1,6 +1,10 @@
 package caddymodule
 
-import "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+import (
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
+)
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
@@ -9,13 +13,13 @@ import "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 //	}
 func (h *DemoSignin) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
-	if err := noArg(d); err != nil {
+	if err := caddyfileargs.NoArg(d); err != nil {
 		return err
 	}
-	return parseBlock(d, "seckill_demo_signin", "", func(sub string) (err error) {
+	return caddyfileargs.ParseBlock(d, "seckill_demo_signin", "", func(sub string) (err error) {
 		switch sub {
 		case "allow_remote":
-			h.AllowRemote, err = true, noArg(d)
+			h.AllowRemote, err = true, caddyfileargs.NoArg(d)
 		default:
 			err = d.Errf("seckill_demo_signin: unrecognized subdirective %q", sub)
 		}

@@ -4,6 +4,8 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
 )
 
 func init() {
@@ -41,7 +43,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		switch sub {
 		case "forward":
 			h.Forward = true
-			return true, noArg(d)
+			return true, caddyfileargs.NoArg(d)
 		}
 		return false, nil
 	})
@@ -64,18 +66,18 @@ func parseMount(d *caddyfile.Dispenser, directive string, prefix, errorsMode *st
 	more func(sub string) (bool, error),
 ) error {
 	d.Next() // consume directive name
-	if err := noArg(d); err != nil {
+	if err := caddyfileargs.NoArg(d); err != nil {
 		return err
 	}
-	return parseBlock(d, directive, "", func(sub string) (err error) {
+	return caddyfileargs.ParseBlock(d, directive, "", func(sub string) (err error) {
 		switch sub {
 		case "prefix":
-			*prefix, err = oneArg(d)
+			*prefix, err = caddyfileargs.OneArg(d)
 			if err == nil && (*prefix == "" || (*prefix)[0] != '/') {
 				err = d.Errf("%s: prefix %q must start with /", directive, *prefix)
 			}
 		case "errors":
-			*errorsMode, err = oneArg(d)
+			*errorsMode, err = caddyfileargs.OneArg(d)
 			if err == nil {
 				if bad := validErrorsMode(*errorsMode); bad != nil {
 					err = d.Errf("%s: %v", directive, bad)

@@ -2,6 +2,8 @@ package caddymodule
 
 import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
 )
 
 // parseJWT parses the jwt option of the global seckill block. Syntax:
@@ -20,30 +22,30 @@ import (
 //
 // public_key_file may be given several times: the keys add up.
 func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
-	if err := noArg(d); err != nil {
+	if err := caddyfileargs.NoArg(d); err != nil {
 		return nil, err
 	}
 	j := new(JWTConfig)
-	err := parseBlock(d, "seckill", "jwt ", func(opt string) (err error) {
+	err := caddyfileargs.ParseBlock(d, "seckill", "jwt ", func(opt string) (err error) {
 		switch opt {
 		case "algorithms":
-			j.Algorithms, err = someArgs(d)
+			j.Algorithms, err = caddyfileargs.SomeArgs(d)
 		case "hmac_secret":
-			j.HMACSecret, err = oneArg(d)
+			j.HMACSecret, err = caddyfileargs.OneArg(d)
 		case "public_key_file":
-			err = appendArgs(d, &j.PublicKeyFiles)
+			err = caddyfileargs.AppendArgs(d, &j.PublicKeyFiles)
 		case "jwks_url":
-			j.JWKSURL, err = oneArg(d)
+			j.JWKSURL, err = caddyfileargs.OneArg(d)
 		case "jwks_min_refresh":
-			j.JWKSMinRefresh, err = positiveDurationArg(d, "jwt jwks_min_refresh")
+			j.JWKSMinRefresh, err = caddyfileargs.PositiveDurationArg(d, "jwt jwks_min_refresh")
 		case "issuer":
-			j.Issuer, err = oneArg(d)
+			j.Issuer, err = caddyfileargs.OneArg(d)
 		case "audience":
-			j.Audience, err = oneArg(d)
+			j.Audience, err = caddyfileargs.OneArg(d)
 		case "leeway":
-			j.Leeway, err = durationArg(d, "jwt leeway")
+			j.Leeway, err = caddyfileargs.DurationArg(d, "jwt leeway")
 		case "user_claim":
-			j.UserClaim, err = oneArg(d)
+			j.UserClaim, err = caddyfileargs.OneArg(d)
 		default:
 			err = d.Errf("seckill: unrecognized jwt option %q", opt)
 		}

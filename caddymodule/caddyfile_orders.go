@@ -4,6 +4,8 @@ import (
 	"math"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
 )
 
 // parseOrders parses the orders option of the global seckill block. Syntax:
@@ -23,17 +25,17 @@ func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
 		return nil, d.Errf("seckill: orders %s: unexpected %q (quote a DSN that has spaces)", typ, d.Val())
 	}
 	o := &OrdersConfig{Type: typ, DSN: dsn}
-	err := parseBlock(d, "seckill", "orders ", func(opt string) (err error) {
+	err := caddyfileargs.ParseBlock(d, "seckill", "orders ", func(opt string) (err error) {
 		switch opt {
 		case "sweep_every":
-			o.SweepEvery, err = positiveDurationArg(d, "orders sweep_every")
+			o.SweepEvery, err = caddyfileargs.PositiveDurationArg(d, "orders sweep_every")
 		case "consumer_name":
-			o.ConsumerName, err = oneArg(d)
+			o.ConsumerName, err = caddyfileargs.OneArg(d)
 		case "max_deliveries":
-			o.MaxDeliveries, err = intArg[int64](d, "orders max_deliveries", 1, math.MaxInt64,
+			o.MaxDeliveries, err = caddyfileargs.IntArg[int64](d, "orders max_deliveries", 1, math.MaxInt64,
 				"want a whole number of at least 1")
 		case "claim_idle":
-			o.ClaimIdle, err = positiveDurationArg(d, "orders claim_idle")
+			o.ClaimIdle, err = caddyfileargs.PositiveDurationArg(d, "orders claim_idle")
 		default:
 			err = d.Errf("seckill: unrecognized orders option %q", opt)
 		}

@@ -4,14 +4,16 @@ import (
 	"strconv"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
 )
 
 // parseRateLimit parses the rate_limit option of the global seckill block into a, once per kind
-// (seen is the global block's optionSet). Syntax:
+// (seen is the global block's caddyfileargs.OptionSet). Syntax:
 //
 //	rate_limit ip   <events>/<period> [burst <n>]
 //	rate_limit user <events>/<period> [burst <n>] [distributed]
-func parseRateLimit(d *caddyfile.Dispenser, a *App, seen optionSet) error {
+func parseRateLimit(d *caddyfile.Dispenser, a *App, seen caddyfileargs.OptionSet) error {
 	args := d.RemainingArgs()
 	if len(args) < 2 {
 		return d.Err("seckill: want rate_limit ip|user <events>/<period> [burst <n>] [distributed]")
@@ -20,7 +22,7 @@ func parseRateLimit(d *caddyfile.Dispenser, a *App, seen optionSet) error {
 	if kind != "ip" && kind != "user" {
 		return d.Errf("seckill: rate_limit %q: want ip or user", kind)
 	}
-	if err := seen.once(d, "rate_limit "+kind); err != nil {
+	if err := seen.Once(d, "rate_limit "+kind); err != nil {
 		return err
 	}
 	c, err := parseRateArgs(d, "rate_limit", args[1:])

@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
 )
 
 // parseStore parses the store option of the global seckill block. Syntax:
@@ -60,7 +61,7 @@ func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 
 // parseStoreMemory parses the rest of "store memory", which takes neither arguments nor options.
 func parseStoreMemory(d *caddyfile.Dispenser) error {
-	if err := noArg(d); err != nil {
+	if err := caddyfileargs.NoArg(d); err != nil {
 		return err
 	}
 	if d.NextBlock(d.Nesting()) {
@@ -74,10 +75,10 @@ func parseStoreLocal(d *caddyfile.Dispenser, s *StoreConfig) error {
 	if !d.AllArgs(&s.Dir) {
 		return d.Err("seckill: want store local <folder>, e.g. store local ./seckill-data")
 	}
-	return parseBlock(d, "seckill", "store local ", func(opt string) (err error) {
+	return caddyfileargs.ParseBlock(d, "seckill", "store local ", func(opt string) (err error) {
 		switch opt {
 		case "fsync":
-			s.Fsync, err = oneArg(d)
+			s.Fsync, err = caddyfileargs.OneArg(d)
 			if err == nil && s.Fsync != fsyncAlways && s.Fsync != fsyncNo {
 				err = d.Errf("seckill: store local fsync %q: want always (flush to the device: survives a "+
 					"power loss) or no (the default: survives a crash of the process)", s.Fsync)
@@ -93,36 +94,36 @@ func parseStoreLocal(d *caddyfile.Dispenser, s *StoreConfig) error {
 // address may be given several times: the addresses add up.
 func parseStoreRedis(d *caddyfile.Dispenser, s *StoreConfig) error {
 	s.Addresses = append(s.Addresses, d.RemainingArgs()...)
-	err := parseBlock(d, "seckill", "store redis ", func(opt string) (err error) {
+	err := caddyfileargs.ParseBlock(d, "seckill", "store redis ", func(opt string) (err error) {
 		switch opt {
 		case "address":
-			err = appendArgs(d, &s.Addresses)
+			err = caddyfileargs.AppendArgs(d, &s.Addresses)
 		case "username":
-			s.Username, err = oneArg(d)
+			s.Username, err = caddyfileargs.OneArg(d)
 		case "password":
-			s.Password, err = oneArg(d)
+			s.Password, err = caddyfileargs.OneArg(d)
 		case "db":
-			s.DB, err = intArg(d, "store redis db", 0, math.MaxInt, "want a database number")
+			s.DB, err = caddyfileargs.IntArg(d, "store redis db", 0, math.MaxInt, "want a database number")
 		case "key_prefix":
-			s.KeyPrefix, err = oneArg(d)
+			s.KeyPrefix, err = caddyfileargs.OneArg(d)
 		case "sentinel":
-			s.SentinelMaster, err = oneArg(d)
+			s.SentinelMaster, err = caddyfileargs.OneArg(d)
 		case "cluster":
-			s.Cluster, err = true, noArg(d)
+			s.Cluster, err = true, caddyfileargs.NoArg(d)
 		case "auto_pipeline":
-			s.AutoPipeline, err = true, noArg(d)
+			s.AutoPipeline, err = true, caddyfileargs.NoArg(d)
 		case "admit_batch":
-			s.AdmitBatch, err = intArg(d, "store redis admit_batch", 1, redisstore.MaxAdmitBatch,
+			s.AdmitBatch, err = caddyfileargs.IntArg(d, "store redis admit_batch", 1, redisstore.MaxAdmitBatch,
 				fmt.Sprintf("want 1 (no grouping) to %d", redisstore.MaxAdmitBatch))
 		case "pool_size":
-			s.PoolSize, err = intArg(d, "store redis pool_size", 1, maxPoolSize,
+			s.PoolSize, err = caddyfileargs.IntArg(d, "store redis pool_size", 1, maxPoolSize,
 				fmt.Sprintf("want 1 to %d connections", maxPoolSize))
 		case "replicas_ack":
 			err = parseReplicasAck(d, s)
 		case "rebalance_interval":
-			s.RebalanceInterval, err = positiveDurationArg(d, "store redis rebalance_interval")
+			s.RebalanceInterval, err = caddyfileargs.PositiveDurationArg(d, "store redis rebalance_interval")
 		case "layout":
-			s.Layout, err = intArg(d, "store redis layout", 1, 2, "want 1 or 2")
+			s.Layout, err = caddyfileargs.IntArg(d, "store redis layout", 1, 2, "want 1 or 2")
 		default:
 			err = d.Errf("seckill: unrecognized store redis option %q", opt)
 		}
