@@ -25,6 +25,18 @@ import (
 // been carried out and its answer lost, so retry it with the same request id (Admit replays the
 // first answer; Release reports the same) instead of assuming it did nothing.
 type Store interface {
+	Catalog
+	Admitter
+	Results
+	Queue
+
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Catalog defines the activities and reads their counters: what the configuration, the admin
+// API and reconcile use.
+type Catalog interface {
 	// Define creates an activity or updates its definition. Redefining an activity whose window has
 	// opened is refused with ErrActivityRunning unless force is set, so that a configuration reload
 	// never resets stock. A redefinition never resets what was sold: the remaining stock moves by the
@@ -44,6 +56,18 @@ type Store interface {
 	// the window is open unless force is set.
 	Delete(ctx context.Context, id string, force bool) error
 
+	// Remaining returns the stock left.
+	Remaining(ctx context.Context, activity string) (int64, error)
+
+	// Holders lists, in no particular order, the users who hold items in activity (the buyers
+	// with at least one item not released). Every holder holds at least one item, so the list is
+	// bounded by the activity's stock. An unknown activity is ErrUnknownActivity.
+	Holders(ctx context.Context, activity string) ([]string, error)
+}
+
+// Admitter takes the admission decisions and gives reservations back: the buy path and the
+// order backend's cancellations.
+type Admitter interface {
 	// Admit takes the admission decision for one request. Wins are appended to the wins queue in
 	// the same atomic step. A request id that already won returns that first answer again, without
 	// taking more stock: this makes client retries and transport-level retries harmless.
@@ -54,14 +78,14 @@ type Store interface {
 	// Released stock is announced on the restock channel (see Restocks).
 	Release(ctx context.Context, activity, reservationID string) (bool, error)
 
-	// Remaining returns the stock left.
-	Remaining(ctx context.Context, activity string) (int64, error)
+	// Restocks delivers the id of every activity whose stock was released or raised, on any node,
+	// until ctx is done. Delivery is best effort (pub/sub): Guard also probes periodically.
+	Restocks(ctx context.Context) (<-chan string, error)
+}
 
-	// Holders lists, in no particular order, the users who hold items in activity (the buyers
-	// with at least one item not released). Every holder holds at least one item, so the list is
-	// bounded by the activity's stock. An unknown activity is ErrUnknownActivity.
-	Holders(ctx context.Context, activity string) ([]string, error)
-
+// Results holds each buyer's latest record in an activity, which the order backend writes and
+// buyers poll.
+type Results interface {
 	// SetResult stores a result record of one of a user's reservations (r.ReservationID), which
 	// buyers poll. It becomes the user's latest record unless that is another reservation still in
 	// flight (queued or pending_payment): a newer win keeps showing until its order exists. Once
@@ -80,15 +104,6 @@ type Store interface {
 	// has resolved the activity already, and telling the two apart would cost redisstore.Store a
 	// second round trip on every miss.
 	AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error)
-
-	// Restocks delivers the id of every activity whose stock was released or raised, on any node,
-	// until ctx is done. Delivery is best effort (pub/sub): Guard also probes periodically.
-	Restocks(ctx context.Context) (<-chan string, error)
-
-	Queue
-
-	// Close releases the store's resources.
-	Close() error
 }
 
 // Queue is the per-activity wins queue an order consumer reads: a Redis Stream with a consumer
