@@ -299,60 +299,51 @@ func (s *Store) after(ctx context.Context, o *opening) error {
 	return o.w.wait(ctx)
 }
 
-// Define implements Store.
-func (s *Store) Define(ctx context.Context, a admission.Activity, force bool) (admission.Activity, error) {
+// call is the shape of a call that reads or changes the state: f runs on the opening's Memory,
+// and its answer is returned once every change it may depend on is committed. An error of the
+// store (closed, failed, being reopened, the wait for the commit) replaces the answer, given
+// context by wrap; f's own error is returned as it is.
+func call[T any](s *Store, ctx context.Context, f func(*Memory) (T, error), wrap func(error) error) (T, error) {
+	var zero T
 	o, err := s.before()
 	if err != nil {
-		return admission.Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
+		return zero, wrap(err)
 	}
-	got, err := o.mem.Define(ctx, a, force)
+	v, err := f(o.mem)
 	if werr := s.after(ctx, o); werr != nil {
-		return admission.Activity{}, fmt.Errorf("define %s: %w", a.ID, werr)
+		return zero, wrap(werr)
 	}
-	return got, err
+	return v, err
+}
+
+// Define implements Store.
+func (s *Store) Define(ctx context.Context, a admission.Activity, force bool) (admission.Activity, error) {
+	return call(s, ctx, func(m *Memory) (admission.Activity, error) { return m.Define(ctx, a, force) },
+		func(err error) error { return fmt.Errorf("define %s: %w", a.ID, err) })
 }
 
 // Activity implements Store.
 func (s *Store) Activity(ctx context.Context, id string) (admission.Snapshot, error) {
-	o, err := s.before()
-	if err != nil {
-		return admission.Snapshot{}, fmt.Errorf("activity %s: %w", id, err)
-	}
-	snap, err := o.mem.Activity(ctx, id)
-	if werr := s.after(ctx, o); werr != nil {
-		return admission.Snapshot{}, fmt.Errorf("activity %s: %w", id, werr)
-	}
-	return snap, err
+	return call(s, ctx, func(m *Memory) (admission.Snapshot, error) { return m.Activity(ctx, id) },
+		func(err error) error { return fmt.Errorf("activity %s: %w", id, err) })
 }
 
 // Activities implements Store.
 func (s *Store) Activities(ctx context.Context) ([]string, error) {
-	o, err := s.before()
-	if err != nil {
-		return nil, fmt.Errorf("activities: %w", err)
-	}
-	ids, err := o.mem.Activities(ctx)
-	if werr := s.after(ctx, o); werr != nil {
-		return nil, fmt.Errorf("activities: %w", werr)
-	}
-	return ids, err
+	return call(s, ctx, func(m *Memory) ([]string, error) { return m.Activities(ctx) },
+		func(err error) error { return fmt.Errorf("activities: %w", err) })
 }
 
 // Delete implements Store.
 func (s *Store) Delete(ctx context.Context, id string, force bool) error {
-	o, err := s.before()
-	if err != nil {
-		return fmt.Errorf("delete %s: %w", id, err)
-	}
-	err = o.mem.Delete(ctx, id, force)
-	if werr := s.after(ctx, o); werr != nil {
-		return fmt.Errorf("delete %s: %w", id, werr)
-	}
+	_, err := call(s, ctx, func(m *Memory) (struct{}, error) { return struct{}{}, m.Delete(ctx, id, force) },
+		func(err error) error { return fmt.Errorf("delete %s: %w", id, err) })
 	return err
 }
 
 // Admit implements Store. A win is answered once it is committed, and so is a refusal, once the
-// wins it was computed from are.
+// wins it was computed from are. It is written out: through call, a sold-out refusal took about
+// 30 ns (a quarter) longer.
 func (s *Store) Admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
 	o, err := s.before()
 	if err != nil {
@@ -367,70 +358,36 @@ func (s *Store) Admit(ctx context.Context, r admission.Request) (admission.Decis
 
 // Release implements Store.
 func (s *Store) Release(ctx context.Context, activity, reservationID string) (bool, error) {
-	o, err := s.before()
-	if err != nil {
-		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, err)
-	}
-	ok, err := o.mem.Release(ctx, activity, reservationID)
-	if werr := s.after(ctx, o); werr != nil {
-		return false, fmt.Errorf("release %s/%s: %w", activity, reservationID, werr)
-	}
-	return ok, err
+	return call(s, ctx, func(m *Memory) (bool, error) { return m.Release(ctx, activity, reservationID) },
+		func(err error) error { return fmt.Errorf("release %s/%s: %w", activity, reservationID, err) })
 }
 
 // Remaining implements Store.
 func (s *Store) Remaining(ctx context.Context, activity string) (int64, error) {
-	o, err := s.before()
-	if err != nil {
-		return 0, fmt.Errorf("remaining %s: %w", activity, err)
-	}
-	n, err := o.mem.Remaining(ctx, activity)
-	if werr := s.after(ctx, o); werr != nil {
-		return 0, fmt.Errorf("remaining %s: %w", activity, werr)
-	}
-	return n, err
+	return call(s, ctx, func(m *Memory) (int64, error) { return m.Remaining(ctx, activity) },
+		func(err error) error { return fmt.Errorf("remaining %s: %w", activity, err) })
 }
 
 // Holders implements Store.
 func (s *Store) Holders(ctx context.Context, activity string) ([]string, error) {
-	o, err := s.before()
-	if err != nil {
-		return nil, fmt.Errorf("holders %s: %w", activity, err)
-	}
-	users, err := o.mem.Holders(ctx, activity)
-	if werr := s.after(ctx, o); werr != nil {
-		return nil, fmt.Errorf("holders %s: %w", activity, werr)
-	}
-	return users, err
+	return call(s, ctx, func(m *Memory) ([]string, error) { return m.Holders(ctx, activity) },
+		func(err error) error { return fmt.Errorf("holders %s: %w", activity, err) })
 }
 
 // SetResult implements Store.
 func (s *Store) SetResult(ctx context.Context, activity, user string, r admission.Result) error {
-	o, err := s.before()
-	if err != nil {
-		return fmt.Errorf("set result %s/%s: %w", activity, user, err)
-	}
-	err = o.mem.SetResult(ctx, activity, user, r)
-	if werr := s.after(ctx, o); werr != nil {
-		return fmt.Errorf("set result %s/%s: %w", activity, user, werr)
-	}
+	_, err := call(s, ctx, func(m *Memory) (struct{}, error) { return struct{}{}, m.SetResult(ctx, activity, user, r) },
+		func(err error) error { return fmt.Errorf("set result %s/%s: %w", activity, user, err) })
 	return err
 }
 
 // GetResult implements Store.
 func (s *Store) GetResult(ctx context.Context, activity, user string) (admission.Result, error) {
-	o, err := s.before()
-	if err != nil {
-		return admission.Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, err)
-	}
-	r, err := o.mem.GetResult(ctx, activity, user)
-	if werr := s.after(ctx, o); werr != nil {
-		return admission.Result{}, fmt.Errorf("get result %s/%s: %w", activity, user, werr)
-	}
-	return r, err
+	return call(s, ctx, func(m *Memory) (admission.Result, error) { return m.GetResult(ctx, activity, user) },
+		func(err error) error { return fmt.Errorf("get result %s/%s: %w", activity, user, err) })
 }
 
-// AppendResult implements Store.
+// AppendResult implements Store. It is written out: on a store error it returns dst, not nil.
 func (s *Store) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
 	o, err := s.before()
 	if err != nil {
@@ -456,94 +413,50 @@ func (s *Store) Restocks(ctx context.Context) (<-chan string, error) {
 
 // EnsureGroup implements Queue.
 func (s *Store) EnsureGroup(ctx context.Context, activity, group string) error {
-	o, err := s.before()
-	if err != nil {
-		return fmt.Errorf("ensure group %s/%s: %w", activity, group, err)
-	}
-	err = o.mem.EnsureGroup(ctx, activity, group)
-	if werr := s.after(ctx, o); werr != nil {
-		return fmt.Errorf("ensure group %s/%s: %w", activity, group, werr)
-	}
+	_, err := call(s, ctx, func(m *Memory) (struct{}, error) { return struct{}{}, m.EnsureGroup(ctx, activity, group) },
+		func(err error) error { return fmt.Errorf("ensure group %s/%s: %w", activity, group, err) })
 	return err
 }
 
 // ReadGroup implements Queue. Entries are delivered once their delivery is committed, so a
 // consumer never holds an entry the store would forget it delivered.
 func (s *Store) ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]admission.Win, error) {
-	o, err := s.before()
-	if err != nil {
-		return nil, fmt.Errorf("read group %s/%s: %w", activity, group, err)
-	}
-	wins, err := o.mem.ReadGroup(ctx, activity, group, consumer, count, block, pending)
-	if werr := s.after(ctx, o); werr != nil {
-		return nil, fmt.Errorf("read group %s/%s: %w", activity, group, werr)
-	}
-	return wins, err
+	return call(s, ctx, func(m *Memory) ([]admission.Win, error) {
+		return m.ReadGroup(ctx, activity, group, consumer, count, block, pending)
+	}, func(err error) error { return fmt.Errorf("read group %s/%s: %w", activity, group, err) })
 }
 
 // Ack implements Queue.
 func (s *Store) Ack(ctx context.Context, activity, group string, ids ...string) error {
-	o, err := s.before()
-	if err != nil {
-		return fmt.Errorf("ack %s/%s: %w", activity, group, err)
-	}
-	err = o.mem.Ack(ctx, activity, group, ids...)
-	if werr := s.after(ctx, o); werr != nil {
-		return fmt.Errorf("ack %s/%s: %w", activity, group, werr)
-	}
+	_, err := call(s, ctx, func(m *Memory) (struct{}, error) { return struct{}{}, m.Ack(ctx, activity, group, ids...) },
+		func(err error) error { return fmt.Errorf("ack %s/%s: %w", activity, group, err) })
 	return err
 }
 
 // Claim implements Queue.
 func (s *Store) Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]admission.Win, error) {
-	o, err := s.before()
-	if err != nil {
-		return nil, fmt.Errorf("claim %s/%s: %w", activity, group, err)
-	}
-	wins, err := o.mem.Claim(ctx, activity, group, consumer, minIdle, count)
-	if werr := s.after(ctx, o); werr != nil {
-		return nil, fmt.Errorf("claim %s/%s: %w", activity, group, werr)
-	}
-	return wins, err
+	return call(s, ctx, func(m *Memory) ([]admission.Win, error) {
+		return m.Claim(ctx, activity, group, consumer, minIdle, count)
+	}, func(err error) error { return fmt.Errorf("claim %s/%s: %w", activity, group, err) })
 }
 
 // DeadLetter implements Queue.
 func (s *Store) DeadLetter(ctx context.Context, activity, group string, w admission.Win, reason string) error {
-	o, err := s.before()
-	if err != nil {
-		return fmt.Errorf("dead letter %s/%s: %w", activity, group, err)
-	}
-	err = o.mem.DeadLetter(ctx, activity, group, w, reason)
-	if werr := s.after(ctx, o); werr != nil {
-		return fmt.Errorf("dead letter %s/%s: %w", activity, group, werr)
-	}
+	_, err := call(s, ctx, func(m *Memory) (struct{}, error) { return struct{}{}, m.DeadLetter(ctx, activity, group, w, reason) },
+		func(err error) error { return fmt.Errorf("dead letter %s/%s: %w", activity, group, err) })
 	return err
 }
 
 // DeadLetters implements Queue.
 func (s *Store) DeadLetters(ctx context.Context, activity string, count int) ([]admission.Win, error) {
-	o, err := s.before()
-	if err != nil {
-		return nil, fmt.Errorf("dead letters %s: %w", activity, err)
-	}
-	wins, err := o.mem.DeadLetters(ctx, activity, count)
-	if werr := s.after(ctx, o); werr != nil {
-		return nil, fmt.Errorf("dead letters %s: %w", activity, werr)
-	}
-	return wins, err
+	return call(s, ctx, func(m *Memory) ([]admission.Win, error) { return m.DeadLetters(ctx, activity, count) },
+		func(err error) error { return fmt.Errorf("dead letters %s: %w", activity, err) })
 }
 
 // Backlog implements Queue.
 func (s *Store) Backlog(ctx context.Context, activity, group string) (int64, error) {
-	o, err := s.before()
-	if err != nil {
-		return 0, fmt.Errorf("backlog %s: %w", activity, err)
-	}
-	n, err := o.mem.Backlog(ctx, activity, group)
-	if werr := s.after(ctx, o); werr != nil {
-		return 0, fmt.Errorf("backlog %s: %w", activity, werr)
-	}
-	return n, err
+	return call(s, ctx, func(m *Memory) (int64, error) { return m.Backlog(ctx, activity, group) },
+		func(err error) error { return fmt.Errorf("backlog %s: %w", activity, err) })
 }
 
 // Close implements Store: it commits what is pending, closes the database and lets the folder go.
