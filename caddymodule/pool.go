@@ -55,8 +55,8 @@ type backend struct {
 	store    admission.Store
 	guard    *admission.Guard
 	captchas captcha.Store
-	gcra     *ratelimit.GCRA  // nil for the memory store
-	local    *reopenableLocal // the store, for store local; nil otherwise
+	gcra     *ratelimit.GCRA   // nil for the memory store
+	local    *localstore.Store // the store, for store local; nil otherwise
 
 	// secret signs buy paths when the configuration gives no url_secret; it lives as long as the
 	// store so that a reload does not invalidate the paths already handed out.
@@ -109,7 +109,7 @@ func loadBackend(s *StoreConfig, logger *zap.Logger) (*backend, string, error) {
 	default:
 		// A reload is the operator's way to bring back a store whose commit failed (a full disk):
 		// the folder is opened again, which loads what was committed.
-		reopened, err := b.local.reopen()
+		reopened, err := b.local.Reopen()
 		if err != nil {
 			_, _ = pool.Delete(key)
 			return nil, "", err
@@ -132,7 +132,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
 	case storeLocal:
 		// The store bounds the wait for a commit itself, with one timer per commit.
-		st, err := openReopenableLocal(s.Dir, localstore.Options{FsyncAlways: s.fsyncAlways(), WaitTimeout: admitTimeout})
+		st, err := localstore.Open(s.Dir, localstore.Options{FsyncAlways: s.fsyncAlways(), WaitTimeout: admitTimeout})
 		if errors.Is(err, localstore.ErrLocked) {
 			return nil, fmt.Errorf("the folder is in use by another process (another Caddy, or `caddy validate` "+
 				"while one runs): one process at a time may open a store folder: %w", err)

@@ -247,7 +247,7 @@ func tearWAL(t *testing.T, dir string) {
 
 func checkRush(t *testing.T, s *Store, log *rushLog, round, said int) {
 	t.Helper()
-	a, err := s.mem.lock(rushActivity)
+	a, err := s.cur.Load().mem.lock(rushActivity)
 	if err != nil {
 		t.Fatalf("round %d: %v", round, err)
 	}

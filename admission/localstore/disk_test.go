@@ -266,10 +266,10 @@ func TestLocalDiskFull(t *testing.T) {
 	s := openLocal(t, dir, nil)
 	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1))
 	var pages int
-	if err := s.w.db.QueryRow(`PRAGMA page_count`).Scan(&pages); err != nil {
+	if err := s.cur.Load().w.db.QueryRow(`PRAGMA page_count`).Scan(&pages); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.w.db.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+40)); err != nil {
+	if _, err := s.cur.Load().w.db.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+40)); err != nil {
 		t.Fatal(err)
 	}
 	wins := rushUntilFull(t, s)
@@ -304,7 +304,7 @@ func TestLocalStalledCommit(t *testing.T) {
 	defer s.Close()
 	mustDefine(t, s, openAt(time.Now(), "a", 10, 1))
 	bg := context.Background()
-	conn, err := s.w.db.Conn(bg)
+	conn, err := s.cur.Load().w.db.Conn(bg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestLocalWaitTimeout(t *testing.T) {
 	}
 	time.Sleep(2 * bound)
 	bg := context.Background()
-	conn, err := s.w.db.Conn(bg)
+	conn, err := s.cur.Load().w.db.Conn(bg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,18 +25,18 @@ func BenchmarkLocalAdmitWon(b *testing.B) {
 		{"memory", 1, func(b *testing.B) (admission.Store, *localWriter) { return newMemory(b, nil), nil }},
 		{"local", 1, func(b *testing.B) (admission.Store, *localWriter) {
 			s := openLocal(b, b.TempDir(), nil)
-			return s, s.w
+			return s, s.cur.Load().w
 		}},
 		{"local-10-activities", 10, func(b *testing.B) (admission.Store, *localWriter) {
 			s := openLocal(b, b.TempDir(), nil)
-			return s, s.w
+			return s, s.cur.Load().w
 		}},
 		{"local-fsync-always", 1, func(b *testing.B) (admission.Store, *localWriter) {
 			s, err := Open(b.TempDir(), Options{FsyncAlways: true})
 			if err != nil {
 				b.Fatal(err)
 			}
-			return s, s.w
+			return s, s.cur.Load().w
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

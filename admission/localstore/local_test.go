@@ -284,7 +284,7 @@ func helperScenario(dir string) error {
 	if err := scenario(s, clock); err != nil {
 		return err
 	}
-	b, err := json.Marshal(dumpMemory(s.mem))
+	b, err := json.Marshal(dumpMemory(s.cur.Load().mem))
 	if err != nil {
 		return err
 	}
@@ -297,7 +297,7 @@ func helperScenario(dir string) error {
 func checkAfterReopen(t *testing.T, s *Store, clock *fakeClock) {
 	t.Helper()
 	ctx := context.Background()
-	first := s.mem.answersFor(t, "a", "u1", "r1")
+	first := s.cur.Load().mem.answersFor(t, "a", "u1", "r1")
 	d, err := s.Admit(ctx, admission.Request{Activity: "a", User: "u1", Qty: 2, RequestID: "r1"})
 	if err != nil || !d.Replayed || d.ReservationID != first.ReservationID || d.Remaining != first.Remaining {
 		t.Errorf("replay after reopen = %+v, %v; first %+v", d, err, first)
@@ -372,13 +372,13 @@ func TestLocalReopenAfterClose(t *testing.T) {
 // s had; the reopened store is closed at the test's end.
 func reopenSame(t *testing.T, s *Store, dir string, clock *fakeClock) *Store {
 	t.Helper()
-	want := dumpJSON(t, s.mem)
+	want := dumpJSON(t, s.cur.Load().mem)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 	s = openLocal(t, dir, clock)
 	t.Cleanup(func() { _ = s.Close() })
-	if got := dumpJSON(t, s.mem); got != want {
+	if got := dumpJSON(t, s.cur.Load().mem); got != want {
 		t.Fatalf("state after reopen:\n%s\nbefore close:\n%s", got, want)
 	}
 	return s
@@ -393,7 +393,7 @@ func TestLocalReopenAfterKill(t *testing.T) {
 	clock.Add(2 * time.Minute)
 	s := openLocal(t, dir, clock)
 	defer s.Close()
-	if got, want := dumpJSON(t, s.mem), strings.TrimPrefix(line, "DUMP "); got != want {
+	if got, want := dumpJSON(t, s.cur.Load().mem), strings.TrimPrefix(line, "DUMP "); got != want {
 		t.Fatalf("state after SIGKILL and reopen:\n%s\nthe child's before the kill:\n%s", got, want)
 	}
 	checkAfterReopen(t, s, clock)

@@ -93,12 +93,12 @@ func TestLocalMigrate(t *testing.T) {
 				clock := newFakeClock()
 				clock.Add(2 * time.Minute)
 				s := openLocal(t, dir, clock)
-				if got := dumpJSON(t, s.mem); got != want {
+				if got := dumpJSON(t, s.cur.Load().mem); got != want {
 					_ = s.Close()
 					t.Fatalf("state after the migration:\n%s\nversion %s's:\n%s", got, v, want)
 				}
 				checkAfterReopen(t, s, clock)
-				after := dumpJSON(t, s.mem)
+				after := dumpJSON(t, s.cur.Load().mem)
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -107,7 +107,7 @@ func TestLocalMigrate(t *testing.T) {
 				}
 				s = openLocal(t, dir, clock)
 				defer s.Close()
-				if got := dumpJSON(t, s.mem); got != after {
+				if got := dumpJSON(t, s.cur.Load().mem); got != after {
 					t.Fatalf("state after a second open:\n%s\nbefore its close:\n%s", got, after)
 				}
 			})
@@ -146,7 +146,7 @@ func TestLocalMigrateFails(t *testing.T) {
 			exec(`DROP TRIGGER no_upgrade`)
 			s := openLocal(t, dir, nil)
 			defer s.Close()
-			if got := dumpJSON(t, s.mem); got != want {
+			if got := dumpJSON(t, s.cur.Load().mem); got != want {
 				t.Fatalf("state after the migration:\n%s\nversion %s's:\n%s", got, v, want)
 			}
 		})

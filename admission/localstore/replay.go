@@ -72,25 +72,26 @@ func replayRing(db *sql.DB, dir string, w *localWriter, fsyncAlways bool) (ring 
 	}
 	// A new ring only where the last opening had none or closed cleanly.
 	clean := meta.epoch == 0 || meta.clean == meta.epoch
-	ring, err = openLocalRing(dir, !fsyncAlways && clean)
+	r, err := openLocalRing(dir, !fsyncAlways && clean)
 	if err != nil {
 		if clean {
 			err = fmt.Errorf("%w; the store was closed cleanly, so the ring holds nothing the database lacks: removing %s is safe", err, localRingName)
 		}
 		return nil, 0, 0, 0, fmt.Errorf("ring: %w", err)
 	}
+	// r, not ring: a return with an error has set ring to nil before this runs.
 	defer func() {
-		if ring != nil && (err != nil || fsyncAlways) {
-			err = errors.Join(err, ring.close())
+		if r != nil && (err != nil || fsyncAlways) {
+			err = errors.Join(err, r.close())
 			ring = nil
 		}
 	}()
-	if ring == nil && !clean {
+	if r == nil && !clean {
 		return nil, 0, 0, 0, fmt.Errorf("ring: %w; restore %s to the folder", errRingMissing, localRingName)
 	}
 	base = meta.journal
-	if ring != nil && meta.epoch != 0 {
-		changes, err := ring.changesAfter(meta.journal, meta.epoch)
+	if r != nil && meta.epoch != 0 {
+		changes, err := r.changesAfter(meta.journal, meta.epoch)
 		if err != nil {
 			return nil, 0, 0, 0, fmt.Errorf("ring: %w", err)
 		}
@@ -117,5 +118,5 @@ func replayRing(db *sql.DB, dir string, w *localWriter, fsyncAlways bool) (ring 
 	if err := setLocalMeta(db, epoch, keys...); err != nil {
 		return nil, 0, 0, 0, fmt.Errorf("ring: new epoch: %w", err)
 	}
-	return ring, epoch, base, replayed, nil
+	return r, epoch, base, replayed, nil
 }

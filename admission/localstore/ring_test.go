@@ -194,7 +194,7 @@ func TestLocalRingStalledCommit(t *testing.T) {
 	}
 	bg := context.Background()
 	time.Sleep(20 * time.Millisecond) // let the writer commit what came before
-	conn, err := s.w.db.Conn(bg)
+	conn, err := s.cur.Load().w.db.Conn(bg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,9 +275,9 @@ func TestLocalRingHighWater(t *testing.T) {
 	defer s.Close()
 	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1)) // a define waits for its commit
 	before := s.Stats().Commits
-	base := s.w.enq.Load()
+	base := s.cur.Load().w.enq.Load()
 	for i := 0; s.Stats().Commits == before; i++ {
-		pending := s.w.enq.Load() - base
+		pending := s.cur.Load().w.enq.Load() - base
 		if pending > localRingSlots/2 {
 			t.Fatalf("%d changes pending and no commit: the high-water mark (%d) did not wake the writer", pending, localRingSlots/4)
 		}
@@ -306,7 +306,7 @@ func helperRingStall(dir string) error {
 		return err
 	}
 	time.Sleep(20 * time.Millisecond) // the definition's commit
-	conn, err := s.w.db.Conn(ctx)
+	conn, err := s.cur.Load().w.db.Conn(ctx)
 	if err != nil {
 		return err
 	}

@@ -125,7 +125,7 @@ func TestMemoryEntryIndex(t *testing.T) {
 			}
 		}
 	}
-	check("memory", ls.mem)
+	check("memory", ls.cur.Load().mem)
 	// A release finds its win by id, and a release of an id no win has is ErrNotFound.
 	if ok, err := ls.Release(context.Background(), "a", ids[123]); err != nil || !ok {
 		t.Fatalf("release %s = %v, %v", ids[123], ok, err)
@@ -138,7 +138,7 @@ func TestMemoryEntryIndex(t *testing.T) {
 	}
 	reopened := openLocal(t, dir, clock)
 	defer reopened.Close()
-	check("reopened", reopened.mem)
+	check("reopened", reopened.cur.Load().mem)
 	if n := mustRemaining(t, reopened, "a"); n != 1000-300+1 {
 		t.Errorf("remaining after the reopen = %d, want %d (one release)", n, 1000-300+1)
 	}

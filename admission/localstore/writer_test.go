@@ -99,7 +99,7 @@ func TestLocalReopenAfterManyWins(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("%d commits for 64 × 41 changes", s.w.commits.Load())
+	t.Logf("%d commits for 64 × 41 changes", s.cur.Load().w.commits.Load())
 	reopenSame(t, s, dir, clock)
 }
 
@@ -151,7 +151,7 @@ func TestLocalDeleteWins(t *testing.T) {
 	ctx := context.Background()
 	winFrom64(t, s, acts, 30, nil)
 	var rows, shared int
-	err := eachRow(s.w.db, `SELECT n, data FROM win_log`, func(r *sql.Rows) error {
+	err := eachRow(s.cur.Load().w.db, `SELECT n, data FROM win_log`, func(r *sql.Rows) error {
 		var n int
 		var data []byte
 		if err := r.Scan(&n, &data); err != nil {
