@@ -3,10 +3,16 @@
 //
 //	xcaddy build --with github.com/caddy-seckill/caddy-seckill
 //
-// builds a Caddy with the seckill app and handler. The modules live in package caddymodule.
+// builds a Caddy with the seckill app and handler (package caddymodule) and the admission stores
+// they choose from (the guest modules seckill.stores.memory, .local and .redis).
 package seckill
 
 import (
 	// Registers the seckill app, the http.handlers.seckill handler and their Caddyfile syntax.
 	_ "github.com/caddy-seckill/caddy-seckill/caddymodule"
+
+	// Register the store modules seckill.stores.memory and seckill.stores.local, and
+	// seckill.stores.redis.
+	_ "github.com/caddy-seckill/caddy-seckill/admission/localstore"
+	_ "github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 )

@@ -24,6 +24,10 @@ var (
 	// ErrStockBelowSold refuses a redefinition whose total stock is below what was already sold.
 	ErrStockBelowSold = errors.New("stock below items already sold")
 
+	// ErrInUse is returned by a store that another process holds, as a local store's folder is
+	// held by the Caddy that runs the sale: a tool that only reads the sale asks that process.
+	ErrInUse = errors.New("the store is in use by another process")
+
 	// ErrBusy is returned by Guard while its circuit breaker is open: the store is failing and no
 	// admission is taken without it (fail closed).
 	ErrBusy = errors.New("store unavailable")

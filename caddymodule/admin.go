@@ -157,7 +157,7 @@ func (adminAPI) define(w http.ResponseWriter, r *http.Request, app *App, id stri
 	if err := c.validate(id); err != nil {
 		return apiErr(http.StatusBadRequest, err)
 	}
-	if err := c.validateStore(id, app.Store); err != nil {
+	if err := c.validateStore(id, app.store); err != nil {
 		return apiErr(http.StatusBadRequest, err)
 	}
 	if err := app.orders.refuseEarlierSale(r.Context(), app.backend.guard, id); err != nil {
@@ -220,7 +220,7 @@ func (adminAPI) stats(w http.ResponseWriter, r *http.Request, app *App) error {
 		return storeErr(err)
 	}
 	return writeAdmin(w, http.StatusOK, map[string]any{
-		"store":      app.Store.typ(),
+		"store":      storeName(app.store),
 		"breaker":    app.backend.guard.BreakerState().String(),
 		"activities": acts,
 	})

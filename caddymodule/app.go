@@ -5,20 +5,18 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
-	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/captcha"
 	"github.com/caddy-seckill/caddy-seckill/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
@@ -34,8 +32,10 @@ func init() {
 // that every seckill handler of the configuration shares. The store and the node-local rate
 // limiters are pooled by configuration, so a reload that keeps them keeps the sale running.
 type App struct {
-	// Store is the admission store; default memory.
-	Store *StoreConfig `json:"store,omitempty"`
+	// StoreRaw is the admission store, a guest module of the namespace seckill.stores chosen by
+	// its "type": memory (the default: one node, not durable), local (one node, durable in a
+	// folder) or redis (any number of nodes).
+	StoreRaw json.RawMessage `json:"store,omitempty" caddy:"namespace=seckill.stores inline_key=type"`
 
 	// JWT verifies the buyers' bearer tokens; required by the seckill handler.
 	JWT *JWTConfig `json:"jwt,omitempty"`
@@ -68,6 +68,7 @@ type App struct {
 	// running sale: changing an activity whose window has opened fails the config load.
 	Activities map[string]*ActivityConfig `json:"activities,omitempty"`
 
+	store         StoreModule
 	backend       *backend
 	orders        *ordersRunner // nil without Orders
 	verifier      *jwtauth.Verifier
@@ -109,10 +110,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.run = new(runner)
 	repl := caddy.NewReplacer()
 
-	store, err := a.resolveStore(repl)
+	store, err := a.loadStoreModule(ctx)
 	if err != nil {
 		return err
 	}
+	a.store = store
 	for id, act := range a.Activities {
 		if err := act.validate(id); err != nil {
 			return err
@@ -143,14 +145,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.ForwardSecret != "" && len(a.forwardSecret) == 0 {
 		return fmt.Errorf("forward_secret %q is empty once placeholders are replaced: set the variable", a.ForwardSecret)
 	}
-	if len(a.urlSecret) == 0 && store.typ() == storeRedis {
-		return errors.New("url_secret is required with store redis: every node must sign buy paths alike")
+	if n, ok := store.(URLSecretNeeder); ok && len(a.urlSecret) == 0 {
+		return fmt.Errorf("url_secret is required with store %s: %s", storeName(store), n.NeedsURLSecret())
 	}
-	if len(a.urlSecret) == 0 && store.typ() == storeLocal {
-		return errors.New("url_secret is required with store local: the buy paths handed out must stay valid " +
-			"after a restart, which continues the sale")
-	}
-	if err := a.provisionLimits(store); err != nil {
+	if err := a.provisionLimits(); err != nil {
 		return err
 	}
 	captchaOpts, err := a.provisionCaptchaLimit()
@@ -160,12 +158,13 @@ func (a *App) Provision(ctx caddy.Context) error {
 
 	b, key, err := loadBackend(store, a.logger)
 	if err != nil {
-		return fmt.Errorf("%s: %w", store.directive(), err)
+		return fmt.Errorf("%s: %w", storeDirective(store), err)
 	}
 	a.poolKeys = append(a.poolKeys, key)
 	a.backend = b
 	if orders != nil {
-		o, okey, err := loadOrders(key, b, orders, a.logger.Named("orders"))
+		sync, _ := store.(DeviceSyncer)
+		o, okey, err := loadOrders(key, b, orders, sync != nil && sync.SyncsToDevice(), a.logger.Named("orders"))
 		if err != nil {
 			return err
 		}
@@ -177,6 +176,10 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.urlKey = hashedurl.NewKey(a.urlSecret)
 	if a.RateLimits != nil && a.RateLimits.User != nil && a.RateLimits.User.Distributed {
+		if b.gcra == nil {
+			return fmt.Errorf("rate_limit user distributed needs store redis (its limit is kept in Redis); %s has none",
+				storeDirective(store))
+		}
 		a.userGCRA = b.gcra
 	}
 	if !a.DisableCaptcha {
@@ -187,12 +190,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 		reveal[id] = time.Duration(act.Reveal)
 	}
 	a.acts = newActivities(b.guard, reveal)
-	rs, _ := b.store.(*redisstore.Store) // nil unless store redis
-	var localStats func() localstore.Stats
-	if b.local != nil {
-		localStats = b.local.Stats
-	}
-	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, rs, localStats); err != nil {
+	storeMetrics, _ := b.store.(prometheus.Collector) // a store's own metrics, if it has any
+	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, storeMetrics); err != nil {
 		return err
 	}
 	if a.orders != nil {
@@ -203,51 +202,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 	return nil
 }
 
-// resolveStore returns the store configuration with placeholders replaced, validated.
-func (a *App) resolveStore(repl *caddy.Replacer) (*StoreConfig, error) {
-	s := &StoreConfig{}
-	if a.Store != nil {
-		c := *a.Store
-		s = &c
-	}
-	s.Addresses = nil
-	if a.Store != nil {
-		for _, addr := range a.Store.Addresses {
-			s.Addresses = append(s.Addresses, repl.ReplaceKnown(addr, ""))
-		}
-	}
-	s.Username = repl.ReplaceKnown(s.Username, "")
-	s.Password = repl.ReplaceKnown(s.Password, "")
-	if s.Dir != "" {
-		s.Dir = repl.ReplaceKnown(s.Dir, "")
-		if strings.TrimSpace(s.Dir) == "" {
-			return nil, fmt.Errorf("store local %q is empty once placeholders are replaced: set the variable", a.Store.Dir)
-		}
-	}
-	if err := s.validate(); err != nil {
-		return nil, err
-	}
-	if s.typ() == storeLocal {
-		// One key per folder however it is written, so that a reload that spells it differently
-		// still finds the store open (a second open would find the folder locked).
-		abs, err := filepath.Abs(s.Dir)
-		if err != nil {
-			return nil, fmt.Errorf("store local %s: %w", s.Dir, err)
-		}
-		// A folder not created yet is resolved through its parent, so that the first start and a
-		// later reload (once it exists) agree on the key when a symlink leads to it.
-		if real, err := filepath.EvalSymlinks(abs); err == nil {
-			abs = real
-		} else if parent, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
-			abs = filepath.Join(parent, filepath.Base(abs))
-		}
-		s.Dir = abs
-	}
-	return s, nil
-}
-
 // provisionLimits takes the pooled local limiters of the configured rates.
-func (a *App) provisionLimits(store *StoreConfig) error {
+func (a *App) provisionLimits() error {
 	if a.RateLimits == nil {
 		return nil
 	}
@@ -270,9 +226,6 @@ func (a *App) provisionLimits(store *StoreConfig) error {
 		r, err := c.parse()
 		if err != nil {
 			return fmt.Errorf("rate_limit user: %w", err)
-		}
-		if c.Distributed && store.typ() != storeRedis {
-			return errors.New("rate_limit user distributed needs store redis")
 		}
 		l, key, err := loadLimiter("user", r)
 		if err != nil {
@@ -374,8 +327,8 @@ func (a *App) Start() error {
 	}
 	if a.orders != nil {
 		var check func(context.Context, orderbackend.Repository) error
-		if typ := a.Store.typ(); typ == storeMemory || typ == storeLocal {
-			check = refuseForgottenSales(typ, a.backend.guard, defs)
+		if f, ok := a.store.(SaleForgetter); ok {
+			check = refuseForgottenSales(storeName(a.store), f.ForgottenSaleAdvice(), a.backend.guard, defs)
 		}
 		if err := a.orders.start(ctx, check); err != nil {
 			return err

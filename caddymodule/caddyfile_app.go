@@ -12,64 +12,20 @@ func init() {
 	httpcaddyfile.RegisterGlobalOption("seckill", parseGlobalOption)
 }
 
-// parseGlobalOption sets up the seckill app from the global option of the same name. Each block
-// has its parser in caddyfile_<block>.go, with its syntax in the doc comment. Syntax:
+// parseGlobalOption sets up the seckill app from the global option of the same name. Each option
+// that opens a block has its syntax once, in its parser's doc comment: store in its store
+// module's UnmarshalCaddyfile (seckill.stores.memory, .local, .redis), the others in
+// caddyfile_<option>.go. Syntax:
 //
 //	seckill {
-//		store memory
-//		store local <dir> {
-//			fsync always|no
-//		}
-//		store redis [<address>...] {
-//			address    <host:port>...
-//			username   <name>
-//			password   <password>
-//			db         <n>
-//			key_prefix <prefix>
-//			sentinel   <master name>
-//			cluster
-//			auto_pipeline
-//			admit_batch <n>
-//			pool_size   <n>
-//			replicas_ack <n> [<timeout>]
-//		}
-//		jwt {
-//			algorithms      <alg>...
-//			hmac_secret     <secret>
-//			public_key_file <pem file>
-//			jwks_url        <url>
-//			jwks_min_refresh <duration>
-//			issuer          <iss>
-//			audience        <aud>
-//			leeway          <duration>
-//			user_claim      <claim>
-//		}
+//		store          memory|local|redis ...   # default memory
+//		jwt            { ... }
 //		url_secret     <secret>
 //		forward_secret <secret>
-//		captcha        on|off [{
-//			length      <digits>
-//			ttl         <duration>
-//			max_fetches <n>
-//			issue_rate  <events>/<period> [burst <n>]
-//		}]
-//		orders sqlite|postgres <file or dsn> {
-//			sweep_every    <duration>
-//			consumer_name  <name>
-//			max_deliveries <n>
-//			claim_idle     <duration>
-//		}
-//		rate_limit ip   <events>/<period> [burst <n>]
-//		rate_limit user <events>/<period> [burst <n>] [distributed]
-//		activity <id> {
-//			stock      <n>
-//			limit      <n>
-//			start      <RFC 3339 time>
-//			start_in   <duration>       # instead of start: after the first definition
-//			end        <RFC 3339 time>
-//			reveal     <duration>
-//			pay_within <duration>
-//			buckets    <n>              # store redis: split the stock over n shards (2-256)
-//		}
+//		captcha        on|off [{ ... }]
+//		orders         sqlite|postgres <file or dsn> [{ ... }]
+//		rate_limit     ip|user <events>/<period> [burst <n>] [distributed]
+//		activity       <id> { ... }
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	if existing != nil {
@@ -97,7 +53,7 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return caddyfileargs.ParseBlock(d, "seckill", "", func(opt string) (err error) {
 		switch opt {
 		case "store":
-			a.Store, err = parseStore(d)
+			a.StoreRaw, err = parseStore(d)
 		case "jwt":
 			a.JWT, err = parseJWT(d)
 		case "url_secret":

@@ -13,10 +13,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
-	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
@@ -56,15 +54,12 @@ func cmdReconcile(fl caddycmd.Flags) (int, error) {
 		ans reconcileAnswer
 		err error
 	)
-	switch {
-	case app != nil && app.Store.typ() == storeRedis:
+	if app != nil {
 		ans, err = reconcileDirect(ctx, app, activity)
-	case app != nil && app.Store.typ() == storeLocal:
-		ans, err = reconcileDirect(ctx, app, activity)
-		if errors.Is(err, localstore.ErrLocked) { // the running Caddy holds the folder: ask it
-			ans, err = reconcileViaAdmin(fl.String("address"), cfg, fl.String("config"), fl.String("adapter"), activity)
-		}
-	default:
+	}
+	// A store only the running Caddy can read (store memory), or one it holds (a store local
+	// folder): ask it.
+	if app == nil || errors.Is(err, errNotOpenable) || errors.Is(err, admission.ErrInUse) {
 		ans, err = reconcileViaAdmin(fl.String("address"), cfg, fl.String("config"), fl.String("adapter"), activity)
 	}
 	if err != nil {
@@ -112,42 +107,42 @@ func seckillAppOf(cfg []byte) (*App, error) {
 	return app, nil
 }
 
-// reconcileDirect opens the configuration's store (Redis, or a local folder no process holds) and
-// order database.
+// errNotOpenable is reconcileDirect's answer for a store that only the process that runs the sale
+// can read (no ExistingOpener: store memory).
+var errNotOpenable = errors.New("the store can be read only through the running Caddy")
+
+// reconcileDirect opens the configuration's store outside the running Caddy (ExistingOpener:
+// Redis, or a local folder no process holds) and its order database.
 func reconcileDirect(ctx context.Context, app *App, activity string) (reconcileAnswer, error) {
+	cctx, cancel := caddy.NewContext(caddy.Context{Context: ctx})
+	defer cancel()
+	store, err := app.loadStoreModule(cctx)
+	if err != nil {
+		return reconcileAnswer{}, err
+	}
+	opener, ok := store.(ExistingOpener)
+	if !ok {
+		return reconcileAnswer{}, errNotOpenable
+	}
 	if app.Orders == nil {
 		return reconcileAnswer{}, errors.New("the seckill app has no orders option: reconcile needs the order " +
 			"database (for a standalone order backend, use `orderbackend reconcile`)")
 	}
-	repl := caddy.NewReplacer()
-	store, err := app.resolveStore(repl)
+	orders, err := app.Orders.resolve(caddy.NewReplacer())
 	if err != nil {
 		return reconcileAnswer{}, err
 	}
-	orders, err := app.Orders.resolve(repl)
+	st, err := opener.OpenExisting()
 	if err != nil {
-		return reconcileAnswer{}, err
+		return reconcileAnswer{}, fmt.Errorf("%s: %w", storeDirective(store), err)
 	}
-	if store.typ() == storeLocal {
-		switch ok, err := localstore.Exists(store.Dir); {
-		case err != nil:
-			return reconcileAnswer{}, fmt.Errorf("%s: %w", store.directive(), err)
-		case !ok:
-			return reconcileAnswer{}, fmt.Errorf("%s: no store in this folder (is the path relative to "+
-				"another working directory?): nothing to reconcile, and nothing was created", store.directive())
-		}
-	}
-	b, err := newBackend(store, zap.NewNop())
-	if err != nil {
-		return reconcileAnswer{}, fmt.Errorf("%s: %w", store.directive(), err)
-	}
-	defer func() { _ = b.Destruct() }()
+	defer func() { _ = st.Close() }()
 	repo, err := orderbackend.OpenRepository(ctx, orders.Type, orders.DSN)
 	if err != nil {
 		return reconcileAnswer{}, fmt.Errorf("orders %s: %w", orders.Type, err)
 	}
 	defer func() { _ = repo.Close() }()
-	return reconcile(ctx, b.store, repo, activity)
+	return reconcile(ctx, st, repo, activity)
 }
 
 // reconcileViaAdmin asks the running Caddy to reconcile its own sale.

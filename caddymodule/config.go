@@ -1,231 +1,14 @@
 package caddymodule
 
 import (
-	"errors"
 	"fmt"
-	"runtime"
-	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/ratelimit"
 )
-
-// StoreConfig selects and configures the admission store every node of a sale shares.
-type StoreConfig struct {
-	// Type is "memory" (the default: one node, not durable), "local" (one node, durable in Dir)
-	// or "redis".
-	Type string `json:"type,omitempty"`
-
-	// Dir is the folder of store local (relative to Caddy's working directory); one process at a
-	// time may use it. Placeholders such as {env.SECKILL_DATA} are replaced at provisioning.
-	Dir string `json:"dir,omitempty"`
-
-	// Fsync is store local's flush policy, in Redis appendfsync words: "no" (the default) hands
-	// each group commit to the operating system before the answers leave, which survives a crash
-	// of the process; "always" also flushes it to the device, which survives a power loss.
-	Fsync string `json:"fsync,omitempty"`
-
-	// Addresses of the Redis server (one), of the cluster nodes (with Cluster) or of the
-	// sentinels (with SentinelMaster), as host:port; a single server on the same host may be a
-	// Unix socket's path (it starts with "/"), which saves the loopback TCP stack's work.
-	Addresses []string `json:"addresses,omitempty"`
-
-	// Username and Password authenticate to Redis (ACL user, or password only). Placeholders
-	// such as {env.REDIS_PASSWORD} are replaced when the app is provisioned.
-	Username string `json:"username,omitempty"`
-	Password string `json:"password,omitempty"`
-
-	// DB is the Redis database number (single server and sentinel only).
-	DB int `json:"db,omitempty"`
-
-	// KeyPrefix starts every Redis key; default "seckill".
-	KeyPrefix string `json:"key_prefix,omitempty"`
-
-	// SentinelMaster names the master monitored by the sentinels at Addresses.
-	SentinelMaster string `json:"sentinel_master,omitempty"`
-
-	// Cluster connects to a Redis Cluster through the nodes at Addresses.
-	Cluster bool `json:"cluster,omitempty"`
-
-	// AutoPipeline batches concurrent hot-path calls (admit, release, remaining, results) onto
-	// shared connections with go-redis's auto-pipeliner; off unless asked for, as go-redis marks
-	// it experimental (docs/admission.md, "The gateway's Redis client").
-	AutoPipeline bool `json:"auto_pipeline,omitempty"`
-
-	// AdmitBatch is the most concurrent buys for one activity that share one admission script
-	// call (group admission: while one call is in flight the next buys queue and go together in
-	// the next one); default 64, at most 1024. 1 turns grouping off. Grouping multiplies what one
-	// Redis shard admits per second; see docs/admission.md.
-	AdmitBatch int `json:"admit_batch,omitempty"`
-
-	// PoolSize is the size of this node's main connection pool to each Redis server; default
-	// max(64, 10 × GOMAXPROCS), since the library's default is used up by ten busy activities
-	// (docs/admission.md, "The gateway's Redis client").
-	PoolSize int `json:"pool_size,omitempty"`
-
-	// ReplicasAck, when positive, makes every admission script call (one per group of buys) and
-	// every release wait until this many replicas have its writes (Redis WAIT) before answering,
-	// at most ReplicasAckTimeout; buys whose win the replicas did not confirm in time are
-	// answered 503 busy. Their win is on the master, so a retry with the same Idempotency-Key
-	// replays it. It closes the window in which a master's failover loses acknowledged wins;
-	// see docs/admission.md. 1 to 16; 0 (the default) does not wait.
-	ReplicasAck int `json:"replicas_ack,omitempty"`
-
-	// ReplicasAckTimeout bounds the wait for ReplicasAck; default 100ms, 1ms to 500ms, so that
-	// WAIT's answer comes well inside the Redis read timeout and the buy's one-second admission
-	// deadline.
-	ReplicasAckTimeout caddy.Duration `json:"replicas_ack_timeout,omitempty"`
-
-	// RebalanceInterval is how often this node levels the stock of the activities split into
-	// buckets (ActivityConfig.Buckets) and completes transfers a crashed node left pending;
-	// default 250ms, 10ms to 10m. Shorter reads every bucket more often; longer leaves more of
-	// the levelling to the buys' own pulls.
-	RebalanceInterval caddy.Duration `json:"rebalance_interval,omitempty"`
-
-	// Layout is the Redis key layout of the activities this node creates: 1 (the default) or 2,
-	// the one-field-per-user layout, about 3 times fewer Redis instructions per won admission
-	// (docs/admission.md). An existing activity keeps its layout; every node serves both. Turn
-	// it on only after every gateway and order backend on the Redis runs this release.
-	Layout int `json:"layout,omitempty"`
-}
-
-// Bounds of RebalanceInterval: below 10 ms the rebalancer's reads of every bucket would cost
-// the shards more than the buys; above 10 minutes it no longer helps a sale.
-const (
-	minRebalanceInterval = 10 * time.Millisecond
-	maxRebalanceInterval = 10 * time.Minute
-)
-
-// maxReplicasAckTimeout bounds ReplicasAckTimeout: half of the Redis read timeout and of the
-// admission deadline (both 1 s), which also carry the batch's queueing and its script.
-const maxReplicasAckTimeout = 500 * time.Millisecond
-
-// maxPoolSize bounds PoolSize: more connections than this from one node is a typing error, not a
-// need (Redis's default maxclients, 10,000, is for every node together).
-const maxPoolSize = 4096
-
-// Store types.
-const (
-	storeMemory = "memory"
-	storeLocal  = "local"
-	storeRedis  = "redis"
-)
-
-// Fsync policies of store local.
-const (
-	fsyncNo     = "no"
-	fsyncAlways = "always"
-)
-
-// poolSize is PoolSize or its default.
-func (s *StoreConfig) poolSize() int {
-	if s.PoolSize > 0 {
-		return s.PoolSize
-	}
-	return max(defaultPoolSize, 10*runtime.GOMAXPROCS(0))
-}
-
-// defaultPoolSize is the least default PoolSize: 64 covers a sale of ten busy activities
-// (20 admission calls in flight) plus the result polls of as many buyers again, on any node.
-const defaultPoolSize = 64
-
-func (s *StoreConfig) typ() string {
-	if s == nil || s.Type == "" {
-		return storeMemory
-	}
-	return s.Type
-}
-
-// validate checks the store configuration after placeholders were replaced.
-func (s *StoreConfig) validate() error {
-	switch s.typ() {
-	case storeMemory:
-		if s != nil && s.hasRedisOptions() {
-			return errors.New("store memory takes no redis options")
-		}
-		if s != nil && (s.Dir != "" || s.Fsync != "") {
-			return errors.New("store memory takes no folder and no fsync: that is store local")
-		}
-		return nil
-	case storeLocal:
-		return s.validateLocal()
-	case storeRedis:
-	default:
-		return fmt.Errorf("unknown store type %q: want memory, local or redis", s.Type)
-	}
-	switch {
-	case s.Dir != "" || s.Fsync != "":
-		return errors.New("store redis takes no folder and no fsync (configure appendfsync in Redis)")
-	case len(s.Addresses) == 0:
-		return errors.New("store redis: at least one address is required")
-	case s.Cluster && s.SentinelMaster != "":
-		return errors.New("store redis: cluster and sentinel are exclusive")
-	case len(s.Addresses) > 1 && !s.Cluster && s.SentinelMaster == "":
-		return errors.New("store redis: several addresses need cluster or sentinel")
-	case s.Cluster && s.DB != 0:
-		return errors.New("store redis: a cluster has only database 0")
-	case s.DB < 0:
-		return fmt.Errorf("store redis: db %d is negative", s.DB)
-	case s.AdmitBatch < 0 || s.AdmitBatch > redisstore.MaxAdmitBatch:
-		return fmt.Errorf("store redis: admit_batch %d: want 1 (no grouping) to %d", s.AdmitBatch, redisstore.MaxAdmitBatch)
-	case s.PoolSize < 0 || s.PoolSize > maxPoolSize:
-		return fmt.Errorf("store redis: pool_size %d: want 1 to %d", s.PoolSize, maxPoolSize)
-	case s.ReplicasAck < 0 || s.ReplicasAck > redisstore.MaxReplicasAck:
-		return fmt.Errorf("store redis: replicas_ack %d: want 1 to %d replicas", s.ReplicasAck, redisstore.MaxReplicasAck)
-	case s.ReplicasAckTimeout != 0 && s.ReplicasAck == 0:
-		return errors.New("store redis: replicas_ack_timeout needs replicas_ack")
-	case s.ReplicasAckTimeout != 0 && (time.Duration(s.ReplicasAckTimeout) < time.Millisecond || time.Duration(s.ReplicasAckTimeout) > maxReplicasAckTimeout):
-		return fmt.Errorf("store redis: replicas_ack timeout %v: want 1ms to %v", time.Duration(s.ReplicasAckTimeout), maxReplicasAckTimeout)
-	case s.RebalanceInterval != 0 && (time.Duration(s.RebalanceInterval) < minRebalanceInterval || time.Duration(s.RebalanceInterval) > maxRebalanceInterval):
-		return fmt.Errorf("store redis: rebalance_interval %v: want %v to %v", time.Duration(s.RebalanceInterval), minRebalanceInterval, maxRebalanceInterval)
-	case s.Layout < 0 || s.Layout > 2:
-		return fmt.Errorf("store redis: layout %d: want 1 or 2", s.Layout)
-	}
-	return nil
-}
-
-// hasRedisOptions reports whether an option only store redis takes is set.
-func (s *StoreConfig) hasRedisOptions() bool {
-	return len(s.Addresses) > 0 || s.Password != "" || s.Username != "" || s.DB != 0 ||
-		s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline || s.AdmitBatch != 0 || s.PoolSize != 0 ||
-		s.ReplicasAck != 0 || s.ReplicasAckTimeout != 0 || s.RebalanceInterval != 0 || s.Layout != 0
-}
-
-// fsyncAlways reports whether store local flushes every group commit to the device.
-func (s *StoreConfig) fsyncAlways() bool { return s.Fsync == fsyncAlways }
-
-// fsyncWord is the fsync policy in effect, for messages.
-func (s *StoreConfig) fsyncWord() string {
-	if s.fsyncAlways() {
-		return fsyncAlways
-	}
-	return fsyncNo
-}
-
-// directive names the store as the configuration gives it, for error messages.
-func (s *StoreConfig) directive() string {
-	if s.typ() == storeLocal {
-		return "store local " + s.Dir
-	}
-	return "store " + s.typ()
-}
-
-// validateLocal checks a store local configuration: a folder, a known fsync word, no Redis option.
-func (s *StoreConfig) validateLocal() error {
-	switch {
-	case strings.TrimSpace(s.Dir) == "":
-		return errors.New("store local: the folder is required, e.g. store local ./seckill-data")
-	case s.Fsync != "" && s.Fsync != fsyncNo && s.Fsync != fsyncAlways:
-		return fmt.Errorf("store local: fsync %q: want always or no", s.Fsync)
-	case s.hasRedisOptions():
-		return errors.New("store local takes no redis options")
-	}
-	return nil
-}
 
 // JWTConfig configures how buyers' bearer tokens are verified.
 type JWTConfig struct {
@@ -407,11 +190,12 @@ func (c *ActivityConfig) validateBuckets(id string) error {
 	return nil
 }
 
-// validateStore checks what the activity needs of the store: buckets live in Redis.
-func (c *ActivityConfig) validateStore(id string, s *StoreConfig) error {
-	if c.Buckets > 1 && s.typ() != storeRedis {
+// validateStore checks what the activity needs of the store: buckets need a store that splits
+// the stock (StockSplitter: store redis, over its shards).
+func (c *ActivityConfig) validateStore(id string, m StoreModule) error {
+	if s, ok := m.(StockSplitter); c.Buckets > 1 && (!ok || !s.SplitsStock()) {
 		return fmt.Errorf("activity %s: buckets %d needs store redis (it spreads the stock over Redis "+
-			"shards); %s keeps an activity in one place: remove buckets", id, c.Buckets, s.directive())
+			"shards); %s keeps an activity in one place: remove buckets", id, c.Buckets, storeDirective(m))
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,8 +12,6 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
-	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
 
@@ -93,10 +90,10 @@ const (
 )
 
 // newMetrics creates the metrics and registers them, with the collectors of the activities, the
-// breaker state and the JWKS refresh failures (verifier may be nil), on reg; and with store
-// redis (rs not nil) its bucket transfer counters and, with replicas_ack, its WAIT counters.
-func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, verifier *jwtauth.Verifier, rs *redisstore.Store,
-	local func() localstore.Stats) (*metrics, error) {
+// breaker state and the JWKS refresh failures (verifier may be nil), on reg; and the store's own
+// metrics when it has any (store local's commits, store redis's bucket transfers and WAITs).
+func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Guard, verifier *jwtauth.Verifier,
+	store prometheus.Collector) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
@@ -144,28 +141,8 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 		Help:      "State of the admission store's circuit breaker: 0 closed, 1 half-open, 2 open.",
 	}, func() float64 { return breakerValue(guard.BreakerState()) })
 	collectors := []prometheus.Collector{m.requests, m.admission, m.rejectedVec, breaker, jwks, m.reconcileVec, &activityCollector{acts: acts}}
-	if rs != nil {
-		collectors = append(collectors, bucketCollectors(rs)...)
-	}
-	if local != nil {
-		collectors = append(collectors, localCollectors(local)...)
-	}
-	if rs != nil && rs.ReplicasAckEnabled() {
-		acks := rs.ReplicaAcks
-		collectors = append(collectors,
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Namespace: metricsNamespace,
-				Subsystem: metricsSubsystem,
-				Name:      "replicas_ack_waits_total",
-				Help:      "Redis WAITs sent for replicas_ack: one per admission script call and per release.",
-			}, func() float64 { w, _ := acks(); return float64(w) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{
-				Namespace: metricsNamespace,
-				Subsystem: metricsSubsystem,
-				Name:      "replicas_ack_shortfalls_total",
-				Help:      "Redis WAITs for replicas_ack that fewer replicas than asked acknowledged in time; their wins and releases were answered busy.",
-			}, func() float64 { _, s := acks(); return float64(s) }),
-		)
+	if store != nil {
+		collectors = append(collectors, store)
 	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {
@@ -177,86 +154,6 @@ func newMetrics(reg prometheus.Registerer, acts *activities, guard *admission.Gu
 		}
 	}
 	return m, nil
-}
-
-// localCollectors export store local's group commits: their rate, mean batch and cost, which
-// together bound the wins a second the folder can take.
-func localCollectors(stats func() localstore.Stats) []prometheus.Collector {
-	counter := func(name, help string, v func(localstore.Stats) float64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: metricsNamespace,
-			Subsystem: metricsSubsystem,
-			Name:      name,
-			Help:      help,
-		}, func() float64 { return v(stats()) })
-	}
-	return []prometheus.Collector{
-		counter("local_commits_total", "Transactions store local committed (group commits) since this process opened its folder.",
-			func(s localstore.Stats) float64 { return float64(s.Commits) }),
-		counter("local_committed_changes_total", "Changes (wins, releases, result records, queue moves) those commits held; divided by the commits, the mean batch.",
-			func(s localstore.Stats) float64 { return float64(s.Changes) }),
-		counter("local_commit_seconds_total", "Time store local spent writing and committing its batches; divided by the commits, what one commit costs.",
-			func(s localstore.Stats) float64 { return s.CommitTime.Seconds() }),
-		counter("local_checkpoints_total", "Checkpoints store local ran (the WAL folded into the database file, about one a second while commits come).",
-			func(s localstore.Stats) float64 { return float64(s.Checkpoints) }),
-		counter("local_checkpoints_failed_total", "Checkpoints that failed, as on a full disk: the WAL keeps the commits and grows until one succeeds.",
-			func(s localstore.Stats) float64 { return float64(s.CheckpointsFailed) }),
-		counter("local_checkpoint_seconds_total", "Time store local's checkpoints took; commits wait meanwhile, so divided by the checkpoints, one stall.",
-			func(s localstore.Stats) float64 { return s.CheckpointTime.Seconds() }),
-		counter("local_ring_replayed_changes_total", "Changes store local found in its ring and not in its database when it opened the folder (a crash came before their commit), and committed.",
-			func(s localstore.Stats) float64 { return float64(s.Replayed) }),
-		counter("local_unringed_changes_total", "Changes that did not go into store local's ring (its slots all held changes not yet committed, or the change was larger than a slot): their callers waited for the commit.",
-			func(s localstore.Stats) float64 { return float64(s.Unringed) }),
-	}
-}
-
-// bucketCollectors export a Redis store's stock transfers between the buckets of its split
-// activities (activity { buckets }), counted by this node since the store was created.
-func bucketCollectors(rs *redisstore.Store) []prometheus.Collector {
-	counter := func(name, help string, v func(redisstore.BucketStats) int64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Namespace: metricsNamespace,
-			Subsystem: metricsSubsystem,
-			Name:      name,
-			Help:      help,
-		}, func() float64 { return float64(v(rs.BucketStats())) })
-	}
-	return []prometheus.Collector{
-		counter("bucket_transfers_total", "Stock transfers between the buckets of split activities completed by this node: "+
-			"pulls into a dry bucket, rebalancing and recovered transfers.",
-			func(s redisstore.BucketStats) int64 { return s.Transfers }),
-		counter("bucket_items_moved_total", "Items those bucket transfers moved.",
-			func(s redisstore.BucketStats) int64 { return s.Moved }),
-		counter("bucket_transfers_recovered_total", "Bucket transfers a crashed or slow runner left pending that this node completed.",
-			func(s redisstore.BucketStats) int64 { return s.Recovered }),
-		counter("bucket_dry_pulls_total", "Admissions whose buyer's home bucket had too little stock, so that stock was pulled in from another bucket.",
-			func(s redisstore.BucketStats) int64 { return s.DryPulls }),
-		counter("bucket_contended_total", "Buys of split activities answered 503 busy because other buyers won every item their pulls brought in while stock was left (layer contended).",
-			func(s redisstore.BucketStats) int64 { return s.Contended }),
-		counter("bucket_transfer_failures_total", "Bucket transfers (pulls, rebalancing, recoveries) that failed part-way on this node; a recovery completes them later.",
-			func(s redisstore.BucketStats) int64 { return s.FailedTransfers }),
-		bucketStockCollector{rs},
-	}
-}
-
-// bucketStockDesc is the unsold stock of each bucket of a split activity.
-var bucketStockDesc = prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, metricsSubsystem, "bucket_stock"),
-	"Unsold stock of each bucket of a split activity, as this node's store last read it (its rebalancer reads every rebalance_interval).",
-	[]string{"activity", "bucket"}, nil)
-
-// bucketStockCollector exports bucket_stock from the store's last reading, never calling Redis.
-type bucketStockCollector struct{ rs *redisstore.Store }
-
-// Describe implements prometheus.Collector.
-func (c bucketStockCollector) Describe(ch chan<- *prometheus.Desc) { ch <- bucketStockDesc }
-
-// Collect implements prometheus.Collector.
-func (c bucketStockCollector) Collect(ch chan<- prometheus.Metric) {
-	c.rs.BucketLevels(func(activity string, stocks []int64) {
-		for i, n := range stocks {
-			ch <- prometheus.MustNewConstMetric(bucketStockDesc, prometheus.GaugeValue, float64(n), activity, strconv.Itoa(i))
-		}
-	})
 }
 
 // rejectedHelp is the help text of rejected_total. It lists the layers in funnel order, cheapest

@@ -58,13 +58,13 @@ func ordersKey(storeKey string, c *OrdersConfig) (string, error) {
 // loadOrders returns the pooled runner of c over the store backend b (pooled under storeKey),
 // creating it, unstarted, on first use. The caller must pool.Delete(key) once it no longer needs
 // it, before it releases the store.
-func loadOrders(storeKey string, b *backend, c *OrdersConfig, logger *zap.Logger) (*ordersRunner, string, error) {
+func loadOrders(storeKey string, b *backend, c *OrdersConfig, syncFull bool, logger *zap.Logger) (*ordersRunner, string, error) {
 	key, err := ordersKey(storeKey, c)
 	if err != nil {
 		return nil, "", err
 	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: b.local != nil && b.cfg.fsyncAlways()}, nil
+		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: syncFull}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -179,14 +179,8 @@ var errForgottenSale = errors.New("the order database holds orders of a sale thi
 
 // refuseForgottenSales is the start check of the embedded backend on a store of this process
 // (memory or local): no configured activity may have orders in the database while the store has
-// no win of it. storeType picks the advice.
-func refuseForgottenSales(storeType string, store admission.Store, defs []admission.Activity) func(context.Context, orderbackend.Repository) error {
-	advice := "store memory is not durable: a restart forgets the sale. Use store local <folder> " +
-		"(durable: a restart continues the sale), or delete the order database to start a new sale"
-	if storeType == storeLocal {
-		advice = "the store folder was deleted or replaced since those orders were made. Restore it, " +
-			"or delete the order database too to start a new sale"
-	}
+// no win of it. The store module gives the advice (SaleForgetter).
+func refuseForgottenSales(storeType, advice string, store admission.Store, defs []admission.Activity) func(context.Context, orderbackend.Repository) error {
 	return func(ctx context.Context, repo orderbackend.Repository) error {
 		for _, def := range defs {
 			held, err := forgottenSale(ctx, store, repo, def.ID)

@@ -3,28 +3,24 @@ package caddymodule
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
-	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/captcha"
-	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
 	"github.com/caddy-seckill/caddy-seckill/ratelimit"
 )
 
 // pool keeps the state that must outlive a config reload: stores (a memory store is the sale
-// itself), their Redis clients, guards, captcha stores and node-local rate limiters. Values are
-// keyed by the configuration that built them, so a reload with an unchanged store keeps the same
-// one and a changed store gets a new one; the last config that uses a value destroys it.
+// itself) with their guards and captcha stores, order backends and node-local rate limiters.
+// Values are keyed by the configuration that built them, so a reload with an unchanged store
+// keeps the same one and a changed store gets a new one; the last config that uses a value
+// destroys it.
 var pool = caddy.NewUsagePool()
 
 // Bounds of node-local state.
@@ -33,11 +29,8 @@ const (
 	maxCaptchaIDs  = 100_000 // captchas held by the memory captcha store
 )
 
-// Redis client timeouts. An admission script runs in well under a millisecond; these bound how
-// long a request waits on a Redis that is gone.
+// Deadlines of the stores across a network (RedisStore).
 const (
-	redisDialTimeout = time.Second
-	redisIOTimeout   = time.Second
 	// admitTimeout bounds one buy's wait for the store, queueing and a retry included, so that a
 	// stalled Redis costs a buyer about a second before 503 busy (and then nothing, once the
 	// breaker is open), not the client's read timeout times its attempts.
@@ -48,157 +41,65 @@ const (
 	breakerOpenTimeout = 500 * time.Millisecond
 )
 
-// backend is the shared admission state of one store configuration.
+// backend is the shared admission state of one store: the store, its guard, the captchas and,
+// on Redis, the distributed rate limiter.
 type backend struct {
-	cfg      StoreConfig           // placeholders replaced; a local store's Dir is absolute
-	client   redis.UniversalClient // nil for the memory and local stores
 	store    admission.Store
 	guard    *admission.Guard
 	captchas captcha.Store
-	gcra     *ratelimit.GCRA   // nil for the memory store
-	local    *localstore.Store // the store, for store local; nil otherwise
+	gcra     *ratelimit.GCRA // nil unless the store is on Redis
 
 	// secret signs buy paths when the configuration gives no url_secret; it lives as long as the
 	// store so that a reload does not invalidate the paths already handed out.
 	secret []byte
 }
 
-// backendKey identifies a store configuration in the pool. Placeholders are already replaced. A
-// local store is keyed by its folder alone: one process may open a folder once (the store locks
-// it), so every configuration naming that folder must share the one open store.
-func backendKey(s *StoreConfig) (string, error) {
-	if s == nil {
-		s = &StoreConfig{}
-	}
-	if s.typ() == storeLocal {
-		return "seckill.backend:local:" + s.Dir, nil
-	}
-	b, err := json.Marshal(s)
-	if err != nil {
-		return "", fmt.Errorf("encode store config: %w", err)
-	}
-	return "seckill.backend:" + string(b), nil
-}
-
-// loadBackend returns the pooled backend for s, creating it on first use. The caller must
+// loadBackend returns the pooled backend of the store module m, opening its store on first use
+// and letting m check (StoreReuser) a store that a reload finds open. The caller must
 // pool.Delete(key) once it no longer needs it.
-func loadBackend(s *StoreConfig, logger *zap.Logger) (*backend, string, error) {
-	key, err := backendKey(s)
-	if err != nil {
-		return nil, "", err
-	}
-	v, loaded, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) { return newBackend(s, logger) })
+func loadBackend(m StoreModule, logger *zap.Logger) (*backend, string, error) {
+	key := "seckill.backend:" + m.PoolKey()
+	v, loaded, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) { return newBackend(m, logger) })
 	if err != nil {
 		return nil, "", err
 	}
 	b := v.(*backend)
-	switch {
-	case !loaded:
-		logger.Info("admission store ready", zap.String("store", s.typ()), zap.String("dir", s.Dir))
-		if b.local != nil {
-			if n := b.local.Stats().Replayed; n > 0 {
-				logger.Warn("store local replayed changes from its ring that a crash had left uncommitted",
-					zap.String("dir", s.Dir), zap.Uint64("changes", n))
-			}
-		}
-	case b.local == nil:
-	case s.fsyncAlways() != b.cfg.fsyncAlways():
-		_, _ = pool.Delete(key)
-		return nil, "", fmt.Errorf("the running store has fsync %s: a reload cannot change it (the folder is "+
-			"open once per process); restart Caddy to change it", b.cfg.fsyncWord())
-	default:
-		// A reload is the operator's way to bring back a store whose commit failed (a full disk):
-		// the folder is opened again, which loads what was committed.
-		reopened, err := b.local.Reopen()
-		if err != nil {
+	if !loaded {
+		logger.Info("admission store ready", zap.String("store", storeDirective(m)))
+		return b, key, nil
+	}
+	if r, ok := m.(StoreReuser); ok {
+		if err := r.Reuse(b.store); err != nil {
 			_, _ = pool.Delete(key)
 			return nil, "", err
-		}
-		if reopened {
-			logger.Warn("store local opened again after a failed commit", zap.String("dir", s.Dir))
 		}
 	}
 	return b, key, nil
 }
 
-func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
-	b := &backend{cfg: *s, secret: make([]byte, 32)}
+// newBackend opens the store of m and puts a started guard in front of it.
+func newBackend(m StoreModule, logger *zap.Logger) (*backend, error) {
+	b := &backend{secret: make([]byte, 32)}
 	if _, err := rand.Read(b.secret); err != nil {
 		return nil, fmt.Errorf("generate url secret: %w", err)
 	}
-	switch s.typ() {
-	case storeMemory:
-		b.store = localstore.NewMemory(localstore.MemoryOptions{})
-		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
-	case storeLocal:
-		// The store bounds the wait for a commit itself, with one timer per commit.
-		st, err := localstore.Open(s.Dir, localstore.Options{FsyncAlways: s.fsyncAlways(), WaitTimeout: admitTimeout})
-		if errors.Is(err, localstore.ErrLocked) {
-			return nil, fmt.Errorf("the folder is in use by another process (another Caddy, or `caddy validate` "+
-				"while one runs): one process at a time may open a store folder: %w", err)
-		}
-		if err != nil {
-			return nil, err
-		}
-		b.store, b.local = st, st
-		// Captchas stay in memory: one lives two minutes, and a buyer whose captcha a restart
-		// forgot asks for a new one.
-		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
-	case storeRedis:
-		// redisclient adds what a Cluster failover needs: go-redis alone keeps sending a dead
-		// master's slots to its address for up to a minute (docs/failover.md).
-		b.client = redisclient.New(&redis.UniversalOptions{
-			Addrs:         s.Addresses,
-			Username:      s.Username,
-			Password:      s.Password,
-			DB:            s.DB,
-			MasterName:    s.SentinelMaster,
-			IsClusterMode: s.Cluster,
-			// Fail fast: at the edge a request waiting seconds for a dead Redis is worse than a
-			// 503 busy, and the breaker needs failures to open. One retry is kept, as every
-			// script is idempotent under it (request ids).
-			DialTimeout:   redisDialTimeout,
-			DialerRetries: 1,
-			PoolSize:      s.poolSize(),
-			MaxRetries:    1,
-			ReadTimeout:   redisIOTimeout,
-			WriteTimeout:  redisIOTimeout,
-			// go-redis's health check of every idle connection it hands out is kept on purpose: it
-			// drops the connections a restart or failover left dead (docs/admission.md, "The
-			// gateway's Redis client").
-		})
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := b.client.Ping(ctx).Err()
-		if err == nil {
-			warnEvictionPolicy(ctx, b.client, logger)
-		}
-		cancel()
-		if err != nil {
-			_ = b.client.Close()
-			return nil, fmt.Errorf("connect to redis %v: %w", s.Addresses, err)
-		}
-		prefix := s.KeyPrefix
-		if prefix == "" {
-			prefix = "seckill"
-		}
-		st, err := redisstore.New(b.client, redisstore.Options{
-			KeyPrefix: prefix, AutoPipeline: s.AutoPipeline, AdmitBatch: s.AdmitBatch,
-			ReplicasAck: s.ReplicasAck, ReplicasAckTimeout: time.Duration(s.ReplicasAckTimeout),
-			RebalanceInterval: time.Duration(s.RebalanceInterval), Layout: s.Layout,
-		})
-		if err != nil {
-			_ = b.client.Close()
-			return nil, err
-		}
-		b.store = st
-		b.captchas = captcha.NewRedisStore(b.client, prefix)
-		b.gcra = ratelimit.NewGCRA(b.client, prefix)
+	st, err := m.OpenStore()
+	if err != nil {
+		return nil, err
 	}
-	// The memory store answers in microseconds and cannot stall; store local bounds its wait for a
-	// disk itself (localstore.Options.WaitTimeout), so only Redis calls get a deadline per call.
+	b.store = st
+	// The in-process stores answer in microseconds, and store local bounds its wait for a disk
+	// itself; only a store across a network gets a deadline per call.
 	var timeout, open time.Duration
-	if b.client != nil {
+	if rs, ok := st.(RedisStore); ok {
+		client, prefix := rs.Redis()
+		b.captchas = captcha.NewRedisStore(client, prefix)
+		b.gcra = ratelimit.NewGCRA(client, prefix)
 		timeout, open = admitTimeout, breakerOpenTimeout
+	} else {
+		// A captcha lives two minutes, and a buyer whose captcha a restart forgot asks for a
+		// new one: node-local memory is enough.
+		b.captchas = captcha.NewMemoryStore(maxCaptchaIDs)
 	}
 	b.guard = admission.NewGuard(b.store, admission.GuardOptions{
 		Name:         "seckill",

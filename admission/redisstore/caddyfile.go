@@ -1,0 +1,105 @@
+package redisstore
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
+)
+
+// UnmarshalCaddyfile sets up the module from the store option of the global seckill block.
+// Syntax:
+//
+//	store redis [<address>...] {
+//		address    <host:port>...
+//		username   <name>
+//		password   <password>
+//		db         <n>
+//		key_prefix <prefix>
+//		sentinel   <master name>
+//		cluster
+//		auto_pipeline
+//		admit_batch  <n>
+//		pool_size    <n>
+//		replicas_ack <n> [<timeout>]
+//		rebalance_interval <duration>
+//	}
+//
+// address may be given several times: the addresses add up. Every other option may be given once.
+func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next() // the store's name
+	m.Addresses = append(m.Addresses, d.RemainingArgs()...)
+	err := caddyfileargs.ParseBlock(d, "seckill", "store redis ", func(opt string) (err error) {
+		switch opt {
+		case "address":
+			err = caddyfileargs.AppendArgs(d, &m.Addresses)
+		case "username":
+			m.Username, err = caddyfileargs.OneArg(d)
+		case "password":
+			m.Password, err = caddyfileargs.OneArg(d)
+		case "db":
+			m.DB, err = caddyfileargs.IntArg(d, "store redis db", 0, math.MaxInt, "want a database number")
+		case "key_prefix":
+			m.KeyPrefix, err = caddyfileargs.OneArg(d)
+		case "sentinel":
+			m.SentinelMaster, err = caddyfileargs.OneArg(d)
+		case "cluster":
+			m.Cluster, err = true, caddyfileargs.NoArg(d)
+		case "auto_pipeline":
+			m.AutoPipeline, err = true, caddyfileargs.NoArg(d)
+		case "admit_batch":
+			m.AdmitBatch, err = caddyfileargs.IntArg(d, "store redis admit_batch", 1, MaxAdmitBatch,
+				fmt.Sprintf("want 1 (no grouping) to %d", MaxAdmitBatch))
+		case "pool_size":
+			m.PoolSize, err = caddyfileargs.IntArg(d, "store redis pool_size", 1, maxPoolSize,
+				fmt.Sprintf("want 1 to %d connections", maxPoolSize))
+		case "replicas_ack":
+			err = m.parseReplicasAck(d)
+		case "rebalance_interval":
+			m.RebalanceInterval, err = caddyfileargs.PositiveDurationArg(d, "store redis rebalance_interval")
+		default:
+			err = d.Errf("seckill: unrecognized store redis option %q", opt)
+		}
+		return err
+	}, "address")
+	if err != nil {
+		return err
+	}
+	if len(m.Addresses) == 0 {
+		return d.Err("seckill: store redis needs at least one address")
+	}
+	if err := m.validate(); err != nil {
+		return d.Errf("seckill: %v", err)
+	}
+	return nil
+}
+
+// parseReplicasAck parses "replicas_ack <n> [<timeout>]": n replicas (1 to MaxReplicasAck) must
+// confirm each admission call and release within timeout (default 100ms, 1ms to
+// maxAckTimeout), else its buyers are answered 503 busy.
+func (m *Module) parseReplicasAck(d *caddyfile.Dispenser) error {
+	args := d.RemainingArgs()
+	if len(args) < 1 || len(args) > 2 {
+		return d.ArgErr()
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil || n < 1 || n > MaxReplicasAck {
+		return d.Errf("seckill: store redis replicas_ack %q: want 1 to %d replicas", args[0], MaxReplicasAck)
+	}
+	m.ReplicasAck = n
+	if len(args) == 2 {
+		t, err := caddy.ParseDuration(args[1])
+		if err != nil || t < time.Millisecond || t > maxAckTimeout {
+			return d.Errf("seckill: store redis replicas_ack timeout %q: want 1ms to %v", args[1], maxAckTimeout)
+		}
+		m.ReplicasAckTimeout = caddy.Duration(t)
+	}
+	return nil
+}
+
+var _ caddyfile.Unmarshaler = (*Module)(nil)

@@ -1,0 +1,145 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// storeNamespace is the namespace of the store guest modules: seckill.stores.memory (the
+// default), seckill.stores.local and seckill.stores.redis, or a third party's.
+const storeNamespace = "seckill.stores"
+
+// StoreModule is what a guest module of the namespace seckill.stores provides: the configuration
+// of an admission store, which opens it. Caddy provisions the module (placeholders replaced,
+// options validated); the app opens the store once per PoolKey and shares it, under one Guard,
+// across the reloads that keep the key. A store passes the conformance suite of package
+// admissiontest. The optional interfaces below add what some stores need.
+type StoreModule interface {
+	caddy.Module
+
+	// PoolKey identifies the store the configuration opens: configurations with one key share one
+	// open store.
+	PoolKey() string
+
+	// OpenStore opens the store.
+	OpenStore() (admission.Store, error)
+}
+
+// StoreReuser is a store module that checks, when a reload finds its store open, that the new
+// configuration can use it, and repairs it if it must (store local opens its folder again after
+// a failed commit).
+type StoreReuser interface {
+	Reuse(admission.Store) error
+}
+
+// StoreDirective is a store module that names itself in messages more precisely than
+// "store <name>" (store local gives its folder).
+type StoreDirective interface {
+	Directive() string
+}
+
+// URLSecretNeeder is a store module whose sale outlives this process (it is durable, or shared by
+// several nodes): the buy paths must be signed with a configured url_secret, not a random one.
+// NeedsURLSecret says why.
+type URLSecretNeeder interface {
+	NeedsURLSecret() string
+}
+
+// StockSplitter is a store module that can split an activity's stock into buckets
+// (activity { buckets }); the other stores keep an activity in one place.
+type StockSplitter interface {
+	SplitsStock() bool
+}
+
+// SaleForgetter is a store module of this process (memory, local) that can lose a sale the
+// embedded order database still has orders of; the app then refuses to start, with this advice.
+type SaleForgetter interface {
+	ForgottenSaleAdvice() string
+}
+
+// DeviceSyncer is a store module that flushes every commit to the device; the embedded SQLite
+// order database then does the same.
+type DeviceSyncer interface {
+	SyncsToDevice() bool
+}
+
+// ExistingOpener is a store module that reconcile can open outside the running Caddy: it opens
+// the store without creating anything, and answers admission.ErrInUse when the running Caddy
+// holds it (reconcile then asks that Caddy). Without it, reconcile always asks the running Caddy.
+type ExistingOpener interface {
+	OpenExisting() (admission.Store, error)
+}
+
+// RedisStore is an opened store on Redis: the captchas and the distributed user rate limit share
+// its client and key prefix, and its calls get a deadline, as a network can stall them.
+type RedisStore interface {
+	Redis() (redis.UniversalClient, string)
+}
+
+// storeName is the module's name within the namespace ("redis" for seckill.stores.redis).
+func storeName(m StoreModule) string {
+	return string(m.CaddyModule().ID.Name())
+}
+
+// storeDirective names the store for messages.
+func storeDirective(m StoreModule) string {
+	if d, ok := m.(StoreDirective); ok {
+		return d.Directive()
+	}
+	return "store " + storeName(m)
+}
+
+// storeNames lists the registered store modules, for the error about an unknown one.
+func storeNames() string {
+	var names []string
+	for _, info := range caddy.GetModules(storeNamespace) {
+		names = append(names, string(info.ID.Name()))
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// parseStore parses "store <name> ..." of the global seckill block with the named store module's
+// own Caddyfile syntax (its UnmarshalCaddyfile) and returns the module's JSON.
+func parseStore(d *caddyfile.Dispenser) (json.RawMessage, error) {
+	if !d.NextArg() {
+		return nil, d.ArgErr()
+	}
+	name := d.Val()
+	if _, err := caddy.GetModule(storeNamespace + "." + name); err != nil {
+		return nil, d.Errf("seckill: unknown store %q: want one of %s", name, storeNames())
+	}
+	unm, err := caddyfile.UnmarshalModule(d, storeNamespace+"."+name)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := unm.(StoreModule); !ok {
+		return nil, d.Errf("seckill: module %s.%s is not a store (%T)", storeNamespace, name, unm)
+	}
+	return caddyconfig.JSONModuleObject(unm, "type", name, nil), nil
+}
+
+// loadStoreModule provisions the app's store module (store memory when none is configured).
+func (a *App) loadStoreModule(ctx caddy.Context) (StoreModule, error) {
+	if len(a.StoreRaw) == 0 {
+		a.StoreRaw = []byte(`{"type":"memory"}`)
+	}
+	v, err := ctx.LoadModule(a, "StoreRaw")
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	m, ok := v.(StoreModule)
+	if !ok {
+		return nil, fmt.Errorf("store: module %T is not a store (it has no PoolKey and OpenStore)", v)
+	}
+	return m, nil
+}
