@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,72 +19,68 @@ import (
 )
 
 // The wins queue of layout 2 (docs/admission.md, "The wins queue"): one stream entry per
-// admission call, the k-th win of entry E being "E-k". The entries are made here by the
-// prototype's admit.lua (testdata/wonlayout) with the :meta wins count that admit_v2.lua keeps
-// added, on activities defined as today and marked layout 2.
+// admission call, the k-th win of entry E being "E-k". The entries are made by the store's own
+// admission call (runAdmitBatch, the script call a group of concurrent Admits shares), given the
+// requests of each call, so that a test knows which wins share an entry.
 
-// v2AdmitSrc is the prototype's admit.lua with the HINCRBY of :meta's wins that admit_v2.lua
-// does per call with wins, in the same script so that Backlog never sees an entry without it.
-func v2AdmitSrc(t testing.TB) string {
-	const xadd = "local e = redis.call('XADD', unpack(x)) .. '-'\n"
-	if strings.Count(protoAdmit, xadd) != 1 {
-		t.Fatal("the prototype admit.lua no longer has its one XADD line")
-	}
-	return strings.Replace(protoAdmit, xadd, xadd+"  redis.call('HINCRBY', KEYS[1], 'wins', nw)\n", 1)
-}
-
-// v2Queue drives one layout-2 activity on one store.
-type v2Queue struct {
-	s     *Store
-	raw   redis.UniversalClient
-	admit *redis.Script
-	act   string
-}
-
-func newV2Queue(t testing.TB, s *Store, raw redis.UniversalClient, act string, stock, limit int64, buckets int) *v2Queue {
-	t.Helper()
-	ctx := context.Background()
+// redisTestActivity is an open activity.
+func redisTestActivity(id string, stock, limit int64) admission.Activity {
 	now := time.Now()
-	a := admission.Activity{ID: act, Stock: stock, Limit: limit, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute, Buckets: buckets}
-	if _, err := s.Define(ctx, a, false); err != nil {
+	return admission.Activity{ID: id, Stock: stock, Limit: limit, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}
+}
+
+// winsQueue drives one activity's admissions and wins queue on one store.
+type winsQueue struct {
+	s   *Store
+	raw redis.UniversalClient
+	act string
+}
+
+func newWinsQueue(t testing.TB, s *Store, raw redis.UniversalClient, act string, stock, limit int64, buckets int) *winsQueue {
+	t.Helper()
+	a := redisTestActivity(act, stock, limit)
+	a.Buckets = buckets
+	if _, err := s.Define(context.Background(), a, false); err != nil {
 		t.Fatal(err)
 	}
-	for _, on := range s.keySets(act, buckets) {
-		if err := raw.HSet(ctx, s.key(on, "meta"), "layout", "2").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return &v2Queue{s: s, raw: raw, admit: redis.NewScript(v2AdmitSrc(t)), act: act}
+	return &winsQueue{s: s, raw: raw, act: act}
 }
 
-// call runs one admission call on key set on (the activity or a bucket) with (user, qty,
-// request id) triples and returns the stream entry it appended, requiring every request won.
-func (q *v2Queue) call(t testing.TB, on string, reqs ...string) string {
+// call admits (user, qty, request id) triples in one script call on key set on (the activity or
+// a bucket) and returns the stream entry it appended, requiring every request won anew.
+func (q *winsQueue) call(t testing.TB, on string, reqs ...string) string {
 	t.Helper()
-	args := make([]any, len(reqs))
-	for i, r := range reqs {
-		args[i] = r
-	}
-	reply, err := q.admit.Run(context.Background(), q.raw, q.s.protoAdmitKeys(on, false), args...).Slice()
-	if err != nil {
-		t.Fatalf("admit %v: %v", reqs, err)
-	}
-	entry := ""
-	for i := 0; i < len(reply); i += 4 {
-		if reply[i].(int64) != 1 {
-			t.Fatalf("admit %v: request %d answered %v", reqs, i/4, reply[i:i+4])
+	calls := make([]*admitCall, 0, len(reqs)/3)
+	for i := 0; i+2 < len(reqs); i += 3 {
+		qty, err := strconv.ParseInt(reqs[i+1], 10, 64)
+		r := admission.Request{Activity: q.act, User: reqs[i], Qty: qty, RequestID: reqs[i+2]}
+		if err == nil {
+			err = r.Validate()
 		}
-		id := reply[i+2].(string)
-		e := id[:strings.LastIndexByte(id, '-')]
+		if err != nil {
+			t.Fatalf("request %q: %v", reqs[i:i+3], err)
+		}
+		r.Activity = on
+		calls = append(calls, &admitCall{req: r, done: make(chan struct{}, 1)})
+	}
+	q.s.runAdmitBatch(context.Background(), on, calls)
+	entry := ""
+	for i, c := range calls {
+		<-c.done
+		d, err := c.answer.d, c.answer.err
+		if err != nil || d.Outcome != admission.Won || d.Replayed {
+			t.Fatalf("admit %q: request %d answered %+v, %v; want a new win", reqs, i, d, err)
+		}
+		e := d.ReservationID[:strings.LastIndexByte(d.ReservationID, '-')]
 		if entry != "" && e != entry {
-			t.Fatalf("admit %v: wins in entries %s and %s", reqs, entry, e)
+			t.Fatalf("admit %q: wins in entries %s and %s", reqs, entry, e)
 		}
 		entry = e
 	}
 	return entry
 }
 
-func (q *v2Queue) backlog(t testing.TB, group string, want int64, when string) {
+func (q *winsQueue) backlog(t testing.TB, group string, want int64, when string) {
 	t.Helper()
 	n, err := q.s.Backlog(context.Background(), q.act, group)
 	if err != nil || n != want {
@@ -92,7 +89,7 @@ func (q *v2Queue) backlog(t testing.TB, group string, want int64, when string) {
 }
 
 // pending returns the entries of on's stream pending in group.
-func (q *v2Queue) pending(t testing.TB, on, group string) []string {
+func (q *winsQueue) pending(t testing.TB, on, group string) []string {
 	t.Helper()
 	ps, err := q.raw.XPendingExt(context.Background(), &redis.XPendingExtArgs{
 		Stream: q.s.key(on, "orders"), Group: group, Start: "-", End: "+", Count: 1000,
@@ -138,19 +135,19 @@ func wantWins(t testing.TB, what string, ws []admission.Win, err error, want ...
 func TestRedisQueueLayout2(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
 		srv := testsrv.StartRedis(t)
-		s, raw := v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
+		s, raw := queueStore(t, &redis.Options{Addr: srv.Addr}, Options{})
 		testQueueLayout2(t, s, raw)
 	})
 	t.Run("replicas_ack", func(t *testing.T) {
 		master := testsrv.StartRedis(t)
 		testsrv.StartReplica(t, master)
-		s, raw := v2Store(t, &redis.Options{Addr: master.Addr}, Options{ReplicasAck: 1, ReplicasAckTimeout: 5 * time.Second})
+		s, raw := queueStore(t, &redis.Options{Addr: master.Addr}, Options{ReplicasAck: 1, ReplicasAckTimeout: 5 * time.Second})
 		testQueueLayout2(t, s, raw)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		cluster := testsrv.StartCluster(t)
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), MaxRetries: 3})
-		s, err := New(c, Options{})
+		s, err := New(c, Options{Layout: redisLayout2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,8 +156,10 @@ func TestRedisQueueLayout2(t *testing.T) {
 	})
 }
 
-func v2Store(t testing.TB, o *redis.Options, opts Options) (*Store, *redis.Client) {
+// queueStore is a store of layout-2 activities on its own client, and a raw client.
+func queueStore(t testing.TB, o *redis.Options, opts Options) (*Store, *redis.Client) {
 	t.Helper()
+	opts.Layout = redisLayout2
 	s, err := New(redis.NewClient(o), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -173,7 +172,7 @@ func v2Store(t testing.TB, o *redis.Options, opts Options) (*Store, *redis.Clien
 
 func testQueueLayout2(t *testing.T, s *Store, raw redis.UniversalClient) {
 	ctx := context.Background()
-	q := newV2Queue(t, s, raw, "l2", 100, 3, 0)
+	q := newWinsQueue(t, s, raw, "l2", 100, 3, 0)
 	if err := s.EnsureGroup(ctx, "l2", "g"); err != nil {
 		t.Fatal(err)
 	}
@@ -305,8 +304,8 @@ func testQueueLayout2(t *testing.T, s *Store, raw redis.UniversalClient) {
 func TestRedisQueueLayout2Buckets(t *testing.T) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
-	s, raw := v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
-	q := newV2Queue(t, s, raw, "b2", 40, 2, 2)
+	s, raw := queueStore(t, &redis.Options{Addr: srv.Addr}, Options{})
+	q := newWinsQueue(t, s, raw, "b2", 40, 2, 2)
 	if err := s.EnsureGroup(ctx, "b2", "g"); err != nil {
 		t.Fatal(err)
 	}
@@ -364,9 +363,9 @@ func TestRedisQueueLayout2Buckets(t *testing.T) {
 func TestRedisQueueLayout2ConcurrentAcks(t *testing.T) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
-	s, raw := v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
+	s, raw := queueStore(t, &redis.Options{Addr: srv.Addr}, Options{})
 	const entries, per = 40, 8
-	q := newV2Queue(t, s, raw, "c2", entries*per, entries, 0)
+	q := newWinsQueue(t, s, raw, "c2", entries*per, entries, 0)
 	if err := s.EnsureGroup(ctx, "c2", "g"); err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +382,7 @@ func TestRedisQueueLayout2ConcurrentAcks(t *testing.T) {
 	}
 	stores := make([]*Store, per)
 	for i := range stores {
-		stores[i], _ = v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
+		stores[i], _ = queueStore(t, &redis.Options{Addr: srv.Addr}, Options{})
 	}
 	// ackAll acknowledges the wins w with ws[i] % per in ks, each twice over, from per
 	// goroutines that each take their wins in a random order.
@@ -438,7 +437,12 @@ func TestRedisQueueLayout2ConcurrentAcks(t *testing.T) {
 func TestRedisQueueLayoutNote(t *testing.T) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
-	s, raw := v2Store(t, &redis.Options{Addr: srv.Addr}, Options{})
+	s, err := New(redis.NewClient(&redis.Options{Addr: srv.Addr}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	s2, raw := queueStore(t, &redis.Options{Addr: srv.Addr}, Options{})
 	now := time.Now()
 	a := admission.Activity{ID: "ln", Stock: 10, Limit: 1, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}
 	if _, err := s.Define(ctx, a, false); err != nil {
@@ -479,7 +483,7 @@ func TestRedisQueueLayoutNote(t *testing.T) {
 	if err := s.Delete(ctx, "ln", true); err != nil {
 		t.Fatal(err)
 	}
-	q := newV2Queue(t, s, raw, "ln", 10, 1, 0)
+	q := newWinsQueue(t, s2, raw, "ln", 10, 1, 0)
 	if err := s.EnsureGroup(ctx, "ln", "g"); err != nil {
 		t.Fatal(err)
 	}
