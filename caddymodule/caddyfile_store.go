@@ -31,7 +31,6 @@ import (
 //		pool_size   <n>
 //		replicas_ack <n> [<timeout>]
 //		rebalance_interval <duration>
-//		layout 1|2
 //	}
 func parseStore(d *caddyfile.Dispenser) (*StoreConfig, error) {
 	if !d.NextArg() {
@@ -121,8 +120,6 @@ func parseStoreRedis(d *caddyfile.Dispenser, s *StoreConfig) error {
 			err = parseReplicasAck(d, s)
 		case "rebalance_interval":
 			s.RebalanceInterval, err = positiveDurationArg(d, "store redis rebalance_interval")
-		case "layout":
-			s.Layout, err = intArg(d, "store redis layout", 1, 2, "want 1 or 2")
 		default:
 			err = d.Errf("seckill: unrecognized store redis option %q", opt)
 		}

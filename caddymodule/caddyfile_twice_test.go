@@ -43,7 +43,6 @@ func TestCaddyfileOptionTwice(t *testing.T) {
 		{redis, "pool_size 2", "seckill: store redis pool_size"},
 		{redis, "replicas_ack 1", "seckill: store redis replicas_ack"},
 		{redis, "rebalance_interval 1s", "seckill: store redis rebalance_interval"},
-		{redis, "layout 2", "seckill: store redis layout"},
 		{local, "fsync no", "seckill: store local fsync"},
 		{jwt, "hmac_secret s", "seckill: jwt hmac_secret"},
 		{jwt, "jwks_url https://x/jwks", "seckill: jwt jwks_url"},

@@ -85,12 +85,6 @@ type StoreConfig struct {
 	// default 250ms, 10ms to 10m. Shorter reads every bucket more often; longer leaves more of
 	// the levelling to the buys' own pulls.
 	RebalanceInterval caddy.Duration `json:"rebalance_interval,omitempty"`
-
-	// Layout is the Redis key layout of the activities this node creates: 1 (the default) or 2,
-	// the one-field-per-user layout, about 3 times fewer Redis instructions per won admission
-	// (docs/admission.md). An existing activity keeps its layout; every node serves both. Turn
-	// it on only after every gateway and order backend on the Redis runs this release.
-	Layout int `json:"layout,omitempty"`
 }
 
 // Bounds of RebalanceInterval: below 10 ms the rebalancer's reads of every bucket would cost
@@ -182,8 +176,6 @@ func (s *StoreConfig) validate() error {
 		return fmt.Errorf("store redis: replicas_ack timeout %v: want 1ms to %v", time.Duration(s.ReplicasAckTimeout), maxReplicasAckTimeout)
 	case s.RebalanceInterval != 0 && (time.Duration(s.RebalanceInterval) < minRebalanceInterval || time.Duration(s.RebalanceInterval) > maxRebalanceInterval):
 		return fmt.Errorf("store redis: rebalance_interval %v: want %v to %v", time.Duration(s.RebalanceInterval), minRebalanceInterval, maxRebalanceInterval)
-	case s.Layout < 0 || s.Layout > 2:
-		return fmt.Errorf("store redis: layout %d: want 1 or 2", s.Layout)
 	}
 	return nil
 }
@@ -192,7 +184,7 @@ func (s *StoreConfig) validate() error {
 func (s *StoreConfig) hasRedisOptions() bool {
 	return len(s.Addresses) > 0 || s.Password != "" || s.Username != "" || s.DB != 0 ||
 		s.KeyPrefix != "" || s.SentinelMaster != "" || s.Cluster || s.AutoPipeline || s.AdmitBatch != 0 || s.PoolSize != 0 ||
-		s.ReplicasAck != 0 || s.ReplicasAckTimeout != 0 || s.RebalanceInterval != 0 || s.Layout != 0
+		s.ReplicasAck != 0 || s.ReplicasAckTimeout != 0 || s.RebalanceInterval != 0
 }
 
 // fsyncAlways reports whether store local flushes every group commit to the device.

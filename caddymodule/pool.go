@@ -184,7 +184,7 @@ func newBackend(s *StoreConfig, logger *zap.Logger) (*backend, error) {
 		st, err := redisstore.New(b.client, redisstore.Options{
 			KeyPrefix: prefix, AutoPipeline: s.AutoPipeline, AdmitBatch: s.AdmitBatch,
 			ReplicasAck: s.ReplicasAck, ReplicasAckTimeout: time.Duration(s.ReplicasAckTimeout),
-			RebalanceInterval: time.Duration(s.RebalanceInterval), Layout: s.Layout,
+			RebalanceInterval: time.Duration(s.RebalanceInterval),
 		})
 		if err != nil {
 			_ = b.client.Close()

@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -16,7 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
@@ -63,9 +61,6 @@ func TestRebalanceIntervalConfig(t *testing.T) {
 		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, RebalanceInterval: caddy.Duration(time.Hour)}, "store redis: rebalance_interval 1h0m0s"},
 		{StoreConfig{Type: storeMemory, RebalanceInterval: caddy.Duration(time.Second)}, "store memory takes no redis options"},
 		{StoreConfig{Type: storeLocal, Dir: "d", RebalanceInterval: caddy.Duration(time.Second)}, "store local takes no redis options"},
-		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, Layout: 3}, "store redis: layout 3: want 1 or 2"},
-		{StoreConfig{Type: storeRedis, Addresses: []string{"a:1"}, Layout: -1}, "store redis: layout -1: want 1 or 2"},
-		{StoreConfig{Type: storeLocal, Dir: "d", Layout: 2}, "store local takes no redis options"},
 	} {
 		if err := c.s.validate(); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("validate(%+v) = %v, want %q", c.s, err, c.want)
@@ -225,29 +220,5 @@ func TestStoreLocalKeyThroughSymlink(t *testing.T) {
 	}
 	if before.Dir != after.Dir || before.Dir != filepath.Join(real, "data") {
 		t.Errorf("key before the folder existed %q, after %q; want both %q", before.Dir, after.Dir, filepath.Join(real, "data"))
-	}
-}
-
-// TestLayoutConfig: layout reaches the Redis store, whose Define then writes it into the
-// activities it creates.
-func TestLayoutConfig(t *testing.T) {
-	srv := testsrv.StartRedis(t)
-	for _, layout := range []int{0, 2} {
-		b, err := newBackend(&StoreConfig{Type: storeRedis, Addresses: []string{srv.Addr}, KeyPrefix: fmt.Sprint("lay", layout), Layout: layout}, zap.NewNop())
-		if err != nil {
-			t.Fatal(err)
-		}
-		now := time.Now()
-		a := admission.Activity{ID: "a", Stock: 1, Limit: 1, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}
-		if _, err := b.store.Define(context.Background(), a, false); err != nil {
-			t.Fatal(err)
-		}
-		_ = b.Destruct()
-		raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
-		got := raw.HGet(context.Background(), fmt.Sprintf("lay%d:{a}:meta", layout), "layout").Val()
-		_ = raw.Close()
-		if want := map[int]string{0: "", 2: "2"}[layout]; got != want {
-			t.Errorf("layout %d: the activity's layout field is %q, want %q", layout, got, want)
-		}
 	}
 }
