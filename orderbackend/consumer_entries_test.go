@@ -15,25 +15,25 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// TestRedisLayout2Consumer: consumers on a layout-2 wins queue (docs/admission.md, "The wins
+// TestRedisMultiWinConsumer: consumers on the Redis wins queue (docs/admission.md, "The wins
 // queue": one stream entry per admission call, a win per user pair). Grouped Admits put seven wins
 // (u5's two among them) in one entry behind a one-win entry. Consumer c1 reads both entries, makes
 // the orders of two wins of the multi-win entry and acknowledges them, then dies; c2 claims both
 // entries and makes the orders of the six other wins only: the acknowledged ones are not
 // delivered again (no redelivery), and every win has one order.
-func TestRedisLayout2Consumer(t *testing.T) {
+func TestRedisMultiWinConsumer(t *testing.T) {
 	e := newRedisPostgres(t, testsrv.StartPostgres(t))
 	ctx := context.Background()
 	// One admission call in flight per activity: while the first is held, the others queue and
 	// go together in the next call.
-	s, err := redisstore.New(e.client, redisstore.Options{KeyPrefix: "seckill", Layout: 2, AdmitBatch: 64, AdmitInFlight: 1})
+	s, err := redisstore.New(e.client, redisstore.Options{KeyPrefix: "seckill", AdmitBatch: 64, AdmitInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	e.store = s // the env's own store shares e.client (closing it would close the client)
-	e.openActivity(t, "l2sale", 20, 2, time.Minute)
-	a, b, reqs := groupedAdmits(t, e, "l2sale",
+	e.openActivity(t, "msale", 20, 2, time.Minute)
+	a, b, reqs := groupedAdmits(t, e, "msale",
 		admission.Request{User: "u0", Qty: 1, RequestID: "r0"},
 		admission.Request{User: "u1", Qty: 1, RequestID: "r1"}, admission.Request{User: "u2", Qty: 1, RequestID: "r2"},
 		admission.Request{User: "u3", Qty: 2, RequestID: "r3"}, admission.Request{User: "u4", Qty: 1, RequestID: "r4"},
@@ -51,13 +51,13 @@ func TestRedisLayout2Consumer(t *testing.T) {
 	}
 
 	// c1's life: read both entries, make and publish two orders of a, acknowledge them, die.
-	if err := e.store.EnsureGroup(ctx, "l2sale", DefaultGroup); err != nil {
+	if err := e.store.EnsureGroup(ctx, "msale", DefaultGroup); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.repo.EnsureStock(ctx, "l2sale", 20); err != nil {
+	if err := e.repo.EnsureStock(ctx, "msale", 20); err != nil {
 		t.Fatal(err)
 	}
-	ws, err := e.store.ReadGroup(ctx, "l2sale", DefaultGroup, "c1", 64, 0, false)
+	ws, err := e.store.ReadGroup(ctx, "msale", DefaultGroup, "c1", 64, 0, false)
 	if err != nil || len(ws) != 8 || ws[0].ReservationID != a[0] || ws[1].ReservationID != b[0] {
 		t.Fatalf("read = %+v, %v; want the 8 wins, the one-win entry first", ws, err)
 	}
@@ -73,25 +73,25 @@ func TestRedisLayout2Consumer(t *testing.T) {
 		}
 		first[w.ReservationID] = o.ID
 	}
-	if err := e.store.Ack(ctx, "l2sale", DefaultGroup, ws[1].ID, ws[2].ID); err != nil {
+	if err := e.store.Ack(ctx, "msale", DefaultGroup, ws[1].ID, ws[2].ID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := e.store.Backlog(ctx, "l2sale", DefaultGroup); err != nil || n != 6 {
+	if n, err := e.store.Backlog(ctx, "msale", DefaultGroup); err != nil || n != 6 {
 		t.Fatalf("backlog after c1's partial ack = %d, %v; want 6", n, err)
 	}
 
 	// c2 claims the entries once they are idle, and does the rest.
 	m := new(Metrics)
-	e.startConsumer(t, "l2sale", e.consumerOpts("c2", m))
+	e.startConsumer(t, "msale", e.consumerOpts("c2", m))
 	eventually(t, "six orders made by c2", func() bool { return m.OrdersCreated.Load() == 6 })
 	eventually(t, "backlog 0", func() bool {
-		n, err := e.store.Backlog(ctx, "l2sale", DefaultGroup)
+		n, err := e.store.Backlog(ctx, "msale", DefaultGroup)
 		return err == nil && n == 0
 	})
 	if m.Redelivered.Load() != 0 {
 		t.Errorf("%d wins delivered again: acknowledged wins must not be", m.Redelivered.Load())
 	}
-	orders := e.orders(t, "l2sale")
+	orders := e.orders(t, "msale")
 	var got []string
 	byUser := map[string]int{}
 	for _, o := range orders {
@@ -114,36 +114,27 @@ func TestRedisLayout2Consumer(t *testing.T) {
 	}
 	for _, u := range []string{"u3", "u6"} {
 		eventually(t, "result of "+u, func() bool {
-			r := e.result(t, "l2sale", u)
+			r := e.result(t, "msale", u)
 			return r.Code == resultPending
 		})
 	}
-	if p, err := e.store.ReadGroup(ctx, "l2sale", DefaultGroup, "c2", 64, 0, true); err != nil || len(p) != 0 {
+	if p, err := e.store.ReadGroup(ctx, "msale", DefaultGroup, "c2", 64, 0, true); err != nil || len(p) != 0 {
 		t.Fatalf("c2's pending = %+v, %v; want none", p, err)
 	}
 }
 
-// TestRedisLayout2PoisonWin: one poison win of a multi-win layout-2 entry (docs/admission.md,
-// "The wins queue"). Concurrent Admits on a layout-2 store with group admission put several wins
-// in one stream entry; the database refuses the order of one of them every time (a trigger on its
-// reservation). The consumer dead-letters that win after MaxDeliveries and gives its items back
+// TestRedisMultiWinPoisonWin: one poison win of a multi-win entry of the Redis wins queue
+// (docs/admission.md, "The wins queue"). Concurrent Admits on a store with group admission put
+// several wins in one stream entry; the database refuses the order of one of them every time (a
+// trigger on its reservation). The consumer dead-letters that win after MaxDeliveries and gives its items back
 // once; the entry's other wins, and every other win, become one order each; the entry is fully
 // acknowledged. A restarted consumer's releaseDeadLetters does not give the items back again.
-func TestRedisLayout2PoisonWin(t *testing.T) {
+func TestRedisMultiWinPoisonWin(t *testing.T) {
 	e := newRedisPostgres(t, testsrv.StartPostgres(t))
 	ctx := context.Background()
-	s, err := redisstore.New(e.client, redisstore.Options{KeyPrefix: "seckill", Layout: 2, AdmitBatch: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	// The env's layout-1 store shares e.client (closing it would close the client); it holds nothing.
-	e.store = s
-	const act, stock = "l2poison", 200
+	s := e.store // group admission (AdmitBatch 64, the default)
+	const act, stock = "mpoison", 200
 	e.openActivity(t, act, stock, 2, time.Minute)
-	if l, err := e.client.HGet(ctx, "seckill:{"+act+"}:meta", "layout").Result(); err != nil || l != "2" {
-		t.Fatalf("activity layout = %q, %v; want 2", l, err)
-	}
 
 	// Rounds of concurrent admissions until some entry holds 2+ wins (group admission: callers
 	// that arrive while a script call is in flight share the next one).
@@ -261,7 +252,7 @@ func TestRedisLayout2PoisonWin(t *testing.T) {
 	if p, err := e.client.XPending(ctx, "seckill:{"+act+"}:orders", DefaultGroup).Result(); err != nil || p.Count != 0 {
 		t.Errorf("pending entries = %+v, %v; want none", p, err)
 	}
-	// (ack_v2.lua: field "<entry> <group>" lists a partly acknowledged entry's wins; "n <group>" counts.)
+	// (ack.lua: field "<entry> <group>" lists a partly acknowledged entry's wins; "n <group>" counts.)
 	if fs, err := e.client.HKeys(ctx, "seckill:{"+act+"}:acked").Result(); err != nil || !slices.Equal(fs, []string{"n " + DefaultGroup}) {
 		t.Errorf(":acked fields = %q, %v; want only the group's count once every win is acknowledged", fs, err)
 	}
@@ -294,7 +285,7 @@ func TestRedisLayout2PoisonWin(t *testing.T) {
 	e.requireReconciled(t, act)
 }
 
-// winNumber is k of a layout-2 reservation "E-k".
+// winNumber is k of a reservation "E-k" (win k of stream entry E).
 func winNumber(t *testing.T, r string) int {
 	t.Helper()
 	k, err := strconv.Atoi(r[strings.LastIndexByte(r, '-')+1:])

@@ -14,22 +14,29 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// TestRedisAdmitV2Commands pins the commands admit_v2.lua runs per call, whatever the batch: one
+// TestRedisAdmitCommands pins the commands admit.lua runs per call, whatever the batch: one
 // HMGET of :users for all the call's users (an HGET for a call of one request) and one HSET of
 // every field it changes (a redis.call costs thousands of instructions, so the won path runs none
 // per request or per win).
 // It counts them in INFO commandstats of a private server, reset before each call.
-func TestRedisAdmitV2Commands(t *testing.T) {
+func TestRedisAdmitCommands(t *testing.T) {
 	ctx := context.Background()
-	_, s, raw := redisLayoutStores(t) // s creates layout-2 activities
-	if _, err := s.Define(ctx, redisTestActivity("cmds", 1<<40, 1), false); err != nil {
-		t.Fatal(err)
-	}
-	sha, err := raw.ScriptLoad(ctx, luaAdmitV2).Result()
+	srv := testsrv.StartRedis(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	s, err := New(redis.NewClient(&redis.Options{Addr: srv.Addr}), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := s.admitKeysV2("cmds")
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Define(ctx, redisTestActivity("cmds", 1<<40, 1), false); err != nil {
+		t.Fatal(err)
+	}
+	sha, err := raw.ScriptLoad(ctx, luaAdmit).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := s.admitKeys("cmds")
 	// call runs the script for the users with request id "r" and returns its answers and the
 	// commands the server ran for it (name → calls), the script's own EVALSHA included.
 	call := func(users ...string) ([]any, map[string]int64) {
@@ -136,7 +143,7 @@ func TestRedisAdmitOOM(t *testing.T) {
 	srv := testsrv.StartRedis(t, testsrv.WithArgs("--maxmemory-policy", "noeviction"))
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = client.Close() })
-	s, err := New(client, Options{Layout: redisLayout2})
+	s, err := New(client, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
