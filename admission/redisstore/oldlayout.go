@@ -1,17 +1,23 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // ErrOldLayout is the error (inside an *OldLayoutError) of a call on an activity that an earlier
 // build created in its own key layout: its :meta has no layout 2 (docs/admission.md, "Redis
 // keys"). This build serves only the layout of lua/admit.lua, so it refuses such an activity
-// rather than misread it: a store meets one at its first call on the activity (bucketCount), and
-// every script that reads or writes an activity's keys refuses it before it writes anything
-// (LAYOUT).
+// rather than misread it: New refuses a Redis that lists one, a store meets one at its first call
+// on the activity (bucketCount), and every script that reads or writes an activity's keys refuses
+// it before it writes anything (LAYOUT).
 var ErrOldLayout = errors.New("key layout of an earlier build")
 
 // OldLayoutError names the activity of an earlier build's key layout and what to do about it. It
@@ -57,4 +63,74 @@ func parentActivity(on string) string {
 		return on[:i]
 	}
 	return on
+}
+
+// checkTimeout bounds New's look at the activities already in Redis.
+const checkTimeout = 5 * time.Second
+
+// checkLayouts returns an *OldLayoutError for each activity listed in P:activities whose :meta,
+// or the :meta of one of its buckets, has no layout 2 (joined, sorted by activity); an activity
+// listed but not defined (a define or a delete cut short) is left alone. The list is small: the
+// sales defined and not deleted.
+func (s *Store) checkLayouts(ctx context.Context) error {
+	ids, err := s.client.SMembers(ctx, s.activitiesKey()).Result()
+	if err != nil {
+		return err
+	}
+	slices.Sort(ids)
+	metas := make([]*redis.SliceCmd, len(ids))
+	if err := s.pipelined(ctx, len(ids), func(p redis.Pipeliner, i int) {
+		metas[i] = p.HMGet(ctx, s.key(ids[i], "meta"), "start_ms", "layout", "buckets")
+	}); err != nil {
+		return err
+	}
+	old := map[string]bool{}
+	var buckets []string // the buckets of the split activities of layout 2, to look at too
+	for i, id := range ids {
+		v := metas[i].Val()
+		switch {
+		case len(v) != 3 || v[0] == nil: // not defined
+		case v[1] != "2":
+			old[id] = true
+		case v[2] != nil:
+			n, _ := strconv.Atoi(v[2].(string)) // a malformed count is no bucket's (bucketCount says so)
+			for b := range n {
+				buckets = append(buckets, bucketID(id, b, n))
+			}
+		}
+	}
+	bmetas := make([]*redis.SliceCmd, len(buckets))
+	if err := s.pipelined(ctx, len(buckets), func(p redis.Pipeliner, i int) {
+		bmetas[i] = p.HMGet(ctx, s.key(buckets[i], "meta"), "start_ms", "layout")
+	}); err != nil {
+		return err
+	}
+	for i, b := range buckets {
+		if v := bmetas[i].Val(); len(v) == 2 && v[0] != nil && v[1] != "2" {
+			old[parentActivity(b)] = true
+		}
+	}
+	var errs []error
+	for _, id := range ids {
+		if old[id] {
+			errs = append(errs, s.oldLayout(id))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pipelined queues n commands (add(p, i) for each i) in pipelines of up to 512.
+func (s *Store) pipelined(ctx context.Context, n int, add func(p redis.Pipeliner, i int)) error {
+	for from := 0; from < n; from += 512 {
+		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := from; i < min(n, from+512); i++ {
+				add(p, i)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+	}
+	return nil
 }

@@ -99,6 +99,100 @@ func wantOldLayout(t *testing.T, what string, err error, prefix, activity string
 	}
 }
 
+// TestRedisNewRefusesOldLayout: a Redis that lists an activity an earlier build created in its own
+// key layout (no layout 2 in its :meta, or in the :meta of a bucket) is refused when the store is
+// made, with an error that names each such activity and says what to do; this build's activities,
+// a listed activity that is not defined and another prefix's activities pass.
+func TestRedisNewRefusesOldLayout(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	raw := rawClient(t, srv)
+	newStore := func(prefix string) (*Store, error) {
+		return New(redis.NewClient(&redis.Options{Addr: srv.Addr}), Options{KeyPrefix: prefix})
+	}
+
+	// This build's activities, plain and split, and a listing whose definition is gone.
+	s, err := newStore("")
+	if err != nil {
+		t.Fatalf("new store on an empty Redis: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	mustDefine(t, s, redisTestActivity("cur", 10, 1))
+	split := redisTestActivity("cur-split", 10, 1)
+	split.Buckets = 2
+	mustDefine(t, s, split)
+	if err := raw.SAdd(ctx, "seckill:activities", "gone").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if s2, err := newStore(""); err != nil {
+		t.Fatalf("new store on this build's activities: %v", err)
+	} else {
+		_ = s2.Close()
+	}
+
+	// An earlier build's activity.
+	writeOldActivity(t, raw, "seckill", "phone-1001", 1, true)
+	_, err = newStore("")
+	wantOldLayout(t, "new store", err, "seckill", "phone-1001")
+	const msg = "new redis store: activity phone-1001 in Redis (prefix seckill) uses the key layout of an earlier build, " +
+		"which this build no longer serves: finish or delete that sale with the earlier build (or delete its keys, " +
+		"seckill:{phone-1001}:* and, if it is split into buckets, seckill:{phone-1001#*}:*, and remove phone-1001 " +
+		"from the set seckill:activities) before starting this one"
+	if err == nil || err.Error() != msg {
+		t.Errorf("new store: %v\nwant %s", err, msg)
+	}
+
+	// Another prefix's store does not see it.
+	if o, err := newStore("other"); err != nil {
+		t.Fatalf("new store of another prefix: %v", err)
+	} else {
+		_ = o.Close()
+	}
+
+	// Every such activity is named: an earlier build's split one too, and a split one of this
+	// build's layout whose bucket is not.
+	writeOldActivity(t, raw, "seckill", "old-split", 3, true)
+	split = redisTestActivity("half", 10, 1)
+	split.Buckets = 2
+	mustDefine(t, s, split)
+	if err := raw.HDel(ctx, s.key(bucketID("half", 1, 2), "meta"), "layout").Err(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = newStore("")
+	var names []string
+	if joined, ok := errors.Unwrap(err).(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			var ole *OldLayoutError
+			if !errors.As(e, &ole) {
+				t.Fatalf("%v is no *OldLayoutError", e)
+			}
+			names = append(names, ole.Activity)
+		}
+	}
+	if !errors.Is(err, ErrOldLayout) || fmt.Sprint(names) != "[half old-split phone-1001]" {
+		t.Errorf("new store: %v; want the activities half, old-split and phone-1001 named", err)
+	}
+
+	// The old activity deleted by hand as the error says: the store starts.
+	for _, id := range []string{"phone-1001", "old-split", "half"} {
+		for _, pattern := range []string{"seckill:{" + id + "}:*", "seckill:{" + id + "#*}:*"} {
+			if keys := raw.Keys(ctx, pattern).Val(); len(keys) > 0 {
+				if err := raw.Del(ctx, keys...).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := raw.SRem(ctx, "seckill:activities", id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s3, err := newStore(""); err != nil {
+		t.Fatalf("new store after the old activities' keys were deleted: %v", err)
+	} else {
+		_ = s3.Close()
+	}
+}
+
 // TestRedisOldLayoutRefused: a store that meets an activity of an earlier build's key layout after
 // it was made (written while it ran, unlisted, or defined again by an earlier build after this
 // store cached it) refuses every call on it with ErrOldLayout naming it, and writes nothing; so

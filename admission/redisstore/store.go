@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -77,8 +78,8 @@ type Options struct {
 // docs/admission.md), and P:activities (set of activity ids, in its own slot).
 //
 // An activity an earlier build created without layout 2 in its :meta (the key layout with
-// P:{A}:buyers, :req and :resv, one stream entry per win) is not served: every script refuses it
-// (ErrOldLayout, oldlayout.go).
+// P:{A}:buyers, :req and :resv, one stream entry per win) is not served: New refuses a Redis that
+// lists one, and every script refuses it (ErrOldLayout, oldlayout.go).
 type Store struct {
 	client  redis.UniversalClient
 	hot     redis.Cmdable  // client, or its auto-pipeliner (Options.AutoPipeline)
@@ -115,7 +116,11 @@ var _ admission.Store = (*Store)(nil)
 // New returns a store that keeps its state in the Redis behind client. The store takes
 // ownership of client: Close closes it. Give the store its own client if the rest of the program
 // outlives the store.
-
+//
+// New refuses (ErrOldLayout, an *OldLayoutError per activity) a Redis that holds an activity an
+// earlier build created in its own key layout under the prefix; it looks at the activities listed
+// in <prefix>:activities, for up to a few seconds.
+//
 // Commands are retried by the client after a dropped connection (see redis.Options.MaxRetries);
 // every write script is idempotent under such a retry, so keep MaxRetries above zero.
 func New(client redis.UniversalClient, opts Options) (*Store, error) {
@@ -183,6 +188,16 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if opts.AdmitBatch > 1 {
 		s.groups = newAdmitGroups(opts.AdmitBatch, opts.AdmitInFlight, s.runAdmitBatch)
+	}
+	// An activity an earlier build created in its own key layout is refused now, when the store
+	// is made (oldlayout.go). When Redis cannot be read now, New does not fail for that: a store
+	// may be made before its Redis is up (the order backend retries until it is), and every call
+	// on such an activity is refused anyway.
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	err = s.checkLayouts(ctx)
+	cancel()
+	if errors.Is(err, ErrOldLayout) {
+		return nil, fmt.Errorf("new redis store: %w", err)
 	}
 	return s, nil
 }
