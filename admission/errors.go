@@ -42,12 +42,6 @@ var (
 	// master but was not confirmed by RedisOptions.ReplicasAck replicas in time. The write is
 	// on the master, not undone: the answer is unknown, not no (docs/admission.md).
 	ErrNotReplicated = errors.New("not confirmed by replicas")
-
-	// ErrLayout is returned by redisstore.Store when an activity's scripts refused its key layout
-	// (RedisOptions.Layout) even after the store read the layout again: the activity's
-	// definition and its buckets disagree, or it was redefined with the other layout while the
-	// call ran. Nothing was written.
-	ErrLayout = errors.New("activity key layout mismatch")
 )
 
 // ReplicationError says how many replicas confirmed a call that needed more. It wraps

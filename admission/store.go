@@ -113,8 +113,8 @@ type Queue interface {
 	// beginning of the queue so that no win appended before the consumer first ran is missed.
 	EnsureGroup(ctx context.Context, activity, group string) error
 
-	// ReadGroup delivers up to count wins to consumer (a Redis layout-2 entry holds all the wins
-	// of one admission call and comes whole, so its wins may carry a read past count; see
+	// ReadGroup delivers up to count wins to consumer (a Redis stream entry holds all the wins of
+	// one admission call and comes whole, so its wins may carry a read past count; see
 	// docs/admission.md, "The wins queue"). With pending set it re-reads the
 	// consumer's own delivered but unacknowledged entries (do this first after a restart); without
 	// it, it delivers new entries, waiting up to block for one to arrive (0 means do not wait).

@@ -21,31 +21,18 @@ const claimIdle = time.Second
 // delivered, unacknowledged entries. The other claims them; the killed one is restarted under its
 // name. Every win becomes exactly one order, none twice, and reconcile passes. Every buyer wins
 // here (stock for all), so the whole wave is queue work. The full run repeats it, killing the
-// backends in turn.
-func TestBackendKilled(t *testing.T) { backendKilled(t, 1) }
-
-// TestBackendKilledLayout2 is scenario 3 on Redis key layout 2 (`store redis { layout 2 }`),
-// whose stream entries hold all the wins of one admission call, acknowledged win by win
-// (docs/admission.md, "The wins queue"): the victim dies holding whole entries' wins, the
+// backends in turn. The stream's entries hold all the wins of one admission call, acknowledged win
+// by win (docs/admission.md, "The wins queue"): the victim dies holding whole entries' wins, the
 // survivor's claim must deliver every win not acknowledged and none that was, and the backlog and
 // the victim's holdings are counted in wins. The wave must make entries of several wins (group
-// admission under concurrent buyers), or it would prove nothing layout 1 does not.
-func TestBackendKilledLayout2(t *testing.T) { backendKilled(t, 2) }
-
-func backendKilled(t *testing.T, layout int) {
+// admission under concurrent buyers), or it would leave the multi-win entries untested.
+func TestBackendKilled(t *testing.T) {
 	m := currentMode()
 	wave := 3 * int(m.stock)
 	// Limit 2 for one buy intent each, as in the other scenarios: a redelivered win admitted
 	// again would show as a second order of its buyer instead of hiding behind the limit.
-	id, unit := "backend-kill", "entries"
-	if layout == 2 {
-		id, unit = "backend-kill-l2", "wins"
-	}
-	act := newActivity(id, int64(m.rounds*wave), 2)
+	act := newActivity("backend-kill", int64(m.rounds*wave), 2)
 	e := newEnv(t, act)
-	if layout != 1 {
-		e.setLayout(layout)
-	}
 	gw := e.startGateway("gateway")
 	backends := []*backend{e.startBackend("backend-a", claimIdle), e.startBackend("backend-b", claimIdle)}
 
@@ -58,10 +45,7 @@ func backendKilled(t *testing.T, layout int) {
 
 		unlock := e.lockStock()
 		queued0 := e.queued()
-		var last0 string
-		if layout == 2 {
-			last0 = e.lastEntry()
-		}
+		last0 := e.lastEntry()
 		d.start(ctx, makeBuyers(t, fmt.Sprintf("wave%d", round), wave, 1), m.conc)()
 		pending, lag, err := e.backlog()
 		if err != nil {
@@ -70,32 +54,30 @@ func backendKilled(t *testing.T, layout int) {
 		if gained := e.queued() - queued0; pending+lag != gained || gained == 0 {
 			t.Fatalf("round %d: %d wins queued behind the slow database, but the backlog is %d pending + %d undelivered", round, gained, pending, lag)
 		}
-		if layout == 2 {
-			// The store's own count (:meta's wins less the group's acknowledged ones) agrees with
-			// the raw one, and the wave made entries of several wins.
-			if b, err := e.store.Backlog(ctx, act.id, group); err != nil || b != pending+lag {
-				t.Fatalf("round %d: the store's backlog is %d (%v), the stream's %d pending + %d undelivered wins", round, b, err, pending, lag)
-			}
-			es := e.entriesAfter(last0)
-			var sum, multi, most int64
-			for _, x := range es {
-				sum += x.wins
-				if x.wins >= 2 {
-					multi++
-				}
-				most = max(most, x.wins)
-			}
-			if sum != pending+lag {
-				t.Fatalf("round %d: the wave's %d entries hold %d wins, the backlog is %d", round, len(es), sum, pending+lag)
-			}
-			if multi == 0 {
-				t.Fatalf("round %d: the wave's %d wins are %d entries of one win each: no group admission, layout 2's entries untested", round, sum, len(es))
-			}
-			t.Logf("round %d: the wave's %d wins are %d entries, %d of them with 2+ wins (at most %d)", round, sum, len(es), multi, most)
+		// The store's own count (:meta's wins less the group's acknowledged ones) agrees with
+		// the raw one, and the wave made entries of several wins.
+		if b, err := e.store.Backlog(ctx, act.id, group); err != nil || b != pending+lag {
+			t.Fatalf("round %d: the store's backlog is %d (%v), the stream's %d pending + %d undelivered wins", round, b, err, pending, lag)
 		}
+		es := e.entriesAfter(last0)
+		var sum, multi, most int64
+		for _, x := range es {
+			sum += x.wins
+			if x.wins >= 2 {
+				multi++
+			}
+			most = max(most, x.wins)
+		}
+		if sum != pending+lag {
+			t.Fatalf("round %d: the wave's %d entries hold %d wins, the backlog is %d", round, len(es), sum, pending+lag)
+		}
+		if multi == 0 {
+			t.Fatalf("round %d: the wave's %d wins are %d entries of one win each: no group admission, multi-win entries untested", round, sum, len(es))
+		}
+		t.Logf("round %d: the wave's %d wins are %d entries, %d of them with 2+ wins (at most %d)", round, sum, len(es), multi, most)
 		unlock()
 
-		// Mid-batch: the victim holds several delivered entries (wins) it has not acknowledged yet.
+		// Mid-batch: the victim holds several delivered wins it has not acknowledged yet.
 		var held int64
 		for deadline := time.Now().Add(time.Minute); held < 8; time.Sleep(2 * time.Millisecond) {
 			if held, err = e.pendingOf(victim.consumer); err != nil || time.Now().After(deadline) {
@@ -109,56 +91,54 @@ func backendKilled(t *testing.T, layout int) {
 			t.Fatal(err)
 		}
 		if left == 0 {
-			t.Fatalf("round %d: %s held %d %s a moment before SIGKILL and none after: not killed mid-batch", round, victim.name, held, unit)
+			t.Fatalf("round %d: %s held %d wins a moment before SIGKILL and none after: not killed mid-batch", round, victim.name, held)
 		}
-		if layout == 2 {
-			// An entry partly acknowledged when its consumer died: the claim must deliver only
-			// its wins not in :acked. Logged, not forced: the consumer acknowledges a batch with
-			// one script call, so only a win left pending inside a batch makes one.
-			_, partial, err := e.pendingWins(victim.consumer)
+		// An entry partly acknowledged when its consumer died: the claim must deliver only
+		// its wins not in :acked. Logged, not forced: the consumer acknowledges a batch with
+		// one script call, so only a win left pending inside a batch makes one.
+		_, partial, err := e.pendingWins(victim.consumer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("round %d: %s killed holding %d entries partly acknowledged", round, victim.name, partial)
+		if partial == 0 {
+			// None: make one, as the killed consumer would have left it had it acknowledged all
+			// but the last win of an entry (orders, results, then Ack) when it died. The
+			// survivor is stopped (SIGSTOP) around the Ack, so that the entry's state after it
+			// is the Ack's alone; a survivor that claimed the entry first leaves this round
+			// without a partly acknowledged entry (logged).
+			entry, ids, err := e.finishPartOfEntry(ctx, victim.consumer)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("round %d: finish part of an entry of %s: %v", round, victim.name, err)
 			}
-			t.Logf("round %d: %s killed holding %d entries partly acknowledged", round, victim.name, partial)
-			if partial == 0 {
-				// None: make one, as the killed consumer would have left it had it acknowledged all
-				// but the last win of an entry (orders, results, then Ack) when it died. The
-				// survivor is stopped (SIGSTOP) around the Ack, so that the entry's state after it
-				// is the Ack's alone; a survivor that claimed the entry first leaves this round
-				// without a partly acknowledged entry (logged).
-				entry, ids, err := e.finishPartOfEntry(ctx, victim.consumer)
-				if err != nil {
-					t.Fatalf("round %d: finish part of an entry of %s: %v", round, victim.name, err)
-				}
-				if entry != "" {
-					other.signal(syscall.SIGSTOP)
-					at0, acked0, err0 := e.pendingAt(ctx, entry)
-					var at string
-					var acked int64
-					if err0 == nil && at0 == victim.consumer && acked0 == 0 {
-						if err = e.store.Ack(ctx, act.id, group, ids...); err == nil {
-							at, acked, err = e.pendingAt(ctx, entry)
-						}
-					}
-					other.signal(syscall.SIGCONT)
-					switch {
-					case err0 != nil || err != nil:
-						t.Fatalf("round %d: acknowledge part of entry %s: %v, %v", round, entry, err0, err)
-					case at0 != victim.consumer || acked0 != 0:
-						t.Logf("round %d: %s claimed %s's entry %q before the test acknowledged part of it", round, other.name, victim.name, entry)
-					case at != victim.consumer || acked != int64(len(ids)):
-						// All but one win acknowledged: the entry must stay pending at the victim
-						// with exactly those in :acked.
-						t.Fatalf("round %d: %d of the wins of entry %s acknowledged, all but one: the entry is pending at %q with %d acknowledged", round, len(ids), entry, at, acked)
-					default:
-						madePartial++
-						t.Logf("round %d: the test finished wins 1-%d of %s's entry %q and acknowledged them: the entry is pending at %q with %d wins acknowledged", round, len(ids), victim.name, entry, at, acked)
+			if entry != "" {
+				other.signal(syscall.SIGSTOP)
+				at0, acked0, err0 := e.pendingAt(ctx, entry)
+				var at string
+				var acked int64
+				if err0 == nil && at0 == victim.consumer && acked0 == 0 {
+					if err = e.store.Ack(ctx, act.id, group, ids...); err == nil {
+						at, acked, err = e.pendingAt(ctx, entry)
 					}
 				}
+				other.signal(syscall.SIGCONT)
+				switch {
+				case err0 != nil || err != nil:
+					t.Fatalf("round %d: acknowledge part of entry %s: %v, %v", round, entry, err0, err)
+				case at0 != victim.consumer || acked0 != 0:
+					t.Logf("round %d: %s claimed %s's entry %q before the test acknowledged part of it", round, other.name, victim.name, entry)
+				case at != victim.consumer || acked != int64(len(ids)):
+					// All but one win acknowledged: the entry must stay pending at the victim
+					// with exactly those in :acked.
+					t.Fatalf("round %d: %d of the wins of entry %s acknowledged, all but one: the entry is pending at %q with %d acknowledged", round, len(ids), entry, at, acked)
+				default:
+					madePartial++
+					t.Logf("round %d: the test finished wins 1-%d of %s's entry %q and acknowledged them: the entry is pending at %q with %d wins acknowledged", round, len(ids), victim.name, entry, at, acked)
+				}
 			}
-			if partial > 0 {
-				ownPartial++
-			}
+		}
+		if partial > 0 {
+			ownPartial++
 		}
 		// Only a claim moves a dead consumer's entries: the survivor must take all of them.
 		waitFor(t, other.name+" claiming the killed consumer's entries", time.Minute, func() bool {
@@ -174,18 +154,14 @@ func backendKilled(t *testing.T, layout int) {
 			p, l, err := e.backlog()
 			return err == nil && p+l == 0
 		})
-		if layout == 2 {
-			// Every entry fully acknowledged is XACKed and its :acked field deleted.
-			if fs := e.ackedEntryFields(); len(fs) > 0 {
-				t.Fatalf("round %d: the queue drained but :acked still lists entries: %v", round, fs)
-			}
+		// Every entry fully acknowledged is XACKed and its :acked field deleted.
+		if fs := e.ackedEntryFields(); len(fs) > 0 {
+			t.Fatalf("round %d: the queue drained but :acked still lists entries: %v", round, fs)
 		}
-		t.Logf("round %d: backlog of %d wins behind the slow database; %s killed holding %d unacknowledged %s; %s claimed them within %s; queue drained %s after the kill",
-			round, pending+lag, victim.name, left, unit, other.name, claimed.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+		t.Logf("round %d: backlog of %d wins behind the slow database; %s killed holding %d unacknowledged wins; %s claimed them within %s; queue drained %s after the kill",
+			round, pending+lag, victim.name, left, other.name, claimed.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
 	}
-	if layout == 2 {
-		t.Logf("rounds whose killed consumer left an entry partly acknowledged: %d by itself, %d finished in part by the test, of %d", ownPartial, madePartial, m.rounds)
-	}
+	t.Logf("rounds whose killed consumer left an entry partly acknowledged: %d by itself, %d finished in part by the test, of %d", ownPartial, madePartial, m.rounds)
 	t.Logf("answers: %s", summary(d.snapshot()))
 	e.verify(d)
 }

@@ -22,29 +22,18 @@ import (
 // sale goes on to the end. Asserts: every win acknowledged before the kill is in its bucket's
 // queue on the new master; then the common end (no win lost, none twice, nobody above the limit,
 // reconcile); no undersell: the sale sold out — the store's remaining is 0 and exactly the stock
-// was won; then the status, a winner's result and the restock path on both gateways.
-func TestClusterBucketsMasterKilled(t *testing.T) { bucketsFailover(t, 1) }
-
-// TestClusterBucketsMasterKilledLayout2 is scenario 11 on Redis key layout 2: the parent and its
-// 8 buckets are created in layout 2 (each bucket its own :users, :orders and :acked), and a win
-// acknowledged before the kill is win k of an entry of its bucket's stream on the new master
-// (reservation "E-k.<bucket>"). Entries of several wins are logged, not required: group
-// admission batches per bucket, and 32 buyers over 8 buckets and two gateways rarely queue more
-// than the two calls a gateway keeps in flight for one bucket (0–3 such entries per sale).
-func TestClusterBucketsMasterKilledLayout2(t *testing.T) { bucketsFailover(t, 2) }
-
-func bucketsFailover(t *testing.T, layout int) {
+// was won; then the status, a winner's result and the restock path on both gateways. Each bucket
+// has its own :users, :orders and :acked, and a win acknowledged before the kill is win k of an
+// entry of its bucket's stream on the new master (reservation "E-k.<bucket>"). Entries of several
+// wins are logged, not required: group admission batches per bucket, and 32 buyers over 8 buckets
+// and two gateways rarely queue more than the two calls a gateway keeps in flight for one bucket
+// (0–3 such entries per sale).
+func TestClusterBucketsMasterKilled(t *testing.T) {
 	m := currentMode()
 	id := "buckets-failover"
-	if layout != 1 {
-		id = fmt.Sprintf("%s-l%d", id, layout)
-	}
 	act := newActivity(id, m.stock, 2)
 	act.buckets = 8
 	e := newEnvOn(t, act, cluster)
-	if layout != 1 {
-		e.setLayout(layout)
-	}
 	gws := []*gateway{e.startGateway("gateway-1"), e.startGateway("gateway-2")}
 	be := e.startBackend("backend", 30*time.Second)
 
@@ -118,10 +107,8 @@ func bucketsFailover(t *testing.T, layout int) {
 	}
 	wait()
 	t.Logf("answers: %s", summary(d.snapshot()))
-	if layout == 2 {
-		wins, entries, multi := e.multiWinEntries()
-		t.Logf("the sale's %d wins are %d entries, %d of them with 2+ wins", wins, entries, multi)
-	}
+	wins, entries, multi := e.multiWinEntries()
+	t.Logf("the sale's %d wins are %d entries, %d of them with 2+ wins", wins, entries, multi)
 	rep, _ := e.verify(d)
 
 	// Never undersell: once every buyer had a definite answer, every bucket is empty.

@@ -34,32 +34,22 @@ const recoveryMargin = 3 * time.Second
 // master of the activity's slot is killed with SIGKILL mid-sale. Its replica is promoted, both
 // gateways admit again within a few seconds of the promotion (not the minute go-redis alone
 // takes: docs/failover.md), the order backend goes on reading the wins queue on the new master,
-// the old master comes back as a replica; then the common end and the paths check.
-func TestClusterMasterKilled(t *testing.T) { failover(t, cluster, killMaster, 1) }
-
-// TestClusterMasterKilledLayout2 is scenario 7 on Redis key layout 2 (`store redis { layout 2 }`):
-// every win acknowledged before the kill is win k of an entry E of the promoted replica's stream,
-// the sale made entries of several wins, and the consumer, the results and the restock read
-// them on the new master.
-func TestClusterMasterKilledLayout2(t *testing.T) { failover(t, cluster, killMaster, 2) }
+// the old master comes back as a replica; then the common end and the paths check. Every win
+// acknowledged before the kill is win k of an entry E of the promoted replica's stream, the sale
+// made entries of several wins, and the consumer, the results and the restock read them on the
+// new master.
+func TestClusterMasterKilled(t *testing.T) { failover(t, cluster, killMaster) }
 
 // TestSentinelMasterKilled is scenario 8: scenario 7 on Sentinel (master + replica + 3 sentinels,
 // down-after-milliseconds 2 s); the old master comes back as a replica of the new one.
-func TestSentinelMasterKilled(t *testing.T) { failover(t, sentinel, killMaster, 1) }
-
-// TestSentinelMasterKilledLayout2 is scenario 8 on Redis key layout 2, as
-// TestClusterMasterKilledLayout2 is scenario 7.
-func TestSentinelMasterKilledLayout2(t *testing.T) { failover(t, sentinel, killMaster, 2) }
+func TestSentinelMasterKilled(t *testing.T) { failover(t, sentinel, killMaster) }
 
 // TestClusterMasterPaused is scenario 9: the master of the activity's slot is stopped (SIGSTOP)
 // for 5 s, longer than cluster-node-timeout: its replica takes over while it sleeps, and when it
-// continues it finds itself a replica. Calls it had in its socket are never answered by it.
-func TestClusterMasterPaused(t *testing.T) { failover(t, cluster, pauseMaster, 1) }
-
-// TestClusterMasterPausedLayout2 is scenario 9 on Redis key layout 2: what waited in the stopped
-// master's sockets (admit_v2.lua calls, the order backend's read_new.lua) must become neither a
-// win answered nor an order the promoted replica lacks.
-func TestClusterMasterPausedLayout2(t *testing.T) { failover(t, cluster, pauseMaster, 2) }
+// continues it finds itself a replica. Calls it had in its socket are never answered by it: what
+// waited there (admit.lua calls, the order backend's read_new.lua) must become neither a win
+// answered nor an order the promoted replica lacks.
+func TestClusterMasterPaused(t *testing.T) { failover(t, cluster, pauseMaster) }
 
 // TestSentinelMasterPaused is scenario 9 on Sentinel (full run only: the short run has the
 // Cluster's).
@@ -67,30 +57,15 @@ func TestSentinelMasterPaused(t *testing.T) {
 	if !currentMode().full {
 		t.Skip("SECKILL_CHAOS=full")
 	}
-	failover(t, sentinel, pauseMaster, 1)
+	failover(t, sentinel, pauseMaster)
 }
 
-// TestSentinelMasterPausedLayout2 is scenario 9 on Sentinel on Redis key layout 2 (full run only,
-// as its layout-1 sibling).
-func TestSentinelMasterPausedLayout2(t *testing.T) {
-	if !currentMode().full {
-		t.Skip("SECKILL_CHAOS=full")
-	}
-	failover(t, sentinel, pauseMaster, 2)
-}
-
-// failover runs scenarios 7–9 on topo with fault f, the activity in Redis key layout layout.
-func failover(t *testing.T, topo topology, f fault, layout int) {
+// failover runs scenarios 7–9 on topo with fault f.
+func failover(t *testing.T, topo topology, f fault) {
 	m := currentMode()
 	id := fmt.Sprintf("failover-%s-%s", topo, f)
-	if layout != 1 {
-		id = fmt.Sprintf("%s-l%d", id, layout)
-	}
 	act := newActivity(id, m.stock, 2)
 	e := newEnvOn(t, act, topo)
-	if layout != 1 {
-		e.setLayout(layout)
-	}
 	// The distributed user limit puts a Redis call in front of every path and buy call.
 	e.seckillOptions = "rate_limit user 100/s burst 100 distributed"
 	gws := []*gateway{e.startGateway("gateway-1"), e.startGateway("gateway-2")}
@@ -211,9 +186,7 @@ func failover(t *testing.T, topo topology, f fault, layout int) {
 	}
 	wait()
 	t.Logf("answers: %s", summary(d.snapshot()))
-	if layout == 2 {
-		e.requireMultiWinEntries()
-	}
+	e.requireMultiWinEntries()
 	e.verify(d)
 	e.checkPathsAfterFailover(gws, be, d)
 }

@@ -147,10 +147,6 @@ type env struct {
 	// lines of their `seckill` block.
 	storeOptions, seckillOptions string
 
-	// layout is the Redis key layout the gateways create the activity in (docs/admission.md): 1,
-	// or 2 after setLayout. The raw views of the wins queue below read it by layout.
-	layout int
-
 	rdb   redis.UniversalClient  // raw commands: INFO, XPENDING, XINFO
 	store *redisstore.Store      // what Reconcile reads
 	repo  *orderbackend.Postgres // opened on first use (the backends migrate the database)
@@ -171,7 +167,7 @@ func newEnvOn(t *testing.T, act activity, topo topology) *env {
 		t.Skip("the chaos suite builds and runs real servers")
 	}
 	bins.build(t)
-	e := &env{t: t, mode: currentMode(), act: act, dir: t.TempDir(), topo: topo, layout: 1}
+	e := &env{t: t, mode: currentMode(), act: act, dir: t.TempDir(), topo: topo}
 	aof := testsrv.WithAOF("everysec")
 	switch topo {
 	case single:
@@ -201,25 +197,16 @@ func newEnvOn(t *testing.T, act activity, topo topology) *env {
 	return e
 }
 
-// openStore opens the test's own redisstore.Store with the env's layout.
+// openStore opens the test's own redisstore.Store.
 func (e *env) openStore() {
 	e.t.Helper()
 	store, err := redisstore.New(redisclient.New(e.clientOptions(&redis.UniversalOptions{})),
-		redisstore.Options{KeyPrefix: keyPrefix, Layout: e.layout})
+		redisstore.Options{KeyPrefix: keyPrefix})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.store = store
 	e.t.Cleanup(func() { _ = store.Close() })
-}
-
-// setLayout makes the gateways started afterwards create the activity in the given key layout
-// (`store redis { layout N }`), and the test's own store too. Call it before startGateway.
-func (e *env) setLayout(layout int) {
-	e.t.Helper()
-	e.layout = layout
-	_ = e.store.Close()
-	e.openStore()
 }
 
 // redisAddrs are the addresses a client is given: the server, the cluster's nodes or the
@@ -249,9 +236,6 @@ func (e *env) clientOptions(o *redis.UniversalOptions) *redis.UniversalOptions {
 // storeLines is the topology's part of the gateways' `store redis` block.
 func (e *env) storeLines() string {
 	opts := e.storeOptions
-	if e.layout != 1 {
-		opts = fmt.Sprintf("layout %d\n\t\t\t%s", e.layout, opts)
-	}
 	switch e.topo {
 	case cluster:
 		return "cluster\n\t\t\t" + opts
@@ -652,11 +636,11 @@ func (e *env) replicationTail(acked map[userKey]string, missing []string, fault 
 }
 
 // winOrder is a reservation's place in its queue: the entry id's milliseconds and sequence, and
-// on layout 2 the win's number in its entry ("ms-seq" or "ms-seq-k", a bucket's ".b" cut off).
+// the win's number in its entry ("ms-seq-k", a bucket's ".b" cut off).
 func winOrder(resv string) ([3]uint64, bool) {
 	resv, _, _ = strings.Cut(resv, ".")
 	parts := strings.Split(resv, "-")
-	if len(parts) < 2 || len(parts) > 3 {
+	if len(parts) != 3 {
 		return [3]uint64{}, false
 	}
 	var k [3]uint64
@@ -679,24 +663,14 @@ func less(a, b [3]uint64) bool {
 	return false
 }
 
-// missingFromStream returns the reservations among wins that are not entries of the activity's
-// queue: a reservation id is the id of its win's queue entry (docs/admission.md).
+// missingFromStream returns the reservations among wins that are not wins of the activity's
+// queue: a reservation id "E-k" is win k of queue entry E (docs/admission.md).
 func (e *env) missingFromStream(wins map[userKey]string) []string {
 	e.t.Helper()
 	var missing []string
 	for _, resv := range wins {
 		stream, id := e.entryOf(resv)
-		if e.layout == 2 {
-			if !e.winInStream(stream, id) {
-				missing = append(missing, resv)
-			}
-			continue
-		}
-		xs, err := e.rdb.XRange(context.Background(), stream, id, id).Result()
-		if err != nil {
-			e.t.Fatalf("XRANGE %s %s: %v", stream, id, err)
-		}
-		if len(xs) != 1 {
+		if !e.winInStream(stream, id) {
 			missing = append(missing, resv)
 		}
 	}
@@ -754,18 +728,10 @@ func (e *env) settledScriptCalls() int64 {
 	return last
 }
 
-// queued is the length of the activity's wins queue: one entry per win ever made (layout 2: the
-// wins ever queued, Snapshot.Queued).
+// queued is the length of the activity's wins queue in wins: the wins ever queued.
 func (e *env) queued() int64 {
 	e.t.Helper()
-	if e.layout == 2 {
-		return e.queuedWins()
-	}
-	n, err := e.rdb.XLen(context.Background(), e.streamKey()).Result()
-	if err != nil {
-		e.t.Fatalf("XLEN: %v", err)
-	}
-	return n
+	return e.queuedWins()
 }
 
 // remaining is the activity's stock left in the store.
@@ -792,36 +758,16 @@ func (e *env) redisPID() int {
 	return pid
 }
 
-// backlog is the consumer group's work left: entries delivered but not acknowledged plus entries
-// not delivered yet (layout 2: wins, counted from the raw stream, backlogWins).
+// backlog is the consumer group's work left, in wins counted from the raw stream (backlogWins):
+// delivered but not acknowledged, and not delivered yet.
 func (e *env) backlog() (pending, lag int64, err error) {
-	if e.layout == 2 {
-		return e.backlogWins()
-	}
-	gs, err := e.rdb.XInfoGroups(context.Background(), e.streamKey()).Result()
-	if err != nil {
-		return 0, 0, err
-	}
-	for _, g := range gs {
-		if g.Name == group {
-			return g.Pending, g.Lag, nil
-		}
-	}
-	return 0, 0, fmt.Errorf("no consumer group %q on %s", group, e.streamKey())
+	return e.backlogWins()
 }
 
-// pendingOf is how many entries consumer holds delivered and not acknowledged (layout 2: wins,
-// pendingWins).
+// pendingOf is how many wins consumer holds delivered and not acknowledged (pendingWins).
 func (e *env) pendingOf(consumer string) (int64, error) {
-	if e.layout == 2 {
-		held, _, err := e.pendingWins(consumer)
-		return held, err
-	}
-	p, err := e.rdb.XPending(context.Background(), e.streamKey(), group).Result()
-	if err != nil {
-		return 0, err
-	}
-	return p.Consumers[consumer], nil
+	held, _, err := e.pendingWins(consumer)
+	return held, err
 }
 
 // waitFor polls cond every 20 ms until it holds or timeout passes, and returns how long it took.

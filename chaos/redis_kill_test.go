@@ -11,26 +11,14 @@ import (
 // mid-sale and restarted. While it is down every buy is 503 busy with Retry-After and nothing is
 // admitted, the breaker is open; after the restart the same gateway admits again on its own; every
 // win acknowledged before the kill survives it (the AOF is written before the reply); reconcile
-// passes and every 202 is one order.
-func TestRedisKilled(t *testing.T) { redisKilled(t, 1) }
-
-// TestRedisKilledLayout2 is scenario 1 on Redis key layout 2 (`store redis { layout 2 }`): the
-// wins acknowledged before the kill are each win k of an entry E in the AOF-restored stream, and
-// the sale's entries carry several wins (group admission), so the restart and the consumer's
-// reads after it meet multi-win entries.
-func TestRedisKilledLayout2(t *testing.T) { redisKilled(t, 2) }
-
-func redisKilled(t *testing.T, layout int) {
+// passes and every 202 is one order. The wins acknowledged before the kill are each win k of an
+// entry E in the AOF-restored stream, and the sale's entries carry several wins (group admission),
+// so the restart and the consumer's reads after it meet multi-win entries.
+func TestRedisKilled(t *testing.T) {
 	m := currentMode()
 	id := "redis-kill"
-	if layout == 2 {
-		id = "redis-kill-l2"
-	}
 	act := newActivity(id, m.stock, 2)
 	e := newEnv(t, act)
-	if layout != 1 {
-		e.setLayout(layout)
-	}
 	gw := e.startGateway("gateway")
 	e.startBackend("backend", 30*time.Second)
 
@@ -113,8 +101,6 @@ func redisKilled(t *testing.T, layout int) {
 	if s, err := gw.breakerState(); err != nil || s != 0 {
 		t.Errorf("breaker state at the end %d (%v), want 0 (closed)", s, err)
 	}
-	if layout == 2 {
-		e.requireMultiWinEntries()
-	}
+	e.requireMultiWinEntries()
 	e.verify(d)
 }

@@ -39,7 +39,7 @@ const DefaultLinger = 10 * time.Millisecond
 type ConsumerOptions struct {
 	Group         string        // consumer group; DefaultGroup
 	Name          string        // this consumer's name in the group: stable across restarts of one process (required)
-	Batch         int           // wins per read; 64 (a layout-2 entry comes whole: a read may pass it by one entry's wins)
+	Batch         int           // wins per read; 64 (a Redis stream entry comes whole: a read may pass it by one entry's wins)
 	Block         time.Duration // how long a read waits for new entries; 2s
 	ClaimIdle     time.Duration // an entry pending this long belongs to a dead consumer; 30s
 	ClaimEvery    time.Duration // how often to look for such entries (and re-read the definition); ClaimIdle/2

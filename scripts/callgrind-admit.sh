@@ -8,12 +8,11 @@
 # bookkeeping cancel out. "won_sale512" is the average of wins 65 to 512 of an activity, while its
 # hashes may still be small (docs/admission.md, "Small hashes"); the other cases count wins and
 # refusals 641 to 6,400 (65 to 640 in batches of 1). Takes a few minutes; needs valgrind,
-# redis-server and redis-cli. ADMISSION_TEST names a test binary of ./admission built beforehand
-# (go test -c), for instance from another revision, instead of building one. BENCH names another
-# benchmark of ./admission with the same cases and calls: BENCH=RedisAdmitV2Script for admit_v2.lua
-# (layout 2), BENCH=WonLayoutScript for its prototype (docs/admission.md, "A one-field-per-user
-# layout").
-# Usage: [BENCH=WonLayoutScript] scripts/callgrind-admit.sh [case-regexp]   (default: every case)
+# redis-server and redis-cli. ADMISSION_TEST names a test binary of ./admission/redisstore built
+# beforehand (go test -c), for instance from another revision, instead of building one. BENCH names
+# another benchmark of ./admission/redisstore with the same cases and calls (default
+# RedisAdmitScript).
+# Usage: [BENCH=RedisAdmitScript] scripts/callgrind-admit.sh [case-regexp]   (default: every case)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go=${GO:-go}

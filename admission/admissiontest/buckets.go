@@ -304,8 +304,8 @@ func testBucketRelease(t *testing.T, s admission.Store) {
 
 // withinCount reports whether a read of ws kept to count wins, allowing what the Queue contract
 // allows past it: the rest of the entry that holds the count-th win, which comes whole (a Redis
-// layout-2 entry holds all the wins of one admission call: ids "<entry>-<k>", with
-// ".<bucket>" after them for a split activity).
+// stream entry holds all the wins of one admission call: ids "<entry>-<k>", with ".<bucket>"
+// after them for a split activity).
 func withinCount(ws []admission.Win, count int) bool {
 	if len(ws) <= count {
 		return true

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -53,13 +52,8 @@ const (
 // replicasAck sends writes with their WAIT.
 type replicasAck struct {
 	n, timeoutMs int64
-	// readBlock is how long a plain stream read (layout 1) pipelined with its WAIT may block:
-	// both answers must arrive within the client's read timeout, which covers a pipeline's
-	// replies together. 0: the read does not block and the store polls (a read timeout too
-	// short for both).
-	readBlock time.Duration
-	single    *redis.Client        // a single server or Sentinel's failover client
-	cluster   *redis.ClusterClient // or a cluster
+	single       *redis.Client        // a single server or Sentinel's failover client
+	cluster      *redis.ClusterClient // or a cluster
 
 	waits, shortfalls atomic.Uint64
 }
@@ -82,25 +76,15 @@ func newReplicasAck(client redis.UniversalClient, n int, timeout time.Duration) 
 		return nil, admission.BadInput("replicas ack timeout %v: want 1ms to %v", timeout, MaxReplicasAckTimeout)
 	}
 	a := &replicasAck{n: int64(n), timeoutMs: timeout.Milliseconds()}
-	var readTimeout time.Duration
 	switch c := client.(type) {
 	case *redis.Client:
-		a.single, readTimeout = c, c.Options().ReadTimeout
+		a.single = c
 	case *redis.ClusterClient:
-		a.cluster, readTimeout = c, c.Options().ReadTimeout
+		a.cluster = c
 	case interface{ Unwrap() *redis.ClusterClient }: // redisclient's monitored Cluster client
 		a.cluster = c.Unwrap()
-		readTimeout = a.cluster.Options().ReadTimeout
 	default:
 		return nil, admission.BadInput("replicas ack needs a single-server, Sentinel or Cluster client, not %T", client)
-	}
-	a.readBlock = readBlockSlice
-	if readTimeout > 0 { // go-redis: 0 was made its 3 s default, negative means no deadline
-		// Half of what the WAIT leaves: the other half absorbs a slow round trip.
-		a.readBlock = min(a.readBlock, (readTimeout-timeout)/2)
-	}
-	if a.readBlock < time.Millisecond {
-		a.readBlock = 0
 	}
 	return a, nil
 }
@@ -141,34 +125,6 @@ func (a *replicasAck) send(ctx context.Context, key string, cmd redis.Cmder) (in
 		a.shortfalls.Add(1)
 	}
 	return acked, nil
-}
-
-// readGroupAcked is one XREADGROUP of new entries of the stream key (blocking up to block, not
-// at all when 0) pipelined with a WAIT on one connection of the stream's master. The read's
-// own write (the entries' delivery to the consumer, propagated to the replicas) comes after
-// the entries' XADDs in the replication stream, so once the replicas acknowledged it they hold
-// the entries too. Entries the replicas did not confirm are not returned: they stay pending
-// in the group, and a *ReplicationError tells the caller to re-read its pending entries later.
-func (s *Store) readGroupAcked(ctx context.Context, activity, key, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
-	args := []any{"xreadgroup", "group", group, consumer, "count", count}
-	if block > 0 {
-		args = append(args, "block", block.Milliseconds())
-	}
-	args = append(args, "streams", key, ">")
-	cmd := redis.NewXStreamSliceCmd(ctx, args...)
-	acked, waitErr := s.ack.send(ctx, key, cmd)
-	streams, err := cmd.Result()
-	switch {
-	case errors.Is(err, redis.Nil):
-		return nil, nil // nothing delivered, nothing to confirm
-	case err != nil:
-		return nil, err
-	case waitErr != nil:
-		return nil, waitErr
-	case acked < s.ack.n:
-		return nil, &admission.ReplicationError{Op: "read group", Activity: activity, Wanted: s.ack.n, Acked: acked}
-	}
-	return streams, nil
 }
 
 // runDelivery runs a script that delivers entries (read_new.lua, read_pending.lua, claim.lua).

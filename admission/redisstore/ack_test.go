@@ -71,8 +71,8 @@ func testRedisReplicasAck(t *testing.T, v redisstore.Options) {
 		t.Fatalf("admit with the replica up = %+v", won)
 	}
 	// WAIT returned 1: the replica has the win already, no polling needed.
-	if n := redisHGetInt(t, onReplica, "seckill:{r1}:buyers", "alice"); n != 1 {
-		t.Fatalf("replica buyers[alice] = %d right after the acknowledged win, want 1", n)
+	if n := redisHeld(t, onReplica, "r1", "alice"); n != 1 {
+		t.Fatalf("replica: alice holds = %d right after the acknowledged win, want 1", n)
 	}
 	if waits, short := s.ReplicaAcks(); waits == 0 || short != 0 {
 		t.Fatalf("ReplicaAcks = %d waits, %d shortfalls; want some waits, none short", waits, short)
@@ -98,10 +98,10 @@ func testRedisReplicasAck(t *testing.T, v redisstore.Options) {
 		t.Errorf("shortfalls %d, want %d", short, shortBefore+1)
 	}
 	// The master holds the win: the answer was "unknown", not "no".
-	if n := redisHGetInt(t, raw, "seckill:{r1}:buyers", "bob"); n != 1 {
-		t.Fatalf("master buyers[bob] = %d after the unconfirmed win, want 1", n)
+	if n := redisHeld(t, raw, "r1", "bob"); n != 1 {
+		t.Fatalf("master: bob holds = %d after the unconfirmed win, want 1", n)
 	}
-	if n := raw.XLen(ctx, "seckill:{r1}:orders").Val(); n != 2 {
+	if n := len(redisStreamWins(t, raw, "r1")); n != 2 {
 		t.Fatalf("master's stream has %d wins, want 2 (alice, bob)", n)
 	}
 	// A retry of the same request is a replay; it is not confirmed either while the replica is
@@ -123,16 +123,16 @@ func testRedisReplicasAck(t *testing.T, v redisstore.Options) {
 	if err != nil || d.Outcome != admission.Won || !d.Replayed || d.ReservationID != re.ReservationID {
 		t.Fatalf("retry with the replica back = %+v, %v; want the replayed win %s", d, err, re.ReservationID)
 	}
-	if n := redisHGetInt(t, onReplica, "seckill:{r1}:buyers", "bob"); n != 1 {
-		t.Fatalf("replica buyers[bob] = %d after the confirmed replay, want 1", n)
+	if n := redisHeld(t, onReplica, "r1", "bob"); n != 1 {
+		t.Fatalf("replica: bob holds = %d after the confirmed replay, want 1", n)
 	}
 	// The release was made on the master; its retry answers false (released before) once the
 	// replicas confirm, and the replica has it.
 	if ok, err := s.Release(ctx, "r1", won.ReservationID); ok || err != nil {
 		t.Fatalf("release retry = %v, %v; want false (released by the first call), nil", ok, err)
 	}
-	if n := redisHGetInt(t, onReplica, "seckill:{r1}:buyers", "alice"); n != 0 {
-		t.Fatalf("replica buyers[alice] = %d after the confirmed release, want 0", n)
+	if n := redisHeld(t, onReplica, "r1", "alice"); n != 0 {
+		t.Fatalf("replica: alice holds = %d after the confirmed release, want 0", n)
 	}
 	if n := redisInt(t, onReplica, "seckill:{r1}:stock"); n != 9 {
 		t.Fatalf("replica stock = %d, want 9 (10, two wins, one release)", n)
@@ -140,21 +140,14 @@ func testRedisReplicasAck(t *testing.T, v redisstore.Options) {
 }
 
 // TestRedisReplayWrites: a replayed win and a repeated release move the master's replication
-// offset (they write their stored answer again), so that a WAIT behind a retry on any connection
-// covers the first write.
+// offset (they write their stored answer again: admit.lua the user's :users field, release.lua the
+// release token), so that a WAIT behind a retry on any connection covers the first write.
 func TestRedisReplayWrites(t *testing.T) {
-	// Layout 2 (admit_v2.lua, release_v2.lua) rewrites the user's field and the release token.
-	for _, layout := range []int{1, 2} {
-		t.Run(fmt.Sprint("layout", layout), func(t *testing.T) { testRedisReplayWrites(t, layout) })
-	}
-}
-
-func testRedisReplayWrites(t *testing.T, layout int) {
 	ctx := context.Background()
 	srv := testsrv.StartRedis(t)
 	// The offset moves only once a replica is attached (the master then keeps a backlog).
 	testsrv.StartReplica(t, srv)
-	s, _ := redisTestStore(t, srv.Addr, redisstore.Options{AdmitBatch: 1, Layout: layout}, nil)
+	s, _ := redisTestStore(t, srv.Addr, redisstore.Options{AdmitBatch: 1}, nil)
 	redisDefine(t, s, redisOpen("rw", 10, 1))
 	won := redisAdmit(t, s, "rw", "alice", "a1")
 	offset := func() int64 {
@@ -263,18 +256,6 @@ func TestRedisReplicasAckOptions(t *testing.T) {
 	if _, err := redisstore.New(cluster, redisstore.Options{ReplicasAck: 2}); err != nil {
 		t.Errorf("New(cluster, replicas ack): %v", err)
 	}
-}
-
-func redisHGetInt(t testing.TB, c *redis.Client, key, field string) int64 {
-	t.Helper()
-	n, err := c.HGet(context.Background(), key, field).Int64()
-	if errors.Is(err, redis.Nil) {
-		return 0
-	}
-	if err != nil {
-		t.Fatalf("HGET %s %s: %v", key, field, err)
-	}
-	return n
 }
 
 // redisCmdCalls reads one command's call count from INFO commandstats.

@@ -17,10 +17,8 @@ import (
 // doubles.
 const redisMaxCount = 1 << 53
 
-// redisActivityKeyNames lists every key an activity owns, meta first (delete.lua relies on it):
-// of layout 1 and of layout 2 (users, acked; redis_layout.go), as deleting a missing key costs
-// nothing.
-var redisActivityKeyNames = [...]string{"meta", "stock", "buyers", "req", "orders", "dead", "released", "resv", "results", "users", "acked"}
+// redisActivityKeyNames lists every key an activity owns, meta first (delete.lua relies on it).
+var redisActivityKeyNames = [...]string{"meta", "stock", "users", "orders", "acked", "dead", "released", "results"}
 
 // Define creates or redefines an activity (see Store.Define). The window check uses the Redis
 // server's clock. A new salt is drawn here and used only when the activity is created without one.
@@ -38,7 +36,7 @@ func (s *Store) Define(ctx context.Context, a admission.Activity, force bool) (a
 	reply, err := s.define.Run(ctx, s.client,
 		[]string{s.key(a.ID, "meta"), s.key(a.ID, "stock")},
 		a.Stock, a.Limit, a.Start.UnixMilli(), a.End.UnixMilli(), a.PayWithin.Milliseconds(), a.Salt,
-		admission.NewSalt(), redisFlag(force), s.channel, a.ID, s.layoutArg(),
+		admission.NewSalt(), redisFlag(force), s.channel, a.ID,
 	).StringSlice()
 	if err != nil {
 		return admission.Activity{}, fmt.Errorf("define %s: %w", a.ID, redisScriptErr(err))
@@ -61,16 +59,13 @@ func (s *Store) Activity(ctx context.Context, id string) (admission.Snapshot, er
 		return admission.Snapshot{}, fmt.Errorf("activity: %w", admission.BadInput("activity id %q", id))
 	}
 	var (
-		meta         *redis.MapStringStringCmd
-		stock        *redis.StringCmd
-		buyers       *redis.IntCmd
-		queued, dead *redis.IntCmd
+		meta  *redis.MapStringStringCmd
+		stock *redis.StringCmd
+		dead  *redis.IntCmd
 	)
 	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		meta = p.HGetAll(ctx, s.key(id, "meta"))
 		stock = p.Get(ctx, s.key(id, "stock"))
-		buyers = p.HLen(ctx, s.key(id, "buyers"))
-		queued = p.XLen(ctx, s.key(id, "orders"))
 		dead = p.XLen(ctx, s.key(id, "dead"))
 		return nil
 	})
@@ -80,6 +75,9 @@ func (s *Store) Activity(ctx context.Context, id string) (admission.Snapshot, er
 	m := meta.Val()
 	if len(m) == 0 {
 		return admission.Snapshot{}, fmt.Errorf("activity %s: %w", id, admission.ErrUnknownActivity)
+	}
+	if m["layout"] != "2" {
+		return admission.Snapshot{}, fmt.Errorf("activity %s: %w", id, s.oldLayout(id))
 	}
 	if m["buckets"] != "" {
 		return s.bucketSnapshot(ctx, id, m)
@@ -96,19 +94,15 @@ func (s *Store) Activity(ctx context.Context, id string) (admission.Snapshot, er
 		Activity:  a,
 		Remaining: left,
 		Sold:      a.Stock - left,
-		Buyers:    buyers.Val(),
-		Queued:    queued.Val(),
 		Dead:      dead.Val(),
 	}
-	if m["layout"] == "2" {
-		// A stream entry carries all of one call's wins and :users keeps users who hold nothing:
-		// both are counted in :meta (admit_v2.lua, release_v2.lua), read in the same transaction.
-		if snap.Queued, err = redisMetaCount(m["wins"]); err != nil {
-			return admission.Snapshot{}, fmt.Errorf("activity %s: wins: %w", id, err)
-		}
-		if snap.Buyers, err = redisMetaCount(m["buyers"]); err != nil {
-			return admission.Snapshot{}, fmt.Errorf("activity %s: buyers: %w", id, err)
-		}
+	// A stream entry carries all of one call's wins and :users keeps users who hold nothing: both
+	// are counted in :meta (admit.lua, release.lua), read in the same transaction.
+	if snap.Queued, err = redisMetaCount(m["wins"]); err != nil {
+		return admission.Snapshot{}, fmt.Errorf("activity %s: wins: %w", id, err)
+	}
+	if snap.Buyers, err = redisMetaCount(m["buyers"]); err != nil {
+		return admission.Snapshot{}, fmt.Errorf("activity %s: buyers: %w", id, err)
 	}
 	return snap, nil
 }
@@ -130,7 +124,6 @@ func (s *Store) Delete(ctx context.Context, id string, force bool) error {
 	}
 	// Read now, not from the cache: another node may have deleted and defined it again.
 	s.bucketCache.Delete(id)
-	s.layoutCache.Delete(id)
 	n, err := s.bucketCount(ctx, id)
 	if err != nil {
 		return fmt.Errorf("delete %s: %w", id, err)
@@ -147,7 +140,6 @@ func (s *Store) Delete(ctx context.Context, id string, force bool) error {
 		return fmt.Errorf("delete %s: %w", id, err)
 	}
 	s.bucketCache.Delete(id)
-	s.layoutCache.Delete(id)
 	// Also for an unknown activity: that heals an id listed by a define whose keys are gone.
 	if serr := s.client.SRem(ctx, s.activitiesKey(), id).Err(); serr != nil {
 		return fmt.Errorf("delete %s: unlist activity: %w", id, serr)
@@ -182,10 +174,8 @@ func (s *Store) remainingOn(ctx context.Context, activity string) (int64, error)
 	return n, nil
 }
 
-// Holders lists the users holding items. Layout 1: the fields of :buyers, read in one
-// transaction with the definition's existence so that an activity without buyers is told from an
-// unknown one (release deletes a field that drops to zero, so every field holds at least one
-// item). Layout 2: the users whose :users field holds items, scanned (holdersV2).
+// Holders lists the users holding items: those whose :users field holds items (holdersOn). The
+// definition is read first, so that an activity without holders is told from an unknown one.
 func (s *Store) Holders(ctx context.Context, activity string) ([]string, error) {
 	if !admission.ValidActivityID(activity) {
 		return nil, fmt.Errorf("holders: %w", admission.BadInput("activity id %q", activity))
@@ -196,35 +186,16 @@ func (s *Store) Holders(ctx context.Context, activity string) ([]string, error) 
 		}
 		return s.bucketHolders(ctx, activity, n)
 	}
-	// The definition's layout is read in the same transaction, so a stale cached one (another
-	// node deleted the activity and defined it again with the other layout) is corrected as a
-	// script's refusal is (layoutRetry): the Guard's holder set must not come out empty.
-	users, err := layoutRetry(ctx, s, activity, func(layout int) ([]string, error) {
-		var (
-			meta  *redis.SliceCmd
-			users *redis.StringSliceCmd
-		)
-		if _, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			meta = p.HMGet(ctx, s.key(activity, "meta"), "start_ms", "layout")
-			if layout != redisLayout2 {
-				users = p.HKeys(ctx, s.key(activity, "buyers"))
-			}
-			return nil
-		}); err != nil {
-			return nil, err
-		}
-		m := meta.Val()
-		if len(m) != 2 || m[0] == nil {
-			return nil, admission.ErrUnknownActivity
-		}
-		if (m[1] == "2") != (layout == redisLayout2) {
-			return nil, fmt.Errorf("%w: cached layout %d", admission.ErrLayout, layout)
-		}
-		if layout == redisLayout2 {
-			return s.holdersV2(ctx, activity)
-		}
-		return users.Val(), nil
-	})
+	m, err := s.client.HMGet(ctx, s.key(activity, "meta"), "start_ms", "layout").Result()
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("holders %s: %w", activity, err)
+	case len(m) != 2 || m[0] == nil:
+		return nil, fmt.Errorf("holders %s: %w", activity, admission.ErrUnknownActivity)
+	case m[1] != "2":
+		return nil, fmt.Errorf("holders %s: %w", activity, s.oldLayout(activity))
+	}
+	users, err := s.holdersOn(ctx, activity)
 	if err != nil {
 		return nil, fmt.Errorf("holders %s: %w", activity, err)
 	}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
 
@@ -45,15 +43,6 @@ func (s *Store) admitOn(ctx context.Context, r admission.Request) (admission.Dec
 
 // admitKeys returns admit.lua's KEYS for activity.
 func (s *Store) admitKeys(activity string) []string {
-	return []string{
-		s.key(activity, "meta"), s.key(activity, "stock"), s.key(activity, "buyers"),
-		s.key(activity, "req"), s.key(activity, "orders"), s.key(activity, "resv"),
-		s.key(activity, "results"),
-	}
-}
-
-// admitKeysV2 returns admit_v2.lua's KEYS for activity (layout 2).
-func (s *Store) admitKeysV2(activity string) []string {
 	return []string{s.key(activity, "meta"), s.key(activity, "stock"), s.key(activity, "users"), s.key(activity, "orders")}
 }
 
@@ -96,36 +85,26 @@ func (s *Store) Release(ctx context.Context, activity, reservationID string) (bo
 // releaseOn releases on the key set of on (activity, or one of its buckets); activity is
 // announced on the restock channel.
 func (s *Store) releaseOn(ctx context.Context, activity, on, reservationID string) (bool, error) {
-	return layoutRetry(ctx, s, on, func(layout int) (bool, error) {
-		script, src := s.release, luaRelease
-		keys := []string{
-			s.key(on, "meta"), s.key(on, "stock"), s.key(on, "buyers"),
-			s.key(on, "released"), s.key(on, "resv"),
-		}
-		if layout == redisLayout2 {
-			script, src = s.release2, luaReleaseV2
-			keys = []string{
-				s.key(on, "meta"), s.key(on, "stock"), s.key(on, "users"),
-				s.key(on, "released"), s.key(on, "orders"),
-			}
-		}
-		if s.ack != nil {
-			return s.releaseAcked(ctx, activity, reservationID, script, src, keys)
-		}
-		n, err := script.Run(ctx, s.hot, keys, reservationID, admission.NewSalt(), s.channel, activity).Int64()
-		if err != nil {
-			return false, fmt.Errorf("release %s %s: %w", activity, reservationID, redisScriptErr(err))
-		}
-		return n == 1, nil
-	})
+	keys := []string{
+		s.key(on, "meta"), s.key(on, "stock"), s.key(on, "users"),
+		s.key(on, "released"), s.key(on, "orders"),
+	}
+	if s.ack != nil {
+		return s.releaseAcked(ctx, activity, reservationID, keys)
+	}
+	n, err := s.release.Run(ctx, s.hot, keys, reservationID, admission.NewSalt(), s.channel, activity).Int64()
+	if err != nil {
+		return false, fmt.Errorf("release %s %s: %w", activity, reservationID, redisScriptErr(err))
+	}
+	return n == 1, nil
 }
 
 // releaseAcked is Release with Options.ReplicasAck: a release the replicas do not confirm
 // answers a *ReplicationError, so that the caller (the order backend's relay) tries again. A
 // repeated release answers false but writes its token again (release.lua), so its WAIT covers the
 // first release, and only a confirmed one ends the retries.
-func (s *Store) releaseAcked(ctx context.Context, activity, reservationID string, script *redis.Script, src string, keys []string) (bool, error) {
-	cmd, acked, waitErr := s.evalAcked(ctx, script, src, keys, reservationID, admission.NewSalt(), s.channel, activity)
+func (s *Store) releaseAcked(ctx context.Context, activity, reservationID string, keys []string) (bool, error) {
+	cmd, acked, waitErr := s.evalAcked(ctx, s.release, luaRelease, keys, reservationID, admission.NewSalt(), s.channel, activity)
 	n, err := cmd.Int64()
 	if err == nil {
 		err = waitErr

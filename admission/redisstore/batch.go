@@ -219,28 +219,15 @@ func (s *Store) runAdmitBatch(ctx context.Context, activity string, calls []*adm
 	}
 }
 
-// runAdmit runs admit.lua (admit_v2.lua for a layout-2 activity) once for calls and returns its reply, four elements per call, and with
-// Options.ReplicasAck how many replicas acknowledged the call (redis_ack.go).
+// runAdmit runs admit.lua once for calls and returns its reply, four elements per call, and with
+// Options.ReplicasAck how many replicas acknowledged the call (ack.go).
 //
 // The command is built by hand rather than through redis.Script, to keep the client's share of a
 // call small (how, and what it saved: docs/admission.md, "Group admission"). A call is never
 // modified while go-redis holds the pointers into it.
 func (s *Store) runAdmit(ctx context.Context, activity string, calls []*admitCall) ([]string, int64, error) {
-	type admitReply struct {
-		reply []string
-		acked int64
-	}
-	r, err := layoutRetry(ctx, s, activity, func(layout int) (admitReply, error) {
-		reply, acked, err := s.runAdmitLayout(ctx, activity, calls, layout)
-		return admitReply{reply, acked}, err
-	})
-	return r.reply, r.acked, err
-}
-
-// runAdmitLayout is runAdmit with layout's script (admit.lua, or admit_v2.lua for layout 2).
-func (s *Store) runAdmitLayout(ctx context.Context, activity string, calls []*admitCall, layout int) ([]string, int64, error) {
 	keys := s.hotKeys(activity)
-	sha, eval := keys.admitArgs(layout)
+	sha, eval := keys.admitSha, keys.admitEval
 	args := make([]any, len(sha), len(sha)+3*len(calls))
 	copy(args, sha)
 	for _, c := range calls {

@@ -35,8 +35,7 @@ const redisBenchClients = 64
 //
 // Each path runs in three modes: "single" (Options.AdmitBatch 1: one script call per Admit,
 // as a plain client would), "single_autopipeline" (the same through go-redis's auto-pipeliner)
-// and "grouped" (the default: concurrent calls for the activity share script calls); and
-// "grouped_layout2", grouped on an activity of layout 2 (admit_v2.lua, Options.Layout).
+// and "grouped" (the default: concurrent calls for the activity share script calls).
 //
 // The machine is shared and its load moves, so for each long run the baseline is measured again
 // right before and right after it, and the ratio uses the mean of those two adjacent figures.
@@ -50,7 +49,6 @@ func BenchmarkRedisAdmit(b *testing.B) {
 		{"single", redisstore.Options{AdmitBatch: 1}},
 		{"single_autopipeline", redisstore.Options{AdmitBatch: 1, AutoPipeline: true}},
 		{"grouped", redisstore.Options{}},
-		{"grouped_layout2", redisstore.Options{Layout: 2}},
 	}
 	for _, path := range []struct {
 		name  string
@@ -58,7 +56,7 @@ func BenchmarkRedisAdmit(b *testing.B) {
 		want  admission.Outcome
 	}{
 		// Stock that cannot run out and one new user per call: every call takes the full won path
-		// (all checks, DECRBY, HINCRBY, XADD, three HSETs).
+		// (all checks, DECRBY, the :meta counters, XADD, the HSET of :users).
 		{"won", 1 << 50, admission.Won},
 		{"sold_out", 0, admission.SoldOut},
 	} {
@@ -190,8 +188,8 @@ func scriptUsec(b *testing.B, c *redis.Client) int64 {
 const redisShardBatch = 64
 
 // BenchmarkRedisAdmitShard measures what one shard takes when the client is light: redis-benchmark
-// itself (C, one thread) calls the admission script of each layout directly (EVALSHA of admit.lua
-// or admit_v2.lua), -c 64 connections, each call 64 requests of users u__rand_int__ (every
+// itself (C, one thread) calls the admission script directly (EVALSHA of admit.lua), -c 64
+// connections, each call 64 requests of users u__rand_int__ (every
 // occurrence its own random number, of up to 2^31, so the users are new), each winning one item of
 // stock that cannot run out. In BenchmarkRedisAdmit the Go callers share the machine's cores with
 // redis-server; here the client is a fraction of a core. Beside it, as there, redis-benchmark -c
@@ -207,16 +205,14 @@ func BenchmarkRedisAdmitShard(b *testing.B) {
 		b.Skip("redis-benchmark not found (Debian: apt-get install redis-tools)")
 	}
 	srv := testsrv.StartRedis(b)
-	for _, layout := range []int{1, 2} {
-		b.Run(fmt.Sprintf("won_batch%d_layout%d", redisShardBatch, layout), func(b *testing.B) {
-			redisBenchShard(b, bin, srv.Addr, layout)
-		})
-	}
+	b.Run(fmt.Sprintf("won_batch%d", redisShardBatch), func(b *testing.B) {
+		redisBenchShard(b, bin, srv.Addr)
+	})
 }
 
-func redisBenchShard(b *testing.B, bin, addr string, layout int) {
+func redisBenchShard(b *testing.B, bin, addr string) {
 	ctx := context.Background()
-	s, raw := redisTestStore(b, addr, redisstore.Options{Layout: layout}, nil)
+	s, raw := redisTestStore(b, addr, redisstore.Options{}, nil)
 	const act, stock = "shard", int64(1) << 50
 	_ = s.Delete(ctx, act, true) // left by an earlier run
 	if _, err := s.Define(ctx, redisOpen(act, stock, 1), true); err != nil {
@@ -277,14 +273,9 @@ func redisBenchShard(b *testing.B, bin, addr string, layout int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	var wins, users int64
-	if layout == 2 { // meta, stock, users, orders
-		wins, err = raw.HGet(ctx, keys[0], "wins").Int64()
-		users = raw.HLen(ctx, keys[2]).Val()
-	} else { // meta, stock, buyers, req, orders, resv, results: one stream entry per win
-		wins, err = raw.XLen(ctx, keys[4]).Result()
-		users = raw.HLen(ctx, keys[2]).Val()
-	}
+	// keys: meta, stock, users, orders
+	wins, err := raw.HGet(ctx, keys[0], "wins").Int64()
+	users := raw.HLen(ctx, keys[2]).Val()
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,8 +14,7 @@ import (
 // Stock buckets (docs/admission.md, "Stock buckets"): an activity defined with Buckets n > 1 is a
 // parent, whose keys under its own hash tag hold the definition and the transfer intents, and n
 // complete activity key sets, the buckets, under the hash tags {A#i/n}, which Cluster spreads over
-// its slots. admit.lua, release.lua and set_result.lua (or their _v2 scripts, for a layout-2
-// activity, whose buckets have the parent's layout) run on a bucket unchanged.
+// its slots. admit.lua, release.lua and set_result.lua run on a bucket unchanged.
 
 // BucketStats counts the stock transfers between buckets of every split activity this store has
 // served since it was created (Store.BucketStats).
@@ -92,42 +91,33 @@ func splitBucketEntryID(id string, n int) (raw string, i int, ok bool) {
 // cached, so that its definition is seen once it exists. The count is fixed while an activity
 // exists (bucket_define.lua); a deletion and a redefinition with another count changes every
 // bucket key (bucketID), so a stale count meets an unknown bucket and is looked up again
-// (bucketRetry).
+// (bucketRetry). It is also where the store first meets an activity of an earlier build's key
+// layout (ErrOldLayout): such an activity is never cached, so every call on it is refused.
 func (s *Store) bucketCount(ctx context.Context, activity string) (int, error) {
 	if v, ok := s.bucketCache.Load(activity); ok {
 		return v.(int), nil
 	}
-	n, _, err := s.readShape(ctx, activity)
-	return n, err
-}
-
-// readShape reads activity's bucket count and layout (redis_layout.go) from its definition, in
-// one command, and caches both once the activity is defined.
-func (s *Store) readShape(ctx context.Context, activity string) (n, layout int, err error) {
 	vals, err := s.client.HMGet(ctx, s.key(activity, "meta"), "buckets", "start_ms", "layout").Result()
 	if err != nil {
-		return 0, 0, fmt.Errorf("%s: read bucket count: %w", activity, err)
+		return 0, fmt.Errorf("%s: read bucket count: %w", activity, err)
 	}
 	if len(vals) != 3 || vals[1] == nil { // not defined (yet)
-		return 1, 1, nil
+		return 1, nil
 	}
-	n, layout = 1, 1
+	if vals[2] != "2" {
+		return 0, s.oldLayout(activity)
+	}
+	n := 1
 	if v, ok := vals[0].(string); ok {
 		if n, err = strconv.Atoi(v); err != nil || n < 2 || n > admission.MaxBuckets {
-			return 0, 0, fmt.Errorf("%s: malformed bucket count %q", activity, v)
+			return 0, fmt.Errorf("%s: malformed bucket count %q", activity, v)
 		}
 	}
-	if v, ok := vals[2].(string); ok {
-		if layout, err = strconv.Atoi(v); err != nil || layout != 2 {
-			return 0, 0, fmt.Errorf("%s: %w: layout %q", activity, admission.ErrLayout, v)
-		}
-	}
-	s.layoutCache.Store(activity, layout)
 	s.bucketCache.Store(activity, n)
 	if n > 1 {
 		s.startRebalancer()
 	}
-	return n, layout, nil
+	return n, nil
 }
 
 // bucketRetry runs f with activity's bucket count. When f finds the activity unknown, the count
@@ -140,6 +130,11 @@ func bucketRetry[T any](ctx context.Context, s *Store, activity string, f func(n
 		return zero, err
 	}
 	v, err := f(n)
+	if errors.Is(err, ErrOldLayout) {
+		// A script met an earlier build's activity under a cached count (it was deleted and
+		// defined again by an earlier build): every call on it goes to bucketCount's check again.
+		s.bucketCache.Delete(activity)
+	}
 	if !errors.Is(err, admission.ErrUnknownActivity) {
 		return v, err
 	}

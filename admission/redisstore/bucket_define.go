@@ -26,12 +26,12 @@ func (s *Store) defineBuckets(ctx context.Context, a admission.Activity, force b
 	reply, err := scriptBucketDefine.Run(ctx, s.client,
 		[]string{s.key(a.ID, "meta"), s.intentsKey(a.ID)},
 		a.Stock, a.Limit, a.Start.UnixMilli(), a.End.UnixMilli(), a.PayWithin.Milliseconds(), a.Salt,
-		admission.NewSalt(), redisFlag(force), n, "raise-"+admission.NewSalt()[:12], s.layoutArg(), admission.NewSalt()[:16],
+		admission.NewSalt(), redisFlag(force), n, "raise-"+admission.NewSalt()[:12], admission.NewSalt()[:16],
 	).StringSlice()
 	if err != nil {
 		return admission.Activity{}, fmt.Errorf("define %s: %w", a.ID, redisScriptErr(err))
 	}
-	if len(reply) != 9 {
+	if len(reply) != 8 {
 		return admission.Activity{}, fmt.Errorf("define %s: malformed reply %q", a.ID, reply)
 	}
 	stored, err := redisParseActivity(a.ID, reply[1:7])
@@ -39,8 +39,8 @@ func (s *Store) defineBuckets(ctx context.Context, a admission.Activity, force b
 		return admission.Activity{}, fmt.Errorf("define %s: %w", a.ID, err)
 	}
 	stored.Buckets = n
-	// The parent's layout, which every bucket gets (a bucket created by an earlier attempt has it).
-	layout, gen := reply[7], reply[8]
+	// The parent's gen, which every bucket gets (a bucket created by an earlier attempt has it).
+	gen := reply[7]
 	s.bucketCache.Store(a.ID, n)
 	s.startRebalancer()
 	// Every bucket: created with its share of the stock, or its definition updated.
@@ -52,7 +52,7 @@ func (s *Store) defineBuckets(ctx context.Context, a admission.Activity, force b
 		b := bucketID(a.ID, i, n)
 		err := scriptBucketSetup.Run(ctx, s.client, []string{s.key(b, "meta"), s.key(b, "stock")},
 			share, stored.Limit, stored.Start.UnixMilli(), stored.End.UnixMilli(), stored.PayWithin.Milliseconds(),
-			stored.Salt, layout, gen).Err()
+			stored.Salt, gen).Err()
 		if err != nil {
 			return admission.Activity{}, fmt.Errorf("define %s: bucket %d: %w", a.ID, i, redisScriptErr(err))
 		}
@@ -151,7 +151,7 @@ func (s *Store) readBuckets(ctx context.Context, activity string, n int, counts 
 		b := bucketID(activity, i, n)
 		keys[i] = []string{s.key(b, "meta"), s.key(b, "stock")}
 		if counts {
-			keys[i] = append(keys[i], s.key(b, "buyers"), s.key(b, "orders"), s.key(b, "dead"))
+			keys[i] = append(keys[i], s.key(b, "dead"))
 		}
 	}
 	cmds := make([]*redis.Cmd, n)
@@ -192,7 +192,7 @@ func (s *Store) readBuckets(ctx context.Context, activity string, n int, counts 
 			err = fmt.Errorf("bucket_read.lua answered %d values, not 5", len(v))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, err)
+			return nil, fmt.Errorf("%s: bucket %d: %w", activity, i, redisScriptErr(err))
 		}
 		total, tok := v[0].(string)
 		stock, sok := v[1].(string)
@@ -258,34 +258,13 @@ func (s *Store) bucketRemaining(ctx context.Context, activity string, n int) (in
 // bucketHolders is Holders for a split activity: a user holds items only in the home bucket, so
 // the buckets' lists do not overlap.
 func (s *Store) bucketHolders(ctx context.Context, activity string, n int) ([]string, error) {
-	layout, err := s.layoutOf(ctx, activity)
-	if err != nil {
-		return nil, fmt.Errorf("holders %s: %w", activity, err)
-	}
-	if layout == redisLayout2 {
-		var users []string
-		for i := range n {
-			u, err := s.holdersV2(ctx, bucketID(activity, i, n))
-			if err != nil {
-				return nil, fmt.Errorf("holders %s: bucket %d: %w", activity, i, err)
-			}
-			users = append(users, u...)
-		}
-		return users, nil
-	}
-	cmds := make([]*redis.StringSliceCmd, n)
-	_, err = s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range cmds {
-			cmds[i] = p.HKeys(ctx, s.key(bucketID(activity, i, n), "buyers"))
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("holders %s: %w", activity, err)
-	}
 	var users []string
-	for _, c := range cmds {
-		users = append(users, c.Val()...)
+	for i := range n {
+		u, err := s.holdersOn(ctx, bucketID(activity, i, n))
+		if err != nil {
+			return nil, fmt.Errorf("holders %s: bucket %d: %w", activity, i, err)
+		}
+		users = append(users, u...)
 	}
 	return users, nil
 }
@@ -313,7 +292,6 @@ func (s *Store) deleteBuckets(ctx context.Context, id string, n int, force bool)
 		return fmt.Errorf("delete %s: %w", id, redisScriptErr(err))
 	}
 	s.bucketCache.Delete(id)
-	s.layoutCache.Delete(id)
 	s.bucketLevels.Delete(id)
 	if err := s.client.SRem(ctx, s.activitiesKey(), id).Err(); err != nil {
 		return fmt.Errorf("delete %s: unlist activity: %w", id, err)

@@ -20,21 +20,14 @@ import (
 // call is retried with the same request id) until the sale is sold out. Asserted: every win
 // answered is on the promoted cluster (the old master comes back as a replica) (its buyer's result names it), no more wins than stock,
 // and at the end the whole stock is sold, the buckets' totals add up to it and no transfer is
-// left pending.
-func TestRedisBucketsClusterFailover(t *testing.T) { redisBucketsClusterFailover(t, 1) }
-
-// TestRedisBucketsClusterFailoverLayout2 is TestRedisBucketsClusterFailover on Redis key layout 2:
-// the parent and every bucket are layout-2 activities, and a win is read back from its bucket's
-// :users field.
-func TestRedisBucketsClusterFailoverLayout2(t *testing.T) { redisBucketsClusterFailover(t, 2) }
-
-func redisBucketsClusterFailover(t *testing.T, layout int) {
+// left pending. A win's result is read back from its bucket's :results and :users field.
+func TestRedisBucketsClusterFailover(t *testing.T) {
 	const stock, buckets, buyers = 300, 8, 16
 	cluster := testsrv.StartCluster(t)
 	ctx := context.Background()
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cluster.Addrs(), MaxRetries: 3,
 		DialTimeout: 250 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second})
-	s, err := redisstore.New(c, redisstore.Options{ReplicasAck: 1, ReplicasAckTimeout: 500 * time.Millisecond, Layout: layout})
+	s, err := redisstore.New(c, redisstore.Options{ReplicasAck: 1, ReplicasAckTimeout: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +35,7 @@ func redisBucketsClusterFailover(t *testing.T, layout int) {
 	a := redisOpen("fob", stock, 1)
 	a.Buckets = buckets
 	redisDefine(t, s, a)
-	if l, err := c.HGet(ctx, "seckill:{fob#0/8}:meta", "layout").Result(); layout == 2 && (err != nil || l != "2") {
+	if l, err := c.HGet(ctx, "seckill:{fob#0/8}:meta", "layout").Result(); err != nil || l != "2" {
 		t.Fatalf("bucket 0's layout %q (%v), want 2", l, err)
 	}
 

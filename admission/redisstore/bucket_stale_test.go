@@ -21,8 +21,7 @@ func TestRedisStaleBucketCount(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	opts := redisstore.Options{RebalanceInterval: -1}
 	// stale returns the two nodes and B's win in an activity of its own (named after the test);
-	// readFirst has A read x's queue before the delete, so that A notes the stream as layout 1
-	// and reads it later with a plain XREADGROUP, not the script.
+	// readFirst has A read x's queue before the delete.
 	stale := func(t *testing.T, readFirst bool) (a, b *redisstore.Store, id string, win admission.Decision) {
 		a, _ = redisTestStore(t, srv.Addr, opts, nil)
 		b, _ = redisTestStore(t, srv.Addr, opts, nil)
@@ -74,16 +73,16 @@ func TestRedisStaleBucketCount(t *testing.T) {
 			t.Errorf("backlog %d, %v after the ack; want 0", n, err)
 		}
 	})
-	t.Run("plain read", func(t *testing.T) {
-		// No EnsureGroup on A first: its plain XREADGROUP of the parent's stream answers NOGROUP,
-		// which must be told from a missing group by the parent's buckets field.
+	t.Run("read after a read", func(t *testing.T) {
+		// A read x's queue before the delete and makes no group after it: its read of the
+		// parent's stream must answer unknown (the parent's buckets field), not a missing group.
 		a, b, id, win := stale(t, true)
 		if err := b.EnsureGroup(ctx, id, "g"); err != nil {
 			t.Fatal(err)
 		}
 		wins, err := a.ReadGroup(ctx, id, "g", "c", 10, 0, false)
 		if err != nil || len(wins) != 1 || wins[0].ReservationID != win.ReservationID {
-			t.Fatalf("plain read by the stale node: %+v, %v; want the win %s", wins, err, win.ReservationID)
+			t.Fatalf("read by the stale node: %+v, %v; want the win %s", wins, err, win.ReservationID)
 		}
 	})
 	t.Run("ack", func(t *testing.T) {

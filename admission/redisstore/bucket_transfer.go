@@ -284,7 +284,6 @@ func (s *Store) rebalanceLoop() {
 				// node deleted is forgotten.
 				if err := s.RebalanceOnce(ctx, k.(string)); errors.Is(err, admission.ErrUnknownActivity) {
 					s.bucketCache.Delete(k)
-					s.layoutCache.Delete(k)
 					s.bucketLevels.Delete(k)
 				}
 			}

@@ -27,3 +27,19 @@ func TestRedisClusterConformance(t *testing.T) {
 		return s
 	})
 }
+
+// TestRedisSentinelConformance runs it through Sentinel's failover client (a private master, its
+// replica and three sentinels).
+func TestRedisSentinelConformance(t *testing.T) {
+	set := testsrv.StartSentinel(t)
+	var n atomic.Int64
+	admissiontest.Run(t, func(t *testing.T) admission.Store {
+		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testsrv.SentinelMaster, SentinelAddrs: set.Addrs(), MaxRetries: 3})
+		s, err := redisstore.New(c, redisstore.Options{KeyPrefix: fmt.Sprintf("sen%d", n.Add(1))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}

@@ -48,16 +48,16 @@ func (h *scriptMarks) take() []bool {
 	return m
 }
 
-// TestRedisDeliveryConfirmed: on layout 2 the wins queue's new entries come from a script
-// (read_new.lua), not an XREADGROUP; its answer, when it delivers wins, must be confirmed by the
-// Cluster monitor as an XREADGROUP's is (docs/failover.md), so the store marks its context, and
-// only a delivering answer counts: an admission or a read that found nothing is taken as it comes.
+// TestRedisDeliveryConfirmed: the wins queue's new entries come from a script (read_new.lua), not
+// an XREADGROUP; its answer, when it delivers wins, must be confirmed by the Cluster monitor as an
+// XREADGROUP's is (docs/failover.md), so the store marks its context, and only a delivering answer
+// counts: an admission or a read that found nothing is taken as it comes.
 func TestRedisDeliveryConfirmed(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	hook := &scriptMarks{}
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	client.AddHook(hook)
-	s, err := redisstore.New(client, redisstore.Options{Layout: 2})
+	s, err := redisstore.New(client, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

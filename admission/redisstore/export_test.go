@@ -81,11 +81,8 @@ func (s *Store) TransferInHalves(ctx context.Context, activity string, from, to 
 // before the store is used concurrently.
 func (s *Store) SetAfterPull(f func(activity string, home int)) { s.afterPull = f }
 
-// AdmitScript returns the admission script of the layout the store creates activities with
-// (admit.lua or admit_v2.lua) and its KEYS for activity, for benchmarks that call it directly.
+// AdmitScript returns the admission script (admit.lua) and its KEYS for activity, for benchmarks
+// that call it directly.
 func (s *Store) AdmitScript(activity string) (src string, keys []string) {
-	if s.layout == redisLayout2 {
-		return luaAdmitV2, s.admitKeysV2(activity)
-	}
 	return luaAdmit, s.admitKeys(activity)
 }

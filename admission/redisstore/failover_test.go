@@ -36,16 +36,11 @@ import (
 // read it: when the old master comes back and rejoins as a replica of the new one, it resyncs
 // from it and they are gone (checked too).
 //
+// A win is on a server when its reservation E-k is win k of entry E of the stream, for its buyer,
+// and a record of the buyer's :users field (what a replay and a poll read).
+//
 // SECKILL_CHAOS=full runs ten times the buyers.
-func TestRedisFailoverLoss(t *testing.T) { redisFailoverLoss(t, 1) }
-
-// TestRedisFailoverLossLayout2 is TestRedisFailoverLoss on Redis key layout 2: a win is on a
-// server when its reservation E-k is win k of entry E of the stream, for its buyer, and a record
-// of the buyer's :users field (what a replay and a poll read); the same wins must be lost, or
-// kept, as on layout 1.
-func TestRedisFailoverLossLayout2(t *testing.T) { redisFailoverLoss(t, 2) }
-
-func redisFailoverLoss(t *testing.T, layout int) {
+func TestRedisFailoverLoss(t *testing.T) {
 	buyers := 200
 	if os.Getenv("SECKILL_CHAOS") == "full" {
 		buyers = 2000
@@ -53,7 +48,7 @@ func redisFailoverLoss(t *testing.T, layout int) {
 	for _, aof := range []string{"off", "everysec", "always"} {
 		for _, ack := range []int{0, 1} {
 			t.Run(fmt.Sprintf("aof_%s/replicas_ack_%d", aof, ack), func(t *testing.T) {
-				r := redisFailover(t, aof, ack, buyers, layout)
+				r := redisFailover(t, aof, ack, buyers)
 				t.Logf("aof %s, replicas_ack %d: %d buyers; %d answered won (%d before the hold, %d during it), "+
 					"%d of them lost on the promoted replica; %d answered not replicated (%d before the hold; %d of their wins on the replica); "+
 					"old master's AOF kept %d of the lost wins, %d after rejoining as a replica",
@@ -98,7 +93,7 @@ type failoverResult struct {
 // win is an answered win: its buyer and reservation id.
 type win struct{ user, resv string }
 
-func redisFailover(t *testing.T, aof string, ack, buyers, layout int) failoverResult {
+func redisFailover(t *testing.T, aof string, ack, buyers int) failoverResult {
 	ctx := context.Background()
 	var opts []testsrv.RedisOption
 	if aof != "off" {
@@ -107,7 +102,7 @@ func redisFailover(t *testing.T, aof string, ack, buyers, layout int) failoverRe
 	master := testsrv.StartRedis(t, opts...)
 	link := testsrv.StartProxy(t, master.Addr)
 	replica := testsrv.StartReplicaVia(t, master, link)
-	o := redisstore.Options{Layout: layout}
+	var o redisstore.Options
 	if ack > 0 {
 		// Far above a replica's acknowledgement on a loaded machine: while the link flows, no
 		// buyer may be refused for a slow one.
@@ -153,7 +148,7 @@ func redisFailover(t *testing.T, aof string, ack, buyers, layout int) failoverRe
 	if err := replica.Promote(); err != nil {
 		t.Fatal(err)
 	}
-	has := func(r *testsrv.Redis, w win) bool { return winOn(t, r, act.ID, w, layout) }
+	has := func(r *testsrv.Redis, w win) bool { return winOn(t, r, act.ID, w) }
 	var lost []win
 	for _, w := range resvs {
 		if !has(replica, w) {
@@ -167,7 +162,7 @@ func redisFailover(t *testing.T, aof string, ack, buyers, layout int) failoverRe
 		}
 	}
 	// The promoted replica never sold more than the stock.
-	if n := queuedOn(t, replica, act.ID, layout); n > buyers {
+	if n := queuedOn(t, replica, act.ID); n > buyers {
 		t.Errorf("promoted replica's wins queue holds %d wins, above the stock %d", n, buyers)
 	}
 	if aof == "off" {
@@ -207,23 +202,16 @@ func redisFailover(t *testing.T, aof string, ack, buyers, layout int) failoverRe
 	return res
 }
 
-// winOn reports whether server r holds the win w of activity act: layout 1, its reservation in
-// :resv; layout 2, its reservation E-k is win k of entry E of :orders, for w's buyer, and a
-// record of the buyer's :users field ("<length of the request id>:<request id><reservation>;",
-// the request id "r" here). The check is a read-only script, so it runs on a replica as well.
-func winOn(t *testing.T, r *testsrv.Redis, act string, w win, layout int) bool {
+// winOn reports whether server r holds the win w of activity act: its reservation E-k is win k
+// of entry E of :orders, for w's buyer, and a record of the buyer's :users field ("<length of the
+// request id>:<request id><reservation>;", the request id "r" here). The check is a read-only
+// script, so it runs on a replica as well.
+func winOn(t *testing.T, r *testsrv.Redis, act string, w win) bool {
 	t.Helper()
 	keys := "seckill:{" + act + "}"
-	if layout != 2 {
-		v, err := r.Do("HEXISTS", keys+":resv", w.resv)
-		if err != nil {
-			t.Fatalf("HEXISTS on %s: %v", r.Addr, err)
-		}
-		return v == "1"
-	}
 	i := strings.LastIndexByte(w.resv, '-')
 	if i < 0 {
-		t.Fatalf("reservation %q is not a layout-2 win id E-k", w.resv)
+		t.Fatalf("reservation %q is not a win id E-k", w.resv)
 	}
 	const script = `
 local e = redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1])
@@ -240,19 +228,16 @@ return 1`
 	return v == "1"
 }
 
-// queuedOn is how many wins server r's wins queue of activity act holds: its entries in layout
-// 1, the wins of its entries in layout 2 (read raw, not from the :meta counter the scripts keep).
-func queuedOn(t *testing.T, r *testsrv.Redis, act string, layout int) int {
+// queuedOn is how many wins server r's wins queue of activity act holds: the wins of its entries
+// (read raw, not from the :meta counter the scripts keep).
+func queuedOn(t *testing.T, r *testsrv.Redis, act string) int {
 	t.Helper()
 	key := "seckill:{" + act + "}:orders"
-	v, err := r.Do("XLEN", key)
-	if layout == 2 {
-		const script = `
+	const script = `
 local n = 0
 for _, e in ipairs(redis.call('XRANGE', KEYS[1], '-', '+')) do n = n + (#e[2] - 4) / 2 end
 return n`
-		v, err = r.Do("EVAL_RO", script, "1", key)
-	}
+	v, err := r.Do("EVAL_RO", script, "1", key)
 	if err != nil {
 		t.Fatalf("count the wins of %s on %s: %v", key, r.Addr, err)
 	}

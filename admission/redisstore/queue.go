@@ -15,24 +15,21 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
 
-// The wins queue's scripts beside the store's own (redis_scripts.go): package-level, as a
-// redis.Script is immutable and shared safely. Layout 2 (one stream entry per admission call,
-// a pair of fields per win: docs/admission.md, "The wins queue") is told apart by what the
-// scripts read: an entry whose second field is left, a win id of three dash-separated parts.
+// The wins queue's scripts beside the store's own (scripts.go): package-level, as a redis.Script
+// is immutable and shared safely. An entry of the wins stream holds the wins of one admission call
+// (at, left, then a pair of fields per win: docs/admission.md, "The wins queue"), and win k of
+// entry E is "E-k".
 var (
 	//go:embed lua/read_new.lua
 	luaReadNew string
-	//go:embed lua/ack_v2.lua
-	luaAckV2 string
-	//go:embed lua/dead_letter_v2.lua
-	luaDeadLetterV2 string
+	//go:embed lua/ack.lua
+	luaAck string
 	//go:embed lua/backlog.lua
 	luaBacklog string
 
-	scriptReadNew      = redis.NewScript(luaReadNew)
-	scriptAckV2        = redis.NewScript(luaAckV2)
-	scriptDeadLetterV2 = redis.NewScript(luaDeadLetterV2)
-	scriptBacklog      = redis.NewScript(luaBacklog)
+	scriptReadNew = redis.NewScript(luaReadNew)
+	scriptAck     = redis.NewScript(luaAck)
+	scriptBacklog = redis.NewScript(luaBacklog)
 )
 
 // Bounds on consumer group and consumer names and on dead-letter reasons, which are stored.
@@ -65,9 +62,9 @@ func (s *Store) ensureGroupOn(ctx context.Context, activity, on, group string) e
 	return nil
 }
 
-// ReadGroup delivers wins to consumer (see Queue.ReadGroup), up to count of them: a layout-2
-// entry carries all the wins of one admission call and is delivered whole, so the last entry
-// read may carry the read past count (lua/read_new.lua). Both new and pending entries are read
+// ReadGroup delivers wins to consumer (see Queue.ReadGroup), up to count of them: an entry
+// carries all the wins of one admission call and is delivered whole, so the last entry read may
+// carry the read past count (lua/read_new.lua). Both new and pending entries are read
 // by scripts, which also return delivery counts and acknowledged wins; a read that finds nothing
 // new waits for the next entry with a plain blocking XREAD, then reads again.
 func (s *Store) ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]admission.Win, error) {
@@ -114,9 +111,6 @@ func (s *Store) readGroupOn(ctx context.Context, activity, on, group, consumer s
 // slices with a context check between them.
 func (s *Store) readNew(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration) ([]admission.Win, error) {
 	keys := []string{s.key(on, "meta"), s.key(on, "orders")}
-	if l, _ := s.queueLayout.Load(keys[1]); l == 1 {
-		return s.readNewLayout1(ctx, activity, on, group, consumer, count, block)
-	}
 	deadline := time.Now().Add(block)
 	for {
 		reply, err := s.runDelivery(ctx, "read group", activity, scriptReadNew, luaReadNew, keys, group, consumer, count)
@@ -125,7 +119,6 @@ func (s *Store) readNew(ctx context.Context, activity, on, group, consumer strin
 		}
 		top, empty := readNewTop(reply)
 		if !empty {
-			s.queueLayout.Store(keys[1], entriesLayout(reply))
 			return redisParseEntries(activity, reply)
 		}
 		wait := min(time.Until(deadline), readBlockSlice)
@@ -135,113 +128,6 @@ func (s *Store) readNew(ctx context.Context, activity, on, group, consumer strin
 		err = s.client.XRead(ctx, &redis.XReadArgs{Streams: []string{keys[1], top}, Count: 1, Block: wait}).Err()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// entriesLayout tells the layout of a delivery script's entries by the first one: 2 when its
-// second field is left, else 1.
-func entriesLayout(reply []any) int {
-	if t, ok := reply[0].([]any); ok && len(t) >= 3 {
-		if f, ok := t[2].([]any); ok && len(f) >= 3 && f[2] == "left" {
-			return 2
-		}
-	}
-	return 1
-}
-
-// readNewLayout1 reads new entries of a stream the store has seen to be layout 1 as before
-// read_new.lua: a plain XREADGROUP of count entries, one win each, which costs the server less
-// than half of the script's time (docs/admission.md, "The wins queue"). The note can be stale
-// (the activity deleted and defined again on layout 2): an entry of layout 2 among those read
-// turns the note to 2 and answers an error, and the consumer's re-read of its pending entries,
-// a script, delivers them whole and in order.
-func (s *Store) readNewLayout1(ctx context.Context, activity, on, group, consumer string, count int, block time.Duration) ([]admission.Win, error) {
-	streams, err := s.readNewPlain(ctx, on, group, consumer, count, block)
-	if err != nil {
-		return nil, s.noGroupErr(ctx, on, err)
-	}
-	var wins []admission.Win
-	for _, st := range streams {
-		for _, m := range st.Messages {
-			if m.Values == nil { // deleted from the stream while pending
-				continue
-			}
-			if _, ok := m.Values["left"]; ok {
-				s.queueLayout.Store(s.key(on, "orders"), 2)
-				return nil, fmt.Errorf("%w: the wins stream is of layout 2 now: its entries just read are pending, to be re-read", ErrLayoutChanged)
-			}
-			w, err := redisParseWin(activity, m.ID, 1, func(f string) string { v, _ := m.Values[f].(string); return v })
-			if err != nil {
-				return nil, err
-			}
-			wins = append(wins, w)
-		}
-	}
-	return wins, nil
-}
-
-// ErrLayoutChanged: a read of new entries met a wins stream of another layout than the one the
-// store had seen on it (the activity was deleted and defined again); the entries it took are the
-// consumer's pending ones, which a pending read delivers.
-var ErrLayoutChanged = errors.New("wins stream layout changed")
-
-// readNewPlain reads new entries with a plain XREADGROUP, waiting up to block. go-redis cannot interrupt a blocking command
-// when ctx is canceled, so a long wait is cut into slices with a context check between them.
-// With ReplicasAck the read and its WAIT go together (readGroupAcked), in shorter slices when
-// the client's read timeout asks for it, or polled when it leaves no room to block.
-func (s *Store) readNewPlain(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
-	if s.ack != nil {
-		return s.readNewAcked(ctx, activity, group, consumer, count, block)
-	}
-	slice := readBlockSlice
-	for {
-		args := &redis.XReadGroupArgs{
-			Group:    group,
-			Consumer: consumer,
-			Streams:  []string{s.key(activity, "orders"), ">"},
-			Count:    int64(count),
-			Block:    -1, // go-redis sends BLOCK for any value >= 0, and BLOCK 0 waits forever
-		}
-		wait := min(block, slice)
-		if wait > 0 {
-			args.Block = wait
-		}
-		streams, err := s.client.XReadGroup(ctx, args).Result()
-		if errors.Is(err, redis.Nil) {
-			err = nil
-		}
-		if err != nil || len(streams) > 0 {
-			return streams, err
-		}
-		if block -= wait; block <= 0 {
-			return nil, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// readNewAcked is readNewPlain with ReplicasAck.
-func (s *Store) readNewAcked(ctx context.Context, activity, group, consumer string, count int, block time.Duration) ([]redis.XStream, error) {
-	for {
-		wait := min(block, s.ack.readBlock)
-		streams, err := s.readGroupAcked(ctx, activity, s.key(activity, "orders"), group, consumer, count, wait)
-		if err != nil || len(streams) > 0 {
-			return streams, err
-		}
-		if s.ack.readBlock == 0 { // the read did not block: wait here
-			wait = min(block, bucketReadPoll)
-			if wait > 0 && !sleepCtx(ctx, wait) {
-				return nil, ctx.Err()
-			}
-		}
-		if block -= wait; block <= 0 {
-			return nil, nil
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -299,35 +185,29 @@ func (s *Store) Ack(ctx context.Context, activity, group string, ids ...string) 
 	return err
 }
 
-// ackOn acknowledges ids of on's stream: layout-1 entry ids with XACK, layout-2 win ids
-// ("E-k") with ack_v2.lua, which XACKs an entry once all its wins are acknowledged.
+// ackOn acknowledges the wins ids ("E-k") of on's stream with ack.lua, which XACKs an entry once
+// all its wins are acknowledged. An id that is no win id names no win: it is left alone, as XACK
+// leaves an unknown id (never XACKed as an entry id, which would acknowledge all its wins).
 func (s *Store) ackOn(ctx context.Context, activity, on, group string, ids []string) error {
-	var plain []string
 	wins := []any{group}
 	for _, id := range ids {
 		if e, k, ok := splitWinID(id); ok {
 			wins = append(wins, e, k)
-		} else {
-			plain = append(plain, id)
 		}
 	}
-	if len(plain) > 0 {
-		if err := s.client.XAck(ctx, s.key(on, "orders"), group, plain...).Err(); err != nil {
-			return fmt.Errorf("ack %s %s: %w", activity, group, err)
-		}
+	if len(wins) == 1 {
+		return nil
 	}
-	if len(wins) > 1 {
-		keys := []string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "acked")}
-		if err := scriptAckV2.Run(ctx, s.client, keys, wins...).Err(); err != nil {
-			return fmt.Errorf("ack %s %s: %w", activity, group, redisScriptErr(err))
-		}
+	keys := []string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "acked")}
+	if err := scriptAck.Run(ctx, s.client, keys, wins...).Err(); err != nil {
+		return fmt.Errorf("ack %s %s: %w", activity, group, redisScriptErr(err))
 	}
 	return nil
 }
 
-// splitWinID cuts a layout-2 win id "<ms>-<seq>-<k>" into its entry id and its win number k
-// in canonical decimal (0 names no win, which the scripts leave alone, as XACK an unknown id);
-// ok is false for anything else, a layout-1 entry id "<ms>-<seq>" among them.
+// splitWinID cuts a win id "<ms>-<seq>-<k>" into its entry id and its win number k in canonical
+// decimal (0 names no win, which the scripts leave alone, as XACK an unknown id); ok is false for
+// anything else, an entry id "<ms>-<seq>" among them.
 func splitWinID(id string) (entry, k string, ok bool) {
 	ms, rest, ok1 := strings.Cut(id, "-")
 	seq, ks, ok2 := strings.Cut(rest, "-")
@@ -384,11 +264,11 @@ func (s *Store) claimOn(ctx context.Context, activity, on, group, consumer strin
 	return wins, nil
 }
 
-// DeadLetter moves an entry to the dead-letter stream and acknowledges it in one script. The
-// entry is copied from the wins stream, not from w, so only w.ID matters. An entry that is no
-// longer pending in the group is left alone, which makes a repeated call harmless. A layout-2
-// win ("E-k") is copied alone and acknowledged as Ack does (lua/dead_letter_v2.lua); its entry
-// stays in the wins stream, where releases and replays read it.
+// DeadLetter copies a win to the dead-letter stream and acknowledges it, as Ack does, in one
+// script (lua/dead_letter.lua). The win is read from its entry in the wins stream, not from w, so
+// only w.ID ("E-k") matters; the entry stays in the wins stream, where releases and replays read
+// it. A win whose entry is no longer pending in the group, or that was acknowledged, is left
+// alone, which makes a repeated call harmless. An id that is no win id is ErrNotFound.
 func (s *Store) DeadLetter(ctx context.Context, activity, group string, w admission.Win, reason string) error {
 	if err := redisCheckQueue(activity, group, "-"); err != nil {
 		return fmt.Errorf("dead letter: %w", err)
@@ -413,15 +293,16 @@ func (s *Store) DeadLetter(ctx context.Context, activity, group string, w admiss
 }
 
 func (s *Store) deadLetterOn(ctx context.Context, activity, on, group, id, reason string) error {
-	keys := []string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "dead")}
-	var err error
-	if e, k, ok := splitWinID(id); ok {
-		keys = append(keys, s.key(on, "acked"))
-		err = scriptDeadLetterV2.Run(ctx, s.client, keys, group, e, k, reason).Err()
-	} else {
-		err = s.deadLetter.Run(ctx, s.client, keys, group, id, reason).Err()
+	e, k, ok := splitWinID(id)
+	if !ok {
+		// No win's id; what the script would answer, after the activity's check.
+		if err := s.mustExist(ctx, "dead letter", on); err != nil {
+			return err
+		}
+		return fmt.Errorf("dead letter %s %s: %w", activity, id, admission.ErrNotFound)
 	}
-	if err != nil {
+	keys := []string{s.key(on, "meta"), s.key(on, "orders"), s.key(on, "dead"), s.key(on, "acked")}
+	if err := s.deadLetter.Run(ctx, s.client, keys, group, e, k, reason).Err(); err != nil {
 		return fmt.Errorf("dead letter %s %s: %w", activity, id, redisScriptErr(err))
 	}
 	return nil
@@ -466,19 +347,6 @@ func (s *Store) deadLettersOn(ctx context.Context, activity, on string, count in
 	return wins, nil
 }
 
-// noGroupErr tells a missing group (ErrNotFound) from a missing activity: XREADGROUP answers
-// NOGROUP for both.
-func (s *Store) noGroupErr(ctx context.Context, activity string, err error) error {
-	var re redis.Error
-	if !errors.As(err, &re) || !strings.HasPrefix(re.Error(), "NOGROUP") {
-		return err
-	}
-	if ok, xerr := s.definedOn(ctx, activity); xerr == nil && !ok {
-		return admission.ErrUnknownActivity
-	}
-	return redisScriptErr(err)
-}
-
 // mustExist returns ErrUnknownActivity (wrapped with op) when the activity has no definition.
 func (s *Store) mustExist(ctx context.Context, op, activity string) error {
 	ok, err := s.definedOn(ctx, activity)
@@ -513,8 +381,7 @@ func redisCheckQueue(activity, group, consumer string) error {
 }
 
 // redisParseEntries reads the scripts' {{id, deliveries, {field, value, ...}, acked}, ...}
-// (acked optional) into wins: one per layout-1 entry, and one per win of a layout-2 entry that
-// is not among its acknowledged ones.
+// (acked optional) into wins: one per win of an entry that is not among its acknowledged ones.
 func redisParseEntries(activity string, reply []any) ([]admission.Win, error) {
 	wins := make([]admission.Win, 0, len(reply))
 	for _, e := range reply {
@@ -546,25 +413,11 @@ func redisParseEntries(activity string, reply []any) ([]admission.Win, error) {
 }
 
 // appendEntryWins appends the wins of the stream entry id (its fields in order, delivered n
-// times) to wins. A layout-2 entry (at, left, then a user and "<qty> <request id>" pair per
-// win) gives win k the id "id-k", leaving out the k listed in acked (",k1,k2,...,").
+// times) to wins. The entry (at, left, then a user and "<qty> <request id>" pair per win) gives
+// win k the id "id-k", leaving out the k listed in acked (",k1,k2,...,").
 func appendEntryWins(wins []admission.Win, activity, id string, n int64, fields []string, acked string) ([]admission.Win, error) {
-	if len(fields) < 4 || fields[2] != "left" {
-		w, err := redisParseWin(activity, id, n, func(f string) string {
-			for i := 0; i+1 < len(fields); i += 2 {
-				if fields[i] == f {
-					return fields[i+1]
-				}
-			}
-			return ""
-		})
-		if err != nil {
-			return wins, err
-		}
-		return append(wins, w), nil
-	}
-	if fields[0] != "at" || len(fields)%2 != 0 {
-		return wins, fmt.Errorf("entry %s: malformed layout-2 entry", id)
+	if len(fields) < 4 || fields[0] != "at" || fields[2] != "left" || len(fields)%2 != 0 {
+		return wins, fmt.Errorf("entry %s: malformed entry %q", id, fields)
 	}
 	at, err := strconv.ParseInt(fields[1], 10, 64)
 	if err != nil {
@@ -589,8 +442,8 @@ func appendEntryWins(wins []admission.Win, activity, id string, n int64, fields 
 	return wins, nil
 }
 
-// redisParseWin builds a Win from a wins-stream entry (fields user, qty, req, at). The entry id is
-// the reservation id: admit.lua hands out the XADD id.
+// redisParseWin builds a Win from a dead letter's fields user, qty, req and at; id is the win's
+// id, its reservation id (lua/dead_letter.lua).
 func redisParseWin(activity, id string, deliveries int64, field func(string) string) (admission.Win, error) {
 	qty, err := strconv.ParseInt(field("qty"), 10, 64)
 	if err != nil {
@@ -612,10 +465,8 @@ func redisParseWin(activity, id string, deliveries int64, field func(string) str
 	}, nil
 }
 
-// Backlog implements Queue in wins (lua/backlog.lua): for a layout-1 stream the group's lag
-// (entries never delivered) plus its pending count from XINFO GROUPS, as entries are never deleted
-// from the wins stream, so Redis always knows the lag; for layout 2 the wins ever appended
-// (:meta's wins) less those the group acknowledged (counted by ack_v2.lua).
+// Backlog implements Queue in wins (lua/backlog.lua): the wins ever appended (:meta's wins) less
+// those the group acknowledged (counted by ack.lua and dead_letter.lua).
 func (s *Store) Backlog(ctx context.Context, activity, group string) (int64, error) {
 	if err := redisCheckQueue(activity, group, "-"); err != nil {
 		return 0, fmt.Errorf("backlog: %w", err)
@@ -641,8 +492,6 @@ func (s *Store) backlogOn(ctx context.Context, activity, on, group string) (int6
 		return v, nil
 	case redis.HasErrorPrefix(err, "NOGROUP"):
 		return 0, fmt.Errorf("backlog %s: consumer group %q %w", activity, group, admission.ErrNotFound)
-	case redis.HasErrorPrefix(err, "LAG"):
-		return 0, fmt.Errorf("backlog %s/%s: redis does not know the group's lag", activity, group)
 	}
 	return 0, fmt.Errorf("backlog %s: %w", activity, redisScriptErr(err))
 }

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -12,7 +11,7 @@ import (
 )
 
 // SetResult stores a result record as JSON in the activity's results hash (lua/set_result.lua
-// folds it into the user's records).
+// folds it into the user's records, after the "queued" records of the user's wins not folded yet).
 func (s *Store) SetResult(ctx context.Context, activity, user string, r admission.Result) error {
 	if err := redisCheckResult(activity, user); err != nil {
 		return fmt.Errorf("set result: %w", err)
@@ -33,18 +32,12 @@ func (s *Store) SetResult(ctx context.Context, activity, user string, r admissio
 func (s *Store) setResultOn(ctx context.Context, activity, on, user string, r admission.Result) error {
 	// encoding/json's encoding, written without reflection: the text polls hand on (AppendResult).
 	b := admission.AppendResultJSON(nil, admission.WithoutReservations(r))
-	_, err := layoutRetry(ctx, s, on, func(layout int) (struct{}, error) {
-		script, keys := s.setResult, []string{s.key(on, "meta"), s.key(on, "results")}
-		if layout == redisLayout2 {
-			script, keys = s.setResult2, append(keys, s.key(on, "users"))
-		}
-		err := script.Run(ctx, s.client, keys, user, b, r.ReservationID, admission.MaxResultReservations).Err()
-		if err != nil {
-			return struct{}{}, fmt.Errorf("set result %s: %w", activity, redisScriptErr(err))
-		}
-		return struct{}{}, nil
-	})
-	return err
+	keys := []string{s.key(on, "meta"), s.key(on, "results"), s.key(on, "users")}
+	err := s.setResult.Run(ctx, s.client, keys, user, b, r.ReservationID, admission.MaxResultReservations).Err()
+	if err != nil {
+		return fmt.Errorf("set result %s: %w", activity, redisScriptErr(err))
+	}
+	return nil
 }
 
 // GetResult reads a user's latest result record, with the record of each reservation once there
@@ -63,47 +56,87 @@ func (s *Store) GetResult(ctx context.Context, activity, user string) (admission
 
 // getResultOn reads the record from the key set of on: activity or one of its buckets.
 func (s *Store) getResultOn(ctx context.Context, activity, on, user string) (admission.Result, error) {
-	layout, err := s.layoutOf(ctx, on)
+	r, found, err := s.readResult(ctx, on, user)
 	if err != nil {
 		return admission.Result{}, fmt.Errorf("get result %s: %w", activity, err)
 	}
-	if layout == redisLayout2 {
-		r, found, err := s.readResultV2(ctx, on, user)
-		if err != nil {
-			return admission.Result{}, fmt.Errorf("get result %s: %w", activity, err)
-		}
-		if !found {
-			if err := s.mustExist(ctx, "get result", on); err != nil {
-				return admission.Result{}, err
-			}
-			return admission.Result{}, fmt.Errorf("get result %s: %w", activity, admission.ErrNotFound)
-		}
-		return r, nil
-	}
-	vals, err := s.hot.HMGet(ctx, s.key(on, "results"), user, user+"\x00").Result()
-	if err == nil && len(vals) != 2 {
-		err = fmt.Errorf("malformed hmget reply: %d elements", len(vals))
-	}
-	if err == nil && vals[0] == nil {
-		err = redis.Nil
-	}
-	if errors.Is(err, redis.Nil) {
+	if !found {
 		// Only a miss pays for the second round trip that tells "no result" from "no activity".
 		if err := s.mustExist(ctx, "get result", on); err != nil {
 			return admission.Result{}, err
 		}
 		return admission.Result{}, fmt.Errorf("get result %s: %w", activity, admission.ErrNotFound)
 	}
-	if err != nil {
-		return admission.Result{}, fmt.Errorf("get result %s: %w", activity, err)
-	}
-	top, _ := vals[0].(string)
-	list, _ := vals[1].(string)
-	r, err := s.withReservations(ctx, on, user, top, list)
-	if err != nil {
-		return admission.Result{}, fmt.Errorf("get result %s: %w", activity, err)
-	}
 	return r, nil
+}
+
+// readResult reads user's records from the key set of on: the stored ones (readResultRaw), the
+// records of the user's reservations if they have a list, and the wins not folded into :results
+// yet folded in. found is false when the user has neither a record nor a win.
+func (s *Store) readResult(ctx context.Context, on, user string) (r admission.Result, found bool, err error) {
+	top, list, ids, err := s.readResultRaw(ctx, on, user)
+	if err != nil || (top == "" && len(ids) == 0) {
+		return admission.Result{}, false, err
+	}
+	return s.foldStored(ctx, on, user, top, list, ids)
+}
+
+// foldStored decodes the stored records top and list (as withReservations) and folds the wins
+// ids into them.
+func (s *Store) foldStored(ctx context.Context, on, user, top, list string, ids []string) (r admission.Result, found bool, err error) {
+	if top != "" {
+		if r, err = s.withReservations(ctx, on, user, top, list); err != nil {
+			return admission.Result{}, false, err
+		}
+	}
+	if len(ids) > 0 {
+		t, l := foldWins(admission.WithoutReservations(r), top != "", r.Reservations, ids)
+		r = t
+		r.Reservations = l
+	}
+	return r, true, nil
+}
+
+// readResultRaw reads the user's latest record and list of reservation ids from :results and
+// their :users field in one round trip (the keys share a slot), and returns the reservation ids of
+// the wins not folded into :results yet. The commands are HMGETs, not HGETs: a missing field is
+// then a nil element rather than a redis.Nil error, which go-redis runs through its retry
+// classification (a dozen errors.As calls, about twenty allocations) before returning it.
+func (s *Store) readResultRaw(ctx context.Context, on, user string) (top, list string, ids []string, err error) {
+	var res, fld *redis.SliceCmd
+	_, err = s.hot.Pipelined(ctx, func(p redis.Pipeliner) error {
+		res = p.HMGet(ctx, s.key(on, "results"), user, user+"\x00")
+		fld = p.HMGet(ctx, s.key(on, "users"), user)
+		return nil
+	})
+	if err != nil {
+		return "", "", nil, err
+	}
+	rv, fv := res.Val(), fld.Val()
+	if len(rv) != 2 || len(fv) != 1 {
+		return "", "", nil, fmt.Errorf("malformed hmget reply: %d and %d elements", len(rv), len(fv))
+	}
+	top, _ = rv[0].(string)
+	list, _ = rv[1].(string)
+	if v, ok := fv[0].(string); ok {
+		f, err := parseUserField(v)
+		if err != nil {
+			return "", "", nil, err
+		}
+		ids = f.unfolded()
+	}
+	return top, list, ids, nil
+}
+
+// foldWins folds the "queued" record of each win in ids, in order, into a user's latest record
+// and per-reservation records, as set_result.lua's record_win writes them before it folds a
+// record: what a poll shows for the wins set_result.lua has not folded yet.
+func foldWins(top admission.Result, hasTop bool, list []admission.Result, ids []string) (admission.Result, []admission.Result) {
+	for _, id := range ids {
+		top, list = admission.FoldResult(top, hasTop, list, admission.Result{Code: "queued", ReservationID: id}, true)
+		hasTop = true
+	}
+	return top, list
 }
 
 // withReservations decodes the latest record top and, when list (the user's reservation ids) is
@@ -138,14 +171,10 @@ func (s *Store) withReservations(ctx context.Context, activity, user, top, list 
 
 // AppendResult implements Store with one round trip (through the auto-pipeliner when it is on):
 // the stored JSON goes to dst as it is when it is in encoding/json's encoding, which is how
-// admit.lua and SetResult write it. A miss is ErrNotFound without the second round trip
-// GetResult pays to tell an unknown activity apart.
-//
-// The command is HMGET, not HGET: a missing field is then a nil element rather than a redis.Nil
-// error, which go-redis runs through its retry classification (a dozen errors.As calls, about
-// twenty allocations) before returning it. It reads two fields, the latest record and the user's
-// list of reservation ids: a user with several reservations costs a second round trip, for their
-// records, and an answer encoded again.
+// SetResult writes it, and every win of the user is folded into :results and they have one
+// reservation; otherwise the records and the unfolded wins are folded (readResult) and encoded. A
+// miss is ErrNotFound without the second round trip GetResult pays to tell an unknown activity
+// apart. A user with several reservations costs a second round trip, for their records.
 func (s *Store) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
 	if err := redisCheckResult(activity, user); err != nil {
 		return dst, "", fmt.Errorf("get result: %w", err)
@@ -161,45 +190,7 @@ func (s *Store) AppendResult(ctx context.Context, dst []byte, activity, user str
 		}
 		return admission.AppendResultJSON(dst, r), r.Code, nil
 	}
-	layout, err := s.layoutOf(ctx, activity)
-	if err != nil {
-		return dst, "", fmt.Errorf("get result %s: %w", activity, err)
-	}
-	if layout == redisLayout2 {
-		return s.appendResultV2(ctx, dst, activity, user)
-	}
-	cmd := redis.NewStringSliceCmd(ctx, "hmget", s.hotKeys(activity).results, user, user+"\x00")
-	cmd.SetFirstKeyPos(1)
-	_ = s.hotProc.Process(ctx, cmd)
-	vals, err := cmd.Result()
-	if err == nil && len(vals) != 2 {
-		err = fmt.Errorf("malformed hmget reply: %d elements", len(vals))
-	}
-	if err != nil {
-		return dst, "", fmt.Errorf("get result %s: %w", activity, err)
-	}
-	if vals[0] == "" { // a nil element: no record (a stored record is never empty)
-		return dst, "", fmt.Errorf("get result %s: %w", activity, admission.ErrNotFound)
-	}
-	if vals[1] != "" { // several reservations
-		r, err := s.withReservations(ctx, activity, user, vals[0], vals[1])
-		if err != nil {
-			return dst, "", fmt.Errorf("get result %s: %w", activity, err)
-		}
-		return admission.AppendResultJSON(dst, r), r.Code, nil
-	}
-	out, code, err := admission.AppendStoredResult(dst, vals[0])
-	if err != nil {
-		return dst, "", fmt.Errorf("get result %s: %w", activity, err)
-	}
-	return out, code, nil
-}
-
-// appendResultV2 is AppendResult for a layout-2 activity (not split): the stored record handed on
-// as it is when every win of the user is folded into :results and they have one reservation,
-// else the records folded with the unfolded wins (readResultV2) and encoded.
-func (s *Store) appendResultV2(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
-	top, list, ids, err := s.readResultV2Raw(ctx, activity, user)
+	top, list, ids, err := s.readResultRaw(ctx, activity, user)
 	if err != nil {
 		return dst, "", fmt.Errorf("get result %s: %w", activity, err)
 	}
@@ -213,7 +204,7 @@ func (s *Store) appendResultV2(ctx context.Context, dst []byte, activity, user s
 		}
 		return out, code, nil
 	}
-	r, _, err := s.foldResultV2(ctx, activity, user, top, list, ids)
+	r, _, err := s.foldStored(ctx, activity, user, top, list, ids)
 	if err != nil {
 		return dst, "", fmt.Errorf("get result %s: %w", activity, err)
 	}

@@ -11,8 +11,9 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// TestRedisStoredResultsTakeFastPath checks that what admit.lua and SetResult store is in the
-// encoding the poll hands on as it is: otherwise every poll would silently decode and encode.
+// TestRedisStoredResultsTakeFastPath checks that the records set_result.lua stores, SetResult's
+// and the "queued" records of wins it writes first (record_win), are in the encoding the poll
+// hands on as it is: otherwise every poll would silently decode and encode.
 func TestRedisStoredResultsTakeFastPath(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	ctx := context.Background()
@@ -22,29 +23,30 @@ func TestRedisStoredResultsTakeFastPath(t *testing.T) {
 	}
 	defer s.Close()
 	now := time.Now()
-	if _, err := s.Define(ctx, admission.Activity{ID: "a", Stock: 10, Limit: 1, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}, false); err != nil {
+	if _, err := s.Define(ctx, admission.Activity{ID: "a", Stock: 10, Limit: 2, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}, false); err != nil {
 		t.Fatal(err)
 	}
-	d, err := s.Admit(ctx, admission.Request{Activity: "a", User: "alice", Qty: 1, RequestID: "r"})
-	if err != nil || d.Outcome != admission.Won {
-		t.Fatalf("admit: %+v, %v", d, err)
-	}
-	stored := func() string {
-		t.Helper()
-		v, err := s.client.HGet(ctx, s.key("a", "results"), "alice").Result()
-		if err != nil {
-			t.Fatal(err)
+	var ids []string
+	for _, r := range []string{"r1", "r2"} {
+		d, err := s.Admit(ctx, admission.Request{Activity: "a", User: "alice", Qty: 1, RequestID: r})
+		if err != nil || d.Outcome != admission.Won {
+			t.Fatalf("admit: %+v, %v", d, err)
 		}
-		return v
+		ids = append(ids, d.ReservationID)
 	}
-	if v := stored(); !handedOnAsStored(v) {
-		t.Errorf("admit.lua stored %q, which the fast path does not take", v)
-	}
-	if err := s.SetResult(ctx, "a", "alice", admission.Result{Code: "pending_payment", ReservationID: d.ReservationID, OrderID: "o-1", PayBeforeMS: 1764441234567}); err != nil {
+	if err := s.SetResult(ctx, "a", "alice", admission.Result{Code: "pending_payment", ReservationID: ids[0], OrderID: "o-1", PayBeforeMS: 1764441234567}); err != nil {
 		t.Fatal(err)
 	}
-	if v := stored(); !handedOnAsStored(v) {
-		t.Errorf("SetResult stored %q, which the fast path does not take", v)
+	// alice's latest record is her second win's queued one (still in flight), written by
+	// record_win; her first's is SetResult's.
+	for _, f := range []string{"alice", "alice\x00" + ids[0], "alice\x00" + ids[1]} {
+		v, err := s.client.HGet(ctx, s.key("a", "results"), f).Result()
+		if err != nil {
+			t.Fatalf("results field %q: %v", f, err)
+		}
+		if !handedOnAsStored(v) {
+			t.Errorf("results field %q holds %q, which the fast path does not take", f, v)
+		}
 	}
 }
 

@@ -36,26 +36,8 @@ func BenchmarkRedisAdmitScript(b *testing.B) {
 	}
 }
 
-// BenchmarkRedisAdmitV2Script is BenchmarkRedisAdmitScript for admit_v2.lua, on an activity of
-// layout 2 (the same cases, calls and metrics); scripts/callgrind-admit.sh measures it with
-// BENCH=RedisAdmitV2Script.
-func BenchmarkRedisAdmitV2Script(b *testing.B) {
-	s := redisScriptBenchStore(b, Options{Layout: redisLayout2})
-	for _, path := range []struct {
-		name  string
-		stock int64
-	}{{"won", 1 << 50}, {"sold_out", 0}} {
-		for _, batch := range []int{1, 64} {
-			b.Run(fmt.Sprintf("%s_batch%d", path.name, batch), func(b *testing.B) {
-				redisBenchScript(b, s, luaAdmitV2, s.admitKeysV2("script"), path.stock, batch)
-			})
-		}
-	}
-}
-
-// redisScriptBenchStore is a store on SECKILL_BENCH_REDIS_ADDR, or else on a private server (opts[0]
-// when given).
-func redisScriptBenchStore(b *testing.B, opts ...Options) *Store {
+// redisScriptBenchStore is a store on SECKILL_BENCH_REDIS_ADDR, or else on a private server.
+func redisScriptBenchStore(b *testing.B) *Store {
 	addr := os.Getenv("SECKILL_BENCH_REDIS_ADDR")
 	if addr == "" {
 		addr = testsrv.StartRedis(b).Addr
@@ -63,11 +45,7 @@ func redisScriptBenchStore(b *testing.B, opts ...Options) *Store {
 	// Valgrind runs the server about 50 times slower than usual.
 	client := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: time.Minute})
 	b.Cleanup(func() { _ = client.Close() })
-	var o Options
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	s, err := New(client, o)
+	s, err := New(client, Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -27,15 +27,7 @@ var (
 	//go:embed lua/set_result.lua
 	luaSetResult string
 
-	// Layout 2 (redis_layout.go).
-	//go:embed lua/admit_v2.lua
-	luaAdmitV2 string
-	//go:embed lua/release_v2.lua
-	luaReleaseV2 string
-	//go:embed lua/set_result_v2.lua
-	luaSetResultV2 string
-
-	// Stock buckets (redis_bucket*.go).
+	// Stock buckets (bucket*.go).
 	//go:embed lua/bucket_define.lua
 	luaBucketDefine string
 	//go:embed lua/bucket_setup.lua

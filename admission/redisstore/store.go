@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -61,15 +62,6 @@ type Options struct {
 	// dry bucket themselves). The rebalancer runs inside the store, from its first split
 	// activity until Close.
 	RebalanceInterval time.Duration
-
-	// Layout is the key layout Define writes into the activities it creates: 1 (the default; 0
-	// means 1) or 2, the one-field-per-user layout (docs/admission.md, "A one-field-per-user
-	// layout"), which costs Redis about 3 times fewer instructions per won admission. An
-	// existing activity keeps the layout it was created with, and every store serves both, so
-	// the option only decides new activities. Turn it on only once every gateway and order
-	// backend on the Redis runs a release that knows layout 2: an older one would admit and
-	// release a layout-2 activity's wins wrongly (docs/admission.md, "Adopting layout 2").
-	Layout int
 }
 
 // Store is the production Store: all state lives in Redis and every decision is one Lua
@@ -77,15 +69,17 @@ type Options struct {
 // Cluster: every key of one activity carries the hash tag {ACT}, so each script touches one slot.
 //
 // Keys, for prefix P and activity A: P:{A}:meta (hash: stock_total, limit, start_ms, end_ms,
-// pay_ms, salt), P:{A}:stock (int), P:{A}:buyers (hash user → qty held), P:{A}:req (hash
-// "user\x00request id" → first winning answer), P:{A}:orders (stream: the wins queue),
+// pay_ms, salt, layout 2, and the counters wins and buyers), P:{A}:stock (int), P:{A}:users (hash
+// user → the items held, the request ids' first answers and the reservations: lua/admit.lua),
+// P:{A}:orders (stream: the wins queue, one entry per admission call with wins, whose k-th win is
+// reservation "<entry id>-k"), P:{A}:acked (hash: the wins a consumer group acknowledged),
 // P:{A}:dead (dead-letter stream), P:{A}:released (hash reservation id → token of the releasing
-// call), P:{A}:resv (hash reservation id → "qty:user"), P:{A}:results (hash user → result JSON,
-// and the per-reservation records of docs/admission.md), and P:activities (set of activity ids, in its own slot). A reservation id is the id of the win's
-// entry in P:{A}:orders.
-// Those are layout 1's; an activity of layout 2 (Options.Layout, redis_layout.go) has
-// P:{A}:users and P:{A}:acked instead of buyers, req and resv, and one entry per script call in
-// P:{A}:orders, whose k-th win is reservation "<entry id>-k".
+// call), P:{A}:results (hash user → result JSON, and the per-reservation records of
+// docs/admission.md), and P:activities (set of activity ids, in its own slot).
+//
+// An activity an earlier build created without layout 2 in its :meta (the key layout with
+// P:{A}:buyers, :req and :resv, one stream entry per win) is not served: New refuses a Redis that
+// lists one, and every script refuses it (ErrOldLayout, oldlayout.go).
 type Store struct {
 	client  redis.UniversalClient
 	hot     redis.Cmdable  // client, or its auto-pipeliner (Options.AutoPipeline)
@@ -94,10 +88,6 @@ type Store struct {
 	channel string
 
 	define, admit, release, del, ensureGroup, readPending, claim, deadLetter, setResult *redis.Script
-	admit2, release2, setResult2                                                        *redis.Script // layout 2
-
-	layout      int      // Options.Layout, 1 or 2
-	layoutCache sync.Map // activity id -> its layout (int), see layoutOf
 
 	groups *admitGroups // nil when AdmitBatch is 1
 
@@ -113,9 +103,6 @@ type Store struct {
 	// afterPull, when set (tests only), runs after a pull moved stock into an admission's home
 	// bucket and before the admission tries again: a test makes other buyers win that stock.
 	afterPull func(activity string, home int)
-	// queueLayout notes per wins stream key the layout (1 or 2) its last read of new entries
-	// saw, so that a layout-1 stream is read with a plain XREADGROUP (redis_queue.go, readNew).
-	queueLayout sync.Map
 	// bucketReadStart rotates the bucket a queue sweep starts at, so that a busy bucket does
 	// not starve the others of a reader asking for few entries.
 	bucketReadStart atomic.Uint32
@@ -129,6 +116,10 @@ var _ admission.Store = (*Store)(nil)
 // New returns a store that keeps its state in the Redis behind client. The store takes
 // ownership of client: Close closes it. Give the store its own client if the rest of the program
 // outlives the store.
+//
+// New refuses (ErrOldLayout, an *OldLayoutError per activity) a Redis that holds an activity an
+// earlier build created in its own key layout under the prefix; it looks at the activities listed
+// in <prefix>:activities, for up to a few seconds.
 //
 // Commands are retried by the client after a dropped connection (see redis.Options.MaxRetries);
 // every write script is idempotent under such a retry, so keep MaxRetries above zero.
@@ -144,12 +135,6 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if opts.RestockChannel == "" {
 		opts.RestockChannel = opts.KeyPrefix + ":restock"
-	}
-	if opts.Layout == 0 {
-		opts.Layout = redisLayout1
-	}
-	if opts.Layout != redisLayout1 && opts.Layout != redisLayout2 {
-		return nil, fmt.Errorf("new redis store: %w: layout %d: want 1 or 2", admission.ErrBadInput, opts.Layout)
 	}
 	if opts.AdmitBatch < 0 || opts.AdmitInFlight < 0 {
 		return nil, fmt.Errorf("new redis store: %w: admit batch %d and in-flight %d must not be negative", admission.ErrBadInput, opts.AdmitBatch, opts.AdmitInFlight)
@@ -194,10 +179,6 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		claim:       redis.NewScript(luaClaim),
 		deadLetter:  redis.NewScript(luaDeadLetter),
 		setResult:   redis.NewScript(luaSetResult),
-		admit2:      redis.NewScript(luaAdmitV2),
-		release2:    redis.NewScript(luaReleaseV2),
-		setResult2:  redis.NewScript(luaSetResultV2),
-		layout:      opts.Layout,
 		closed:      make(chan struct{}),
 		ack:         ack,
 	}
@@ -207,6 +188,16 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	}
 	if opts.AdmitBatch > 1 {
 		s.groups = newAdmitGroups(opts.AdmitBatch, opts.AdmitInFlight, s.runAdmitBatch)
+	}
+	// An activity an earlier build created in its own key layout is refused now, when the store
+	// is made (oldlayout.go). When Redis cannot be read now, New does not fail for that: a store
+	// may be made before its Redis is up (the order backend retries until it is), and every call
+	// on such an activity is refused anyway.
+	ctx, cancel := context.WithTimeout(context.Background(), checkTimeout)
+	err = s.checkLayouts(ctx)
+	cancel()
+	if errors.Is(err, ErrOldLayout) {
+		return nil, fmt.Errorf("new redis store: %w", err)
 	}
 	return s, nil
 }
@@ -261,7 +252,7 @@ func redisScriptErr(err error) error {
 	case "BUCKETS":
 		return fmt.Errorf("%w: bucket count: %s", admission.ErrBadInput, strings.TrimPrefix(msg, "BUCKETS "))
 	case "LAYOUT":
-		return fmt.Errorf("%w: %s", admission.ErrLayout, msg)
+		return oldLayoutErr(msg)
 	case "NOGROUP":
 		return fmt.Errorf("%w: %s", admission.ErrNotFound, msg)
 	}

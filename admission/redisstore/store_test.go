@@ -95,6 +95,52 @@ func redisInt(t testing.TB, raw *redis.Client, key string) int64 {
 	return n
 }
 
+// redisHeld is the items user holds of activity act (prefix seckill) on the server behind c: the
+// count at the head of the user's :users field, 0 without one.
+func redisHeld(t testing.TB, c *redis.Client, act, user string) int64 {
+	t.Helper()
+	v, err := c.HGet(context.Background(), "seckill:{"+act+"}:users", user).Result()
+	if errors.Is(err, redis.Nil) {
+		return 0
+	}
+	var n int64
+	if err == nil {
+		_, err = fmt.Sscan(v, &n)
+	}
+	if err != nil {
+		t.Fatalf("users field of %s in %s: %q, %v", user, act, v, err)
+	}
+	return n
+}
+
+// redisStreamWins reads the wins stream of activity act (prefix seckill) on the server behind c
+// as it is stored: the id of every win ("<entry id>-k" for the k-th pair of user and "<qty>
+// <request id>" after an entry's at and left), in order. The entries are read raw: go-redis's
+// XMessage keeps fields in a map, which loses a user named twice in one entry.
+func redisStreamWins(t testing.TB, c *redis.Client, act string) []string {
+	t.Helper()
+	reply, err := c.Do(context.Background(), "XRANGE", "seckill:{"+act+"}:orders", "-", "+").Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wins []string
+	for _, e := range reply {
+		x, _ := e.([]any)
+		if len(x) != 2 {
+			t.Fatalf("XRANGE entry %v", e)
+		}
+		id, _ := x[0].(string)
+		f, _ := x[1].([]any)
+		if len(f) < 6 || len(f)%2 != 0 || f[0] != "at" || f[2] != "left" {
+			t.Fatalf("entry %s: %v, want at, left and wins", id, f)
+		}
+		for k := 1; k <= (len(f)-4)/2; k++ {
+			wins = append(wins, fmt.Sprintf("%s-%d", id, k))
+		}
+	}
+	return wins
+}
+
 // TestRedisSmoke walks one sale through admit, replay, release and the queue, checking what lands
 // in Redis at each step.
 func TestRedisSmoke(t *testing.T) {
@@ -161,8 +207,8 @@ func TestRedisSmoke(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no restock message")
 	}
-	if n, _ := raw.HGet(ctx, "seckill:{phone-1001}:buyers", "alice").Result(); n != "" {
-		t.Errorf("alice still holds %q after release", n)
+	if n := redisHeld(t, raw, "phone-1001", "alice"); n != 0 {
+		t.Errorf("alice still holds %d after release", n)
 	}
 	if d := redisAdmit(t, s, "phone-1001", "alice", "r3"); d.Outcome != admission.Won {
 		t.Errorf("alice after release = %+v", d)
@@ -267,6 +313,9 @@ func TestRedisKeys(t *testing.T) {
 	if err := s.DeadLetter(ctx, "phone-1001", "g", ws[0], "test"); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.SetResult(ctx, "phone-1001", "u2", admission.Result{Code: "pending_payment", ReservationID: d2.ReservationID, OrderID: "o2"}); err != nil {
+		t.Fatal(err)
+	}
 
 	keys, err := raw.Keys(ctx, "*").Result()
 	if err != nil {
@@ -274,7 +323,7 @@ func TestRedisKeys(t *testing.T) {
 	}
 	slices.Sort(keys)
 	want := []string{"seckill:activities"}
-	for _, k := range []string{"buyers", "dead", "meta", "orders", "released", "req", "resv", "results", "stock"} {
+	for _, k := range []string{"acked", "dead", "meta", "orders", "released", "results", "stock", "users"} {
 		want = append(want, "seckill:{phone-1001}:"+k)
 	}
 	slices.Sort(want)
@@ -286,20 +335,23 @@ func TestRedisKeys(t *testing.T) {
 			t.Errorf("key %s lacks the hash tag", k)
 		}
 	}
-	for k, typ := range map[string]string{"meta": "hash", "stock": "string", "buyers": "hash", "req": "hash",
-		"orders": "stream", "dead": "stream", "released": "hash", "resv": "hash", "results": "hash"} {
+	for k, typ := range map[string]string{"meta": "hash", "stock": "string", "users": "hash", "acked": "hash",
+		"orders": "stream", "dead": "stream", "released": "hash", "results": "hash"} {
 		if got := raw.Type(ctx, "seckill:{phone-1001}:"+k).Val(); got != typ {
 			t.Errorf("%s is a %s, want %s", k, got, typ)
 		}
 	}
 	meta := raw.HGetAll(ctx, "seckill:{phone-1001}:meta").Val()
-	for _, f := range []string{"stock_total", "limit", "start_ms", "end_ms", "pay_ms", "salt"} {
+	for _, f := range []string{"stock_total", "limit", "start_ms", "end_ms", "pay_ms", "salt", "layout", "wins", "buyers"} {
 		if meta[f] == "" {
 			t.Errorf("meta lacks %s: %v", f, meta)
 		}
 	}
-	if got := raw.HGet(ctx, "seckill:{phone-1001}:req", "u2\x00r1").Val(); got != "4:"+d2.ReservationID {
-		t.Errorf("req[u2 r1] = %q, want the first answer 4:%s", got, d2.ReservationID)
+	if meta["layout"] != "2" {
+		t.Errorf("meta layout = %q, want 2", meta["layout"])
+	}
+	if got := raw.HGet(ctx, "seckill:{phone-1001}:users", "u2").Val(); got != "1 1\n2:r1"+d2.ReservationID+";" {
+		t.Errorf("users[u2] = %q, want 1 held, 1 folded (SetResult wrote its queued record), and the first answer of r1, %s", got, d2.ReservationID)
 	}
 
 	// Delete removes them all, the listing included.
@@ -351,9 +403,8 @@ func testRedisDroppedReply(t *testing.T, v redisstore.Options) {
 	if n := redisInt(t, raw, "seckill:{a1}:stock"); n != 8 {
 		t.Errorf("stock = %d, want 8: the retry must not take a second item", n)
 	}
-	entries := raw.XRange(ctx, "seckill:{a1}:orders", "-", "+").Val()
-	if len(entries) != 2 || entries[1].ID != d.ReservationID {
-		t.Errorf("orders = %+v, want the warm-up and exactly one win %s", entries, d.ReservationID)
+	if wins := redisStreamWins(t, raw, "a1"); len(wins) != 2 || wins[1] != d.ReservationID {
+		t.Errorf("wins in the stream = %q, want the warm-up and exactly one win %s", wins, d.ReservationID)
 	}
 
 	// The same for a release: the releasing call learns that it released, and only once.
@@ -551,13 +602,10 @@ func testRedisKilledServer(t *testing.T, v redisstore.Options) {
 	close(stop)
 	wg.Wait()
 
-	ids, err := raw.XRange(ctx, "seckill:{a1}:orders", "-", "+").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ids := redisStreamWins(t, raw, "a1")
 	stored := make(map[string]bool, len(ids))
-	for _, m := range ids {
-		stored[m.ID] = true
+	for _, id := range ids {
+		stored[id] = true
 	}
 	missing := 0
 	for id := range wins {
@@ -568,11 +616,13 @@ func testRedisKilledServer(t *testing.T, v redisstore.Options) {
 	if missing > 0 {
 		t.Errorf("%d of %d reported wins are missing from the stream after the crash", missing, len(wins))
 	}
-	// The stream, the stock and the buyers agree: every script ran whole or not at all.
+	// The stream, the stock, the buyers and the counters agree: every script ran whole or not at
+	// all.
 	left := redisInt(t, raw, "seckill:{a1}:stock")
-	buyers := raw.HLen(ctx, "seckill:{a1}:buyers").Val()
-	if sold := 1_000_000 - left; sold != int64(len(ids)) || buyers != sold {
-		t.Errorf("sold %d, stream %d, buyers %d: they must agree", sold, len(ids), buyers)
+	buyers := raw.HLen(ctx, "seckill:{a1}:users").Val()
+	counted := raw.HMGet(ctx, "seckill:{a1}:meta", "wins", "buyers").Val()
+	if sold := 1_000_000 - left; sold != int64(len(ids)) || buyers != sold || fmt.Sprint(counted) != fmt.Sprint([]any{fmt.Sprint(sold), fmt.Sprint(sold)}) {
+		t.Errorf("sold %d, stream %d, buyers %d, counted wins and buyers %v: they must agree", sold, len(ids), buyers, counted)
 	}
 	if int64(len(ids)) < int64(len(wins)) {
 		t.Errorf("stream %d < reported wins %d", len(ids), len(wins))
@@ -713,7 +763,7 @@ func testRedisNoOversell(t *testing.T, v redisstore.Options) {
 	if n := redisInt(t, raw, "seckill:{rush}:stock"); n != 0 {
 		t.Errorf("stock = %d, want 0", n)
 	}
-	if n := raw.XLen(ctx, "seckill:{rush}:orders").Val(); n != 100 {
+	if n := len(redisStreamWins(t, raw, "rush")); n != 100 {
 		t.Errorf("stream holds %d wins, want 100", n)
 	}
 }

@@ -2,9 +2,9 @@ package redisstore
 
 import "testing"
 
-// TestSplitWinID: a layout-2 win id is cut into its entry id and its win number in canonical
-// decimal; a layout-1 entry id and anything malformed are not win ids (Ack hands them to XACK,
-// which refuses what is not a stream id).
+// TestSplitWinID: a win id is cut into its entry id and its win number in canonical decimal; an
+// entry id and anything malformed are not win ids (Ack leaves them alone, DeadLetter answers not
+// found).
 func TestSplitWinID(t *testing.T) {
 	for _, tc := range []struct{ id, entry, k string }{
 		{"1700000000000-0-1", "1700000000000-0", "1"},

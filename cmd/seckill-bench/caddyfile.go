@@ -16,7 +16,6 @@ type gatewaySpec struct {
 	LocalFsync   string // store local { fsync ... }; "" for the default
 	AutoPipeline bool   // store redis { auto_pipeline }
 	AdmitBatch   int    // store redis { admit_batch N }; 0: the gateway's default
-	RedisLayout  int    // store redis { layout N }: the key layout of the activities it creates; 0: the gateway's default
 	RedisCluster bool   // store redis { cluster }: RedisAddr lists the nodes, comma-separated
 	JWTSecret    string
 	URLSecret    string
@@ -68,9 +67,6 @@ func (g gatewaySpec) caddyfile() string {
 		}
 		if g.AdmitBatch > 0 {
 			opts = append(opts, fmt.Sprintf("admit_batch %d", g.AdmitBatch))
-		}
-		if g.RedisLayout > 0 {
-			opts = append(opts, fmt.Sprintf("layout %d", g.RedisLayout))
 		}
 		if g.RedisCluster {
 			opts = append(opts, "cluster")

@@ -52,19 +52,17 @@ func TestGatewayConfigAdapts(t *testing.T) {
 		ordersDB  string
 		pipeline  bool
 		batch     int
-		layout    int
 	}{
-		{"memory, open sale", "closed", "", "", false, 0, 0},
-		{"memory, embedded orders", "open", "", "/tmp/bench/orders.db", false, 0, 0},
-		{"redis, burst", "burst", "127.0.0.1:6390", "", false, 0, 0},
-		{"redis, auto-pipelined", "closed", "127.0.0.1:6390", "", true, 0, 0},
-		{"redis, single admission, auto-pipelined", "closed", "127.0.0.1:6390", "", true, 1, 0},
-		{"redis, layout 2", "closed", "127.0.0.1:6390", "", false, 0, 2},
+		{"memory, open sale", "closed", "", "", false, 0},
+		{"memory, embedded orders", "open", "", "/tmp/bench/orders.db", false, 0},
+		{"redis, burst", "burst", "127.0.0.1:6390", "", false, 0},
+		{"redis, auto-pipelined", "closed", "127.0.0.1:6390", "", true, 0},
+		{"redis, single admission, auto-pipelined", "closed", "127.0.0.1:6390", "", true, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := config{scenario: c.scenario, activities: 3, stock: 70, limit: 2, actPrefix: "b-"}
 			spec := gatewaySpec{
-				Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: c.redisAddr, AutoPipeline: c.pipeline, AdmitBatch: c.batch, RedisLayout: c.layout,
+				Listen: "127.0.0.1:18080", Admin: "127.0.0.1:12019", RedisAddr: c.redisAddr, AutoPipeline: c.pipeline, AdmitBatch: c.batch,
 				JWTSecret: strings.Repeat("j", 40), URLSecret: strings.Repeat("u", 40),
 				IPRate: "20/s burst 40", UserRate: "10/s burst 5",
 				Prefix: "/seckill", BaselinePath: "/baseline", OrdersDB: c.ordersDB,
@@ -105,9 +103,6 @@ func TestGatewayConfigAdapts(t *testing.T) {
 			}
 			if ab, _ := get(app, "store", "admit_batch").(float64); int(ab) != c.batch {
 				t.Errorf("store admit_batch = %v, want %d:\n%s", ab, c.batch, text)
-			}
-			if l, _ := get(app, "store", "layout").(float64); int(l) != c.layout {
-				t.Errorf("store layout = %v, want %d:\n%s", l, c.layout, text)
 			}
 			js, _ := json.Marshal(got)
 			if c.ordersDB != "" {
@@ -226,9 +221,6 @@ func TestRunFlagErrors(t *testing.T) {
 		{"-gateway-bin", "x", "-users", "0"},
 		{"-gateway-bin", "x", "-redis-admit-batch", "1"}, // store memory: the option would be ignored
 		{"-gateway-bin", "x", "-redis-autopipeline"},
-		{"-gateway-bin", "x", "-redis-layout", "2"},                    // store memory: the option would be ignored
-		{"-gateway-bin", "x", "-store", "redis", "-redis-layout", "3"}, // no such layout
-		{"-target", "http://127.0.0.1:1", "-jwt-secret", "0123456789abcdef0123456789abcdef", "-store", "redis", "-redis-layout", "2"},
 		{"-gateway-bin", "x", "-buckets", "8"},                                   // store memory: buckets need redis
 		{"-gateway-bin", "x", "-store", "redis", "-buckets", "1"},                // 2 to 256
 		{"-gateway-bin", "x", "-store", "redis", "-buckets", "257"},              // 2 to 256

@@ -48,7 +48,6 @@ type config struct {
 	redisCluster bool
 	autoPipeline bool
 	admitBatch   int
-	redisLayout  int
 	orders       string
 	ordersBin    string
 	reconcileDB  string
@@ -121,7 +120,6 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.redisCluster, "redis-cluster", false, "store redis: -redis-addr lists the nodes of a running Redis Cluster, comma-separated (e.g. with -buckets, to spread a split activity over its masters)")
 	fs.StringVar(&c.redisBin, "redis-bin", "redis-server", "store redis: the redis-server binary to start")
 	fs.BoolVar(&c.autoPipeline, "redis-autopipeline", false, "store redis: turn on the gateway's auto_pipeline option (go-redis's auto-pipeliner for the hot calls)")
-	fs.IntVar(&c.redisLayout, "redis-layout", 0, "store redis: the gateway's layout option, the Redis key layout of the activities the sale creates (2: one field per user, docs/admission.md); 0 keeps the gateway's default")
 	fs.IntVar(&c.admitBatch, "redis-admit-batch", 0, "store redis: the gateway's admit_batch (1 turns group admission off); 0 keeps the gateway's default")
 	fs.StringVar(&c.orders, "orders", "none", "the order backend: none; embedded (the gateway's orders option, SQLite in the work directory; reconcile through the admin API); standalone (cmd/orderbackend started by the bench, store redis only). With one, winners poll until their order exists and reconcile runs at the end")
 	fs.StringVar(&c.ordersBin, "orderbackend-bin", "", "-orders standalone: the cmd/orderbackend binary (-build builds it)")
@@ -226,14 +224,11 @@ func (c *config) validate() error {
 	}
 	// Options of the gateway's store, or of the gateway the bench starts, are refused where they
 	// would be ignored: a run that silently measured the default would be reported as the variant.
-	if c.redisLayout < 0 || c.redisLayout > 2 {
-		bad("-redis-layout %d: want 1 or 2, or 0 for the gateway's default", c.redisLayout)
+	if c.store != "redis" && (c.autoPipeline || c.admitBatch != 0) {
+		bad("-redis-autopipeline and -redis-admit-batch need -store redis")
 	}
-	if c.store != "redis" && (c.autoPipeline || c.admitBatch != 0 || c.redisLayout != 0) {
-		bad("-redis-autopipeline, -redis-admit-batch and -redis-layout need -store redis")
-	}
-	if c.target != "" && (c.autoPipeline || c.admitBatch != 0 || c.redisLayout != 0 || c.buckets != 0 || c.redisCluster || len(c.gatewayEnv) > 0) {
-		bad("-redis-autopipeline, -redis-admit-batch, -redis-layout, -buckets, -redis-cluster and -gateway-env configure the gateway the bench starts: with -target, set them on the running gateway")
+	if c.target != "" && (c.autoPipeline || c.admitBatch != 0 || c.buckets != 0 || c.redisCluster || len(c.gatewayEnv) > 0) {
+		bad("-redis-autopipeline, -redis-admit-batch, -buckets, -redis-cluster and -gateway-env configure the gateway the bench starts: with -target, set them on the running gateway")
 	}
 	switch c.orders {
 	case "none", "embedded":

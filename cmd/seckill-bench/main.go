@@ -104,7 +104,7 @@ func gatewayConfig(cfg config, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	spec := gatewaySpec{
-		Listen: cfg.listen, Admin: cfg.adminListen, RedisAddr: cfg.redisAddr, AutoPipeline: cfg.autoPipeline, AdmitBatch: cfg.admitBatch, RedisLayout: cfg.redisLayout,
+		Listen: cfg.listen, Admin: cfg.adminListen, RedisAddr: cfg.redisAddr, AutoPipeline: cfg.autoPipeline, AdmitBatch: cfg.admitBatch,
 		RedisCluster: cfg.redisCluster,
 		JWTSecret:    cfg.jwtSecret, URLSecret: randomSecret(),
 		IPRate: cfg.ipRate, UserRate: cfg.userRate,

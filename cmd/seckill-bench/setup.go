@@ -122,7 +122,7 @@ func setup(ctx context.Context, cfg *config, log io.Writer) (_ *environment, err
 	}
 	e.base, e.admin, e.started = "http://"+listen, "http://"+adminAddr, true
 	e.spec = gatewaySpec{
-		Listen: listen, Admin: adminAddr, RedisAddr: e.redisAddr, AutoPipeline: cfg.autoPipeline, AdmitBatch: cfg.admitBatch, RedisLayout: cfg.redisLayout,
+		Listen: listen, Admin: adminAddr, RedisAddr: e.redisAddr, AutoPipeline: cfg.autoPipeline, AdmitBatch: cfg.admitBatch,
 		RedisCluster: cfg.redisCluster,
 		JWTSecret:    cfg.jwtSecret, URLSecret: randomSecret(),
 		IPRate: cfg.ipRate, UserRate: cfg.userRate,

@@ -3,10 +3,14 @@
 -- KEYS: parent meta, parent intents
 -- ARGV: force ('1' deletes while the window is open), mode ('check' or 'delete')
 -- Reply: the number of keys deleted (mode delete), 1 (mode check).
--- Errors: UNKNOWN_ACTIVITY, RUNNING.
-local m = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'buckets')
+-- Errors: UNKNOWN_ACTIVITY, RUNNING, LAYOUT (an activity of an earlier build's key layout, whose
+-- keys this build does not know: nothing deleted).
+local m = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'buckets', 'layout')
 if not m[1] or not m[3] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
+end
+if m[4] ~= '2' then
+  return redis.error_reply('LAYOUT no layout 2 in ' .. KEYS[1])
 end
 if ARGV[1] ~= '1' then
   local t = redis.call('TIME')

@@ -1,24 +1,24 @@
 -- Re-delivers a consumer's own pending entries with their delivery counts, atomically (a
 -- consumer's history read counts as a delivery), up to count wins not yet acknowledged. As in
--- read_new.lua, a layout-2 entry (several wins) is read one at a time and the last may carry the
--- read past count; a layout-1 stream is read in one more XREADGROUP after its first entry. A
--- layout-2 entry comes with the win numbers ack_v2.lua recorded as acknowledged, which the
--- caller leaves out.
+-- read_new.lua, entries are read one at a time and the last may carry the read past count. An
+-- entry comes with the win numbers ack.lua recorded as acknowledged, which the caller leaves out.
 -- KEYS: meta, orders, acked
 -- ARGV: group, consumer, count (wins)
--- Reply: {{id, deliveries, {field, value, ...}, acked}, ...}, acked as in ack_v2.lua ('' for none).
--- Errors: UNKNOWN_ACTIVITY, NOGROUP.
+-- Reply: {{id, deliveries, {field, value, ...}, acked}, ...}, acked as in ack.lua ('' for none).
+-- Errors: UNKNOWN_ACTIVITY, LAYOUT (an activity of an earlier build's key layout), NOGROUP.
 -- A split activity's parent (its 'buckets' field) is UNKNOWN_ACTIVITY too: the caller's bucket
 -- count is stale, and it looks the count up again.
-if redis.call('EXISTS', KEYS[1]) == 0 or redis.call('HEXISTS', KEYS[1], 'buckets') == 1 then
+local m = redis.call('HMGET', KEYS[1], 'start_ms', 'buckets', 'layout')
+if not m[1] or m[2] then
   return redis.error_reply('UNKNOWN_ACTIVITY no such activity')
 end
+if m[3] ~= '2' then
+  return redis.error_reply('LAYOUT no layout 2 in ' .. KEYS[1])
+end
 local want = tonumber(ARGV[3])
-local out, got, last, layout2 = {}, 0, '0', nil
+local out, got, last = {}, 0, '0'
 while got < want do
-  local step = 1
-  if layout2 == false then step = want - got end
-  local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', step, 'STREAMS', KEYS[2], last)
+  local r = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', KEYS[2], last)
   if not r or #r[1][2] == 0 then
     break
   end
@@ -26,19 +26,13 @@ while got < want do
     last = e[1]
     local f = e[2]
     if f then -- an entry deleted from the stream comes back without fields
-      if layout2 == nil then layout2 = f[3] == 'left' end
       local p = redis.call('XPENDING', KEYS[2], ARGV[1], e[1], e[1], 1)
       local d = p[1] and p[1][4] or 1
-      if f[3] == 'left' then
-        local a = redis.call('HGET', KEYS[3], e[1] .. ' ' .. ARGV[1]) or ''
-        out[#out + 1] = {e[1], d, f, a}
-        local acked = 0
-        if a ~= '' then acked = select(2, string.gsub(a, ',', ',')) - 1 end
-        got = got + (#f - 4) / 2 - acked
-      else
-        out[#out + 1] = {e[1], d, f, ''}
-        got = got + 1
-      end
+      local a = redis.call('HGET', KEYS[3], e[1] .. ' ' .. ARGV[1]) or ''
+      out[#out + 1] = {e[1], d, f, a}
+      local acked = 0
+      if a ~= '' then acked = select(2, string.gsub(a, ',', ',')) - 1 end
+      got = got + (#f - 4) / 2 - acked
     end
   end
 end

@@ -3,7 +3,6 @@ package orderbackend
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -11,69 +10,59 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// TestRedisLayout2Consumer: consumers on a layout-2 wins queue (docs/admission.md, "The wins
-// queue": one stream entry per admission call, a win per user pair). Consumer c1 reads two
-// multi-win entries, makes the orders of two wins of the first and acknowledges them, then dies;
-// c2 claims both entries and makes the orders of the five other wins only: the acknowledged
-// ones are not delivered again (no redelivery), and every win has one order.
-func TestRedisLayout2Consumer(t *testing.T) {
+// TestRedisMultiWinConsumer: consumers on the Redis wins queue (docs/admission.md, "The wins
+// queue": one stream entry per admission call, a win per user pair). Grouped Admits put seven wins
+// (u5's two among them) in one entry behind a one-win entry. Consumer c1 reads both entries, makes
+// the orders of two wins of the multi-win entry and acknowledges them, then dies; c2 claims both
+// entries and makes the orders of the six other wins only: the acknowledged ones are not
+// delivered again (no redelivery), and every win has one order.
+func TestRedisMultiWinConsumer(t *testing.T) {
 	e := newRedisPostgres(t, testsrv.StartPostgres(t))
 	ctx := context.Background()
-	e.openActivity(t, "l2sale", 20, 2, time.Minute)
-	meta := "seckill:{l2sale}:meta"
-	if err := e.client.HSet(ctx, meta, "layout", "2").Err(); err != nil {
-		t.Fatal(err)
-	}
-	// The prototype's admit.lua (admission/testdata/wonlayout) with admit_v2.lua's wins count.
-	src, err := os.ReadFile("../admission/testdata/wonlayout/admit.lua")
+	// One admission call in flight per activity: while the first is held, the others queue and
+	// go together in the next call.
+	s, err := redisstore.New(e.client, redisstore.Options{KeyPrefix: "seckill", AdmitBatch: 64, AdmitInFlight: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	const xadd = "local e = redis.call('XADD', unpack(x)) .. '-'\n"
-	if strings.Count(string(src), xadd) != 1 {
-		t.Fatal("the prototype admit.lua no longer has its one XADD line")
+	t.Cleanup(func() { _ = s.Close() })
+	e.store = s // the env's own store shares e.client (closing it would close the client)
+	e.openActivity(t, "msale", 20, 2, time.Minute)
+	a, b, reqs := groupedAdmits(t, e, "msale",
+		admission.Request{User: "u0", Qty: 1, RequestID: "r0"},
+		admission.Request{User: "u1", Qty: 1, RequestID: "r1"}, admission.Request{User: "u2", Qty: 1, RequestID: "r2"},
+		admission.Request{User: "u3", Qty: 2, RequestID: "r3"}, admission.Request{User: "u4", Qty: 1, RequestID: "r4"},
+		admission.Request{User: "u5", Qty: 1, RequestID: "r5"}, admission.Request{User: "u6", Qty: 1, RequestID: "r6"},
+		admission.Request{User: "u5", Qty: 1, RequestID: "r5b"})
+	if len(a) != 1 || len(b) != 7 {
+		t.Fatalf("entries of %d and %d wins, want 1 and 7", len(a), len(b))
 	}
-	admit := redis.NewScript(strings.Replace(string(src), xadd, xadd+"  redis.call('HINCRBY', KEYS[1], 'wins', nw)\n", 1))
-	keys := []string{meta, "seckill:{l2sale}:stock", "seckill:{l2sale}:users", "seckill:{l2sale}:orders"}
-	call := func(args ...any) []string {
-		t.Helper()
-		reply, err := admit.Run(ctx, e.client, keys, args...).Slice()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for i := 0; i < len(reply); i += 4 {
-			if reply[i].(int64) != 1 {
-				t.Fatalf("admit %v: %v", args, reply)
-			}
-			ids = append(ids, reply[i+2].(string))
-		}
-		return ids
-	}
-	a := call("u1", "1", "r1", "u2", "1", "r2", "u3", "2", "r3", "u4", "1", "r4")
-	b := call("u5", "1", "r5", "u6", "1", "r6", "u5", "1", "r5b")
 	all := append(slices.Clone(a), b...)
+	var u3 string // u3's reservation, of 2 items
+	for r, q := range reqs {
+		if q.User == "u3" {
+			u3 = r
+		}
+	}
 
 	// c1's life: read both entries, make and publish two orders of a, acknowledge them, die.
-	if err := e.store.EnsureGroup(ctx, "l2sale", DefaultGroup); err != nil {
+	if err := e.store.EnsureGroup(ctx, "msale", DefaultGroup); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.repo.EnsureStock(ctx, "l2sale", 20); err != nil {
+	if err := e.repo.EnsureStock(ctx, "msale", 20); err != nil {
 		t.Fatal(err)
 	}
-	ws, err := e.store.ReadGroup(ctx, "l2sale", DefaultGroup, "c1", 64, 0, false)
-	if err != nil || len(ws) != 7 {
-		t.Fatalf("read = %+v, %v; want 7 wins", ws, err)
+	ws, err := e.store.ReadGroup(ctx, "msale", DefaultGroup, "c1", 64, 0, false)
+	if err != nil || len(ws) != 8 || ws[0].ReservationID != a[0] || ws[1].ReservationID != b[0] {
+		t.Fatalf("read = %+v, %v; want the 8 wins, the one-win entry first", ws, err)
 	}
 	first := map[string]string{}
-	for _, w := range ws[:2] {
+	for _, w := range ws[1:3] {
 		o, _, err := e.repo.CreateOrder(ctx, NewOrder{ID: NewOrderID(), Activity: w.Activity, ReservationID: w.ReservationID,
 			User: w.User, Qty: w.Qty, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Minute)})
 		if err != nil {
@@ -84,25 +73,25 @@ func TestRedisLayout2Consumer(t *testing.T) {
 		}
 		first[w.ReservationID] = o.ID
 	}
-	if err := e.store.Ack(ctx, "l2sale", DefaultGroup, ws[0].ID, ws[1].ID); err != nil {
+	if err := e.store.Ack(ctx, "msale", DefaultGroup, ws[1].ID, ws[2].ID); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := e.store.Backlog(ctx, "l2sale", DefaultGroup); err != nil || n != 5 {
-		t.Fatalf("backlog after c1's partial ack = %d, %v; want 5", n, err)
+	if n, err := e.store.Backlog(ctx, "msale", DefaultGroup); err != nil || n != 6 {
+		t.Fatalf("backlog after c1's partial ack = %d, %v; want 6", n, err)
 	}
 
 	// c2 claims the entries once they are idle, and does the rest.
 	m := new(Metrics)
-	e.startConsumer(t, "l2sale", e.consumerOpts("c2", m))
-	eventually(t, "five orders made by c2", func() bool { return m.OrdersCreated.Load() == 5 })
+	e.startConsumer(t, "msale", e.consumerOpts("c2", m))
+	eventually(t, "six orders made by c2", func() bool { return m.OrdersCreated.Load() == 6 })
 	eventually(t, "backlog 0", func() bool {
-		n, err := e.store.Backlog(ctx, "l2sale", DefaultGroup)
+		n, err := e.store.Backlog(ctx, "msale", DefaultGroup)
 		return err == nil && n == 0
 	})
 	if m.Redelivered.Load() != 0 {
 		t.Errorf("%d wins delivered again: acknowledged wins must not be", m.Redelivered.Load())
 	}
-	orders := e.orders(t, "l2sale")
+	orders := e.orders(t, "msale")
 	var got []string
 	byUser := map[string]int{}
 	for _, o := range orders {
@@ -111,8 +100,8 @@ func TestRedisLayout2Consumer(t *testing.T) {
 		if id, ok := first[o.ReservationID]; ok && id != o.ID {
 			t.Errorf("order %s for %s is not the one c1 made", o.ID, o.ReservationID)
 		}
-		if o.ReservationID == a[2] && (o.User != "u3" || o.Qty != 2) {
-			t.Errorf("order of %s = %+v, want u3's 2 items", a[2], o)
+		if o.ReservationID == u3 && (o.User != "u3" || o.Qty != 2) {
+			t.Errorf("order of %s = %+v, want u3's 2 items", u3, o)
 		}
 	}
 	slices.Sort(got)
@@ -125,36 +114,27 @@ func TestRedisLayout2Consumer(t *testing.T) {
 	}
 	for _, u := range []string{"u3", "u6"} {
 		eventually(t, "result of "+u, func() bool {
-			r := e.result(t, "l2sale", u)
+			r := e.result(t, "msale", u)
 			return r.Code == resultPending
 		})
 	}
-	if p, err := e.store.ReadGroup(ctx, "l2sale", DefaultGroup, "c2", 64, 0, true); err != nil || len(p) != 0 {
+	if p, err := e.store.ReadGroup(ctx, "msale", DefaultGroup, "c2", 64, 0, true); err != nil || len(p) != 0 {
 		t.Fatalf("c2's pending = %+v, %v; want none", p, err)
 	}
 }
 
-// TestRedisLayout2PoisonWin: one poison win of a multi-win layout-2 entry (docs/admission.md,
-// "The wins queue"). Concurrent Admits on a layout-2 store with group admission put several wins
-// in one stream entry; the database refuses the order of one of them every time (a trigger on its
-// reservation). The consumer dead-letters that win after MaxDeliveries and gives its items back
+// TestRedisMultiWinPoisonWin: one poison win of a multi-win entry of the Redis wins queue
+// (docs/admission.md, "The wins queue"). Concurrent Admits on a store with group admission put
+// several wins in one stream entry; the database refuses the order of one of them every time (a
+// trigger on its reservation). The consumer dead-letters that win after MaxDeliveries and gives its items back
 // once; the entry's other wins, and every other win, become one order each; the entry is fully
 // acknowledged. A restarted consumer's releaseDeadLetters does not give the items back again.
-func TestRedisLayout2PoisonWin(t *testing.T) {
+func TestRedisMultiWinPoisonWin(t *testing.T) {
 	e := newRedisPostgres(t, testsrv.StartPostgres(t))
 	ctx := context.Background()
-	s, err := redisstore.New(e.client, redisstore.Options{KeyPrefix: "seckill", Layout: 2, AdmitBatch: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	// The env's layout-1 store shares e.client (closing it would close the client); it holds nothing.
-	e.store = s
-	const act, stock = "l2poison", 200
+	s := e.store // group admission (AdmitBatch 64, the default)
+	const act, stock = "mpoison", 200
 	e.openActivity(t, act, stock, 2, time.Minute)
-	if l, err := e.client.HGet(ctx, "seckill:{"+act+"}:meta", "layout").Result(); err != nil || l != "2" {
-		t.Fatalf("activity layout = %q, %v; want 2", l, err)
-	}
 
 	// Rounds of concurrent admissions until some entry holds 2+ wins (group admission: callers
 	// that arrive while a script call is in flight share the next one).
@@ -272,7 +252,7 @@ func TestRedisLayout2PoisonWin(t *testing.T) {
 	if p, err := e.client.XPending(ctx, "seckill:{"+act+"}:orders", DefaultGroup).Result(); err != nil || p.Count != 0 {
 		t.Errorf("pending entries = %+v, %v; want none", p, err)
 	}
-	// (ack_v2.lua: field "<entry> <group>" lists a partly acknowledged entry's wins; "n <group>" counts.)
+	// (ack.lua: field "<entry> <group>" lists a partly acknowledged entry's wins; "n <group>" counts.)
 	if fs, err := e.client.HKeys(ctx, "seckill:{"+act+"}:acked").Result(); err != nil || !slices.Equal(fs, []string{"n " + DefaultGroup}) {
 		t.Errorf(":acked fields = %q, %v; want only the group's count once every win is acknowledged", fs, err)
 	}
@@ -305,7 +285,7 @@ func TestRedisLayout2PoisonWin(t *testing.T) {
 	e.requireReconciled(t, act)
 }
 
-// winNumber is k of a layout-2 reservation "E-k".
+// winNumber is k of a reservation "E-k" (win k of stream entry E).
 func winNumber(t *testing.T, r string) int {
 	t.Helper()
 	k, err := strconv.Atoi(r[strings.LastIndexByte(r, '-')+1:])
@@ -313,4 +293,76 @@ func winNumber(t *testing.T, r string) int {
 		t.Fatalf("reservation %q is not E-k: %v", r, err)
 	}
 	return k
+}
+
+// groupedAdmits admits lead alone and then the rest in one script call, through the store's
+// Admit (group admission with one call in flight per activity, AdmitInFlight 1): CLIENT PAUSE
+// WRITE holds lead's call in the server while the others queue behind it in the store. It
+// returns the reservations of the two calls' wins, the rest's in their order in the entry (win 1
+// first), and the request of each reservation; it fails unless each call's wins share one stream
+// entry.
+func groupedAdmits(t *testing.T, e *env, act string, lead admission.Request, rest ...admission.Request) (first, group []string, reqs map[string]admission.Request) {
+	t.Helper()
+	ctx := context.Background()
+	if err := e.client.Do(ctx, "CLIENT", "PAUSE", "3000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unpaused := false
+	defer func() {
+		if !unpaused {
+			_ = e.client.Do(ctx, "CLIENT", "UNPAUSE").Err()
+		}
+	}()
+	type answer struct {
+		d   admission.Decision
+		err error
+		req admission.Request
+	}
+	reqs = map[string]admission.Request{}
+	admit := func(r admission.Request) chan answer {
+		r.Activity = act
+		ch := make(chan answer, 1)
+		go func() {
+			d, err := e.store.Admit(ctx, r)
+			ch <- answer{d, err, r}
+		}()
+		return ch
+	}
+	leadCh := admit(lead)
+	// The lead's call is in the server, held by the pause.
+	eventually(t, "the first admission held", func() bool {
+		info, err := e.client.Info(ctx, "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:1\r")
+	})
+	chs := make([]chan answer, len(rest))
+	for i, r := range rest {
+		chs[i] = admit(r)
+	}
+	time.Sleep(200 * time.Millisecond) // the callers queue behind the held call
+	if err := e.client.Do(ctx, "CLIENT", "UNPAUSE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unpaused = true
+	reservations := func(chs ...chan answer) []string {
+		var ids []string
+		entry := ""
+		for _, ch := range chs {
+			a := <-ch
+			if a.err != nil || a.d.Outcome != admission.Won || a.d.Replayed {
+				t.Fatalf("admit: %+v, %v; want a new win", a.d, a.err)
+			}
+			e := a.d.ReservationID[:strings.LastIndexByte(a.d.ReservationID, '-')]
+			if entry != "" && e != entry {
+				t.Fatalf("wins of one call in entries %s and %s: the queued admissions did not share a call", entry, e)
+			}
+			entry = e
+			ids = append(ids, a.d.ReservationID)
+			reqs[a.d.ReservationID] = a.req
+		}
+		return ids
+	}
+	first = reservations(leadCh)
+	group = reservations(chs...)
+	slices.SortFunc(group, func(a, b string) int { return winNumber(t, a) - winNumber(t, b) })
+	return first, group, reqs
 }

@@ -14,14 +14,14 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
-// Raw views of a layout-2 wins queue (docs/admission.md, "The wins queue"): one stream entry
+// Raw views of the wins queue (docs/admission.md, "The wins queue"): one stream entry
 // per admission call holds all its wins (fields at, left, then a user and "<qty> <request id>"
 // pair per win); win k of entry E is "E-k"; the group's acknowledged win numbers of a pending
 // entry are the hash :acked's field "<E> <group>" (",k1,k2,...,"), and the entry is XACKed once
-// all are in it (admission/lua/ack_v2.lua). The views read Redis directly, not through the
+// all are in it (admission/redisstore/lua/ack.lua). The views read Redis directly, not through the
 // store's scripts, so that they check what the scripts wrote.
 
-// entryWins is a layout-2 entry's id and number of wins.
+// entryWins is an entry's id and number of wins.
 type entryWins struct {
 	id   string
 	wins int64
@@ -37,7 +37,7 @@ func (e *env) rawEntries(ctx context.Context, stream, start, end string) ([]entr
 	return parseEntries(stream, v)
 }
 
-// parseEntries reads a raw XRANGE reply of layout-2 entries.
+// parseEntries reads a raw XRANGE reply of entries.
 func parseEntries(stream string, v []any) ([]entryWins, error) {
 	out := make([]entryWins, 0, len(v))
 	for _, x := range v {
@@ -48,14 +48,14 @@ func parseEntries(stream string, v []any) ([]entryWins, error) {
 		id, _ := pair[0].(string)
 		fields, _ := pair[1].([]any)
 		if len(fields) < 6 || len(fields)%2 != 0 || fields[0] != "at" || fields[2] != "left" {
-			return nil, fmt.Errorf("XRANGE %s: entry %s is not a layout-2 entry: %v", stream, id, fields)
+			return nil, fmt.Errorf("XRANGE %s: entry %s is not an entry of wins: %v", stream, id, fields)
 		}
 		out = append(out, entryWins{id: id, wins: int64(len(fields)-4) / 2})
 	}
 	return out, nil
 }
 
-// ackedKey is the layout-2 hash of acknowledged win numbers beside a wins stream.
+// ackedKey is the hash of acknowledged win numbers beside a wins stream.
 func ackedKey(stream string) string { return strings.TrimSuffix(stream, ":orders") + ":acked" }
 
 // ackedCount is how many numbers a :acked field (",k1,k2,...,") lists.
@@ -66,7 +66,7 @@ func ackedCount(v string) int64 {
 	return int64(strings.Count(v, ",") - 1)
 }
 
-// splitWin cuts a layout-2 win id "E-k" into its entry id and win number.
+// splitWin cuts a win id "E-k" into its entry id and win number.
 func splitWin(id string) (entry string, k int64, ok bool) {
 	i := strings.LastIndexByte(id, '-')
 	if i < 0 {
@@ -80,7 +80,7 @@ func splitWin(id string) (entry string, k int64, ok bool) {
 }
 
 // queuedWins is the activity's wins ever queued, as the store reports them (Snapshot.Queued:
-// :meta's wins counter in layout 2).
+// :meta's wins counter).
 func (e *env) queuedWins() int64 {
 	e.t.Helper()
 	snap, err := e.store.Activity(context.Background(), e.act.id)
@@ -192,7 +192,7 @@ func (e *env) backlogWins() (pending, lag int64, err error) {
 	return pending, lag, nil
 }
 
-// entriesAfter are the layout-2 entries of the activity's stream after id ("-" for all).
+// entriesAfter are the entries of the activity's stream after id ("-" for all).
 func (e *env) entriesAfter(id string) []entryWins {
 	e.t.Helper()
 	start := "-"
@@ -219,13 +219,13 @@ func (e *env) lastEntry() string {
 	return xs[0].ID
 }
 
-// winInStream reports whether the layout-2 win id ("E-k", the reservation without its bucket)
+// winInStream reports whether the win id ("E-k", the reservation without its bucket)
 // is win k of an entry E of stream.
 func (e *env) winInStream(stream, id string) bool {
 	e.t.Helper()
 	entry, k, ok := splitWin(id)
 	if !ok {
-		e.t.Fatalf("reservation %q is not a layout-2 win id E-k", id)
+		e.t.Fatalf("reservation %q is not a win id E-k", id)
 	}
 	es, err := e.rawEntries(context.Background(), stream, entry, entry)
 	if err != nil {
@@ -234,13 +234,13 @@ func (e *env) winInStream(stream, id string) bool {
 	return len(es) == 1 && k <= es[0].wins
 }
 
-// winOf is one win of a layout-2 entry: its buyer and quantity.
+// winOf is one win of an entry: its buyer and quantity.
 type winOf struct {
 	user string
 	qty  int64
 }
 
-// entryPairs reads the wins of the layout-2 entry id of the activity's stream, in order (win k is
+// entryPairs reads the wins of the entry id of the activity's stream, in order (win k is
 // the k-th).
 func (e *env) entryPairs(ctx context.Context, id string) ([]winOf, error) {
 	stream := e.streamKey()
@@ -359,18 +359,18 @@ func (e *env) ackedEntryFields() []string {
 	return out
 }
 
-// requireMultiWinEntries fails the test unless some entry of the activity's layout-2 streams holds
-// 2+ wins: a sale of one-win entries would leave layout 2's queue untested.
+// requireMultiWinEntries fails the test unless some entry of the activity's streams holds 2+
+// wins: a sale of one-win entries would leave the queue's multi-win entries untested.
 func (e *env) requireMultiWinEntries() {
 	e.t.Helper()
 	wins, entries, multi := e.multiWinEntries()
 	if multi == 0 {
-		e.t.Fatalf("the sale's %d wins are %d entries of one win each: layout 2's entries untested", wins, entries)
+		e.t.Fatalf("the sale's %d wins are %d entries of one win each: multi-win entries untested", wins, entries)
 	}
 	e.t.Logf("the sale's %d wins are %d entries, %d of them with 2+ wins", wins, entries, multi)
 }
 
-// multiWinEntries counts the wins and the entries of the activity's layout-2 streams (one, or one
+// multiWinEntries counts the wins and the entries of the activity's streams (one, or one
 // per bucket), and the entries among them that hold 2+ wins.
 func (e *env) multiWinEntries() (wins, entries, multi int64) {
 	e.t.Helper()

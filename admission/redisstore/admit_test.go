@@ -7,24 +7,36 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// TestRedisAdmitV2Commands pins the commands admit_v2.lua runs per call, whatever the batch: one
+// TestRedisAdmitCommands pins the commands admit.lua runs per call, whatever the batch: one
 // HMGET of :users for all the call's users (an HGET for a call of one request) and one HSET of
 // every field it changes (a redis.call costs thousands of instructions, so the won path runs none
 // per request or per win).
 // It counts them in INFO commandstats of a private server, reset before each call.
-func TestRedisAdmitV2Commands(t *testing.T) {
+func TestRedisAdmitCommands(t *testing.T) {
 	ctx := context.Background()
-	_, s, raw := redisLayoutStores(t) // s creates layout-2 activities
-	if _, err := s.Define(ctx, redisTestActivity("cmds", 1<<40, 1), false); err != nil {
-		t.Fatal(err)
-	}
-	sha, err := raw.ScriptLoad(ctx, luaAdmitV2).Result()
+	srv := testsrv.StartRedis(t)
+	raw := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = raw.Close() })
+	s, err := New(redis.NewClient(&redis.Options{Addr: srv.Addr}), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := s.admitKeysV2("cmds")
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := s.Define(ctx, redisTestActivity("cmds", 1<<40, 1), false); err != nil {
+		t.Fatal(err)
+	}
+	sha, err := raw.ScriptLoad(ctx, luaAdmit).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := s.admitKeys("cmds")
 	// call runs the script for the users with request id "r" and returns its answers and the
 	// commands the server ran for it (name → calls), the script's own EVALSHA included.
 	call := func(users ...string) ([]any, map[string]int64) {
@@ -120,4 +132,75 @@ func commandCalls(t *testing.T, info string) map[string]int64 {
 		calls[name] = n
 	}
 	return calls
+}
+
+// TestRedisAdmitOOM checks the admission script's write order under maxmemory: a server over its
+// limit (noeviction) refuses a script's write command only while the script has written nothing,
+// so the call's first write (DECRBY for a call with a win, the HSET of the user's field for a
+// replay) fails and the call leaves nothing behind: no stock taken, no stream entry, no counter,
+// no user field. (A server under its limit when the call starts refuses none of its writes.)
+func TestRedisAdmitOOM(t *testing.T) {
+	srv := testsrv.StartRedis(t, testsrv.WithArgs("--maxmemory-policy", "noeviction"))
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	s, err := New(client, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	if _, err := s.Define(ctx, redisTestActivity("oom", 10, 1), true); err != nil {
+		t.Fatal(err)
+	}
+	// admit runs one script call of the store's group admission for (user, request id) pairs,
+	// qty 1, and returns the first error.
+	admit := func(reqs ...string) error {
+		var calls []*admitCall
+		for i := 0; i+1 < len(reqs); i += 2 {
+			calls = append(calls, &admitCall{req: admission.Request{Activity: "oom", User: reqs[i], Qty: 1, RequestID: reqs[i+1]}, done: make(chan struct{}, 1)})
+		}
+		s.runAdmitBatch(ctx, "oom", calls)
+		var err error
+		for _, c := range calls {
+			<-c.done
+			if err == nil {
+				err = c.answer.err
+			}
+		}
+		return err
+	}
+	// One win before the limit: its field makes the second call below a replay.
+	if err := admit("u0", "r0"); err != nil {
+		t.Fatal(err)
+	}
+	state := func() string {
+		return fmt.Sprint(client.Get(ctx, s.key("oom", "stock")).Val(), client.XLen(ctx, s.key("oom", "orders")).Val(),
+			client.HGetAll(ctx, s.key("oom", "users")).Val(), client.HMGet(ctx, s.key("oom", "meta"), "wins", "buyers").Val())
+	}
+	before := state()
+	if err := client.Set(ctx, "filler", strings.Repeat("x", 4<<20), 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.ConfigSet(ctx, "maxmemory", "1mb").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, reqs := range [][]string{
+		{"u1", "r1"},             // a win: DECRBY is the first write
+		{"u0", "r0"},             // a replay: the rewrite of its field is the first write
+		{"u2", "r2", "u0", "r0"}, // both in one call
+	} {
+		err := admit(reqs...)
+		if err == nil || !strings.Contains(err.Error(), "OOM") {
+			t.Fatalf("%v over maxmemory: err %v, want OOM", reqs, err)
+		}
+		if got := state(); got != before {
+			t.Fatalf("%v over maxmemory wrote: %s, was %s", reqs, got, before)
+		}
+	}
+	if err := client.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admit("u1", "r1"); err != nil {
+		t.Fatalf("after the limit was lifted: %v", err)
+	}
 }

@@ -1,13 +1,19 @@
--- Acknowledges wins of layout-2 entries (one entry per admission call, win k of entry E is
--- "E-k"). The group's acknowledged win numbers of a pending entry are kept in :acked, field
--- "<entry> <group>", as ",k1,k2,...,"; once every win of the entry is in it the entry is XACKed
--- and the field deleted. The group's count of acknowledged wins, field "n <group>", rises by the
--- wins newly acknowledged (Backlog is :meta's wins less it). A win of an entry that is not pending
--- in the group (never delivered, already done, or unknown), or acknowledged before, is left
--- alone, as XACK leaves an id it does not know: acknowledging twice is harmless and counts once.
+-- Acknowledges wins (an entry of the wins stream holds the wins of one admission call, and win k of
+-- entry E is "E-k"). The group's acknowledged win numbers of a pending entry are kept in :acked,
+-- field "<entry> <group>", as ",k1,k2,...,"; once every win of the entry is in it the entry is
+-- XACKed and the field deleted. The group's count of acknowledged wins, field "n <group>", rises by
+-- the wins newly acknowledged (Backlog is :meta's wins less it). A win of an entry that is not
+-- pending in the group (never delivered, already done, or unknown), or acknowledged before, is left
+-- alone, as XACK leaves an id it does not know: acknowledging twice is harmless and counts once. So
+-- is acknowledging wins of an activity that does not exist.
 -- KEYS: meta, orders, acked
 -- ARGV: group, then entry id and win number pairs
 -- Reply: the wins newly acknowledged.
+-- Errors: LAYOUT (an activity of an earlier build's key layout: nothing written).
+local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout')
+if m[1] and m[2] ~= '2' then
+  return redis.error_reply('LAYOUT no layout 2 in ' .. KEYS[1])
+end
 local group = ARGV[1]
 local order, wins = {}, {}
 for i = 2, #ARGV, 2 do
