@@ -59,7 +59,3 @@ func (e *ReplicationError) Error() string {
 
 // Unwrap returns ErrNotReplicated.
 func (e *ReplicationError) Unwrap() error { return ErrNotReplicated }
-
-func BadInput(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrBadInput, fmt.Sprintf(format, args...))
-}

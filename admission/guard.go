@@ -2,6 +2,8 @@ package admission
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -320,4 +322,355 @@ func (g *Guard) probeFlagged(ctx context.Context) {
 			g.loadHolders(ctx, id, f, v)
 		}
 	}
+}
+
+// Breaker defaults, chosen for a store that answers in about a millisecond: five failures in a row
+// mean it is down, not slow, and two seconds is long enough for a Redis failover to start.
+const (
+	DefaultConsecutiveFailures = 5
+	DefaultOpenTimeout         = 2 * time.Second
+	DefaultHalfOpenRequests    = 1
+	DefaultFailureWindow       = 10 * time.Second
+	DefaultRatioMinRequests    = 20
+)
+
+// breakerSettings turns the options into gobreaker settings for the breaker called name.
+func (o GuardOptions) breakerSettings(name string) gobreaker.Settings {
+	failures := o.ConsecutiveFailures
+	if failures == 0 {
+		failures = DefaultConsecutiveFailures
+	}
+	minRequests := o.RatioMinRequests
+	if minRequests == 0 {
+		minRequests = DefaultRatioMinRequests
+	}
+	ratio := o.FailureRatio
+	st := gobreaker.Settings{
+		Name:        name,
+		MaxRequests: o.HalfOpenRequests,
+		Interval:    o.FailureWindow,
+		Timeout:     o.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			if c.ConsecutiveFailures >= failures {
+				return true
+			}
+			counted := c.Requests - c.TotalExclusions
+			return ratio > 0 && counted >= minRequests && float64(c.TotalFailures) >= ratio*float64(counted)
+		},
+		IsSuccessful: storeAnswered,
+		IsExcluded:   callerGaveUp,
+	}
+	if st.MaxRequests == 0 {
+		st.MaxRequests = DefaultHalfOpenRequests
+	}
+	if st.Interval == 0 {
+		st.Interval = DefaultFailureWindow
+	}
+	if st.Timeout == 0 {
+		st.Timeout = DefaultOpenTimeout
+	}
+	if hook := o.OnStateChange; hook != nil {
+		st.OnStateChange = func(name string, from, to gobreaker.State) { hook(name, from, to) }
+	}
+	return st
+}
+
+// storeAnswered reports whether err is the store's considered answer rather than its failure: a
+// business refusal proves the store is healthy. (Rejections such as SoldOut are decisions, not
+// errors, and never reach here as failures.)
+func storeAnswered(err error) bool {
+	return err == nil ||
+		errors.Is(err, ErrBadInput) ||
+		errors.Is(err, ErrUnknownActivity) ||
+		errors.Is(err, ErrNotFound) ||
+		errors.Is(err, ErrActivityRunning) ||
+		errors.Is(err, ErrStockBelowSold) ||
+		errors.Is(err, ErrContended)
+}
+
+// callerGaveUp reports a call abandoned by its caller. It says nothing about the store, so it is
+// neither a success nor a failure: counted as a success, a burst of disconnecting clients could
+// close a half-open breaker on a store that never answered. A deadline that expired is a failure:
+// the store was too slow.
+func callerGaveUp(err error) bool {
+	return errors.Is(err, context.Canceled)
+}
+
+// BreakerRefused reports whether the guard's breaker refused a call without trying the store
+// (open, or half-open with its trial already taken).
+func BreakerRefused(err error) bool {
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
+}
+
+// busyError maps a failed call to the error the caller sees. A call the breaker refused, and a
+// store failure, both wrap ErrBusy, so the edge answers 503 busy for either; store answers
+// (ErrBadInput, ErrNotFound, ...) and cancellations pass through unchanged.
+func busyError(op, activity string, err error) error {
+	switch {
+	case BreakerRefused(err):
+		return fmt.Errorf("%s %s: %w: %w", op, activity, ErrBusy, err)
+	case storeAnswered(err), callerGaveUp(err):
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrBusy, err)
+}
+
+// call runs fn through cb and maps its error with busyError. The operation's name comes in two
+// parts so that a successful call does not pay for building it.
+func call[T any](cb *gobreaker.CircuitBreaker[struct{}], op, activity string, fn func() (T, error)) (T, error) {
+	var v T
+	_, err := cb.Execute(func() (struct{}, error) {
+		var err error
+		v, err = fn()
+		return struct{}{}, err
+	})
+	if err != nil {
+		return v, busyError(op, activity, err)
+	}
+	return v, nil
+}
+
+// holdersLoadTimeout bounds the background load of a sold-out activity's holders: it runs outside
+// any request, so nothing else would.
+const holdersLoadTimeout = 5 * time.Second
+
+// guardHolders is the immutable set of users holding items in an activity, read when its flag was
+// set. gen is the flag state it was read under; it answers only while the flag still has that
+// state, so a set that a restock made stale is never consulted, even before it is dropped.
+//
+// Why a non-holder's keyed request can only be sold out: once remaining is 0, every item is held
+// by a user in :buyers (a win takes stock and records its buyer in one atomic step), and nobody
+// can win again until stock is released, which clears the flag (restock broadcast, probe, or a
+// Release through this Guard) and with it this set. A user outside the set therefore has no win
+// to replay: the store could only answer sold_out. A user whose win was released before the
+// sell-out is outside the set too; the store would replay that released win, the Guard answers
+// sold_out, which is what their retry now amounts to. Like the flag itself, the set is as fresh
+// as the restock broadcast and the probe make it.
+type guardHolders struct {
+	gen   uint64
+	users map[string]struct{}
+}
+
+// excludes reports whether a loaded holders set for the flag state gen shows that user holds
+// nothing. Without a set for gen it says false: the caller must ask the store.
+func (f *guardFlag) excludes(gen uint64, user string) bool {
+	h := f.holders.Load()
+	if h == nil || h.gen != gen {
+		return false
+	}
+	_, ok := h.users[user]
+	return !ok
+}
+
+// holdersLoaded reports whether the set for the flag state gen is in place.
+func (f *guardFlag) holdersLoaded(gen uint64) bool {
+	h := f.holders.Load()
+	return h != nil && h.gen == gen
+}
+
+// loadHolders reads activity's holders for the flag state gen and publishes them, unless the
+// flag changed meanwhile or a load for gen is already running. A failed load leaves no set, so
+// keyed requests keep going to the store; the probe tries again.
+func (g *Guard) loadHolders(ctx context.Context, activity string, f *guardFlag, gen uint64) {
+	if f.loading.Swap(gen) == gen {
+		return
+	}
+	users, err := g.Holders(ctx, activity)
+	if err != nil {
+		f.loading.CompareAndSwap(gen, 0)
+		return
+	}
+	set := make(map[string]struct{}, len(users))
+	for _, u := range users {
+		set[u] = struct{}{}
+	}
+	h := &guardHolders{gen: gen, users: set}
+	for {
+		old := f.holders.Load()
+		if f.state.Load() != gen || (old != nil && old.gen >= gen) {
+			return
+		}
+		if f.holders.CompareAndSwap(old, h) {
+			break
+		}
+	}
+	// A restock between the check and the swap dropped the set before we published ours: drop
+	// it again so it does not outlive its generation in memory (gen already keeps it unused).
+	if f.state.Load() != gen {
+		f.holders.CompareAndSwap(h, nil)
+	}
+}
+
+// loadHoldersInBackground starts loadHolders off the request's path.
+func (g *Guard) loadHoldersInBackground(activity string, f *guardFlag, gen uint64) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), holdersLoadTimeout)
+		defer cancel()
+		g.loadHolders(ctx, activity, f, gen)
+	}()
+}
+
+// HoldersLoaded reports whether the guard has loaded the holders of activity's current sell-out,
+// after which a flagged activity's refusals no longer ask the store who may replay a win.
+func (g *Guard) HoldersLoaded(activity string) bool {
+	f := (*g.flags.Load())[activity]
+	if f == nil {
+		return false
+	}
+	v := f.state.Load()
+	return v&soldOutBit != 0 && f.holdersLoaded(v)
+}
+
+// The rest of Store, each call through a breaker. Calls that prove stock is back (a release, a
+// redefinition, a deletion, a positive stock reading) clear this node's flag at once.
+
+var _ Store = (*Guard)(nil)
+
+func isUnknownActivity(err error) bool { return errors.Is(err, ErrUnknownActivity) }
+
+// Define implements Store.
+func (g *Guard) Define(ctx context.Context, a Activity, force bool) (Activity, error) {
+	got, err := call(g.cb, "define", a.ID, func() (Activity, error) { return g.store.Define(ctx, a, force) })
+	if err == nil {
+		g.restocked(got.ID)
+	}
+	return got, err
+}
+
+// Activity implements Store.
+func (g *Guard) Activity(ctx context.Context, id string) (Snapshot, error) {
+	snap, err := call(g.cb, "activity", id, func() (Snapshot, error) { return g.store.Activity(ctx, id) })
+	if err == nil {
+		g.observe(id, snap.Remaining)
+	}
+	return snap, err
+}
+
+// Activities implements Store.
+func (g *Guard) Activities(ctx context.Context) ([]string, error) {
+	return call(g.cb, "activities", "", func() ([]string, error) { return g.store.Activities(ctx) })
+}
+
+// Delete implements Store.
+func (g *Guard) Delete(ctx context.Context, id string, force bool) error {
+	_, err := call(g.cb, "delete", id, func() (struct{}, error) { return struct{}{}, g.store.Delete(ctx, id, force) })
+	if err == nil {
+		g.restocked(id)
+	}
+	return err
+}
+
+// Release implements Store.
+func (g *Guard) Release(ctx context.Context, activity, reservationID string) (bool, error) {
+	ok, err := call(g.cb, "release", activity, func() (bool, error) { return g.store.Release(ctx, activity, reservationID) })
+	if ok {
+		g.restocked(activity)
+	}
+	return ok, err
+}
+
+// Remaining implements Store.
+func (g *Guard) Remaining(ctx context.Context, activity string) (int64, error) {
+	n, err := call(g.cb, "remaining", activity, func() (int64, error) { return g.store.Remaining(ctx, activity) })
+	if err == nil {
+		g.observe(activity, n)
+	} else if isUnknownActivity(err) && g.SoldOut(activity) {
+		g.restocked(activity)
+	}
+	return n, err
+}
+
+// Holders implements Store.
+func (g *Guard) Holders(ctx context.Context, activity string) ([]string, error) {
+	return call(g.cb, "holders", activity, func() ([]string, error) { return g.store.Holders(ctx, activity) })
+}
+
+// observe clears a flag that a fresh stock reading contradicts.
+func (g *Guard) observe(activity string, remaining int64) {
+	if remaining > 0 && g.SoldOut(activity) {
+		g.restocked(activity)
+	}
+}
+
+// SetResult implements Store.
+func (g *Guard) SetResult(ctx context.Context, activity, user string, r Result) error {
+	_, err := call(g.cb, "set result", activity, func() (struct{}, error) {
+		return struct{}{}, g.store.SetResult(ctx, activity, user, r)
+	})
+	return err
+}
+
+// GetResult implements Store.
+func (g *Guard) GetResult(ctx context.Context, activity, user string) (Result, error) {
+	return call(g.cb, "get result", activity, func() (Result, error) { return g.store.GetResult(ctx, activity, user) })
+}
+
+// AppendResult implements Store.
+func (g *Guard) AppendResult(ctx context.Context, dst []byte, activity, user string) ([]byte, string, error) {
+	var code string
+	out, err := call(g.cb, "get result", activity, func() ([]byte, error) {
+		var (
+			b   []byte
+			err error
+		)
+		b, code, err = g.store.AppendResult(ctx, dst, activity, user)
+		return b, err
+	})
+	if err != nil {
+		return dst, "", err
+	}
+	return out, code, nil
+}
+
+// Restocks implements Store by subscribing to the wrapped store's broadcasts.
+func (g *Guard) Restocks(ctx context.Context) (<-chan string, error) {
+	return call(g.cb, "restocks", "", func() (<-chan string, error) { return g.store.Restocks(ctx) })
+}
+
+// EnsureGroup implements Queue.
+func (g *Guard) EnsureGroup(ctx context.Context, activity, group string) error {
+	_, err := call(g.qcb, "ensure group", activity, func() (struct{}, error) {
+		return struct{}{}, g.store.EnsureGroup(ctx, activity, group)
+	})
+	return err
+}
+
+// ReadGroup implements Queue.
+func (g *Guard) ReadGroup(ctx context.Context, activity, group, consumer string, count int, block time.Duration, pending bool) ([]Win, error) {
+	return call(g.qcb, "read group", activity, func() ([]Win, error) {
+		return g.store.ReadGroup(ctx, activity, group, consumer, count, block, pending)
+	})
+}
+
+// Ack implements Queue.
+func (g *Guard) Ack(ctx context.Context, activity, group string, ids ...string) error {
+	_, err := call(g.qcb, "ack", activity, func() (struct{}, error) {
+		return struct{}{}, g.store.Ack(ctx, activity, group, ids...)
+	})
+	return err
+}
+
+// Claim implements Queue.
+func (g *Guard) Claim(ctx context.Context, activity, group, consumer string, minIdle time.Duration, count int) ([]Win, error) {
+	return call(g.qcb, "claim", activity, func() ([]Win, error) {
+		return g.store.Claim(ctx, activity, group, consumer, minIdle, count)
+	})
+}
+
+// DeadLetter implements Queue.
+func (g *Guard) DeadLetter(ctx context.Context, activity, group string, w Win, reason string) error {
+	_, err := call(g.qcb, "dead letter", activity, func() (struct{}, error) {
+		return struct{}{}, g.store.DeadLetter(ctx, activity, group, w, reason)
+	})
+	return err
+}
+
+// DeadLetters implements Queue.
+func (g *Guard) DeadLetters(ctx context.Context, activity string, count int) ([]Win, error) {
+	return call(g.qcb, "dead letters", activity, func() ([]Win, error) { return g.store.DeadLetters(ctx, activity, count) })
+}
+
+// Backlog implements Queue.
+func (g *Guard) Backlog(ctx context.Context, activity, group string) (int64, error) {
+	return call(g.qcb, "backlog", activity, func() (int64, error) { return g.store.Backlog(ctx, activity, group) })
 }

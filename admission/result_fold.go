@@ -60,15 +60,3 @@ func CheckResultRecord(r Result) error {
 	}
 	return nil
 }
-
-// CheckUserID checks a user id (of an admission or a result call): a NUL byte would make it collide with the
-// names of another user's per-reservation records.
-func CheckUserID(user string) error {
-	if user == "" || len(user) > MaxUserIDLen {
-		return BadInput("user id must be 1-%d bytes", MaxUserIDLen)
-	}
-	if strings.IndexByte(user, 0) >= 0 {
-		return BadInput("user id must not contain a NUL byte")
-	}
-	return nil
-}

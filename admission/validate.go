@@ -3,7 +3,9 @@ package admission
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 )
 
@@ -107,4 +109,22 @@ func HomeBucket(user string, n int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(user))
 	return int(h.Sum32() % uint32(n))
+}
+
+// BadInput returns an error wrapping ErrBadInput that says what is wrong with the input: a
+// request that can never succeed as given, refused before anything is written.
+func BadInput(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrBadInput, fmt.Sprintf(format, args...))
+}
+
+// CheckUserID checks a user id (of an admission or a result call): a NUL byte would make it collide with the
+// names of another user's per-reservation records.
+func CheckUserID(user string) error {
+	if user == "" || len(user) > MaxUserIDLen {
+		return BadInput("user id must be 1-%d bytes", MaxUserIDLen)
+	}
+	if strings.IndexByte(user, 0) >= 0 {
+		return BadInput("user id must not contain a NUL byte")
+	}
+	return nil
 }

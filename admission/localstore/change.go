@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// A change in the ring (local_ring.go) is its kind's fields packed as in a win_log row: each
+// A change in the ring (ring.go) is its kind's fields packed as in a win_log row: each
 // string as a uvarint length and its bytes, each number as a (u)varint. Only the fields the
 // writer commits are packed, so a change read back commits exactly what the original would have.
 

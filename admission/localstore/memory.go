@@ -61,7 +61,7 @@ type memActivity struct {
 	deleted   bool
 	def       admission.Activity
 	stock     int64
-	users     map[string]*memUser // user → held items, answers and results (memory_user.go)
+	users     map[string]*memUser // user → held items, answers and results (user.go)
 	userBlock []memUser           // where the next new users are carved from (newUser)
 	holders   int64               // users holding items: HLEN :buyers
 	released  map[string]struct{} // released reservation ids (:released)

@@ -28,7 +28,7 @@ const localDBName = "seckill.db"
 // number of wins the activity had then (after_wins) and the user's per-reservation records then
 // (reservations: JSON, empty before a second reservation); the user's later wins are folded in
 // at load. So a commit's wins go to the end of one table and nowhere else: one win_log row holds
-// them all, packed (local_winlog.go), keyed by seq, the writer's count of wins at the first of
+// them all, packed (winlog.go), keyed by seq, the writer's count of wins at the first of
 // them. The load reads the rows in seq order, in which each activity's wins come in index order.
 const localSchema = `
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -79,7 +79,7 @@ UPDATE meta SET value = '2' WHERE key = 'schema_version';
 // other process out. synchronous=NORMAL in WAL mode writes each commit to the OS (a process
 // crash loses nothing committed); FULL also syncs it to the device. _txlock=immediate takes the
 // write lock at BEGIN. wal_autocheckpoint(0): the writer checkpoints between batches
-// (local_checkpoint.go). journal_size_limit: a WAL started again from its beginning is cut back to
+// (checkpoint.go). journal_size_limit: a WAL started again from its beginning is cut back to
 // 16 MiB. WAL mode is not set here: it is kept in the file since its creation, and setting it
 // would write to a file not yet checked.
 func localDSN(path string, fsyncAlways bool) string {

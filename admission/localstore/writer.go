@@ -27,7 +27,7 @@ type localWriter struct {
 	waitTimeout time.Duration
 	stmts       [localStmtCount]*sql.Stmt
 	seq         int64 // the writer goroutine's last win's number (win_log's key counts wins)
-	// row gathers the wins of the commit being written (local_winlog.go).
+	// row gathers the wins of the commit being written (winlog.go).
 	row winLogRow
 	// next is each activity's next win index, for the writer goroutine: a win that is not its
 	// activity's next fails the commit, as a duplicate key did when the key was (activity, index).
@@ -47,7 +47,7 @@ type localWriter struct {
 	changes  atomic.Uint64 // changes those transactions held
 	busy     atomic.Int64  // nanoseconds spent in commit, for Stats
 
-	// checkpointEvery is how often the writer checkpoints while commits come (local_checkpoint.go);
+	// checkpointEvery is how often the writer checkpoints while commits come (checkpoint.go);
 	// checkpointDue asks it for one, once syncLoop has flushed the WAL.
 	checkpointEvery   time.Duration
 	checkpointDue     atomic.Bool
@@ -56,7 +56,7 @@ type localWriter struct {
 	checkpointsFailed atomic.Uint64 // of which failed or left frames behind
 	checkpointBusy    atomic.Int64  // nanoseconds spent in them
 
-	// ring, when set, holds every change not yet committed (local_ring.go): a change in it is
+	// ring, when set, holds every change not yet committed (ring.go): a change in it is
 	// safe from a process crash, so its caller need not wait for the commit, and the writer
 	// commits every commitEvery (localRingCommitEvery) instead of as soon as it can. Nil with
 	// FsyncAlways.

@@ -3,13 +3,18 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
 
 // Admit takes one admission decision (see Store.Admit and lua/admit.lua). Concurrent calls for
-// one activity share script calls (group admission, see redis_batch.go) unless
+// one activity share script calls (group admission, admitGroups below) unless
 // Options.AdmitBatch is 1.
 func (s *Store) Admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
 	if err := r.Validate(); err != nil {
@@ -118,4 +123,401 @@ func (s *Store) releaseAcked(ctx context.Context, activity, reservationID string
 		}
 	}
 	return n == 1, nil
+}
+
+// Group admission. A flash sale sends thousands of concurrent buys to one activity, and every one
+// of them is one script call on the single Redis shard that holds the activity. Most of a call's
+// cost there is not the decision but its frame: the system calls of the round trip, the script
+// call itself, reading the definition, the clock and the stock. So concurrent Admit calls for one
+// activity are grouped: while a script call for the activity is in flight, newcomers queue, and the
+// next call carries all of them (up to the batch size). admit.lua decides them one after the
+// other, each exactly as if it ran alone, inside one atomic script. This is the hot-row "merged
+// deduction" of large flash sales, done with no timer: with one caller nothing waits, and the
+// batch grows only as much as the server is busy.
+
+const (
+	// defaultAdmitBatch is the most requests one script call carries. At about 10 µs per decision
+	// inside the script, 64 keep a call near 1 ms, so other clients of the server are not held up.
+	defaultAdmitBatch = 64
+	// defaultAdmitInFlight is how many script calls per activity may be in flight at once: two
+	// keep the server busy while one reply travels back and the next batch is sent.
+	defaultAdmitInFlight = 2
+)
+
+// MaxAdmitBatch bounds Options.AdmitBatch. 1024 decisions hold the Redis server for about
+// 10 ms, longer than any other client of it should wait; and the scripts unpack a call's
+// requests into one command's arguments, which Lua bounds at 8,000 values.
+const MaxAdmitBatch = 1024
+
+// admitCall is one Admit waiting for its decision. Calls are reused (admitGroups.calls): a call
+// goes back only once its caller has read its answer, or withdrawn it unsent, so no batch still
+// holds a call that is handed out again.
+type admitCall struct {
+	req    admission.Request
+	answer admitAnswer   // written by the batch before it signals done
+	done   chan struct{} // buffered: the batch never blocks on a caller that has gone
+}
+
+// answerWith gives c its answer and wakes its caller; the channel orders the write before the
+// caller's read.
+func (c *admitCall) answerWith(d admission.Decision, err error) {
+	c.answer = admitAnswer{d: d, err: err}
+	c.done <- struct{}{}
+}
+
+type admitAnswer struct {
+	d   admission.Decision
+	err error
+}
+
+// admitQueue holds one activity's waiting calls.
+type admitQueue struct {
+	pending  []*admitCall
+	inFlight int
+}
+
+// admitGroups queues Admit calls per activity and runs them in batches.
+type admitGroups struct {
+	batch, inFlight int
+	run             func(ctx context.Context, activity string, calls []*admitCall)
+
+	mu     sync.Mutex
+	queues map[string]*admitQueue // only activities with waiting or running calls
+	// spare is the last queue let go of, for the next activity that needs one: without it a
+	// caller who finds nothing queued (a quiet sale) allocates a queue and its slice each time.
+	spare *admitQueue
+
+	// calls holds answered calls for reuse, so that an Admit does not allocate a call and its
+	// channel each time.
+	calls sync.Pool
+}
+
+func newAdmitGroups(batch, inFlight int, run func(context.Context, string, []*admitCall)) *admitGroups {
+	g := &admitGroups{batch: batch, inFlight: inFlight, run: run, queues: map[string]*admitQueue{}}
+	g.calls.New = func() any { return &admitCall{done: make(chan struct{}, 1)} }
+	return g
+}
+
+// newCall returns an unused call for r.
+func (g *admitGroups) newCall(r admission.Request) *admitCall {
+	c := g.calls.Get().(*admitCall)
+	c.req = r
+	return c
+}
+
+// recycle returns the answer of c, whose channel has been read or which was never sent, and puts
+// c back for another Admit.
+func (g *admitGroups) recycle(c *admitCall) admitAnswer {
+	a := c.answer
+	c.req, c.answer = admission.Request{}, admitAnswer{} // hold no user's strings while pooled
+	g.calls.Put(c)
+	return a
+}
+
+// admit queues r and waits for its decision or for ctx. A call still queued when ctx ends is
+// withdrawn and nothing is sent for it; a call already sent may still be decided (a win the
+// caller does not hear of, exactly as when a single call's context ends after it was sent).
+func (g *admitGroups) admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
+	c := g.newCall(r)
+	g.mu.Lock()
+	q := g.queues[r.Activity]
+	if q == nil {
+		q, g.spare = g.spare, nil
+		if q == nil {
+			q = &admitQueue{}
+		}
+		g.queues[r.Activity] = q
+	}
+	q.pending = append(q.pending, c)
+	var first []*admitCall
+	if q.inFlight < g.inFlight {
+		q.inFlight++
+		first = g.take(q, nil)
+	}
+	g.mu.Unlock()
+	if first != nil {
+		// The batch must not end with this caller's context: it carries other callers too.
+		go g.drain(context.WithoutCancel(ctx), r.Activity, first)
+	}
+
+	select {
+	case <-c.done:
+		a := g.recycle(c)
+		return a.d, a.err
+	case <-ctx.Done():
+		g.mu.Lock()
+		withdrawn := g.withdraw(r.Activity, c)
+		g.mu.Unlock()
+		if withdrawn {
+			g.recycle(c)
+		} else {
+			// Sent already: the answer may have arrived at the same moment; prefer it. If it
+			// has not, the batch will still write into c, so c is left to the collector.
+			select {
+			case <-c.done:
+				a := g.recycle(c)
+				return a.d, a.err
+			default:
+			}
+		}
+		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, ctx.Err())
+	}
+}
+
+// drain runs batches for activity until its queue is empty.
+func (g *admitGroups) drain(ctx context.Context, activity string, calls []*admitCall) {
+	for calls != nil {
+		g.run(ctx, activity, calls)
+		g.mu.Lock()
+		q := g.queues[activity]
+		calls = g.take(q, calls) // run is done with the slice: the next batch reuses it
+		if calls == nil {
+			q.inFlight--
+			if q.inFlight == 0 {
+				delete(g.queues, activity)
+				if cap(q.pending) > g.batch {
+					q.pending = nil // a burst's long array is not kept for a quiet time
+				}
+				g.spare = q // empty, and nothing else holds it now
+			}
+		}
+		g.mu.Unlock()
+	}
+}
+
+// take removes the next batch from q into buf's array (a new one when buf is nil or too small),
+// or returns nil when nothing waits. g.mu must be held.
+func (g *admitGroups) take(q *admitQueue, buf []*admitCall) []*admitCall {
+	n := min(len(q.pending), g.batch)
+	if n == 0 {
+		return nil
+	}
+	calls := append(buf[:0], q.pending[:n]...)
+	rest := copy(q.pending, q.pending[n:])
+	clear(q.pending[rest:])
+	q.pending = q.pending[:rest]
+	return calls
+}
+
+// withdraw removes c from its activity's queue if it has not been sent. g.mu must be held.
+func (g *admitGroups) withdraw(activity string, c *admitCall) bool {
+	q := g.queues[activity]
+	if q == nil {
+		return false
+	}
+	for i, p := range q.pending {
+		if p == c {
+			q.pending = slices.Delete(q.pending, i, i+1)
+			return true
+		}
+	}
+	return false
+}
+
+// runAdmitBatch is the Store's admitGroups.run: one admit.lua call for calls, whose
+// requests are all for activity and already validated.
+func (s *Store) runAdmitBatch(ctx context.Context, activity string, calls []*admitCall) {
+	reply, acked, err := s.runAdmit(ctx, activity, calls)
+	if err != nil {
+		for _, c := range calls {
+			c.answerWith(admission.Decision{}, err)
+		}
+		return
+	}
+	for i, c := range calls {
+		d, err := admitDecision(reply, i, activity, c.req.Qty)
+		if err == nil {
+			d, err = s.checkAcked(activity, d, acked)
+		}
+		c.answerWith(d, err) // c may be reused from here on
+	}
+}
+
+// runAdmit runs admit.lua once for calls and returns its reply, four elements per call, and with
+// Options.ReplicasAck how many replicas acknowledged the call (ack.go).
+//
+// The command is built by hand rather than through redis.Script, to keep the client's share of a
+// call small (how, and what it saved: docs/admission.md, "Group admission"). A call is never
+// modified while go-redis holds the pointers into it.
+func (s *Store) runAdmit(ctx context.Context, activity string, calls []*admitCall) ([]string, int64, error) {
+	keys := s.hotKeys(activity)
+	sha, eval := keys.admitSha, keys.admitEval
+	args := make([]any, len(sha), len(sha)+3*len(calls))
+	copy(args, sha)
+	for _, c := range calls {
+		args = append(args, &c.req.User, c.req.Qty, &c.req.RequestID)
+	}
+	cmd := redis.NewStringSliceCmd(ctx, args...)
+	cmd.SetFirstKeyPos(3)
+	acked, waitErr := s.processAdmit(ctx, keys, cmd)
+	reply, err := cmd.Result()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// The server lost its script cache (a restart, SCRIPT FLUSH): send the source, which
+		// also loads it again, as redis.Script.Run does.
+		evalArgs := slices.Clone(args)
+		copy(evalArgs, eval)
+		cmd = redis.NewStringSliceCmd(ctx, evalArgs...)
+		cmd.SetFirstKeyPos(3)
+		acked, waitErr = s.processAdmit(ctx, keys, cmd)
+		reply, err = cmd.Result()
+	}
+	if err == nil && len(reply) != 4*len(calls) {
+		err = fmt.Errorf("malformed admit reply: %d elements for %d requests", len(reply), len(calls))
+	}
+	if err == nil {
+		// The script ran but its WAIT failed: whether its wins will survive a failover is
+		// unknown, as after a timeout.
+		err = waitErr
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("admit %s: %w", activity, redisScriptErr(err))
+	}
+	return reply, acked, nil
+}
+
+// processAdmit sends one admit.lua call: on the hot client, or with its WAIT on one connection
+// when the store waits for replicas.
+func (s *Store) processAdmit(ctx context.Context, keys *redisHotKeys, cmd redis.Cmder) (int64, error) {
+	if s.ack == nil {
+		_ = s.hotProc.Process(ctx, cmd)
+		return 0, nil
+	}
+	return s.ack.send(ctx, keys.admitSha[3].(string), cmd)
+}
+
+// admitDecision reads request i's {outcome, remaining, reservation_id, replayed} from
+// admit.lua's reply; outcome 0 is qty above the per-user limit, bad input for that request only.
+func admitDecision(reply []string, i int, activity string, qty int64) (admission.Decision, error) {
+	d, err := redisParseDecision(reply[4*i : 4*i+4])
+	if err == nil && d.Outcome == 0 {
+		err = admission.BadInput("qty %d is above the per-user limit", qty)
+	}
+	if err != nil {
+		return admission.Decision{}, fmt.Errorf("admit %s: %w", activity, err)
+	}
+	return d, nil
+}
+
+// The hot call, Admit, would otherwise build its key names and box them into go-redis's argument
+// list on every script call: for admit.lua four concatenations, four boxings and a slice, most of
+// a small batch's allocations. Each activity's are built and boxed once and kept here.
+
+// redisHotKeys is one activity's prebuilt command arguments.
+type redisHotKeys struct {
+	// admitSha is the start of every admit.lua call: EVALSHA, the script's hash, the key count
+	// and the keys (admitKeys); admitEval is the same with EVAL and the source, for NOSCRIPT.
+	admitSha, admitEval []any
+}
+
+// maxHotKeys bounds the cache: activities beyond it (a deployment that creates and deletes many)
+// get their arguments built per call, as before. Entries of deleted activities are a few strings.
+const maxHotKeys = 1024
+
+// redisKeyCache maps activity ids to their *redisHotKeys.
+type redisKeyCache struct {
+	m sync.Map
+	n atomic.Int32
+}
+
+// hotKeys returns activity's prebuilt arguments. Only ids of validated requests reach it.
+func (s *Store) hotKeys(activity string) *redisHotKeys {
+	if v, ok := s.keyCache.m.Load(activity); ok {
+		return v.(*redisHotKeys)
+	}
+	k := &redisHotKeys{}
+	k.admitSha, k.admitEval = prebuiltEval(s.admit, luaAdmit, s.admitKeys(activity))
+	if s.keyCache.n.Load() < maxHotKeys {
+		if v, loaded := s.keyCache.m.LoadOrStore(activity, k); loaded {
+			return v.(*redisHotKeys)
+		}
+		s.keyCache.n.Add(1)
+	}
+	return k
+}
+
+// prebuiltEval returns the start of an EVALSHA and an EVAL call of script (source src) with keys.
+func prebuiltEval(script *redis.Script, src string, keys []string) (sha, eval []any) {
+	sha, eval = make([]any, 3+len(keys)), make([]any, 3+len(keys))
+	sha[0], sha[1], sha[2] = "evalsha", script.Hash(), len(keys)
+	eval[0], eval[1], eval[2] = "eval", src, len(keys)
+	for i, key := range keys {
+		sha[3+i], eval[3+i] = key, key
+	}
+	return sha, eval
+}
+
+// redisProcessor is what the store needs of its hot client: the client itself or its
+// auto-pipeliner, which both run a command built by hand.
+type redisProcessor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// admitBuckets is Admit for a split activity (r is validated): the decision is taken in the
+// user's home bucket; when it has too little stock, stock is pulled in from the others and the
+// decision taken again, so that sold_out is answered only when the activity as a whole has too
+// little. An admission whose pulls were all emptied by other buyers before its next try, while
+// stock remains, answers ErrContended: "try again", never a false sold_out.
+func (s *Store) admitBuckets(ctx context.Context, r admission.Request, n int) (admission.Decision, error) {
+	home := admission.HomeBucket(r.User, n)
+	br := r
+	br.Activity = bucketID(r.Activity, home, n)
+	for pulls := 0; ; pulls++ {
+		d, err := s.admitOn(ctx, br)
+		if err != nil {
+			return admission.Decision{}, fmt.Errorf("admit %s: bucket %d: %w", r.Activity, home, err)
+		}
+		if d.ReservationID != "" {
+			d.ReservationID = bucketEntryID(d.ReservationID, home)
+		}
+		switch {
+		case d.Replayed || (d.Outcome != admission.SoldOut && d.Outcome != admission.Won):
+			d.RemainingPartial = true
+			return d, nil
+		case d.Outcome == admission.Won && d.Remaining > 0:
+			d.RemainingPartial = true
+			return d, nil
+		case d.Outcome == admission.SoldOut && pulls < maxPulls:
+			moved, err := s.pullInto(ctx, r.Activity, n, home, r.Qty)
+			if err != nil {
+				return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+			}
+			if moved > 0 {
+				if s.afterPull != nil {
+					s.afterPull(r.Activity, home)
+				}
+				continue
+			}
+		}
+		// The home bucket is empty: Remaining is the activity's, so that a Guard flags the
+		// activity sold out only when every bucket is.
+		left, err := s.bucketRemaining(ctx, r.Activity, n)
+		if err != nil {
+			if d.Outcome == admission.Won {
+				d.RemainingPartial = true // a win stands; its Remaining of 0 is the home bucket's
+				return d, nil
+			}
+			return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+		}
+		if d.Outcome == admission.SoldOut && left >= r.Qty {
+			// The stock is somewhere (another bucket, or a transfer that finished between the
+			// pull's reads): look again while pulls remain, then refuse as contended.
+			if pulls < maxPulls {
+				continue
+			}
+			s.bucketCounters.contended.Add(1)
+			return admission.Decision{}, fmt.Errorf("admit %s: bucket %d: %w: %d items left after %d pulls",
+				r.Activity, home, admission.ErrContended, left, pulls)
+		}
+		d.Remaining = left
+		return d, nil
+	}
+}
+
+// releaseBuckets is Release for a split activity: the reservation id names its bucket.
+func (s *Store) releaseBuckets(ctx context.Context, activity, reservationID string, n int) (bool, error) {
+	raw, i, ok := splitBucketEntryID(reservationID, n)
+	if !ok {
+		return false, fmt.Errorf("release %s %s: %w", activity, reservationID, admission.ErrNotFound)
+	}
+	return s.releaseOn(ctx, activity, bucketID(activity, i, n), raw)
 }

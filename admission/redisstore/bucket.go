@@ -145,3 +145,17 @@ func bucketRetry[T any](ctx context.Context, s *Store, activity string, f func(n
 	}
 	return f(m)
 }
+
+// oldLayout is the error for activity (or one of its buckets) of an earlier build's key layout.
+func (s *Store) oldLayout(activity string) error {
+	return &OldLayoutError{Prefix: s.prefix, Activity: parentActivity(activity)}
+}
+
+// parentActivity returns the activity of on, an activity or one of its buckets (bucketID: '#' is
+// outside the activity id alphabet).
+func parentActivity(on string) string {
+	if i := strings.IndexByte(on, '#'); i >= 0 {
+		return on[:i]
+	}
+	return on
+}

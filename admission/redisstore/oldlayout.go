@@ -36,11 +36,6 @@ func (e *OldLayoutError) Error() string {
 
 func (e *OldLayoutError) Unwrap() error { return ErrOldLayout }
 
-// oldLayout is the error for activity (or one of its buckets) of an earlier build's key layout.
-func (s *Store) oldLayout(activity string) error {
-	return &OldLayoutError{Prefix: s.prefix, Activity: parentActivity(activity)}
-}
-
 // layoutRefusal starts the error word the scripts answer for an activity without layout 2; the
 // key of its :meta follows.
 const layoutRefusal = "LAYOUT no layout 2 in "
@@ -54,15 +49,6 @@ func oldLayoutErr(msg string) error {
 		return fmt.Errorf("%w: %s", ErrOldLayout, msg)
 	}
 	return &OldLayoutError{Prefix: key[:i], Activity: parentActivity(key[i+2 : j])}
-}
-
-// parentActivity returns the activity of on, an activity or one of its buckets (bucketID: '#' is
-// outside the activity id alphabet).
-func parentActivity(on string) string {
-	if i := strings.IndexByte(on, '#'); i >= 0 {
-		return on[:i]
-	}
-	return on
 }
 
 // checkTimeout bounds New's look at the activities already in Redis.

@@ -33,7 +33,7 @@ type Options struct {
 
 	// AdmitBatch is the most Admit calls for one activity that share one script call (group
 	// admission: while a call for the activity is in flight, newcomers queue and go together in
-	// the next one; see redis_batch.go). Default 64; 1 turns grouping off, so that every Admit is
+	// the next one; see admit.go). Default 64; 1 turns grouping off, so that every Admit is
 	// its own script call; at most MaxAdmitBatch.
 	AdmitBatch int
 
@@ -49,7 +49,7 @@ type Options struct {
 	// The wins queue's reads (ReadGroup, Claim) wait the same way and deliver only entries the
 	// replicas confirmed, else answer ErrNotReplicated and leave them pending.
 	// It needs a single-server, Sentinel or Cluster client (not a Ring), and turns the
-	// auto-pipeliner off for admissions and releases. See redis_ack.go.
+	// auto-pipeliner off for admissions and releases. See ack.go.
 	ReplicasAck int
 
 	// ReplicasAckTimeout bounds the wait for ReplicasAck; default 100 ms. It must stay well
@@ -83,7 +83,7 @@ type Options struct {
 type Store struct {
 	client  redis.UniversalClient
 	hot     redis.Cmdable  // client, or its auto-pipeliner (Options.AutoPipeline)
-	hotProc redisProcessor // hot, for the commands built by hand (redis_keys.go)
+	hotProc redisProcessor // hot, for the commands built by hand (admit.go)
 	prefix  string
 	channel string
 

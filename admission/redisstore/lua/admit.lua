@@ -4,7 +4,7 @@
 -- call count against the limit together; a request id repeated in the call replays the first
 -- answer). A batch of one is the plain case; larger batches let the server pay the round trip, the
 -- script call, the activity's definition, the clock and the stock read once for many buyers (the
--- store's group admission, batch.go).
+-- store's group admission, admit.go).
 --
 -- One field per user in :users holds everything the user's wins need, one XADD per call carries
 -- all of the call's wins, and the stock is written once per call. There is no "queued" result

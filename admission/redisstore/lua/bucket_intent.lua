@@ -1,5 +1,5 @@
 -- Records a stock transfer's intent in a split activity's parent (step 1 of a transfer,
--- redis_bucket_transfer.go), with the parent's gen, which the later steps check: a transfer is
+-- bucket_transfer.go), with the parent's gen, which the later steps check: a transfer is
 -- tied to one definition of the activity. Only into a defined parent, so that a transfer begun
 -- before a delete leaves no stray intents for the next definition.
 -- KEYS: parent meta, parent intents
