@@ -1,6 +1,7 @@
 -- Deletes an activity and every key it owns.
 -- KEYS: meta, then every other key of the activity
 -- ARGV: force ('1' deletes while the window is open)
+-- Reply: the number of keys deleted.
 -- Errors: UNKNOWN_ACTIVITY, RUNNING, LAYOUT (an activity of an earlier build's key layout, whose
 -- keys this build does not know: nothing deleted).
 local m = redis.call('HMGET', KEYS[1], 'start_ms', 'end_ms', 'layout')

@@ -11,6 +11,7 @@
 -- (results.go, foldWins).
 -- KEYS: meta, results, users
 -- ARGV: user, result JSON, its reservation id ('' for none), the most ids kept
+-- Reply: 1.
 -- Errors: UNKNOWN_ACTIVITY, LAYOUT (an activity of an earlier build's key layout: nothing
 -- written).
 -- A split activity's parent (its 'buckets' field) is UNKNOWN_ACTIVITY too: the caller's bucket
