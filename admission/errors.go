@@ -39,7 +39,7 @@ var (
 	ErrContended = errors.New("stock contended")
 
 	// ErrNotReplicated is returned (as a *ReplicationError) for a call that wrote on the Redis
-	// master but was not confirmed by RedisOptions.ReplicasAck replicas in time. The write is
+	// master but was not confirmed by redisstore.Options.ReplicasAck replicas in time. The write is
 	// on the master, not undone: the answer is unknown, not no (docs/admission.md).
 	ErrNotReplicated = errors.New("not confirmed by replicas")
 )

@@ -40,14 +40,14 @@ func addActivity(d *caddyfile.Dispenser, a *App) error {
 // parseActivity parses the block of "activity <id>". Syntax:
 //
 //	activity <id> {
-//		stock      <n>
-//		limit      <n>
-//		start      <RFC 3339 time>
-//		start_in   <duration>       # instead of start: after the first definition
-//		end        <RFC 3339 time>
-//		reveal     <duration>
-//		pay_within <duration>
-//		buckets    <n>              # store redis: split the stock over n shards (2-256)
+//		stock      <n>                # required
+//		limit      <n>                # most items per user; default 1
+//		start      <RFC 3339 time>    # required, or start_in
+//		start_in   <duration>         # instead of start: after the first definition
+//		end        <RFC 3339 time>    # required
+//		reveal     <duration>         # buy path handed out this long before start; default 0
+//		pay_within <duration>         # time a winner has to pay; default 15m
+//		buckets    <n>                # store redis: split the stock over n shards; 2 to 256, ≤ stock
 //	}
 func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 	c := new(ActivityConfig)

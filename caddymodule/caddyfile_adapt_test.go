@@ -15,7 +15,7 @@ import (
 	_ "github.com/caddy-seckill/caddy-seckill/caddymodule"
 )
 
-var update = flag.Bool("update", false, "rewrite the JSON half of testdata/*.caddyfiletest with the adapter's output")
+var update = flag.Bool("update", false, "rewrite the JSON half of testdata/*.caddyfiletest with the adapter's output, and the syntax blocks of README.md with the parsers' doc comments")
 
 // adapt adapts a Caddyfile to indented JSON.
 func adapt(t testing.TB, caddyfile string) (string, error) {

@@ -15,17 +15,17 @@ func init() {
 // parseGlobalOption sets up the seckill app from the global option of the same name. Each option
 // that opens a block has its syntax once, in its parser's doc comment: store in its store
 // module's UnmarshalCaddyfile (seckill.stores.memory, .local, .redis), the others in
-// caddyfile_<option>.go. Syntax:
+// caddyfile_<option>.go; caddymodule/README.md renders them all (TestReference). Syntax:
 //
 //	seckill {
-//		store          memory|local|redis ...   # default memory
-//		jwt            { ... }
-//		url_secret     <secret>
-//		forward_secret <secret>
-//		captcha        on|off [{ ... }]
-//		orders         sqlite|postgres <file or dsn> [{ ... }]
-//		rate_limit     ip|user <events>/<period> [burst <n>] [distributed]
-//		activity       <id> { ... }
+//		store          memory|local|redis ...          # the admission store; default memory
+//		jwt            { ... }                         # verifies the buyers' tokens
+//		url_secret     <secret>                        # keys the buy paths; required by local, redis
+//		forward_secret <secret>                        # keys Seckill-Signature; required by forward
+//		captcha        on|off [{ ... }]                # default on
+//		orders         sqlite|postgres <file or dsn> [{ ... }]   # the order backend, in process
+//		rate_limit     ip|user <events>/<period> ...   # once per kind; none by default
+//		activity       <id> { ... }                    # once per id
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
 	if existing != nil {

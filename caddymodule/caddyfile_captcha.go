@@ -12,10 +12,10 @@ import (
 //
 //	captcha off
 //	captcha on [{
-//		length      <digits>
-//		ttl         <duration>
-//		max_fetches <n>
-//		issue_rate  <events>/<period> [burst <n>]
+//		length      <digits>                        # default 6; 4 to 10
+//		ttl         <duration>                      # time to answer it; default 2m; 1s to 1h
+//		max_fetches <n>                             # image fetches per captcha; default 3; 1 to 100
+//		issue_rate  <events>/<period> [burst <n>]   # per user and node; default 6/m burst 3
 //	}]
 func parseCaptcha(d *caddyfile.Dispenser, a *App) error {
 	if !d.NextArg() {

@@ -9,7 +9,7 @@ import (
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	seckill_demo_signin {
-//		allow_remote        # answer non-loopback clients too (never in production)
+//		allow_remote   # answer non-loopback clients too (never in production)
 //	}
 func (h *DemoSignin) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name

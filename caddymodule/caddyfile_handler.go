@@ -34,9 +34,9 @@ func registerDirective[T any, P interface {
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	seckill {
-//		prefix  <path>          # default /seckill
-//		forward                 # pass winners on to the next handler, signed
-//		errors  auto|write|return
+//		prefix  <path>              # default /seckill: the calls are <path>/<activity>[/...]
+//		forward                     # pass winners on to the next handler, signed
+//		errors  auto|write|return   # default auto: JSON body unless handle_errors routes exist
 //	}
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return parseMount(d, "seckill", &h.Prefix, &h.Errors, func(sub string) (bool, error) {
@@ -52,8 +52,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	seckill_orders {
-//		prefix <path>             # default /orders
-//		errors auto|write|return
+//		prefix <path>              # default /orders: the calls are <path>/<order id>[/pay|/cancel]
+//		errors auto|write|return   # as for seckill
 //	}
 func (h *OrdersHandler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	return parseMount(d, "seckill_orders", &h.Prefix, &h.Errors, nil)

@@ -9,15 +9,15 @@ import (
 // parseJWT parses the jwt option of the global seckill block. Syntax:
 //
 //	jwt {
-//		algorithms       <alg>...
-//		hmac_secret      <secret>
-//		public_key_file  <pem file>...
-//		jwks_url         <url>
-//		jwks_min_refresh <duration>
-//		issuer           <iss>
-//		audience         <aud>
-//		leeway           <duration>
-//		user_claim       <claim>
+//		algorithms       <alg>...       # pinned (HS256, RS256, ES256, EdDSA, ...); required
+//		hmac_secret      <secret>       # HS*: at least the hash size (32 bytes for HS256)
+//		public_key_file  <pem file>...  # RS*, PS*, ES*, EdDSA
+//		jwks_url         <url>          # fetched at start-up, then on an unknown kid
+//		jwks_min_refresh <duration>     # least time between two JWKS fetches; default 30s
+//		issuer           <iss>          # required in tokens when set
+//		audience         <aud>          # required in tokens when set
+//		leeway           <duration>     # clock skew allowed on exp, nbf and iat; default 0
+//		user_claim       <claim>        # the claim holding the user id; default sub
 //	}
 //
 // public_key_file may be given several times: the keys add up.

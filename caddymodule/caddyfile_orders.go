@@ -10,12 +10,12 @@ import (
 
 // parseOrders parses the orders option of the global seckill block. Syntax:
 //
-//	orders sqlite|postgres <file or dsn> {
-//		sweep_every    <duration>
-//		consumer_name  <name>
-//		max_deliveries <n>
-//		claim_idle     <duration>
-//	}
+//	orders sqlite|postgres <file or dsn> [{
+//		sweep_every    <duration>   # look for unpaid orders past pay_within; default 1s
+//		consumer_name  <name>       # distinct per process; default the host name
+//		max_deliveries <n>          # tries of a failing win before the dead letters; default 5
+//		claim_idle     <duration>   # take over another consumer's wins after; default 30s
+//	}]
 func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
 	var typ, dsn string
 	if !d.Args(&typ, &dsn) {

@@ -11,8 +11,8 @@ import (
 // parseRateLimit parses the rate_limit option of the global seckill block into a, once per kind
 // (seen is the global block's caddyfileargs.OptionSet). Syntax:
 //
-//	rate_limit ip   <events>/<period> [burst <n>]
-//	rate_limit user <events>/<period> [burst <n>] [distributed]
+//	rate_limit ip   <events>/<period> [burst <n>]                 # node-local; IPv6 by /64
+//	rate_limit user <events>/<period> [burst <n>] [distributed]   # distributed: in Redis too
 func parseRateLimit(d *caddyfile.Dispenser, a *App, seen caddyfileargs.OptionSet) error {
 	args := d.RemainingArgs()
 	if len(args) < 2 {

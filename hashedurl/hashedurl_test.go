@@ -144,7 +144,7 @@ func TestKeyMatchesFunctions(t *testing.T) {
 
 // The benchmarks sign and verify the bench's buy path: what every path and buy call runs.
 //
-//	go test ./admission/hashedurl/ -run '^$' -bench . -benchmem
+//	go test ./hashedurl/ -run '^$' -bench . -benchmem
 func BenchmarkSign(b *testing.B) {
 	k := NewKey(secret)
 	b.ReportAllocs()

@@ -455,7 +455,7 @@ func (c *Consumer) createOrders(ctx context.Context, ns []NewOrder) (outs []Crea
 }
 
 // publishers bounds the result records one batch writes at once. Concurrent calls let a Redis
-// store's auto-pipeliner (RedisOptions.AutoPipeline) send them together, and overlap the round
+// store's auto-pipeliner (redisstore.Options.AutoPipeline) send them together, and overlap the round
 // trips otherwise.
 const publishers = 16
 

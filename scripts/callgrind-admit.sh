@@ -8,11 +8,12 @@
 # bookkeeping cancel out. "won_sale512" is the average of wins 65 to 512 of an activity, while its
 # hashes may still be small (docs/admission.md, "Small hashes"); the other cases count wins and
 # refusals 641 to 6,400 (65 to 640 in batches of 1). Takes a few minutes; needs valgrind,
-# redis-server and redis-cli. ADMISSION_TEST names a test binary of ./admission/redisstore built
-# beforehand (go test -c), for instance from another revision, instead of building one. BENCH names
-# another benchmark of ./admission/redisstore with the same cases and calls (default
-# RedisAdmitScript).
-# Usage: [BENCH=RedisAdmitScript] scripts/callgrind-admit.sh [case-regexp]   (default: every case)
+# redis-server, redis-cli and python3. ADMISSION_TEST names a test binary of ./admission/redisstore
+# built beforehand (go test -c), for instance from another revision, instead of building one.
+# BENCH names the benchmark, without its Benchmark prefix (default RedisAdmitScript, the one with
+# these cases; another revision's binary may have another with the same cases and calls).
+# Usage: [ADMISSION_TEST=<binary>] [BENCH=<name>] scripts/callgrind-admit.sh [case-regexp]
+#        (default: every case: won_batch64 won_sale512 won_batch1 sold_out_batch64 sold_out_batch1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go=${GO:-go}

@@ -9,7 +9,7 @@ import (
 // UnmarshalCaddyfile sets up the module from the store option of the global seckill block.
 // Syntax:
 //
-//	store memory
+//	store memory   # one node, not durable: a restart forgets the sale (tests, demos)
 //
 // It takes neither arguments nor options.
 func (*MemoryModule) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
@@ -26,9 +26,9 @@ func (*MemoryModule) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 // UnmarshalCaddyfile sets up the module from the store option of the global seckill block.
 // Syntax:
 //
-//	store local <dir> {
-//		fsync always|no
-//	}
+//	store local <folder> [{   # one node, durable: the sale survives restarts and kill -9
+//		fsync always|no       # default no: crash-safe; always: power-loss-safe too
+//	}]
 func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the store's name
 	if !d.AllArgs(&m.Dir) {

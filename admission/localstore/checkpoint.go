@@ -15,7 +15,7 @@ const localCheckpointEvery = time.Second
 // the WAL to the device on a descriptor of its own, which takes no SQLite lock, so commits go on
 // meanwhile; then it asks the writer for the checkpoint. The checkpoint's own sync of the WAL then
 // has only the last few milliseconds' frames to flush, not a second's, which roughly halves the
-// stall (docs/BENCHMARKS.md, "Exclusive locking for store local").
+// stall (docs/admission.md, "Group commit"; the stalls measured: docs/BENCHMARKS.md, "Store local").
 func (w *localWriter) syncLoop() {
 	defer close(w.syncDone)
 	tick := time.NewTicker(w.checkpointEvery)

@@ -15,20 +15,20 @@ import (
 // UnmarshalCaddyfile sets up the module from the store option of the global seckill block.
 // Syntax:
 //
-//	store redis [<address>...] {
-//		address    <host:port>...
-//		username   <name>
-//		password   <password>
-//		db         <n>
-//		key_prefix <prefix>
-//		sentinel   <master name>
+//	store redis [<host:port>...] [{   # shared by every node; /path/redis.sock for a Unix socket
+//		address      <host:port>...     # the server; or the nodes (cluster), the sentinels (sentinel)
+//		username     <acl user>
+//		password     <password>         # {env.REDIS_PASSWORD} is fine
+//		db           <n>                # not with cluster
+//		key_prefix   <prefix>           # default seckill
+//		sentinel     <master name>
 //		cluster
-//		auto_pipeline
-//		admit_batch  <n>
-//		pool_size    <n>
-//		replicas_ack <n> [<timeout>]
-//		rebalance_interval <duration>
-//	}
+//		auto_pipeline                   # go-redis auto-pipelining of concurrent calls; experimental
+//		admit_batch  <n>                # buys per admission script call; default 64; 1 (no grouping) to 1024
+//		pool_size    <n>                # connections per server; default max(64, 10 × GOMAXPROCS)
+//		replicas_ack <n> [<timeout>]    # n replicas (1 to 16) confirm each win; timeout ≤ 500ms, default 100ms
+//		rebalance_interval <duration>   # levelling of split activities; default 250ms; 10ms to 10m
+//	}]
 //
 // address may be given several times: the addresses add up. Every other option may be given once.
 func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {

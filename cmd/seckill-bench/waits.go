@@ -48,7 +48,7 @@ func classifyWait(funcs []string) waitKind {
 		return waitAdmitReply
 	case has("github.com/redis/go-redis/"):
 		return waitRedisReply
-	case has("admission.(*admitGroups).admit"):
+	case has("redisstore.(*admitGroups).admit"):
 		return waitAdmitBatch
 	case has("net/http.(*connReader).backgroundRead"):
 		return waitBackground

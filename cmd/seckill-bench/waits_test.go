@@ -17,12 +17,12 @@ func TestClassifyWait(t *testing.T) {
 		want   waitKind
 	}{
 		{[]string{"internal/poll.(*FD).Read", "github.com/redis/go-redis/v9/internal/proto.(*Reader).PeekReplyType",
-			"github.com/caddy-seckill/caddy-seckill/redisstore.(*Store).runAdmitBatch"}, waitAdmitReply},
+			"github.com/caddy-seckill/caddy-seckill/admission/redisstore.(*Store).runAdmitBatch"}, waitAdmitReply},
 		{[]string{"runtime.selectgo", "github.com/redis/go-redis/v9/internal/pool.(*ConnPool).waitTurn",
-			"github.com/caddy-seckill/caddy-seckill/redisstore.(*Store).runAdmitBatch"}, waitRedisPool},
+			"github.com/caddy-seckill/caddy-seckill/admission/redisstore.(*Store).runAdmitBatch"}, waitRedisPool},
 		{[]string{"internal/poll.(*FD).Read", "github.com/redis/go-redis/v9.(*baseClient)._process",
-			"github.com/caddy-seckill/caddy-seckill/redisstore.(*Store).AppendResult"}, waitRedisReply},
-		{[]string{"runtime.selectgo", "github.com/caddy-seckill/caddy-seckill/admission.(*admitGroups).admit"}, waitAdmitBatch},
+			"github.com/caddy-seckill/caddy-seckill/admission/redisstore.(*Store).AppendResult"}, waitRedisReply},
+		{[]string{"runtime.selectgo", "github.com/caddy-seckill/caddy-seckill/admission/redisstore.(*admitGroups).admit"}, waitAdmitBatch},
 		{[]string{"internal/poll.(*FD).Read", "net/http.(*connReader).Read", "bufio.(*Reader).Peek", "net/http.(*conn).serve"}, waitNextRequest},
 		{[]string{"internal/poll.(*FD).Read", "net/http.(*connReader).backgroundRead"}, waitBackground},
 		{[]string{"sync.(*Cond).Wait", "net/http.(*connReader).abortPendingRead", "net/http.(*conn).serve"}, waitEndRequest},
