@@ -12,7 +12,7 @@ import (
 	_ "github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
-	_ "github.com/caddy-seckill/caddy-seckill/caddymodule"
+	_ "github.com/caddy-seckill/caddy-seckill" // the app, its handlers and the store modules
 )
 
 // adapt runs the real Caddyfile adapter, with the seckill plugin's parser, over a generated config.
