@@ -65,12 +65,12 @@ func TestTokenFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
-	expect(t, "result with the minted token", c.get("/seckill/tk/result", tok), http.StatusOK, "none")
-	b := c.post(buyPath(t, c, "tk", tok), tok, "")
+	expect(t, "result with the minted token", c.Get("/seckill/tk/result", tok), http.StatusOK, "none")
+	b := c.Post(buyPath(t, c, "tk", tok), tok, "")
 	expect(t, "buy with the minted token", b, http.StatusAccepted, "queued")
-	r := c.get("/seckill/tk/result", tok)
+	r := c.Get("/seckill/tk/result", tok)
 	expect(t, "result after the buy", r, http.StatusOK, "queued")
-	if r.str("reservation_id") != b.str("reservation_id") {
+	if r.Str("reservation_id") != b.Str("reservation_id") {
 		t.Errorf("result %s does not name the reservation of %s", r, b)
 	}
 
@@ -80,13 +80,13 @@ func TestTokenFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("seckill token --secret: %v: %s", err, plain)
 	}
-	expect(t, "result with a --secret token", c.get("/seckill/tk/result", plain), http.StatusUnauthorized, "unauthorized")
+	expect(t, "result with a --secret token", c.Get("/seckill/tk/result", plain), http.StatusUnauthorized, "unauthorized")
 	// An explicit flag overrides the configuration.
 	other, err := mint("--config", file, "--user", "bob", "--audience", "elsewhere")
 	if err != nil {
 		t.Fatalf("seckill token --config --audience: %v: %s", err, other)
 	}
-	expect(t, "result with another audience", c.get("/seckill/tk/result", other), http.StatusUnauthorized, "unauthorized")
+	expect(t, "result with another audience", c.Get("/seckill/tk/result", other), http.StatusUnauthorized, "unauthorized")
 
 	// The JSON form of the configuration, and a Caddyfile under another name with --adapter.
 	jsonFile := filepath.Join(dir, "caddy.json")
@@ -102,7 +102,7 @@ func TestTokenFromConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seckill token %v: %v: %s", args, err, tok)
 		}
-		expect(t, fmt.Sprintf("result with a token from %v", args), c.get("/seckill/tk/result", tok), http.StatusOK, "none")
+		expect(t, fmt.Sprintf("result with a token from %v", args), c.Get("/seckill/tk/result", tok), http.StatusOK, "none")
 	}
 
 	// Mistakes are refused with a message.

@@ -132,7 +132,7 @@ func TestWatch(t *testing.T) {
 	// A long payment window: no order expires while the test compares the figures.
 	block := strings.Replace(saleBlock("watch", 20), "pay_within "+payWindow.String(), "pay_within 10m", 1)
 	s := startSale(t, jwtBlock+"captcha off\n"+block+ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db")))
-	term := startTerminal(t, 100, 30, bin, "seckill", "watch", "--address", s.adminAddr, "--interval", "250ms")
+	term := startTerminal(t, 100, 30, bin, "seckill", "watch", "--address", s.AdminAddr, "--interval", "250ms")
 	eventually(t, "a first frame", func() (bool, string) {
 		lines, n := term.screen()
 		return n > 0, strings.Join(lines, "\n")
@@ -140,9 +140,9 @@ func TestWatch(t *testing.T) {
 
 	// The sale: 25 buyers for 20 items, a few per frame, so that admits/s is seen above zero;
 	// one forged path and one call without a token on the way.
-	c := s.c
-	expect(t, "forged path", c.post("/seckill/watch/buy/0123456789abcdef", token(t, "x"), ""), http.StatusNotFound, "bad_path")
-	expect(t, "no token", c.post("/seckill/watch/path", "", ""), http.StatusUnauthorized, "unauthorized")
+	c := s.Client
+	expect(t, "forged path", c.Post("/seckill/watch/buy/0123456789abcdef", token(t, "x"), ""), http.StatusNotFound, "bad_path")
+	expect(t, "no token", c.Post("/seckill/watch/path", "", ""), http.StatusUnauthorized, "unauthorized")
 	var toks, paths []string
 	for i := range 25 {
 		tok := token(t, fmt.Sprintf("w%d", i))
@@ -150,8 +150,8 @@ func TestWatch(t *testing.T) {
 	}
 	sawAdmits := 0.0
 	for i, tok := range toks {
-		r := c.post(paths[i], tok, "")
-		if r.status != http.StatusAccepted && r.status != http.StatusGone {
+		r := c.Post(paths[i], tok, "")
+		if r.Status != http.StatusAccepted && r.Status != http.StatusGone {
 			t.Fatalf("buy %d: %s", i, r)
 		}
 		time.Sleep(60 * time.Millisecond)
@@ -171,7 +171,7 @@ func TestWatch(t *testing.T) {
 			return false, strings.Join(lines, "\n")
 		}
 		sawAdmits = max(sawAdmits, sc.admits)
-		status, body := s.adminCall(t, http.MethodGet, "/seckill/activities/watch", "")
+		status, body := s.AdminCall(t, http.MethodGet, "/seckill/activities/watch", "")
 		var a struct {
 			Stock, Remaining, Sold, Queued, Dead int64
 			SoldOut                              bool `json:"sold_out_flag"`
@@ -179,7 +179,7 @@ func TestWatch(t *testing.T) {
 		if status != http.StatusOK || json.Unmarshal(body, &a) != nil {
 			t.Fatalf("admin API: %d %s", status, body)
 		}
-		_, metrics := s.adminCall(t, http.MethodGet, "/metrics", "")
+		_, metrics := s.AdminCall(t, http.MethodGet, "/metrics", "")
 		last = strings.Join(lines, "\n") + "\nadmin: " + string(body)
 		if sc.left != a.Remaining || sc.stock != a.Stock || sc.sold != a.Sold || sc.wins != a.Queued ||
 			sc.dead != a.Dead || sc.soldOut != a.SoldOut || sc.backlog != "0" || a.Queued != 20 || a.Remaining != 0 {
@@ -231,7 +231,7 @@ func TestWatch(t *testing.T) {
 	})
 
 	// --once, not on a terminal: one plain frame with the same figures.
-	out, err := exec.Command(bin, "seckill", "watch", "--address", s.adminAddr, "--once", "--interval", "200ms").Output()
+	out, err := exec.Command(bin, "seckill", "watch", "--address", s.AdminAddr, "--once", "--interval", "200ms").Output()
 	if err != nil {
 		t.Fatalf("watch --once: %v\n%s", err, out)
 	}
@@ -242,7 +242,7 @@ func TestWatch(t *testing.T) {
 	if !ok || sc.left != 0 || sc.stock != 20 || sc.wins != 20 || sc.backlog != "0" || sc.admits != 0 || sc.layerTotals["jwt"] != 1 {
 		t.Errorf("watch --once: %+v\n%s", sc, out)
 	}
-	if err := exec.Command(bin, "seckill", "watch", "--address", s.adminAddr, "--once", "--interval", "1ms").Run(); err == nil {
+	if err := exec.Command(bin, "seckill", "watch", "--address", s.AdminAddr, "--once", "--interval", "1ms").Run(); err == nil {
 		t.Error("an interval of 1ms was accepted")
 	}
 }
