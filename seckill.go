@@ -3,13 +3,17 @@
 //
 //	xcaddy build --with github.com/caddy-seckill/caddy-seckill
 //
-// builds a Caddy with the seckill app and handler (package caddymodule) and the admission stores
-// they choose from (the guest modules seckill.stores.memory, .local and .redis).
+// builds a Caddy with the seckill app and handler (package caddymodule), the admission stores
+// they choose from (the guest modules seckill.stores.memory, .local and .redis) and the
+// `caddy seckill` command (package caddymodule/seckillcmd).
 package seckill
 
 import (
 	// Registers the seckill app, the http.handlers.seckill handler and their Caddyfile syntax.
 	_ "github.com/caddy-seckill/caddy-seckill/caddymodule"
+
+	// Registers the `caddy seckill` command (token, status, reconcile, watch).
+	_ "github.com/caddy-seckill/caddy-seckill/caddymodule/seckillcmd"
 
 	// Register the store modules seckill.stores.memory and seckill.stores.local, and
 	// seckill.stores.redis.

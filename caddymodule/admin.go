@@ -50,8 +50,9 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{Pattern: "/seckill/", Handler: caddy.AdminHandlerFunc(a.serve)}}
 }
 
-// adminActivity is an activity as the admin API shows it.
-type adminActivity struct {
+// AdminActivity is an activity as the admin API shows it (GET /seckill/stats and
+// /seckill/activities/{id}), exported for the watch command (package seckillcmd), which reads it.
+type AdminActivity struct {
 	ID        string    `json:"id"`
 	Stock     int64     `json:"stock"`
 	Limit     int64     `json:"limit"`
@@ -247,12 +248,12 @@ func (adminAPI) reconcile(w http.ResponseWriter, r *http.Request, app *App) erro
 }
 
 // snapshots reads every activity from the store, sorted by id.
-func snapshots(ctx context.Context, app *App) ([]adminActivity, error) {
+func snapshots(ctx context.Context, app *App) ([]AdminActivity, error) {
 	ids, err := app.backend.guard.Activities(ctx)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]adminActivity, 0, len(ids))
+	out := make([]AdminActivity, 0, len(ids))
 	for _, id := range ids {
 		s, err := app.backend.guard.Activity(ctx, id)
 		if errors.Is(err, admission.ErrUnknownActivity) {
@@ -267,10 +268,10 @@ func snapshots(ctx context.Context, app *App) ([]adminActivity, error) {
 	return out, nil
 }
 
-func showActivity(app *App, s admission.Snapshot) adminActivity {
+func showActivity(app *App, s admission.Snapshot) AdminActivity {
 	app.acts.setStock(s.ID, s.Remaining, time.Now())
 	app.acts.setQueues(s.ID, s.Queued, s.Dead)
-	return adminActivity{
+	return AdminActivity{
 		ID: s.ID, Stock: s.Stock, Limit: s.Limit, Start: s.Start, End: s.End,
 		PayWithin: s.PayWithin.String(), Buckets: s.Buckets, Remaining: s.Remaining, Sold: s.Sold, Buyers: s.Buyers,
 		Queued: s.Queued, Dead: s.Dead, SoldOut: app.backend.guard.SoldOut(s.ID),

@@ -35,7 +35,7 @@ func TestAdminAPI(t *testing.T) {
 	}
 
 	alice := token(t, "alice")
-	win := c.post(buyPath(t, c, "adm", alice), alice, "")
+	win := c.Post(buyPath(t, c, "adm", alice), alice, "")
 	expect(t, "buy", win, http.StatusAccepted, "queued")
 
 	status, body := call(http.MethodGet, "/seckill/activities/adm", "")
@@ -67,10 +67,10 @@ func TestAdminAPI(t *testing.T) {
 	if status, body := call(http.MethodPut, "/seckill/activities/fresh", def); status != http.StatusOK {
 		t.Fatalf("create: %d %s", status, body)
 	}
-	expect(t, "new activity", c.get("/seckill/fresh", ""), http.StatusOK, "ok")
+	expect(t, "new activity", c.Get("/seckill/fresh", ""), http.StatusOK, "ok")
 
 	// Release gives the reservation back once.
-	rel := fmt.Sprintf(`{"reservation_id":%q}`, win.str("reservation_id"))
+	rel := fmt.Sprintf(`{"reservation_id":%q}`, win.Str("reservation_id"))
 	if status, body := call(http.MethodPost, "/seckill/activities/adm/release", rel); status != http.StatusOK || !strings.Contains(body, `"released":true`) {
 		t.Errorf("release: %d %s", status, body)
 	}
@@ -111,5 +111,5 @@ func TestAdminAPI(t *testing.T) {
 	if status, body := call(http.MethodDelete, "/seckill/activities/adm?force=1", ""); status != http.StatusNoContent {
 		t.Errorf("forced delete: %d %s", status, body)
 	}
-	expect(t, "deleted activity", c.get("/seckill/adm", ""), http.StatusNotFound, "not_found")
+	expect(t, "deleted activity", c.Get("/seckill/adm", ""), http.StatusNotFound, "not_found")
 }

@@ -303,6 +303,17 @@ func (c *JWTConfig) verifierConfig(repl *caddy.Replacer) (jwtauth.Config, error)
 	return cfg, nil
 }
 
+// MintTemplate returns the template of the tokens c accepts, with placeholders replaced from repl,
+// for the token command (package seckillcmd): as the demo sign-in mints them (mintTemplate), or
+// nil when c cannot verify HMAC tokens (no hmac_secret, or no HS* algorithm).
+func (c *JWTConfig) MintTemplate(repl *caddy.Replacer) (*jwtauth.MintConfig, error) {
+	vc, err := c.verifierConfig(repl)
+	if err != nil {
+		return nil, err
+	}
+	return mintTemplate(vc), nil
+}
+
 // Start defines the configured activities in the store, starts the embedded order backend (once:
 // a reload finds it running) and the activity refresher. A definition that would change a running
 // sale fails the start, so the previous configuration stays in force.

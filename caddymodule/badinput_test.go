@@ -28,11 +28,11 @@ func TestBadInput(t *testing.T) {
 	alice, bob := token(t, "alice"), token(t, "bob")
 
 	pathOf := func(activity, tok string) string {
-		r := c.post("/seckill/"+activity+"/path", tok, "")
-		if r.status != http.StatusOK {
+		r := c.Post("/seckill/"+activity+"/path", tok, "")
+		if r.Status != http.StatusOK {
 			t.Fatalf("path %s: %s", activity, r)
 		}
-		return r.str("path")
+		return r.Str("path")
 	}
 	alicePath, bobPath, aliceOther := pathOf("bad", alice), pathOf("bad", bob), pathOf("other", alice)
 	aliceHash := alicePath[strings.LastIndexByte(alicePath, '/')+1:]
@@ -68,13 +68,13 @@ func TestBadInput(t *testing.T) {
 			{"thousands of dots", strings.Repeat(".", 5000)},
 			{"garbage", "not a token at all"},
 		} {
-			r := c.post(alicePath, tc.tok, "")
+			r := c.Post(alicePath, tc.tok, "")
 			expect(t, tc.name, r, http.StatusUnauthorized, "unauthorized")
-			if r.header.Get("WWW-Authenticate") == "" {
+			if r.Header.Get("WWW-Authenticate") == "" {
 				t.Errorf("%s: no WWW-Authenticate header", tc.name)
 			}
 		}
-		r := c.do(http.MethodPost, alicePath, "", nil, "Authorization", "Basic YWxpY2U6cHc=")
+		r := c.Do(http.MethodPost, alicePath, "", nil, "Authorization", "Basic YWxpY2U6cHc=")
 		expect(t, "basic auth", r, http.StatusUnauthorized, "unauthorized")
 	})
 
@@ -101,37 +101,37 @@ func TestBadInput(t *testing.T) {
 			{"another activity's hash", "/seckill/bad/buy/" + otherHash},
 			{"truncated hash", "/seckill/bad/buy/" + aliceHash[:len(aliceHash)-1]},
 		} {
-			expect(t, tc.name, c.post(tc.path, alice, ""), http.StatusNotFound, "bad_path")
+			expect(t, tc.name, c.Post(tc.path, alice, ""), http.StatusNotFound, "bad_path")
 		}
 		// The right hash under the wrong activity's path is not the buy path of that activity.
-		expect(t, "hash of bad under other", c.post("/seckill/other/buy/"+aliceHash, alice, ""), http.StatusNotFound, "bad_path")
+		expect(t, "hash of bad under other", c.Post("/seckill/other/buy/"+aliceHash, alice, ""), http.StatusNotFound, "bad_path")
 	})
 
 	t.Run("window", func(t *testing.T) {
-		expect(t, "path before start - reveal", c.post("/seckill/later/path", alice, ""), http.StatusForbidden, "not_started")
-		expect(t, "buy before start", c.post("/seckill/later/buy/"+aliceHash, alice, ""), http.StatusForbidden, "not_started")
-		st := c.get("/seckill/later", "")
+		expect(t, "path before start - reveal", c.Post("/seckill/later/path", alice, ""), http.StatusForbidden, "not_started")
+		expect(t, "buy before start", c.Post("/seckill/later/buy/"+aliceHash, alice, ""), http.StatusForbidden, "not_started")
+		st := c.Get("/seckill/later", "")
 		expect(t, "status of later", st, http.StatusOK, "ok")
-		if st.str("state") != "upcoming" {
+		if st.Str("state") != "upcoming" {
 			t.Errorf("state of later: %s", st)
 		}
 	})
 
 	t.Run("unknown", func(t *testing.T) {
-		expect(t, "unknown activity status", c.get("/seckill/nope", ""), http.StatusNotFound, "not_found")
-		expect(t, "unknown activity buy", c.post("/seckill/nope/buy/"+aliceHash, alice, ""), http.StatusNotFound, "not_found")
-		expect(t, "unknown activity path", c.post("/seckill/nope/path", alice, ""), http.StatusNotFound, "not_found")
-		expect(t, "bad activity id", c.get("/seckill/a%20b", ""), http.StatusNotFound, "not_found")
-		expect(t, "unknown call", c.get("/seckill/bad/stock", ""), http.StatusNotFound, "not_found")
-		expect(t, "trailing slash", c.get("/seckill/bad/", ""), http.StatusNotFound, "not_found")
-		expect(t, "bare prefix", c.get("/seckill/", ""), http.StatusNotFound, "not_found")
-		expect(t, "empty hash", c.post("/seckill/bad/buy/", alice, ""), http.StatusNotFound, "not_found")
-		expect(t, "long hash", c.post("/seckill/bad/buy/"+strings.Repeat("a", 500), alice, ""), http.StatusNotFound, "not_found")
+		expect(t, "unknown activity status", c.Get("/seckill/nope", ""), http.StatusNotFound, "not_found")
+		expect(t, "unknown activity buy", c.Post("/seckill/nope/buy/"+aliceHash, alice, ""), http.StatusNotFound, "not_found")
+		expect(t, "unknown activity path", c.Post("/seckill/nope/path", alice, ""), http.StatusNotFound, "not_found")
+		expect(t, "bad activity id", c.Get("/seckill/a%20b", ""), http.StatusNotFound, "not_found")
+		expect(t, "unknown call", c.Get("/seckill/bad/stock", ""), http.StatusNotFound, "not_found")
+		expect(t, "trailing slash", c.Get("/seckill/bad/", ""), http.StatusNotFound, "not_found")
+		expect(t, "bare prefix", c.Get("/seckill/", ""), http.StatusNotFound, "not_found")
+		expect(t, "empty hash", c.Post("/seckill/bad/buy/", alice, ""), http.StatusNotFound, "not_found")
+		expect(t, "long hash", c.Post("/seckill/bad/buy/"+strings.Repeat("a", 500), alice, ""), http.StatusNotFound, "not_found")
 	})
 
 	t.Run("bodies", func(t *testing.T) {
 		big := strings.Repeat(" ", 4<<20)
-		expect(t, "4 MiB body", c.post(alicePath, alice, big), http.StatusRequestEntityTooLarge, "bad_request")
+		expect(t, "4 MiB body", c.Post(alicePath, alice, big), http.StatusRequestEntityTooLarge, "bad_request")
 		for _, tc := range []struct{ name, body string }{
 			{"malformed JSON", "{"},
 			{"not an object", "[1]"},
@@ -142,19 +142,19 @@ func TestBadInput(t *testing.T) {
 			{"qty fraction", `{"qty":1.5}`},
 			{"trailing data", `{"qty":1} {"qty":1}`},
 		} {
-			expect(t, tc.name, c.post(alicePath, alice, tc.body), http.StatusBadRequest, "bad_request")
+			expect(t, tc.name, c.Post(alicePath, alice, tc.body), http.StatusBadRequest, "bad_request")
 		}
 		// The path call checks its body too, with the captcha off (it then needs none).
-		expect(t, "4 MiB path body", c.post("/seckill/bad/path", alice, big), http.StatusRequestEntityTooLarge, "bad_request")
+		expect(t, "4 MiB path body", c.Post("/seckill/bad/path", alice, big), http.StatusRequestEntityTooLarge, "bad_request")
 		for _, body := range []string{"{", "[1]", `{"captcha_id":1}`, `{} {}`, "not json"} {
-			expect(t, "path body "+body, c.post("/seckill/bad/path", alice, body), http.StatusBadRequest, "bad_request")
+			expect(t, "path body "+body, c.Post("/seckill/bad/path", alice, body), http.StatusBadRequest, "bad_request")
 		}
 		for _, body := range []string{"", "{}", ` {"captcha_id":"x"} `} {
-			expect(t, "path body "+body, c.post("/seckill/bad/path", alice, body), http.StatusOK, "ok")
+			expect(t, "path body "+body, c.Post("/seckill/bad/path", alice, body), http.StatusOK, "ok")
 		}
-		expect(t, "long idempotency key", c.post(alicePath, alice, "", "Idempotency-Key", strings.Repeat("k", 129)),
+		expect(t, "long idempotency key", c.Post(alicePath, alice, "", "Idempotency-Key", strings.Repeat("k", 129)),
 			http.StatusBadRequest, "bad_request")
-		expect(t, "two idempotency keys", c.post(alicePath, alice, "", "Idempotency-Key", "a", "Idempotency-Key", "b"),
+		expect(t, "two idempotency keys", c.Post(alicePath, alice, "", "Idempotency-Key", "a", "Idempotency-Key", "b"),
 			http.StatusBadRequest, "bad_request")
 	})
 
@@ -167,9 +167,9 @@ func TestBadInput(t *testing.T) {
 			{http.MethodPost, "/seckill/bad", "GET, HEAD"},
 			{http.MethodPost, "/seckill/bad/result", "GET, HEAD"},
 		} {
-			r := c.do(tc.method, tc.path, alice, nil)
+			r := c.Do(tc.method, tc.path, alice, nil)
 			expect(t, tc.method+" "+tc.path, r, http.StatusMethodNotAllowed, "method_not_allowed")
-			if got := r.header.Get("Allow"); got != tc.allow {
+			if got := r.Header.Get("Allow"); got != tc.allow {
 				t.Errorf("%s %s: Allow %q, want %q", tc.method, tc.path, got, tc.allow)
 			}
 		}
@@ -181,7 +181,7 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 	// The good request still works afterwards, and spends exactly what it asked for.
-	r := c.post(alicePath, alice, `{"qty":2}`)
+	r := c.Post(alicePath, alice, `{"qty":2}`)
 	expect(t, "good buy", r, http.StatusAccepted, "queued")
 	if n := remaining(t, "bad"); n != 8 {
 		t.Errorf("remaining %d after a buy of 2, want 8", n)

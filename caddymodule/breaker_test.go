@@ -18,26 +18,26 @@ func TestStoreDown(t *testing.T) {
 	c := newClient(t, base)
 	alice, bob := token(t, "alice"), token(t, "bob")
 	alicePath, bobPath := buyPath(t, c, "down", alice), buyPath(t, c, "down", bob)
-	expect(t, "bob wins before", c.post(bobPath, bob, ""), http.StatusAccepted, "queued")
+	expect(t, "bob wins before", c.Post(bobPath, bob, ""), http.StatusAccepted, "queued")
 
 	rd.Kill()
 	for i := range 8 { // past the breaker's threshold: the later ones do not even try the store
-		r := c.post(alicePath, alice, "")
+		r := c.Post(alicePath, alice, "")
 		expect(t, "buy while down", r, http.StatusServiceUnavailable, "busy")
-		if r.header.Get("Retry-After") != "1" {
-			t.Errorf("buy %d while down: Retry-After %q", i, r.header.Get("Retry-After"))
+		if r.Header.Get("Retry-After") != "1" {
+			t.Errorf("buy %d while down: Retry-After %q", i, r.Header.Get("Retry-After"))
 		}
 	}
-	expect(t, "result while down", c.get("/seckill/down/result", alice), http.StatusServiceUnavailable, "busy")
+	expect(t, "result while down", c.Get("/seckill/down/result", alice), http.StatusServiceUnavailable, "busy")
 	// The public status keeps answering from the last reading.
-	if st := c.get("/seckill/down", ""); st.status != http.StatusOK || st.num("remaining") != 4 {
+	if st := c.Get("/seckill/down", ""); st.Status != http.StatusOK || st.Num("remaining") != 4 {
 		t.Errorf("status while down: %s", st)
 	}
 
 	rd.Restart()
 	var r response
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if r = c.post(alicePath, alice, ""); r.status != http.StatusServiceUnavailable {
+		if r = c.Post(alicePath, alice, ""); r.Status != http.StatusServiceUnavailable {
 			break
 		}
 	}

@@ -1,35 +1,18 @@
 package caddymodule_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/caddyserver/caddy/v2/caddyconfig"
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/caddy-seckill/caddy-seckill/caddymodule"
 )
 
 var update = flag.Bool("update", false, "rewrite the JSON half of testdata/*.caddyfiletest with the adapter's output, and the syntax blocks of README.md with the parsers' doc comments")
-
-// adapt adapts a Caddyfile to indented JSON.
-func adapt(t testing.TB, caddyfile string) (string, error) {
-	t.Helper()
-	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
-	if err != nil {
-		return "", err
-	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, out, "", "\t"); err != nil {
-		t.Fatalf("adapter output is not JSON: %v\n%s", err, out)
-	}
-	return buf.String(), nil
-}
 
 // TestCaddyfileAdapt checks each testdata/*.caddyfiletest: a Caddyfile, a line of dashes, and
 // either the exact JSON it adapts to or (when it does not start with '{') a part of the error

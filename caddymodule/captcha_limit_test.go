@@ -36,48 +36,48 @@ func TestCaptchaIssueLimit(t *testing.T) {
 
 	var ids []string
 	for i := range 3 {
-		r := c.post("/seckill/cl/captcha", alice, "")
+		r := c.Post("/seckill/cl/captcha", alice, "")
 		expect(t, fmt.Sprintf("captcha %d", i+1), r, http.StatusOK, "ok")
-		ids = append(ids, r.str("captcha_id"))
+		ids = append(ids, r.Str("captcha_id"))
 	}
-	r := c.post("/seckill/cl/captcha", alice, "")
+	r := c.Post("/seckill/cl/captcha", alice, "")
 	expect(t, "fourth captcha", r, http.StatusTooManyRequests, "rate_limited")
-	if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 || s > 10 {
-		t.Errorf("Retry-After %q, want 1-10 s (one captcha every 10 s)", r.header.Get("Retry-After"))
+	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 || s > 10 {
+		t.Errorf("Retry-After %q, want 1-10 s (one captcha every 10 s)", r.Header.Get("Retry-After"))
 	}
-	if got := r.header.Get("RateLimit-Policy"); got != "6;w=60;burst=3" {
+	if got := r.Header.Get("RateLimit-Policy"); got != "6;w=60;burst=3" {
 		t.Errorf("RateLimit-Policy %q", got)
 	}
-	if got := r.header.Get("RateLimit"); !strings.HasPrefix(got, "limit=3, remaining=0, reset=") {
+	if got := r.Header.Get("RateLimit"); !strings.HasPrefix(got, "limit=3, remaining=0, reset=") {
 		t.Errorf("RateLimit %q", got)
 	}
-	expect(t, "bob has his own bucket", c.post("/seckill/cl/captcha", bob, ""), http.StatusOK, "ok")
+	expect(t, "bob has his own bucket", c.Post("/seckill/cl/captcha", bob, ""), http.StatusOK, "ok")
 
 	// The captchas alice holds still work: the limit is on issuing, not on answering.
 	ans, err := app(t).CaptchaAnswer(context.Background(), ids[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	expect(t, "path with an issued captcha", c.post("/seckill/cl/path", alice,
+	expect(t, "path with an issued captcha", c.Post("/seckill/cl/path", alice,
 		fmt.Sprintf(`{"captcha_id":%q,"answer":%q}`, ids[0], ans)), http.StatusOK, "ok")
 
 	// An unchanged reload keeps the buckets: reloading is no way around the limit.
 	if err := loadCaddy(t, port, jwtBlock+"captcha on\n"+act, route); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	c.afterReload()
-	expect(t, "after an unchanged reload", c.post("/seckill/cl/captcha", alice, ""), http.StatusTooManyRequests, "rate_limited")
+	c.AfterReload()
+	expect(t, "after an unchanged reload", c.Post("/seckill/cl/captcha", alice, ""), http.StatusTooManyRequests, "rate_limited")
 
 	// A new issue_rate is a new limiter.
 	if err := loadCaddy(t, port, jwtBlock+"captcha on {\n\tissue_rate 1/h\n}\n"+act, route); err != nil {
 		t.Fatalf("reload with an issue_rate: %v", err)
 	}
-	c.afterReload()
-	r = c.post("/seckill/cl/captcha", alice, "")
+	c.AfterReload()
+	r = c.Post("/seckill/cl/captcha", alice, "")
 	expect(t, "first captcha under 1/h", r, http.StatusOK, "ok")
-	r = c.post("/seckill/cl/captcha", alice, "")
+	r = c.Post("/seckill/cl/captcha", alice, "")
 	expect(t, "second captcha under 1/h", r, http.StatusTooManyRequests, "rate_limited")
-	if got := r.header.Get("RateLimit-Policy"); got != "1;w=3600" {
+	if got := r.Header.Get("RateLimit-Policy"); got != "1;w=3600" {
 		t.Errorf("RateLimit-Policy %q", got)
 	}
 }
@@ -92,15 +92,15 @@ func TestCaptchaOptions(t *testing.T) {
 	alice := token(t, "alice")
 	issue := func() (id, img, answer string) {
 		t.Helper()
-		r := c.post("/seckill/co/captcha", alice, "")
-		if r.status != http.StatusOK {
+		r := c.Post("/seckill/co/captcha", alice, "")
+		if r.Status != http.StatusOK {
 			t.Fatalf("captcha: %s", r)
 		}
-		a, err := app(t).CaptchaAnswer(context.Background(), r.str("captcha_id"))
+		a, err := app(t).CaptchaAnswer(context.Background(), r.Str("captcha_id"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return r.str("captcha_id"), r.str("image"), a
+		return r.Str("captcha_id"), r.Str("image"), a
 	}
 	body := func(id, ans string) string { return fmt.Sprintf(`{"captcha_id":%q,"answer":%q}`, id, ans) }
 
@@ -108,17 +108,17 @@ func TestCaptchaOptions(t *testing.T) {
 	if len(ans) != 4 {
 		t.Errorf("answer %q: want 4 digits", ans)
 	}
-	if r := c.get(img, ""); r.status != http.StatusOK {
-		t.Errorf("first image fetch: %d", r.status)
+	if r := c.Get(img, ""); r.Status != http.StatusOK {
+		t.Errorf("first image fetch: %d", r.Status)
 	}
-	expect(t, "second image fetch (max_fetches 1)", c.get(img, ""), http.StatusNotFound, "not_found")
+	expect(t, "second image fetch (max_fetches 1)", c.Get(img, ""), http.StatusNotFound, "not_found")
 
 	// Past its ttl of 1s, the right answer no longer counts.
 	time.Sleep(1200 * time.Millisecond)
-	expect(t, "answer after the ttl", c.post("/seckill/co/path", alice, body(id, ans)), http.StatusForbidden, "captcha_invalid")
+	expect(t, "answer after the ttl", c.Post("/seckill/co/path", alice, body(id, ans)), http.StatusForbidden, "captcha_invalid")
 
 	id, _, ans = issue()
-	expect(t, "answer within the ttl", c.post("/seckill/co/path", alice, body(id, ans)), http.StatusOK, "ok")
+	expect(t, "answer within the ttl", c.Post("/seckill/co/path", alice, body(id, ans)), http.StatusOK, "ok")
 }
 
 // TestCaptchaProvisionErrors checks the captcha settings the Caddyfile cannot express but JSON

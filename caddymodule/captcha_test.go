@@ -29,35 +29,35 @@ func TestFlowWithCaptcha(t *testing.T) {
 	}
 	pathBody := func(id, ans string) string { return fmt.Sprintf(`{"captcha_id":%q,"answer":%q}`, id, ans) }
 
-	st := c.get("/seckill/cap", "")
+	st := c.Get("/seckill/cap", "")
 	expect(t, "status", st, http.StatusOK, "ok")
-	if st.num("reveal_ms") != 2000 {
+	if st.Num("reveal_ms") != 2000 {
 		t.Errorf("status reveal_ms: %s", st)
 	}
 
-	expect(t, "captcha without token", c.post("/seckill/cap/captcha", "", ""), http.StatusUnauthorized, "unauthorized")
-	cp := c.post("/seckill/cap/captcha", alice, "")
+	expect(t, "captcha without token", c.Post("/seckill/cap/captcha", "", ""), http.StatusUnauthorized, "unauthorized")
+	cp := c.Post("/seckill/cap/captcha", alice, "")
 	expect(t, "captcha", cp, http.StatusOK, "ok")
-	id, img := cp.str("captcha_id"), cp.str("image")
+	id, img := cp.Str("captcha_id"), cp.Str("image")
 	if id == "" || img != "/seckill/cap/captcha/"+id+".png" {
 		t.Fatalf("captcha answer: %s", cp)
 	}
 
 	// The image is a PNG, served without a token, the same bytes on every fetch, a few times only.
-	first := c.get(img, "")
-	if first.status != http.StatusOK || first.header.Get("Content-Type") != "image/png" {
-		t.Fatalf("image: %d %s", first.status, first.header.Get("Content-Type"))
+	first := c.Get(img, "")
+	if first.Status != http.StatusOK || first.Header.Get("Content-Type") != "image/png" {
+		t.Fatalf("image: %d %s", first.Status, first.Header.Get("Content-Type"))
 	}
-	if _, err := png.Decode(bytes.NewReader(first.raw)); err != nil {
+	if _, err := png.Decode(bytes.NewReader(first.Raw)); err != nil {
 		t.Fatalf("image is not a PNG: %v", err)
 	}
 	var capped bool
 	for range 10 {
-		r := c.get(img, "")
-		if r.status == http.StatusOK && !bytes.Equal(r.raw, first.raw) {
+		r := c.Get(img, "")
+		if r.Status == http.StatusOK && !bytes.Equal(r.Raw, first.Raw) {
 			t.Fatal("the image changed between fetches")
 		}
-		if r.status == http.StatusNotFound && r.code() == "not_found" {
+		if r.Status == http.StatusNotFound && r.Code() == "not_found" {
 			capped = true
 			break
 		}
@@ -65,40 +65,40 @@ func TestFlowWithCaptcha(t *testing.T) {
 	if !capped {
 		t.Error("image fetches are not capped")
 	}
-	expect(t, "unknown image", c.get("/seckill/cap/captcha/NOSUCHID.png", ""), http.StatusNotFound, "not_found")
+	expect(t, "unknown image", c.Get("/seckill/cap/captcha/NOSUCHID.png", ""), http.StatusNotFound, "not_found")
 
 	// Bad answers: missing body, malformed, wrong digits, someone else's captcha. A captcha is
 	// single use: a wrong answer burns it.
-	expect(t, "path without body", c.post("/seckill/cap/path", alice, ""), http.StatusBadRequest, "bad_request")
-	expect(t, "path malformed", c.post("/seckill/cap/path", alice, "{"), http.StatusBadRequest, "bad_request")
+	expect(t, "path without body", c.Post("/seckill/cap/path", alice, ""), http.StatusBadRequest, "bad_request")
+	expect(t, "path malformed", c.Post("/seckill/cap/path", alice, "{"), http.StatusBadRequest, "bad_request")
 	right := answer(id)
 	wrong := []byte(right)
 	wrong[0] = '0' + (wrong[0]-'0'+1)%10
-	expect(t, "wrong answer", c.post("/seckill/cap/path", alice, pathBody(id, string(wrong))), http.StatusForbidden, "captcha_invalid")
-	expect(t, "right answer after a wrong one", c.post("/seckill/cap/path", alice, pathBody(id, right)), http.StatusForbidden, "captcha_invalid")
+	expect(t, "wrong answer", c.Post("/seckill/cap/path", alice, pathBody(id, string(wrong))), http.StatusForbidden, "captcha_invalid")
+	expect(t, "right answer after a wrong one", c.Post("/seckill/cap/path", alice, pathBody(id, right)), http.StatusForbidden, "captcha_invalid")
 
-	bobCap := c.post("/seckill/cap/captcha", bob, "")
-	bobID := bobCap.str("captcha_id")
-	expect(t, "another user's captcha", c.post("/seckill/cap/path", alice, pathBody(bobID, answer(bobID))), http.StatusForbidden, "captcha_invalid")
+	bobCap := c.Post("/seckill/cap/captcha", bob, "")
+	bobID := bobCap.Str("captcha_id")
+	expect(t, "another user's captcha", c.Post("/seckill/cap/path", alice, pathBody(bobID, answer(bobID))), http.StatusForbidden, "captcha_invalid")
 
 	// The right answer gets the path, once.
-	cp = c.post("/seckill/cap/captcha", alice, "")
-	id = cp.str("captcha_id")
+	cp = c.Post("/seckill/cap/captcha", alice, "")
+	id = cp.Str("captcha_id")
 	right = answer(id)
-	p := c.post("/seckill/cap/path", alice, pathBody(id, right))
+	p := c.Post("/seckill/cap/path", alice, pathBody(id, right))
 	expect(t, "path", p, http.StatusOK, "ok")
-	path := p.str("path")
+	path := p.Str("path")
 	if !strings.HasPrefix(path, "/seckill/cap/buy/") {
 		t.Fatalf("path %q", path)
 	}
-	expect(t, "captcha reuse", c.post("/seckill/cap/path", alice, pathBody(id, right)), http.StatusForbidden, "captcha_invalid")
+	expect(t, "captcha reuse", c.Post("/seckill/cap/path", alice, pathBody(id, right)), http.StatusForbidden, "captcha_invalid")
 
-	expect(t, "result before", c.get("/seckill/cap/result", alice), http.StatusOK, "none")
-	b := c.post(path, alice, `{"qty":1}`)
+	expect(t, "result before", c.Get("/seckill/cap/result", alice), http.StatusOK, "none")
+	b := c.Post(path, alice, `{"qty":1}`)
 	expect(t, "buy", b, http.StatusAccepted, "queued")
-	r := c.get("/seckill/cap/result", alice)
+	r := c.Get("/seckill/cap/result", alice)
 	expect(t, "result after", r, http.StatusOK, "queued")
-	if r.str("reservation_id") != b.str("reservation_id") {
+	if r.Str("reservation_id") != b.Str("reservation_id") {
 		t.Errorf("result %s does not name the reservation of %s", r, b)
 	}
 	if n := remaining(t, "cap"); n != 2 {

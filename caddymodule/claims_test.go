@@ -49,36 +49,36 @@ func TestClaimPlaceholders(t *testing.T) {
 	})
 
 	path := buyPath(t, c, "cp", tok)
-	r := c.post(path, tok, "")
+	r := c.Post(path, tok, "")
 	want := "role=admin level=3 score=2.5 vip=true iat=1767225600 groups=gold,beta mixed=1,x,false " +
 		"obj=[] nested=[] objs=[] nul=[] absent=[] sub=alice all=[{http.seckill.claims}]"
-	if r.status != http.StatusOK || string(r.raw) != want {
-		t.Errorf("forwarded winner:\n got %d %q\nwant 200 %q", r.status, r.raw, want)
+	if r.Status != http.StatusOK || string(r.Raw) != want {
+		t.Errorf("forwarded winner:\n got %d %q\nwant 200 %q", r.Status, r.Raw, want)
 	}
-	if got := r.header.Get("X-Groups"); got != "gold,beta" {
+	if got := r.Header.Get("X-Groups"); got != "gold,beta" {
 		t.Errorf("X-Groups %q", got)
 	}
-	if strings.Contains(string(r.raw), tok) || strings.Contains(string(r.raw), strings.Split(tok, ".")[2]) {
+	if strings.Contains(string(r.Raw), tok) || strings.Contains(string(r.Raw), strings.Split(tok, ".")[2]) {
 		t.Error("the token leaked into the answer")
 	}
 
 	// A refusal after the token verified carries the claims into handle_errors; one before it
 	// (no token) has none, and the placeholder is empty rather than left as text.
-	r = c.post(path, tok, "")
-	if r.status != http.StatusConflict || string(r.raw) != "limit_reached role=[admin]" {
-		t.Errorf("refusal after the token: %d %q", r.status, r.raw)
+	r = c.Post(path, tok, "")
+	if r.Status != http.StatusConflict || string(r.Raw) != "limit_reached role=[admin]" {
+		t.Errorf("refusal after the token: %d %q", r.Status, r.Raw)
 	}
-	r = c.post(path, "", "")
-	if r.status != http.StatusUnauthorized || string(r.raw) != "unauthorized role=[]" {
-		t.Errorf("refusal without a token: %d %q", r.status, r.raw)
+	r = c.Post(path, "", "")
+	if r.Status != http.StatusUnauthorized || string(r.Raw) != "unauthorized role=[]" {
+		t.Errorf("refusal without a token: %d %q", r.Status, r.Raw)
 	}
 	// A token that does not verify exposes none of its claims.
 	forged := signToken(t, jwt.SigningMethodHS256, []byte("another-secret-0123456789abcdefgh"), jwt.MapClaims{
 		"sub": "mallory", "exp": now.Add(time.Hour).Unix(), "role": "admin",
 	})
-	r = c.post("/seckill/cp/path", forged, "")
-	if r.status != http.StatusUnauthorized || string(r.raw) != "unauthorized role=[]" {
-		t.Errorf("refusal of a forged token: %d %q", r.status, r.raw)
+	r = c.Post("/seckill/cp/path", forged, "")
+	if r.Status != http.StatusUnauthorized || string(r.Raw) != "unauthorized role=[]" {
+		t.Errorf("refusal of a forged token: %d %q", r.Status, r.Raw)
 	}
 }
 
@@ -103,11 +103,11 @@ handle_errors {
 	alice := token(t, "alice")
 	path := buyPath(t, c, "pl", alice)
 
-	r := c.post(path, alice, "")
-	got := string(r.raw)
-	if r.status != http.StatusOK || !strings.HasPrefix(got, "code=queued act=pl user=alice res=") ||
+	r := c.Post(path, alice, "")
+	got := string(r.Raw)
+	if r.Status != http.StatusOK || !strings.HasPrefix(got, "code=queued act=pl user=alice res=") ||
 		!strings.HasSuffix(got, " msg=[{http.seckill.message}]") {
-		t.Fatalf("forwarded winner: %d %q", r.status, got)
+		t.Fatalf("forwarded winner: %d %q", r.Status, got)
 	}
 	reservation := strings.TrimSuffix(strings.TrimPrefix(got, "code=queued act=pl user=alice res="), " msg=[{http.seckill.message}]")
 	if reservation == "" || strings.Contains(reservation, "{") {
@@ -126,9 +126,9 @@ handle_errors {
 		{"before the activity", "/seckill/pl/buy/x/y", alice, http.StatusNotFound,
 			"code=not_found act=[{http.seckill.activity}] user=[{http.seckill.user}] res=[{http.seckill.reservation}] msg=no such activity or call"},
 	} {
-		r := c.post(tc.path, tc.tok, "")
-		if r.status != tc.status || string(r.raw) != tc.want {
-			t.Errorf("refusal %s:\n got %d %q\nwant %d %q", tc.what, r.status, r.raw, tc.status, tc.want)
+		r := c.Post(tc.path, tc.tok, "")
+		if r.Status != tc.status || string(r.Raw) != tc.want {
+			t.Errorf("refusal %s:\n got %d %q\nwant %d %q", tc.what, r.Status, r.Raw, tc.status, tc.want)
 		}
 	}
 }

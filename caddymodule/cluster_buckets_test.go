@@ -62,12 +62,12 @@ func TestClusterBuckets(t *testing.T) {
 		for i := range users {
 			users[i] = fmt.Sprintf("hot-%03d", i)
 		}
-		wins := bucketRush(t, s.c, "hot", users, 3)
+		wins := bucketRush(t, s.Client, "hot", users, 3)
 		checkBucketSale(t, s, db, "hot", 120, 2, 8, wins)
 	})
 
 	t.Run("skew", func(t *testing.T) {
-		before := bucketMetrics(t, s.c)
+		before := bucketMetrics(t, s.Client)
 		// 100 buyers whose home bucket is bucket 3: they alone must buy the whole stock.
 		var users []string
 		for i := 0; len(users) < 100; i++ {
@@ -75,9 +75,9 @@ func TestClusterBuckets(t *testing.T) {
 				users = append(users, u)
 			}
 		}
-		wins := bucketRush(t, s.c, "skew", users, 1)
+		wins := bucketRush(t, s.Client, "skew", users, 1)
 		checkBucketSale(t, s, db, "skew", 64, 1, 8, wins)
-		after := bucketMetrics(t, s.c)
+		after := bucketMetrics(t, s.Client)
 		if after["dry_pulls"] <= before["dry_pulls"] || after["transfers"] <= before["transfers"] {
 			t.Errorf("a sale from one bucket pulled no stock: bucket metrics %v before, %v after", before, after)
 		}
@@ -89,23 +89,23 @@ func TestClusterBuckets(t *testing.T) {
 
 	// The answers give the whole activity's stock, never a bucket's.
 	t.Run("whole", func(t *testing.T) {
-		expect(t, "status", s.c.get("/seckill/whole", ""), http.StatusOK, "ok")
+		expect(t, "status", s.Client.Get("/seckill/whole", ""), http.StatusOK, "ok")
 		alice := token(t, "alice")
-		path := buyPath(t, s.c, "whole", alice)
-		won := s.c.post(path, alice, "", "Idempotency-Key", "a1")
+		path := buyPath(t, s.Client, "whole", alice)
+		won := s.Client.Post(path, alice, "", "Idempotency-Key", "a1")
 		expect(t, "alice buys", won, http.StatusAccepted, "queued")
-		if n := won.num("remaining"); n != 79 {
+		if n := won.Num("remaining"); n != 79 {
 			t.Errorf("the 202 says %d remaining, want 79 of the activity's 80", n)
 		}
-		expect(t, "alice again", s.c.post(path, alice, "", "Idempotency-Key", "a2"), http.StatusConflict, "limit_reached")
-		if st := s.c.get("/seckill/whole", ""); st.num("remaining") != 79 || st.str("state") != "open" {
+		expect(t, "alice again", s.Client.Post(path, alice, "", "Idempotency-Key", "a2"), http.StatusConflict, "limit_reached")
+		if st := s.Client.Get("/seckill/whole", ""); st.Num("remaining") != 79 || st.Str("state") != "open" {
 			t.Errorf("status after a win and a refusal: %s, want open with 79 remaining", st)
 		}
 	})
 
 	t.Run("pair", func(t *testing.T) {
-		orderFlow(t, s.c, "pair")
-		eventually(t, "reconcile", func() (bool, string) { return s.reconcileOK(t) })
+		orderFlow(t, s.Client, "pair")
+		eventually(t, "reconcile", func() (bool, string) { return s.ReconcileOK(t) })
 	})
 }
 
@@ -138,20 +138,20 @@ func bucketRush(t *testing.T, c *client, activity string, users []string, intent
 				key := fmt.Sprintf("%s-k%d", u, k)
 				var r response
 				for try := 0; ; try++ {
-					r = c.post(path, tok, "", "Idempotency-Key", key)
-					if (r.status != http.StatusServiceUnavailable && r.status != http.StatusTooManyRequests) || try == 200 {
+					r = c.Post(path, tok, "", "Idempotency-Key", key)
+					if (r.Status != http.StatusServiceUnavailable && r.Status != http.StatusTooManyRequests) || try == 200 {
 						break
 					}
 					time.Sleep(50 * time.Millisecond)
 				}
 				mu.Lock()
 				defer mu.Unlock()
-				codes[fmt.Sprintf("%d %s", r.status, r.code())]++
+				codes[fmt.Sprintf("%d %s", r.Status, r.Code())]++
 				switch {
-				case r.status == http.StatusAccepted && r.code() == "queued":
-					wins[u] = append(wins[u], r.str("reservation_id"))
-				case r.status == http.StatusGone && r.code() == "sold_out":
-				case r.status == http.StatusConflict && r.code() == "limit_reached":
+				case r.Status == http.StatusAccepted && r.Code() == "queued":
+					wins[u] = append(wins[u], r.Str("reservation_id"))
+				case r.Status == http.StatusGone && r.Code() == "sold_out":
+				case r.Status == http.StatusConflict && r.Code() == "limit_reached":
 				default:
 					t.Errorf("%s buy %s: %s", u, key, r)
 				}
@@ -179,11 +179,11 @@ func checkBucketSale(t *testing.T, s sale, db, id string, stock, limit, buckets 
 		t.Errorf("%d items won, stock %d: every bucket must sell out, and never beyond", won, stock)
 	}
 
-	st := s.c.get("/seckill/"+id, "")
-	if st.status != http.StatusOK || st.str("state") != "sold_out" || st.num("remaining") != 0 {
+	st := s.Client.Get("/seckill/"+id, "")
+	if st.Status != http.StatusOK || st.Str("state") != "sold_out" || st.Num("remaining") != 0 {
 		t.Errorf("status of %s after the rush: %s, want sold_out with 0 remaining", id, st)
 	}
-	status, body := s.adminCall(t, http.MethodGet, "/seckill/activities", "")
+	status, body := s.AdminCall(t, http.MethodGet, "/seckill/activities", "")
 	var acts []struct {
 		ID        string `json:"id"`
 		Stock     int64  `json:"stock"`
@@ -209,7 +209,7 @@ func checkBucketSale(t *testing.T, s sale, db, id string, stock, limit, buckets 
 	if !found {
 		t.Errorf("admin API does not list %s: %s", id, body)
 	}
-	eventually(t, "reconcile", func() (bool, string) { return s.reconcileOK(t) })
+	eventually(t, "reconcile", func() (bool, string) { return s.ReconcileOK(t) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -245,7 +245,7 @@ func checkBucketSale(t *testing.T, s sale, db, id string, stock, limit, buckets 
 // middle ("transfers", "items_moved", "transfers_recovered", "dry_pulls").
 func bucketMetrics(t *testing.T, c *client) map[string]int64 {
 	t.Helper()
-	res, err := c.http.Get(c.base + "/metrics")
+	res, err := c.HTTP.Get(c.Base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

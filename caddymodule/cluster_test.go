@@ -8,58 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
-
-// builtCaddy is cmd/caddy built once for the tests that need a second process.
-var builtCaddy struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if builtCaddy.dir != "" {
-		_ = os.RemoveAll(builtCaddy.dir)
-	}
-	os.Exit(code)
-}
-
-// buildCaddy builds cmd/caddy (once per test binary) and returns the binary.
-func buildCaddy(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds cmd/caddy")
-	}
-	b := &builtCaddy
-	b.once.Do(func() {
-		gobin, err := exec.LookPath("go")
-		if err != nil {
-			b.err = fmt.Errorf("no go command to build cmd/caddy: %w", err)
-			return
-		}
-		if b.dir, b.err = os.MkdirTemp("", "seckill-caddy-"); b.err != nil {
-			return
-		}
-		b.bin = filepath.Join(b.dir, "caddy")
-		cmd := exec.Command(gobin, "build", "-o", b.bin, "./cmd/caddy")
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			b.err = fmt.Errorf("go build ./cmd/caddy: %w\n%s", err, out)
-		}
-	})
-	if b.err != nil {
-		t.Fatal(b.err)
-	}
-	return b.bin
-}
 
 // startCaddyProcess runs the Caddy binary with the Caddyfile in a child process and returns the
 // base URL once the activity's status answers.
@@ -136,11 +90,11 @@ func TestDistributedUserLimit(t *testing.T) {
 	a := newClient(t, startCaddy(t, seckill, route))
 	b := newClient(t, startCaddyProcess(t, bin, seckill, route, "dl"))
 	alice, bob := token(t, "alice"), token(t, "bob")
-	expect(t, "alice on a", a.post("/seckill/dl/path", alice, ""), http.StatusOK, "ok")
-	r := b.post("/seckill/dl/path", alice, "")
+	expect(t, "alice on a", a.Post("/seckill/dl/path", alice, ""), http.StatusOK, "ok")
+	r := b.Post("/seckill/dl/path", alice, "")
 	expect(t, "alice on b", r, http.StatusTooManyRequests, "rate_limited")
-	if r.header.Get("Retry-After") == "" {
+	if r.Header.Get("Retry-After") == "" {
 		t.Error("no Retry-After")
 	}
-	expect(t, "bob on b", b.post("/seckill/dl/path", bob, ""), http.StatusOK, "ok")
+	expect(t, "bob on b", b.Post("/seckill/dl/path", bob, ""), http.StatusOK, "ok")
 }

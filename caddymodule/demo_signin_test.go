@@ -51,11 +51,11 @@ http://127.0.0.1:%d {
 	runCaddyfile(t, text)
 	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
 
-	r := c.post("/demo/token", "", `{"user":"alice.b_1-x"}`)
-	if r.status != http.StatusOK || r.str("user") != "alice.b_1-x" || r.str("token") == "" {
+	r := c.Post("/demo/token", "", `{"user":"alice.b_1-x"}`)
+	if r.Status != http.StatusOK || r.Str("user") != "alice.b_1-x" || r.Str("token") == "" {
 		t.Fatalf("sign-in: %s", r)
 	}
-	if got := r.header.Get("Cache-Control"); got != "no-store" {
+	if got := r.Header.Get("Cache-Control"); got != "no-store" {
 		t.Errorf("Cache-Control %q", got)
 	}
 	v, err := jwtauth.New(jwtauth.Config{Algorithms: []string{"HS256"}, HMACSecret: jwtSecret,
@@ -63,29 +63,29 @@ http://127.0.0.1:%d {
 	if err != nil {
 		t.Fatal(err)
 	}
-	claims, err := v.Verify(context.Background(), r.str("token"))
+	claims, err := v.Verify(context.Background(), r.Str("token"))
 	if err != nil || claims.User != "alice.b_1-x" {
 		t.Fatalf("minted token: %+v, %v", claims, err)
 	}
-	if claims.ExpiresAt.UnixMilli() != r.num("expires_ms") ||
+	if claims.ExpiresAt.UnixMilli() != r.Num("expires_ms") ||
 		claims.ExpiresAt.Before(now.Add(59*time.Minute)) || claims.ExpiresAt.After(time.Now().Add(61*time.Minute)) {
-		t.Errorf("expires_ms %d, token exp %s: want an hour from now", r.num("expires_ms"), claims.ExpiresAt)
+		t.Errorf("expires_ms %d, token exp %s: want an hour from now", r.Num("expires_ms"), claims.ExpiresAt)
 	}
-	expect(t, "the edge accepts the token", c.get("/seckill/d/result", r.str("token")), http.StatusOK, "none")
+	expect(t, "the edge accepts the token", c.Get("/seckill/d/result", r.Str("token")), http.StatusOK, "none")
 
 	remote := []string{"X-Forwarded-For", "203.0.113.7"}
-	expect(t, "remote client", c.do(http.MethodPost, "/demo/token", "", strings.NewReader(`{"user":"alice"}`), remote...),
+	expect(t, "remote client", c.Do(http.MethodPost, "/demo/token", "", strings.NewReader(`{"user":"alice"}`), remote...),
 		http.StatusForbidden, "forbidden")
-	expect(t, "remote client, GET", c.do(http.MethodGet, "/demo/token", "", nil, remote...), http.StatusForbidden, "forbidden")
-	open := c.do(http.MethodPost, "/demo/open", "", strings.NewReader(`{"user":"bob"}`), remote...)
-	if open.status != http.StatusOK || open.str("user") != "bob" {
+	expect(t, "remote client, GET", c.Do(http.MethodGet, "/demo/token", "", nil, remote...), http.StatusForbidden, "forbidden")
+	open := c.Do(http.MethodPost, "/demo/open", "", strings.NewReader(`{"user":"bob"}`), remote...)
+	if open.Status != http.StatusOK || open.Str("user") != "bob" {
 		t.Errorf("allow_remote: %s", open)
 	}
 
-	m := c.get("/demo/token", "")
+	m := c.Get("/demo/token", "")
 	expect(t, "GET", m, http.StatusMethodNotAllowed, "method_not_allowed")
-	if m.header.Get("Allow") != http.MethodPost {
-		t.Errorf("Allow %q", m.header.Get("Allow"))
+	if m.Header.Get("Allow") != http.MethodPost {
+		t.Errorf("Allow %q", m.Header.Get("Allow"))
 	}
 	for _, tc := range []struct{ name, body string }{
 		{"empty body", ""},
@@ -100,11 +100,11 @@ http://127.0.0.1:%d {
 		{"unknown field", `{"user":"a","admin":true}`},
 		{"two documents", `{"user":"a"}{"user":"b"}`},
 	} {
-		expect(t, tc.name, c.post("/demo/token", "", tc.body), http.StatusBadRequest, "bad_request")
+		expect(t, tc.name, c.Post("/demo/token", "", tc.body), http.StatusBadRequest, "bad_request")
 	}
-	if r := c.post("/demo/token", "", `{"user":"`+strings.Repeat("a", 64)+`"}`); r.status != http.StatusOK {
+	if r := c.Post("/demo/token", "", `{"user":"`+strings.Repeat("a", 64)+`"}`); r.Status != http.StatusOK {
 		t.Errorf("64-byte user: %s", r)
 	}
-	expect(t, "large body", c.post("/demo/token", "", `{"user":"a","x":"`+strings.Repeat("x", 5000)+`"}`),
+	expect(t, "large body", c.Post("/demo/token", "", `{"user":"a","x":"`+strings.Repeat("x", 5000)+`"}`),
 		http.StatusRequestEntityTooLarge, "bad_request")
 }

@@ -97,7 +97,7 @@ func TestDashboardQueries(t *testing.T) {
 		t.Fatalf("%d panels in %s", len(panels), dashboardJSON)
 	}
 	s := startSale(t, jwtBlock+"captcha off\n"+saleBlock("dash", 6)+ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db")))
-	u, err := url.Parse(s.c.base)
+	u, err := url.Parse(s.Client.Base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,17 +105,17 @@ func TestDashboardQueries(t *testing.T) {
 
 	// The sale: 9 buyers for 6 items, two winners pay, one cancels, a forged buy path and a
 	// missing token are refused at their layers.
-	c := s.c
+	c := s.Client
 	var winners, toks, paths []string
 	for i := range 9 {
 		tok := token(t, fmt.Sprintf("buyer%d", i))
 		toks, paths = append(toks, tok), append(paths, buyPath(t, c, "dash", tok))
 	}
-	expect(t, "forged path", c.post("/seckill/dash/buy/0123456789abcdef", toks[0], ""), http.StatusNotFound, "bad_path")
-	expect(t, "no token", c.post("/seckill/dash/path", "", ""), http.StatusUnauthorized, "unauthorized")
+	expect(t, "forged path", c.Post("/seckill/dash/buy/0123456789abcdef", toks[0], ""), http.StatusNotFound, "bad_path")
+	expect(t, "no token", c.Post("/seckill/dash/path", "", ""), http.StatusUnauthorized, "unauthorized")
 	for i, tok := range toks {
-		r := c.post(paths[i], tok, "")
-		switch r.status {
+		r := c.Post(paths[i], tok, "")
+		switch r.Status {
 		case http.StatusAccepted:
 			winners = append(winners, tok)
 		case http.StatusGone:
@@ -127,12 +127,12 @@ func TestDashboardQueries(t *testing.T) {
 		t.Fatalf("%d winners of 6 items", len(winners))
 	}
 	for i, tok := range winners[:3] {
-		order := waitResult(t, c, "dash", tok, "pending_payment").str("order_id")
+		order := waitResult(t, c, "dash", tok, "pending_payment").Str("order_id")
 		action, want := "pay", "paid"
 		if i == 2 {
 			action, want = "cancel", "cancelled"
 		}
-		expect(t, action, c.post("/orders/"+order+"/"+action, tok, ""), http.StatusOK, want)
+		expect(t, action, c.Post("/orders/"+order+"/"+action, tok, ""), http.StatusOK, want)
 	}
 	for _, tok := range winners[3:] {
 		waitResult(t, c, "dash", tok, "pending_payment")
@@ -140,20 +140,20 @@ func TestDashboardQueries(t *testing.T) {
 	// The cancelled item went back and is sold again: the sale ends sold out.
 	last := token(t, "late-buyer")
 	eventually(t, "the released item sold again", func() (bool, string) {
-		r := c.post("/seckill/dash/path", last, "")
-		if r.status != http.StatusOK {
+		r := c.Post("/seckill/dash/path", last, "")
+		if r.Status != http.StatusOK {
 			return false, r.String()
 		}
-		r = c.post(r.str("path"), last, "")
-		return r.status == http.StatusAccepted, r.String()
+		r = c.Post(r.Str("path"), last, "")
+		return r.Status == http.StatusAccepted, r.String()
 	})
 	waitResult(t, c, "dash", last, "pending_payment")
-	if ok, body := s.reconcileOK(t); !ok {
+	if ok, body := s.ReconcileOK(t); !ok {
 		t.Fatalf("reconcile: %s", body)
 	}
 	// An admin read brings the node's view of the store's counters (wins, dead letters) up to
 	// date now rather than at the next refresh.
-	if status, body := s.adminCall(t, http.MethodGet, "/seckill/activities/dash", ""); status != http.StatusOK {
+	if status, body := s.AdminCall(t, http.MethodGet, "/seckill/activities/dash", ""); status != http.StatusOK {
 		t.Fatalf("admin API: %d %s", status, body)
 	}
 
@@ -267,7 +267,7 @@ func TestDashboardBucketPanels(t *testing.T) {
 	srv := testsrv.StartRedis(t)
 	s := startSale(t, jwtBlock+"captcha off\nurl_secret u\nstore redis "+srv.Addr+"\n"+
 		ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db"))+bucketSale("dashb", 40, 1, 8))
-	u, err := url.Parse(s.c.base)
+	u, err := url.Parse(s.Client.Base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestDashboardBucketPanels(t *testing.T) {
 			users = append(users, name)
 		}
 	}
-	wins := bucketRush(t, s.c, "dashb", users, 1)
+	wins := bucketRush(t, s.Client, "dashb", users, 1)
 	if n := len(wins); n != 40 {
 		t.Fatalf("%d winners of 40 items", n)
 	}
@@ -306,16 +306,16 @@ func TestDashboardBucketPanels(t *testing.T) {
 	// with store local (its commit and checkpoint counters), loaded next in its place.
 	exported := map[string]bool{}
 	addExported := func(c *client) {
-		for _, line := range strings.Split(string(c.get("/metrics", "").raw), "\n") {
+		for _, line := range strings.Split(string(c.Get("/metrics", "").Raw), "\n") {
 			if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
 				name, _, _ := strings.Cut(rest, " ")
 				exported[name] = true
 			}
 		}
 	}
-	addExported(s.c)
+	addExported(s.Client)
 	addExported(startSale(t, jwtBlock+"captcha off\nurl_secret u\nstore local "+t.TempDir()+"\n"+
-		ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders-local.db"))+saleBlock("dashl", 5)).c)
+		ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders-local.db"))+saleBlock("dashl", 5)).Client)
 	rules, err := os.ReadFile(alertRules)
 	if err != nil {
 		t.Fatal(err)

@@ -115,6 +115,12 @@ var layerNames = [nLayers]string{
 
 func (l layer) String() string { return layerNames[l] }
 
+// RejectedLayers returns the values of the layer label of caddy_seckill_rejected_total, in the
+// funnel order: the watch command (package seckillcmd) shows a cell for each.
+func RejectedLayers() []string {
+	return append([]string(nil), layerNames[layerNone+1:]...)
+}
+
 // apiError builds a refusal that no funnel layer counts (the other handlers' answers); the public
 // API's refusals are built by refuseAt.
 func apiError(status int, code, msg string) *Error {

@@ -12,8 +12,6 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-const route = "route /seckill/* {\n\tseckill\n}\n"
-
 // TestFlowNoCaptcha walks a buyer through status, path, buy, retry and result with the memory
 // store and the captcha off.
 func TestFlowNoCaptcha(t *testing.T) {
@@ -23,47 +21,47 @@ func TestFlowNoCaptcha(t *testing.T) {
 	c := newClient(t, base)
 	alice := token(t, "alice")
 
-	st := c.get("/seckill/sale-1", "")
+	st := c.Get("/seckill/sale-1", "")
 	expect(t, "status", st, http.StatusOK, "ok")
-	if st.str("state") != "open" || st.num("remaining") != 5 || st.str("activity") != "sale-1" {
+	if st.Str("state") != "open" || st.Num("remaining") != 5 || st.Str("activity") != "sale-1" {
 		t.Errorf("status: %s", st)
 	}
-	if got := st.header.Get("Cache-Control"); got != "public, max-age=1" {
+	if got := st.Header.Get("Cache-Control"); got != "public, max-age=1" {
 		t.Errorf("status Cache-Control = %q", got)
 	}
-	if ms := st.num("server_time_ms"); ms < now.UnixMilli()-5000 || ms > time.Now().UnixMilli()+5000 {
+	if ms := st.Num("server_time_ms"); ms < now.UnixMilli()-5000 || ms > time.Now().UnixMilli()+5000 {
 		t.Errorf("server_time_ms %d is not now", ms)
 	}
-	if st.num("start_ms") != now.Add(-time.Minute).Unix()*1000 || st.num("end_ms") != now.Add(time.Hour).Unix()*1000 {
+	if st.Num("start_ms") != now.Add(-time.Minute).Unix()*1000 || st.Num("end_ms") != now.Add(time.Hour).Unix()*1000 {
 		t.Errorf("status window: %s", st)
 	}
 
-	p := c.post("/seckill/sale-1/path", alice, "")
+	p := c.Post("/seckill/sale-1/path", alice, "")
 	expect(t, "path", p, http.StatusOK, "ok")
-	path := p.str("path")
+	path := p.Str("path")
 	if !strings.HasPrefix(path, "/seckill/sale-1/buy/") {
 		t.Fatalf("path %q", path)
 	}
 
-	b := c.post(path, alice, "", "Idempotency-Key", "k-1")
+	b := c.Post(path, alice, "", "Idempotency-Key", "k-1")
 	expect(t, "buy", b, http.StatusAccepted, "queued")
-	res := b.str("reservation_id")
-	if res == "" || b.num("remaining") != 4 {
+	res := b.Str("reservation_id")
+	if res == "" || b.Num("remaining") != 4 {
 		t.Fatalf("buy: %s", b)
 	}
-	again := c.post(path, alice, "", "Idempotency-Key", "k-1")
+	again := c.Post(path, alice, "", "Idempotency-Key", "k-1")
 	expect(t, "retry", again, http.StatusAccepted, "queued")
-	if again.str("reservation_id") != res {
-		t.Errorf("retry got reservation %q, want the first answer %q", again.str("reservation_id"), res)
+	if again.Str("reservation_id") != res {
+		t.Errorf("retry got reservation %q, want the first answer %q", again.Str("reservation_id"), res)
 	}
-	expect(t, "second buy", c.post(path, alice, ""), http.StatusConflict, "limit_reached")
+	expect(t, "second buy", c.Post(path, alice, ""), http.StatusConflict, "limit_reached")
 
-	r := c.get("/seckill/sale-1/result", alice)
+	r := c.Get("/seckill/sale-1/result", alice)
 	expect(t, "result", r, http.StatusOK, "queued")
-	if r.str("reservation_id") != res {
+	if r.Str("reservation_id") != res {
 		t.Errorf("result: %s", r)
 	}
-	expect(t, "result of another user", c.get("/seckill/sale-1/result", token(t, "bob")), http.StatusOK, "none")
+	expect(t, "result of another user", c.Get("/seckill/sale-1/result", token(t, "bob")), http.StatusOK, "none")
 	if n := remaining(t, "sale-1"); n != 4 {
 		t.Errorf("remaining %d, want 4", n)
 	}
@@ -78,17 +76,17 @@ func TestRetryAfterSellOut(t *testing.T) {
 	c := newClient(t, base)
 	alice, bob := token(t, "alice"), token(t, "bob")
 	alicePath, bobPath := buyPath(t, c, "last", alice), buyPath(t, c, "last", bob)
-	first := c.post(alicePath, alice, "", "Idempotency-Key", "once")
+	first := c.Post(alicePath, alice, "", "Idempotency-Key", "once")
 	expect(t, "win", first, http.StatusAccepted, "queued")
-	expect(t, "bob after the sell-out", c.post(bobPath, bob, "", "Idempotency-Key", "b"), http.StatusGone, "sold_out")
-	again := c.post(alicePath, alice, "", "Idempotency-Key", "once")
+	expect(t, "bob after the sell-out", c.Post(bobPath, bob, "", "Idempotency-Key", "b"), http.StatusGone, "sold_out")
+	again := c.Post(alicePath, alice, "", "Idempotency-Key", "once")
 	expect(t, "retry", again, http.StatusAccepted, "queued")
-	if again.str("reservation_id") != first.str("reservation_id") {
-		t.Errorf("retry: reservation %q, want %q", again.str("reservation_id"), first.str("reservation_id"))
+	if again.Str("reservation_id") != first.Str("reservation_id") {
+		t.Errorf("retry: reservation %q, want %q", again.Str("reservation_id"), first.Str("reservation_id"))
 	}
 	// A new key reaches the store, which checks the limit first.
-	expect(t, "new key after the sell-out", c.post(alicePath, alice, "", "Idempotency-Key", "twice"), http.StatusConflict, "limit_reached")
-	expect(t, "no key after the sell-out", c.post(alicePath, alice, ""), http.StatusGone, "sold_out")
+	expect(t, "new key after the sell-out", c.Post(alicePath, alice, "", "Idempotency-Key", "twice"), http.StatusConflict, "limit_reached")
+	expect(t, "no key after the sell-out", c.Post(alicePath, alice, ""), http.StatusGone, "sold_out")
 	if n := remaining(t, "last"); n != 0 {
 		t.Errorf("remaining %d, want 0", n)
 	}
@@ -103,16 +101,16 @@ func TestReplayKeepsStockReading(t *testing.T) {
 	c := newClient(t, base)
 	alice, bob := token(t, "alice"), token(t, "bob")
 	alicePath, bobPath := buyPath(t, c, "two", alice), buyPath(t, c, "two", bob)
-	first := c.post(alicePath, alice, "", "Idempotency-Key", "k")
+	first := c.Post(alicePath, alice, "", "Idempotency-Key", "k")
 	expect(t, "alice", first, http.StatusAccepted, "queued")
-	expect(t, "bob", c.post(bobPath, bob, "", "Idempotency-Key", "k"), http.StatusAccepted, "queued")
-	again := c.post(alicePath, alice, "", "Idempotency-Key", "k")
+	expect(t, "bob", c.Post(bobPath, bob, "", "Idempotency-Key", "k"), http.StatusAccepted, "queued")
+	again := c.Post(alicePath, alice, "", "Idempotency-Key", "k")
 	expect(t, "alice's retry", again, http.StatusAccepted, "queued")
-	if again.str("reservation_id") != first.str("reservation_id") || again.num("remaining") != 1 {
-		t.Fatalf("retry = %s, want the first answer (reservation %s, remaining 1)", again, first.str("reservation_id"))
+	if again.Str("reservation_id") != first.Str("reservation_id") || again.Num("remaining") != 1 {
+		t.Fatalf("retry = %s, want the first answer (reservation %s, remaining 1)", again, first.Str("reservation_id"))
 	}
-	st := c.get("/seckill/two", "")
-	if st.status != http.StatusOK || st.num("remaining") != 0 || st.str("state") != "sold_out" {
+	st := c.Get("/seckill/two", "")
+	if st.Status != http.StatusOK || st.Num("remaining") != 0 || st.Str("state") != "sold_out" {
 		t.Errorf("status after the replay = %s, want remaining 0, sold_out", st)
 	}
 }
@@ -138,11 +136,11 @@ func rush(t *testing.T, bases []string, activity string, users, tries, stock int
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			p := clients[u%len(clients)].post("/seckill/"+activity+"/path", toks[u], "")
-			if p.status != http.StatusOK {
+			p := clients[u%len(clients)].Post("/seckill/"+activity+"/path", toks[u], "")
+			if p.Status != http.StatusOK {
 				t.Errorf("user-%03d path: %s", u, p)
 			}
-			paths[u] = p.str("path")
+			paths[u] = p.Str("path")
 		}()
 	}
 	wg.Wait()
@@ -164,17 +162,17 @@ func rush(t *testing.T, bases []string, activity string, users, tries, stock int
 				<-gate
 				sem <- struct{}{}
 				// Alternate instances so that one user's tries race across nodes too.
-				r := clients[(u+i)%len(clients)].post(paths[u], toks[u], "")
+				r := clients[(u+i)%len(clients)].Post(paths[u], toks[u], "")
 				<-sem
 				user := fmt.Sprintf("user-%03d", u)
 				mu.Lock()
 				defer mu.Unlock()
-				codes[fmt.Sprintf("%d %s", r.status, r.code())]++
+				codes[fmt.Sprintf("%d %s", r.Status, r.Code())]++
 				switch {
-				case r.status == http.StatusAccepted && r.code() == "queued":
+				case r.Status == http.StatusAccepted && r.Code() == "queued":
 					winners[user]++
-				case r.status == http.StatusGone && r.code() == "sold_out":
-				case r.status == http.StatusConflict && r.code() == "limit_reached":
+				case r.Status == http.StatusGone && r.Code() == "sold_out":
+				case r.Status == http.StatusConflict && r.Code() == "limit_reached":
 				default:
 					t.Errorf("%s buy: %s", user, r)
 				}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/hashedurl"
+	"github.com/caddy-seckill/caddy-seckill/internal/testcaddy"
 )
 
 // The targets below drive request bodies through a Caddy running in this process, over loopback,
@@ -45,7 +46,7 @@ var documented = map[int][]string{
 
 // fuzzClient returns a client for one input that shares hc's connections with the others.
 func fuzzClient(t *testing.T, base string, hc *http.Client) *client {
-	return &client{t: t, base: base, http: hc}
+	return testcaddy.ClientOf(t, base, hc)
 }
 
 // snapshot reads an activity's definition and counters from the store; ok is false for an
@@ -65,8 +66,8 @@ func snapshot(t *testing.T, id string) (admission.Snapshot, bool) {
 // checkDocumented fails unless r is a JSON answer with a status and code of docs/api.md.
 func checkDocumented(t *testing.T, what string, r response) {
 	t.Helper()
-	for _, c := range documented[r.status] {
-		if r.code() == c {
+	for _, c := range documented[r.Status] {
+		if r.Code() == c {
 			return
 		}
 	}
@@ -94,7 +95,7 @@ func FuzzPathBody(f *testing.F) {
 	now := time.Now()
 	base := startCaddy(f, jwtBlock+"url_secret "+fuzzURLSecret+"\ncaptcha on\n"+
 		activityBlock("fzp", 10, 2, now.Add(-time.Minute), now.Add(24*time.Hour), 0), route)
-	hc := newClient(f, base).http
+	hc := newClient(f, base).HTTP
 	for _, s := range []string{
 		`{"captcha_id":"$ID","answer":"$ANS"}`,
 		` {"answer":"$ANS","captcha_id":"$ID"} ` + "\n",
@@ -129,9 +130,9 @@ func FuzzPathBody(f *testing.F) {
 			// because captcha issuance is rate-limited per user).
 			users++
 			owner = fmt.Sprintf("p%d", users)
-			r := c.post("/seckill/fzp/captcha", token(t, owner), "")
+			r := c.Post("/seckill/fzp/captcha", token(t, owner), "")
 			expect(t, "captcha", r, http.StatusOK, "ok")
-			id = r.str("captcha_id")
+			id = r.Str("captcha_id")
 			var err error
 			if answer, err = app(t).CaptchaAnswer(context.Background(), id); err != nil {
 				t.Fatalf("captcha %s: %v", id, err)
@@ -144,7 +145,7 @@ func FuzzPathBody(f *testing.F) {
 		}
 		before, _ := snapshot(t, "fzp")
 
-		r := c.post("/seckill/fzp/path", token(t, caller), body)
+		r := c.Post("/seckill/fzp/path", token(t, caller), body)
 		checkDocumented(t, "path", r)
 
 		// What docs/api.md and the captcha package say this body gets.
@@ -166,15 +167,15 @@ func FuzzPathBody(f *testing.F) {
 			}
 		case solved:
 			expect(t, fmt.Sprintf("solving body %q", body), r, http.StatusOK, "ok")
-			hash, ok := strings.CutPrefix(r.str("path"), "/seckill/fzp/buy/")
+			hash, ok := strings.CutPrefix(r.Str("path"), "/seckill/fzp/buy/")
 			if !ok || !hashedurl.Verify([]byte(fuzzURLSecret), "fzp", owner, before.Salt, hash) {
-				t.Fatalf("body %q: path %q is not %s's buy path", body, r.str("path"), owner)
+				t.Fatalf("body %q: path %q is not %s's buy path", body, r.Str("path"), owner)
 			}
 		default:
 			expect(t, fmt.Sprintf("wrong body %q by %s", body, caller), r, http.StatusForbidden, "captcha_invalid")
 		}
 		if wellFormed && req.CaptchaID == id && live {
-			t.Fatalf("body %q answered %d but left the captcha usable", body, r.status)
+			t.Fatalf("body %q answered %d but left the captcha usable", body, r.Status)
 		}
 		if wellFormed && req.CaptchaID != id && !live {
 			t.Fatalf("body %q naming another captcha used up %s", body, id)
@@ -198,7 +199,7 @@ func FuzzBuyBody(f *testing.F) {
 	now := time.Now()
 	base := startCaddy(f, jwtBlock+"url_secret "+fuzzURLSecret+"\ncaptcha off\n"+
 		activityBlock("fzb", 1000, limit, now.Add(-time.Minute), now.Add(24*time.Hour), 0), route)
-	hc := newClient(f, base).http
+	hc := newClient(f, base).HTTP
 	for _, s := range []string{"", " ", "\n\t", "{}", "null", `{"qty":1}`, `{"qty":3}`, `{"qty":4}`, `{"qty":0}`,
 		`{"qty":-1}`, `{"qty":1.0}`, `{"qty":1e0}`, `{"qty":"2"}`, `{"qty":null}`, `{"QTY":2}`, `{"qty":2,"qty":1}`,
 		`{"qty":1,"other":[1,2,{}]}`, `{"qty":1}{}`, `{"qty":1} `, `{"qty":1}x`, `[1]`, `1`, `"qty"`, "{",
@@ -231,7 +232,7 @@ func FuzzBuyBody(f *testing.F) {
 		if keyed {
 			hdr = []string{"Idempotency-Key", key}
 		}
-		r := c.do(http.MethodPost, path, tok, bytes.NewReader(body), hdr...)
+		r := c.Do(http.MethodPost, path, tok, bytes.NewReader(body), hdr...)
 		checkDocumented(t, "buy", r)
 
 		// What docs/api.md says this request gets.
@@ -267,22 +268,22 @@ func FuzzBuyBody(f *testing.F) {
 				t.Fatalf("%s left a result record for %s (err %v)", what, user, err)
 			}
 			if keyed && keyOK {
-				r2 := c.do(http.MethodPost, path, tok, strings.NewReader("{}"), "Idempotency-Key", key)
+				r2 := c.Do(http.MethodPost, path, tok, strings.NewReader("{}"), "Idempotency-Key", key)
 				expect(t, what+", then {} with the same key", r2, http.StatusAccepted, "queued")
-				if released, err := app(t).Guard().Release(context.Background(), "fzb", r2.str("reservation_id")); err != nil || !released {
-					t.Fatalf("release %s: %v, %v", r2.str("reservation_id"), released, err)
+				if released, err := app(t).Guard().Release(context.Background(), "fzb", r2.Str("reservation_id")); err != nil || !released {
+					t.Fatalf("release %s: %v, %v", r2.Str("reservation_id"), released, err)
 				}
 			}
 			return
 		}
 		expect(t, what, r, http.StatusAccepted, "queued")
 		if after.Remaining != before.Remaining-qty || after.Buyers != before.Buyers+1 || after.Queued != before.Queued+1 ||
-			r.num("remaining") != after.Remaining || r.str("reservation_id") == "" {
+			r.Num("remaining") != after.Remaining || r.Str("reservation_id") == "" {
 			t.Fatalf("%s: answer %s took the activity from %+v to %+v; want %d items and one win", what, r, before, after, qty)
 		}
-		released, err := app(t).Guard().Release(context.Background(), "fzb", r.str("reservation_id"))
+		released, err := app(t).Guard().Release(context.Background(), "fzb", r.Str("reservation_id"))
 		if err != nil || !released {
-			t.Fatalf("release %s: %v, %v", r.str("reservation_id"), released, err)
+			t.Fatalf("release %s: %v, %v", r.Str("reservation_id"), released, err)
 		}
 		if n := remaining(t, "fzb"); n != before.Remaining {
 			t.Fatalf("remaining %d after the release, want %d", n, before.Remaining)
@@ -310,7 +311,7 @@ func FuzzAdminActivityBody(f *testing.F) {
 	_, adminAddr := startCaddyAdmin(f, jwtBlock+"captcha off\n"+
 		activityBlock("fza", 10, 2, now.Add(-time.Minute), now.Add(24*time.Hour), 0), route)
 	admin := "http://" + adminAddr
-	hc := newClient(f, admin).http
+	hc := newClient(f, admin).HTTP
 
 	for _, s := range []string{
 		`{"stock":5,"limit":1,"start":"2026-01-01T00:00:00Z","end":"2099-01-01T00:00:00Z","pay_within":"10m"}`,
@@ -354,9 +355,9 @@ func FuzzAdminActivityBody(f *testing.F) {
 			path += "?force=1"
 		}
 		before, existed := snapshot(t, id)
-		r := fuzzClient(t, admin, hc).do(method, path, "", bytes.NewReader(body), "Content-Type", "application/json")
+		r := fuzzClient(t, admin, hc).Do(method, path, "", bytes.NewReader(body), "Content-Type", "application/json")
 		after, exists := snapshot(t, id)
-		if r.status == http.StatusOK && method == http.MethodPut {
+		if r.Status == http.StatusOK && method == http.MethodPut {
 			// Undo it whatever the checks below find, so that every input starts from the same
 			// store.
 			defer func() {
@@ -374,8 +375,8 @@ func FuzzAdminActivityBody(f *testing.F) {
 		}
 		what := fmt.Sprintf("%s %s %q", method, path, body)
 
-		if r.status >= 400 {
-			if r.status >= 500 {
+		if r.Status >= 400 {
+			if r.Status >= 500 {
 				t.Fatalf("%s: %s", what, r)
 			}
 			if exists != existed || !reflect.DeepEqual(after, before) {
@@ -383,13 +384,13 @@ func FuzzAdminActivityBody(f *testing.F) {
 					what, r, after, exists, before, existed)
 			}
 		}
-		if method == http.MethodPost && call%4 == 2 && r.status != http.StatusMethodNotAllowed {
+		if method == http.MethodPost && call%4 == 2 && r.Status != http.StatusMethodNotAllowed {
 			t.Fatalf("%s: %s; want 405", what, r)
 		}
 		if method == http.MethodPost {
 			// A release of a reservation nobody holds is 404, of a malformed body 400; nothing
 			// here ever won, so nothing can be released.
-			if r.status < 400 {
+			if r.Status < 400 {
 				t.Fatalf("%s: %s", what, r)
 			}
 			return
@@ -403,18 +404,18 @@ func FuzzAdminActivityBody(f *testing.F) {
 		valid := err == nil && d.Stock >= 0 && d.Limit >= 0 && !d.Start.IsZero() && !d.End.IsZero() &&
 			d.End.UnixMilli() > d.Start.UnixMilli() && d.PayWithin >= 0
 		switch {
-		case r.status == http.StatusBadRequest:
+		case r.Status == http.StatusBadRequest:
 			if valid {
 				t.Fatalf("%s: %s, for a valid definition", what, r)
 			}
 			return
-		case r.status == http.StatusConflict:
+		case r.Status == http.StatusConflict:
 			// A running sale is redefined only with force.
 			if !valid || !existed || force {
 				t.Fatalf("%s: %s", what, r)
 			}
 			return
-		case r.status != http.StatusOK:
+		case r.Status != http.StatusOK:
 			t.Fatalf("%s: %s", what, r)
 		}
 		if !valid {

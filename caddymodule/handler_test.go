@@ -10,16 +10,6 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/forwardsig"
 )
 
-// buyPath asks for the user's buy path (captcha off).
-func buyPath(t *testing.T, c *client, activity, tok string) string {
-	t.Helper()
-	r := c.post("/seckill/"+activity+"/path", tok, "")
-	if r.status != http.StatusOK {
-		t.Fatalf("path %s: %s", activity, r)
-	}
-	return r.str("path")
-}
-
 // TestForward checks that a winner goes on to the next handler with signed headers, the body
 // intact, and that client-supplied Seckill-* headers never get through.
 func TestForward(t *testing.T) {
@@ -38,13 +28,13 @@ func TestForward(t *testing.T) {
 	// Forged headers on a call that does not win are stripped too (they would reach handle_errors
 	// and logs otherwise); here the call is refused before forwarding anyway.
 	path, bobPath := buyPath(t, c, "fw", alice), buyPath(t, c, "fw", token(t, "bob"))
-	r := c.post(path, alice, `{"qty":1}`, "Seckill-User", "mallory", "Seckill-Evil", "x", "seckill-qty", "99")
-	if r.status != http.StatusCreated {
+	r := c.Post(path, alice, `{"qty":1}`, "Seckill-User", "mallory", "Seckill-Evil", "x", "seckill-qty", "99")
+	if r.Status != http.StatusCreated {
 		t.Fatalf("forwarded buy: %s", r)
 	}
-	f := strings.Split(string(r.raw), "|")
+	f := strings.Split(string(r.Raw), "|")
 	if len(f) != 8 {
-		t.Fatalf("forwarded answer %q", r.raw)
+		t.Fatalf("forwarded answer %q", r.Raw)
 	}
 	h := http.Header{}
 	h.Set(forwardsig.HeaderReservation, f[0])
@@ -54,7 +44,7 @@ func TestForward(t *testing.T) {
 	h.Set(forwardsig.HeaderSignature, f[4])
 	w, ok := forwardsig.Verify(h, []byte("fwd-secret"))
 	if !ok {
-		t.Fatalf("signature does not verify: %q", r.raw)
+		t.Fatalf("signature does not verify: %q", r.Raw)
 	}
 	if w.Activity != "fw" || w.User != "alice" || w.Qty != 1 || w.Reservation == "" {
 		t.Errorf("forwarded win %+v", w)
@@ -69,7 +59,7 @@ func TestForward(t *testing.T) {
 		t.Errorf("{http.seckill.code} = %q", f[7])
 	}
 	// The loser is answered by the edge; nothing is forwarded.
-	expect(t, "loser", c.post(bobPath, token(t, "bob"), ""), http.StatusGone, "sold_out")
+	expect(t, "loser", c.Post(bobPath, token(t, "bob"), ""), http.StatusGone, "sold_out")
 }
 
 // TestHandleErrors checks that with handle_errors routes the refusals go to them (restyled here
@@ -85,20 +75,20 @@ func TestHandleErrors(t *testing.T) {
 }`)
 	c := newClient(t, base)
 	alice := token(t, "alice")
-	r := c.post(buyPath(t, c, "he", alice), alice, "")
-	if r.status != http.StatusGone || string(r.raw) != "restyled sold_out" {
-		t.Errorf("restyled sold_out: %d %q", r.status, r.raw)
+	r := c.Post(buyPath(t, c, "he", alice), alice, "")
+	if r.Status != http.StatusGone || string(r.Raw) != "restyled sold_out" {
+		t.Errorf("restyled sold_out: %d %q", r.Status, r.Raw)
 	}
-	expect(t, "default body in handle_errors", c.get("/seckill/nope", ""), http.StatusNotFound, "not_found")
-	u := c.get("/seckill/he/result", "")
+	expect(t, "default body in handle_errors", c.Get("/seckill/nope", ""), http.StatusNotFound, "not_found")
+	u := c.Get("/seckill/he/result", "")
 	expect(t, "401 in handle_errors", u, http.StatusUnauthorized, "unauthorized")
-	if u.header.Get("WWW-Authenticate") == "" {
+	if u.Header.Get("WWW-Authenticate") == "" {
 		t.Error("WWW-Authenticate lost in handle_errors")
 	}
-	m := c.do(http.MethodDelete, "/seckill/he", "", nil)
+	m := c.Do(http.MethodDelete, "/seckill/he", "", nil)
 	expect(t, "405 in handle_errors", m, http.StatusMethodNotAllowed, "method_not_allowed")
-	if m.header.Get("Allow") != "GET, HEAD" {
-		t.Errorf("Allow lost in handle_errors: %q", m.header.Get("Allow"))
+	if m.Header.Get("Allow") != "GET, HEAD" {
+		t.Errorf("Allow lost in handle_errors: %q", m.Header.Get("Allow"))
 	}
 }
 
@@ -109,9 +99,9 @@ func TestErrorsReturnWithoutHandleErrors(t *testing.T) {
 	base := startCaddy(t, jwtBlock+"captcha off\n"+
 		activityBlock("ret", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0),
 		"route /seckill/* {\n\tseckill {\n\t\terrors return\n\t}\n}\n")
-	r := newClient(t, base).get("/seckill/nope", "")
-	if r.status != http.StatusNotFound || len(r.raw) != 0 {
-		t.Errorf("errors return: %d %q", r.status, r.raw)
+	r := newClient(t, base).Get("/seckill/nope", "")
+	if r.Status != http.StatusNotFound || len(r.Raw) != 0 {
+		t.Errorf("errors return: %d %q", r.Status, r.Raw)
 	}
 }
 
@@ -123,19 +113,19 @@ func TestRateLimitIP(t *testing.T) {
 	c := newClient(t, base)
 	var limited response
 	for range 5 {
-		if r := c.get("/seckill/rl", ""); r.status == http.StatusTooManyRequests {
+		if r := c.Get("/seckill/rl", ""); r.Status == http.StatusTooManyRequests {
 			limited = r
 			break
 		}
 	}
 	expect(t, "ip limit", limited, http.StatusTooManyRequests, "rate_limited")
-	if s, err := strconv.Atoi(limited.header.Get("Retry-After")); err != nil || s < 1 {
-		t.Errorf("Retry-After %q", limited.header.Get("Retry-After"))
+	if s, err := strconv.Atoi(limited.Header.Get("Retry-After")); err != nil || s < 1 {
+		t.Errorf("Retry-After %q", limited.Header.Get("Retry-After"))
 	}
-	if got := limited.header.Get("RateLimit-Policy"); got != "2;w=1" {
+	if got := limited.Header.Get("RateLimit-Policy"); got != "2;w=1" {
 		t.Errorf("RateLimit-Policy %q", got)
 	}
-	if got := limited.header.Get("RateLimit"); !strings.HasPrefix(got, "limit=2, remaining=0, reset=") {
+	if got := limited.Header.Get("RateLimit"); !strings.HasPrefix(got, "limit=2, remaining=0, reset=") {
 		t.Errorf("RateLimit %q", got)
 	}
 }
@@ -148,17 +138,17 @@ func TestRateLimitUser(t *testing.T) {
 	c := newClient(t, base)
 	alice, bob := token(t, "alice"), token(t, "bob")
 	path := buyPath(t, c, "ru", alice)
-	r := c.post(path, alice, "")
+	r := c.Post(path, alice, "")
 	expect(t, "second call of alice", r, http.StatusTooManyRequests, "rate_limited")
-	if s, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || s < 1 || s > 60 {
-		t.Errorf("Retry-After %q", r.header.Get("Retry-After"))
+	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 || s > 60 {
+		t.Errorf("Retry-After %q", r.Header.Get("Retry-After"))
 	}
-	if got := r.header.Get("RateLimit-Policy"); got != "1;w=60" {
+	if got := r.Header.Get("RateLimit-Policy"); got != "1;w=60" {
 		t.Errorf("RateLimit-Policy %q", got)
 	}
 	buyPath(t, c, "ru", bob) // bob has his own bucket
-	expect(t, "alice polls her result", c.get("/seckill/ru/result", alice), http.StatusOK, "none")
-	expect(t, "alice polls again", c.get("/seckill/ru/result", alice), http.StatusTooManyRequests, "rate_limited")
+	expect(t, "alice polls her result", c.Get("/seckill/ru/result", alice), http.StatusOK, "none")
+	expect(t, "alice polls again", c.Get("/seckill/ru/result", alice), http.StatusTooManyRequests, "rate_limited")
 	if n := remaining(t, "ru"); n != 5 {
 		t.Errorf("remaining %d, want 5", n)
 	}
@@ -174,16 +164,16 @@ func TestSoldOutState(t *testing.T) {
 	c := newClient(t, base)
 	alice, bob := token(t, "alice"), token(t, "bob")
 	bobPath := buyPath(t, c, "so", bob)
-	expect(t, "alice wins", c.post(buyPath(t, c, "so", alice), alice, ""), http.StatusAccepted, "queued")
-	expect(t, "bob loses", c.post(bobPath, bob, ""), http.StatusGone, "sold_out")
-	expect(t, "path after the sell-out", c.post("/seckill/so/path", bob, ""), http.StatusGone, "sold_out")
-	st := c.get("/seckill/so", "")
-	if st.str("state") != "sold_out" || st.num("remaining") != 0 {
+	expect(t, "alice wins", c.Post(buyPath(t, c, "so", alice), alice, ""), http.StatusAccepted, "queued")
+	expect(t, "bob loses", c.Post(bobPath, bob, ""), http.StatusGone, "sold_out")
+	expect(t, "path after the sell-out", c.Post("/seckill/so/path", bob, ""), http.StatusGone, "sold_out")
+	st := c.Get("/seckill/so", "")
+	if st.Str("state") != "sold_out" || st.Num("remaining") != 0 {
 		t.Errorf("status after the sell-out: %s", st)
 	}
 
-	expect(t, "path after the end", c.post("/seckill/done/path", bob, ""), http.StatusForbidden, "ended")
-	if st := c.get("/seckill/done", ""); st.str("state") != "ended" {
+	expect(t, "path after the end", c.Post("/seckill/done/path", bob, ""), http.StatusForbidden, "ended")
+	if st := c.Get("/seckill/done", ""); st.Str("state") != "ended" {
 		t.Errorf("status after the end: %s", st)
 	}
 }

@@ -32,7 +32,7 @@ func TestLocalDiskFullReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
-	c.http.Transport.(*http.Transport).DisableKeepAlives = true // a reload closes kept connections
+	c.HTTP.Transport.(*http.Transport).DisableKeepAlives = true // a reload closes kept connections
 
 	// Leave a little room, so that the sale fills it.
 	filler := testsrv.Fill(t, mnt, 512<<10)
@@ -43,12 +43,12 @@ func TestLocalDiskFullReload(t *testing.T) {
 		user := fmt.Sprintf("u%d", i)
 		tok := token(t, user)
 		w := win{user: user, key: "k-" + user, path: buyPath(t, c, "full", tok)}
-		r := c.post(w.path, tok, "", "Idempotency-Key", w.key)
+		r := c.Post(w.path, tok, "", "Idempotency-Key", w.key)
 		switch {
-		case r.status == http.StatusAccepted:
-			w.reservation = r.str("reservation_id")
+		case r.Status == http.StatusAccepted:
+			w.reservation = r.Str("reservation_id")
 			wins = append(wins, w)
-		case r.status == http.StatusServiceUnavailable && r.code() == "busy":
+		case r.Status == http.StatusServiceUnavailable && r.Code() == "busy":
 			refused = user
 		default:
 			t.Fatalf("buy %d: %s", i, r)
@@ -60,10 +60,10 @@ func TestLocalDiskFullReload(t *testing.T) {
 	t.Logf("%d wins before the disk was full", len(wins))
 	// A failed store answers nothing more, wins or reads.
 	tok := token(t, "late")
-	if r := c.post(buyPath(t, c, "full", tok), tok, "", "Idempotency-Key", "k-late"); r.status != http.StatusServiceUnavailable {
+	if r := c.Post(buyPath(t, c, "full", tok), tok, "", "Idempotency-Key", "k-late"); r.Status != http.StatusServiceUnavailable {
 		t.Errorf("buy after the failure: %s; want 503", r)
 	}
-	commitsFull := metricValue(t, string(c.get("/metrics", "").raw), "caddy_seckill_local_commits_total")
+	commitsFull := metricValue(t, string(c.Get("/metrics", "").Raw), "caddy_seckill_local_commits_total")
 
 	// Room again, and a reload opens the folder again.
 	if err := os.Remove(filler); err != nil {
@@ -72,23 +72,23 @@ func TestLocalDiskFullReload(t *testing.T) {
 	if err := loadCaddy(t, port, config, site); err != nil {
 		t.Fatalf("reload: %v", err)
 	}
-	c.afterReload()
+	c.AfterReload()
 	if n := remaining(t, "full"); n != stock-int64(len(wins)) {
 		t.Errorf("remaining %d after the reload, want %d (the stock less the %d wins answered)", n, stock-int64(len(wins)), len(wins))
 	}
 	for _, w := range []win{wins[0], wins[len(wins)-1]} {
-		r := c.post(w.path, token(t, w.user), "", "Idempotency-Key", w.key)
-		if r.status != http.StatusAccepted || r.str("reservation_id") != w.reservation {
+		r := c.Post(w.path, token(t, w.user), "", "Idempotency-Key", w.key)
+		if r.Status != http.StatusAccepted || r.Str("reservation_id") != w.reservation {
 			t.Errorf("retry of %s's win: %s; want 202 with reservation %s", w.user, r, w.reservation)
 		}
 	}
 	// The refused buyer was told nothing but busy: a retry is a new admission, and wins.
 	tok = token(t, refused)
-	expect(t, "retry of the refused buy", c.post(buyPath(t, c, "full", tok), tok, "", "Idempotency-Key", "k-"+refused), http.StatusAccepted, "queued")
+	expect(t, "retry of the refused buy", c.Post(buyPath(t, c, "full", tok), tok, "", "Idempotency-Key", "k-"+refused), http.StatusAccepted, "queued")
 	// The win was answered from the ring; its commit follows within milliseconds. The counter
 	// carries on from the old store's count rather than starting again from 0.
 	eventually(t, "commits_total past its count before the reload", func() (bool, string) {
-		got := metricValue(t, string(c.get("/metrics", "").raw), "caddy_seckill_local_commits_total")
+		got := metricValue(t, string(c.Get("/metrics", "").Raw), "caddy_seckill_local_commits_total")
 		return got >= commitsFull+1, fmt.Sprintf("commits_total %v after the reload and a win, %v before", got, commitsFull)
 	})
 }

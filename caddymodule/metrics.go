@@ -200,7 +200,7 @@ const (
 )
 
 // observeReconcile counts one reconcile run through the admin API.
-func (m *metrics) observeReconcile(ans reconcileAnswer, err error) {
+func (m *metrics) observeReconcile(ans ReconcileAnswer, err error) {
 	if m == nil {
 		return
 	}

@@ -3,7 +3,6 @@ package caddymodule_test
 import (
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +16,15 @@ func TestMetrics(t *testing.T) {
 	c := newClient(t, base)
 	alice, bob := token(t, "alice"), token(t, "bob")
 	bobPath := buyPath(t, c, "m", bob)
-	expect(t, "win", c.post(buyPath(t, c, "m", alice), alice, ""), http.StatusAccepted, "queued")
-	expect(t, "lose", c.post(bobPath, bob, ""), http.StatusGone, "sold_out")
-	expect(t, "unknown", c.get("/seckill/nosuch", ""), http.StatusNotFound, "not_found")
+	expect(t, "win", c.Post(buyPath(t, c, "m", alice), alice, ""), http.StatusAccepted, "queued")
+	expect(t, "lose", c.Post(bobPath, bob, ""), http.StatusGone, "sold_out")
+	expect(t, "unknown", c.Get("/seckill/nosuch", ""), http.StatusNotFound, "not_found")
 
-	r := c.get("/metrics", "")
-	if r.status != http.StatusOK {
-		t.Fatalf("metrics: %d", r.status)
+	r := c.Get("/metrics", "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("metrics: %d", r.Status)
 	}
-	out := string(r.raw)
+	out := string(r.Raw)
 	for _, want := range []string{
 		`caddy_seckill_requests_total{activity="m",call="buy",code="queued"} 1`,
 		`caddy_seckill_requests_total{activity="m",call="buy",code="sold_out"} 1`,
@@ -61,22 +60,6 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
-// metricValue returns the value of the sample line that starts with series in a text exposition.
-func metricValue(t *testing.T, exposition, series string) float64 {
-	t.Helper()
-	for _, line := range strings.Split(exposition, "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("no sample %s", series)
-	return 0
-}
-
 // TestMetricsLocalCommits: with store local, every answered win is in a commit that the commit
 // counters show, and the stores without a folder export none of them.
 func TestMetricsLocalCommits(t *testing.T) {
@@ -86,14 +69,14 @@ func TestMetricsLocalCommits(t *testing.T) {
 	c := newClient(t, base)
 	for _, u := range []string{"alice", "bob", "carol"} {
 		tok := token(t, u)
-		expect(t, "win", c.post(buyPath(t, c, "m", tok), tok, ""), http.StatusAccepted, "queued")
+		expect(t, "win", c.Post(buyPath(t, c, "m", tok), tok, ""), http.StatusAccepted, "queued")
 	}
 	// The definition and three wins at least: each answered once in the ring, committed within
 	// a few milliseconds, together or not.
 	var out string
 	var commits, changes, secs float64
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && changes < 4; time.Sleep(10 * time.Millisecond) {
-		out = string(c.get("/metrics", "").raw)
+		out = string(c.Get("/metrics", "").Raw)
 		commits = metricValue(t, out, "caddy_seckill_local_commits_total")
 		changes = metricValue(t, out, "caddy_seckill_local_committed_changes_total")
 		secs = metricValue(t, out, "caddy_seckill_local_commit_seconds_total")
@@ -104,7 +87,7 @@ func TestMetricsLocalCommits(t *testing.T) {
 	// The writer checkpoints about once a second after commits.
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		out = string(c.get("/metrics", "").raw)
+		out = string(c.Get("/metrics", "").Raw)
 		n := metricValue(t, out, "caddy_seckill_local_checkpoints_total")
 		failed := metricValue(t, out, "caddy_seckill_local_checkpoints_failed_total")
 		took := metricValue(t, out, "caddy_seckill_local_checkpoint_seconds_total")
@@ -126,7 +109,7 @@ func TestMetricsNoLocalCommits(t *testing.T) {
 	now := time.Now()
 	base := startCaddy(t, jwtBlock+"captcha off\n"+
 		activityBlock("m", 5, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route+"metrics /metrics\n")
-	if out := string(newClient(t, base).get("/metrics", "").raw); strings.Contains(out, "caddy_seckill_local_") {
+	if out := string(newClient(t, base).Get("/metrics", "").Raw); strings.Contains(out, "caddy_seckill_local_") {
 		t.Error("store memory exports store local's commit counters")
 	}
 }

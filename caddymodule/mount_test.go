@@ -17,23 +17,23 @@ func TestMountBehindHandlePath(t *testing.T) {
 		"handle_path /api/sale/* {\n\tseckill {\n\t\tprefix /\n\t}\n}\n")
 	c := newClient(t, base)
 	alice := token(t, "alice")
-	expect(t, "status", c.get("/api/sale/m1", ""), http.StatusOK, "ok")
-	cp := c.post("/api/sale/m1/captcha", alice, "")
-	id := cp.str("captcha_id")
-	if cp.str("image") != "/api/sale/m1/captcha/"+id+".png" {
+	expect(t, "status", c.Get("/api/sale/m1", ""), http.StatusOK, "ok")
+	cp := c.Post("/api/sale/m1/captcha", alice, "")
+	id := cp.Str("captcha_id")
+	if cp.Str("image") != "/api/sale/m1/captcha/"+id+".png" {
 		t.Fatalf("image URL: %s", cp)
 	}
-	if r := c.get(cp.str("image"), ""); r.status != http.StatusOK {
-		t.Fatalf("image: %d", r.status)
+	if r := c.Get(cp.Str("image"), ""); r.Status != http.StatusOK {
+		t.Fatalf("image: %d", r.Status)
 	}
 	ans, err := app(t).CaptchaAnswer(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := c.post("/api/sale/m1/path", alice, fmt.Sprintf(`{"captcha_id":%q,"answer":%q}`, id, ans))
+	p := c.Post("/api/sale/m1/path", alice, fmt.Sprintf(`{"captcha_id":%q,"answer":%q}`, id, ans))
 	expect(t, "path", p, http.StatusOK, "ok")
-	if len(p.str("path")) < len("/api/sale/m1/buy/x") || p.str("path")[:len("/api/sale/m1/buy/")] != "/api/sale/m1/buy/" {
+	if len(p.Str("path")) < len("/api/sale/m1/buy/x") || p.Str("path")[:len("/api/sale/m1/buy/")] != "/api/sale/m1/buy/" {
 		t.Fatalf("path: %s", p)
 	}
-	expect(t, "buy", c.post(p.str("path"), alice, ""), http.StatusAccepted, "queued")
+	expect(t, "buy", c.Post(p.Str("path"), alice, ""), http.StatusAccepted, "queued")
 }

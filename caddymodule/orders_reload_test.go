@@ -38,17 +38,17 @@ func TestOrdersReload(t *testing.T) {
 		if c == nil {
 			c = newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
 		}
-		c.afterReload()
+		c.AfterReload()
 	}
 	before := time.Now()
 	load("load", "200ms")
 	starts := func() (quick, soon int64) {
 		t.Helper()
-		q, s := c.get("/seckill/quick", ""), c.get("/seckill/soon", "")
-		if q.status != http.StatusOK || s.status != http.StatusOK {
+		q, s := c.Get("/seckill/quick", ""), c.Get("/seckill/soon", "")
+		if q.Status != http.StatusOK || s.Status != http.StatusOK {
 			t.Fatalf("status: %s; %s", q, s)
 		}
-		return q.num("start_ms"), s.num("start_ms")
+		return q.Num("start_ms"), s.Num("start_ms")
 	}
 	quickStart, soonStart := starts()
 	if quickStart < before.Add(time.Second).UnixMilli()-1000 || soonStart < before.Add(time.Hour).UnixMilli()-1000 {
@@ -56,8 +56,8 @@ func TestOrdersReload(t *testing.T) {
 	}
 
 	alice, bob, carol := token(t, "alice"), token(t, "bob"), token(t, "carol")
-	expect(t, "alice buys", c.post(buyPath(t, c, "r", alice), alice, ""), http.StatusAccepted, "queued")
-	aliceOrder := waitResult(t, c, "r", alice, "pending_payment").str("order_id")
+	expect(t, "alice buys", c.Post(buyPath(t, c, "r", alice), alice, ""), http.StatusAccepted, "queued")
+	aliceOrder := waitResult(t, c, "r", alice, "pending_payment").Str("order_id")
 	first := app(t).OrdersBackend()
 	if first == nil {
 		t.Fatal("no order backend running")
@@ -67,15 +67,15 @@ func TestOrdersReload(t *testing.T) {
 	if app(t).OrdersBackend() != first {
 		t.Error("an unchanged reload restarted the order backend")
 	}
-	expect(t, "alice pays after the reload", c.post("/orders/"+aliceOrder+"/pay", alice, ""), http.StatusOK, "paid")
-	expect(t, "bob buys after the reload", c.post(buyPath(t, c, "r", bob), bob, ""), http.StatusAccepted, "queued")
+	expect(t, "alice pays after the reload", c.Post("/orders/"+aliceOrder+"/pay", alice, ""), http.StatusOK, "paid")
+	expect(t, "bob buys after the reload", c.Post(buyPath(t, c, "r", bob), bob, ""), http.StatusAccepted, "queued")
 	waitResult(t, c, "r", bob, "pending_payment")
 
 	// Once quick has opened, a reload must find the same definition (its stored start), not a
 	// running sale whose start moved.
 	eventually(t, "quick opens", func() (bool, string) {
-		r := c.get("/seckill/quick", "")
-		return r.str("state") == "open", r.String()
+		r := c.Get("/seckill/quick", "")
+		return r.Str("state") == "open", r.String()
 	})
 	load("reload after a start_in sale opened", "200ms")
 	if q, s := starts(); q != quickStart || s != soonStart {
@@ -87,7 +87,7 @@ func TestOrdersReload(t *testing.T) {
 	if second == nil || second == first {
 		t.Fatalf("a changed orders configuration kept the old backend (%p, %p)", first, second)
 	}
-	expect(t, "carol buys after the change", c.post(buyPath(t, c, "r", carol), carol, ""), http.StatusAccepted, "queued")
+	expect(t, "carol buys after the change", c.Post(buyPath(t, c, "r", carol), carol, ""), http.StatusAccepted, "queued")
 	waitResult(t, c, "r", carol, "pending_payment")
 	waitResult(t, c, "r", bob, "cancelled") // the new sweeper expires bob's order
 	waitResult(t, c, "r", alice, "paid")

@@ -57,7 +57,7 @@ func TestReconcileMissingLocalFolder(t *testing.T) {
 		StoreRaw: json.RawMessage(fmt.Sprintf(`{"type": "local", "dir": %q}`, dir)),
 		Orders:   &OrdersConfig{Type: ordersSQLite, DSN: filepath.Join(dir, "orders.db")},
 	}
-	_, err := reconcileDirect(context.Background(), app, "")
+	_, err := app.ReconcileDirect(context.Background(), "")
 	if err == nil || !strings.Contains(err.Error(), "no store in this folder") {
 		t.Fatalf("reconcile on a missing folder = %v, want the no-store error", err)
 	}

@@ -2,37 +2,82 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
-// reconcileAnswer is what the admin API's reconcile call answers, and what the reconcile command
-// prints with --json.
-type reconcileAnswer struct {
+// ReconcileAnswer is what the admin API's reconcile call answers, and what the reconcile command
+// (package seckillcmd) prints with --json.
+type ReconcileAnswer struct {
 	OK      bool                  `json:"ok"`
 	Reports []orderbackend.Report `json:"reports"`
 }
 
 // reconcile checks the invariants of one activity, or of every activity in the store when
 // activity is empty. It reads and never writes.
-func reconcile(ctx context.Context, store admission.Store, repo orderbackend.Repository, activity string) (reconcileAnswer, error) {
+func reconcile(ctx context.Context, store admission.Store, repo orderbackend.Repository, activity string) (ReconcileAnswer, error) {
 	ids := []string{activity}
 	if activity == "" {
 		var err error
 		if ids, err = store.Activities(ctx); err != nil {
-			return reconcileAnswer{}, fmt.Errorf("reconcile: list activities: %w", err)
+			return ReconcileAnswer{}, fmt.Errorf("reconcile: list activities: %w", err)
 		}
 	}
-	out := reconcileAnswer{OK: true, Reports: make([]orderbackend.Report, 0, len(ids))}
+	out := ReconcileAnswer{OK: true, Reports: make([]orderbackend.Report, 0, len(ids))}
 	for _, id := range ids {
 		r, err := orderbackend.Reconcile(ctx, store, repo, id)
 		if err != nil {
-			return reconcileAnswer{}, err
+			return ReconcileAnswer{}, err
 		}
 		out.OK = out.OK && r.OK()
 		out.Reports = append(out.Reports, r)
 	}
 	return out, nil
+}
+
+// ErrNotOpenable is ReconcileDirect's answer for a store that only the process that runs the sale
+// can read (no ExistingOpener: store memory).
+var ErrNotOpenable = errors.New("the store can be read only through the running Caddy")
+
+// ReconcileDirect is reconcile for the reconcile command (package seckillcmd) on a configuration
+// that no Caddy loaded (a decoded app, not provisioned): it opens the app's store outside the
+// running Caddy (ExistingOpener: Redis, or a local folder no process holds) and its order
+// database, checks activity (every activity when empty), and closes both. It answers
+// ErrNotOpenable for a store only the running Caddy can read, and an error wrapping
+// admission.ErrInUse for one the running Caddy holds: the command then asks that Caddy.
+func (a *App) ReconcileDirect(ctx context.Context, activity string) (ReconcileAnswer, error) {
+	cctx, cancel := caddy.NewContext(caddy.Context{Context: ctx})
+	defer cancel()
+	store, err := a.loadStoreModule(cctx)
+	if err != nil {
+		return ReconcileAnswer{}, err
+	}
+	opener, ok := store.(ExistingOpener)
+	if !ok {
+		return ReconcileAnswer{}, ErrNotOpenable
+	}
+	if a.Orders == nil {
+		return ReconcileAnswer{}, errors.New("the seckill app has no orders option: reconcile needs the order " +
+			"database (for a standalone order backend, use `orderbackend reconcile`)")
+	}
+	orders, err := a.Orders.resolve(caddy.NewReplacer())
+	if err != nil {
+		return ReconcileAnswer{}, err
+	}
+	st, err := opener.OpenExisting()
+	if err != nil {
+		return ReconcileAnswer{}, fmt.Errorf("%s: %w", storeDirective(store), err)
+	}
+	defer func() { _ = st.Close() }()
+	repo, err := orderbackend.OpenRepository(ctx, orders.Type, orders.DSN)
+	if err != nil {
+		return ReconcileAnswer{}, fmt.Errorf("orders %s: %w", orders.Type, err)
+	}
+	defer func() { _ = repo.Close() }()
+	return reconcile(ctx, st, repo, activity)
 }

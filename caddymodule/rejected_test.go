@@ -35,12 +35,12 @@ var successCodes = map[string]bool{"ok": true, "queued": true, "none": true}
 
 func scrapeFunnel(t *testing.T, c *client) funnelScrape {
 	t.Helper()
-	r := c.get("/metrics", "")
-	if r.status != http.StatusOK {
-		t.Fatalf("metrics: %d", r.status)
+	r := c.Get("/metrics", "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("metrics: %d", r.Status)
 	}
 	s := funnelScrape{layers: map[string]float64{}}
-	sc := bufio.NewScanner(bytes.NewReader(r.raw))
+	sc := bufio.NewScanner(bytes.NewReader(r.Raw))
 	for sc.Scan() {
 		line := sc.Text()
 		name, rest, ok := strings.Cut(line, "{")
@@ -150,9 +150,9 @@ func TestRejectedByLayer(t *testing.T) {
 	}
 	captcha := func(user string) (id, answer string) {
 		t.Helper()
-		r := c.post("/seckill/m/captcha", tok[user], "")
+		r := c.Post("/seckill/m/captcha", tok[user], "")
 		expect(t, "captcha of "+user, r, http.StatusOK, "ok")
-		id = r.str("captcha_id")
+		id = r.Str("captcha_id")
 		answer, err := app(t).CaptchaAnswer(context.Background(), id)
 		if err != nil {
 			t.Fatalf("captcha %s: %v", id, err)
@@ -167,66 +167,66 @@ func TestRejectedByLayer(t *testing.T) {
 			act = "m2"
 		}
 		id, ans := captcha(u)
-		r := c.post("/seckill/"+act+"/path", tok[u], pathBody(id, ans))
+		r := c.Post("/seckill/"+act+"/path", tok[u], pathBody(id, ans))
 		expect(t, "path of "+u, r, http.StatusOK, "ok")
-		paths[u] = r.str("path")
+		paths[u] = r.Str("path")
 	}
 
 	f := newFunnelCheck(t, c)
 	f.step("route", map[string]float64{"route": 3}, func() {
-		expect(t, "unknown activity", c.get("/seckill/nosuch", ""), http.StatusNotFound, "not_found")
-		expect(t, "unknown call", c.get("/seckill/m/nosuch/call", ""), http.StatusNotFound, "not_found")
-		expect(t, "wrong method", c.get(paths["alice"], tok["alice"]), http.StatusMethodNotAllowed, "method_not_allowed")
+		expect(t, "unknown activity", c.Get("/seckill/nosuch", ""), http.StatusNotFound, "not_found")
+		expect(t, "unknown call", c.Get("/seckill/m/nosuch/call", ""), http.StatusNotFound, "not_found")
+		expect(t, "wrong method", c.Get(paths["alice"], tok["alice"]), http.StatusMethodNotAllowed, "method_not_allowed")
 	})
 	f.step("window", map[string]float64{"window": 1}, func() {
-		expect(t, "path before reveal", c.post("/seckill/early/path", tok["alice"], ""), http.StatusForbidden, "not_started")
+		expect(t, "path before reveal", c.Post("/seckill/early/path", tok["alice"], ""), http.StatusForbidden, "not_started")
 	})
 	f.step("jwt", map[string]float64{"jwt": 2}, func() {
-		expect(t, "no token", c.post("/seckill/m/path", "", ""), http.StatusUnauthorized, "unauthorized")
-		expect(t, "bad token", c.post(paths["alice"], "a.b.c", ""), http.StatusUnauthorized, "unauthorized")
+		expect(t, "no token", c.Post("/seckill/m/path", "", ""), http.StatusUnauthorized, "unauthorized")
+		expect(t, "bad token", c.Post(paths["alice"], "a.b.c", ""), http.StatusUnauthorized, "unauthorized")
 	})
 	f.step("captcha_limit", map[string]float64{"captcha_limit": 1}, func() {
 		for i := range 3 {
-			expect(t, fmt.Sprintf("captcha %d", i+1), c.post("/seckill/m/captcha", tok["spam"], ""), http.StatusOK, "ok")
+			expect(t, fmt.Sprintf("captcha %d", i+1), c.Post("/seckill/m/captcha", tok["spam"], ""), http.StatusOK, "ok")
 		}
-		expect(t, "fourth captcha", c.post("/seckill/m/captcha", tok["spam"], ""), http.StatusTooManyRequests, "rate_limited")
+		expect(t, "fourth captcha", c.Post("/seckill/m/captcha", tok["spam"], ""), http.StatusTooManyRequests, "rate_limited")
 	})
 	f.step("captcha", map[string]float64{"captcha": 2}, func() {
 		id, ans := captcha("mallory")
 		wrong := []byte(ans)
 		wrong[0] = '0' + (wrong[0]-'0'+1)%10
-		expect(t, "wrong answer", c.post("/seckill/m/path", tok["mallory"], pathBody(id, string(wrong))), http.StatusForbidden, "captcha_invalid")
-		expect(t, "unknown image", c.get("/seckill/m/captcha/NOSUCHID.png", ""), http.StatusNotFound, "not_found")
+		expect(t, "wrong answer", c.Post("/seckill/m/path", tok["mallory"], pathBody(id, string(wrong))), http.StatusForbidden, "captcha_invalid")
+		expect(t, "unknown image", c.Get("/seckill/m/captcha/NOSUCHID.png", ""), http.StatusNotFound, "not_found")
 	})
 	f.step("bad_request", map[string]float64{"bad_request": 3}, func() {
-		expect(t, "malformed path body", c.post("/seckill/m/path", tok["mallory"], "{"), http.StatusBadRequest, "bad_request")
-		expect(t, "qty 0", c.post(paths["alice"], tok["alice"], `{"qty":0}`), http.StatusBadRequest, "bad_request")
-		expect(t, "two keys", c.post(paths["alice"], tok["alice"], "", "Idempotency-Key", "a", "Idempotency-Key", "b"),
+		expect(t, "malformed path body", c.Post("/seckill/m/path", tok["mallory"], "{"), http.StatusBadRequest, "bad_request")
+		expect(t, "qty 0", c.Post(paths["alice"], tok["alice"], `{"qty":0}`), http.StatusBadRequest, "bad_request")
+		expect(t, "two keys", c.Post(paths["alice"], tok["alice"], "", "Idempotency-Key", "a", "Idempotency-Key", "b"),
 			http.StatusBadRequest, "bad_request")
 	})
 	f.step("hashed_url", map[string]float64{"hashed_url": 2}, func() {
-		expect(t, "bob on alice's path", c.post(paths["alice"], tok["bob"], ""), http.StatusNotFound, "bad_path")
-		expect(t, "made-up hash", c.post("/seckill/m/buy/AAAA", tok["alice"], ""), http.StatusNotFound, "bad_path")
+		expect(t, "bob on alice's path", c.Post(paths["alice"], tok["bob"], ""), http.StatusNotFound, "bad_path")
+		expect(t, "made-up hash", c.Post("/seckill/m/buy/AAAA", tok["alice"], ""), http.StatusNotFound, "bad_path")
 	})
 	f.step("user_limit", map[string]float64{"user_limit": 1}, func() {
 		for i := range 20 {
-			expect(t, fmt.Sprintf("poll %d", i+1), c.get("/seckill/m/result", tok["greedy"]), http.StatusOK, "none")
+			expect(t, fmt.Sprintf("poll %d", i+1), c.Get("/seckill/m/result", tok["greedy"]), http.StatusOK, "none")
 		}
-		expect(t, "one poll too many", c.get("/seckill/m/result", tok["greedy"]), http.StatusTooManyRequests, "rate_limited")
+		expect(t, "one poll too many", c.Get("/seckill/m/result", tok["greedy"]), http.StatusTooManyRequests, "rate_limited")
 	})
 	// m: 3 items, 2 per user.
 	f.step("limit_reached", map[string]float64{"limit_reached": 1}, func() {
-		expect(t, "alice takes 2", c.post(paths["alice"], tok["alice"], `{"qty":2}`), http.StatusAccepted, "queued")
-		expect(t, "alice wants more", c.post(paths["alice"], tok["alice"], ""), http.StatusConflict, "limit_reached")
+		expect(t, "alice takes 2", c.Post(paths["alice"], tok["alice"], `{"qty":2}`), http.StatusAccepted, "queued")
+		expect(t, "alice wants more", c.Post(paths["alice"], tok["alice"], ""), http.StatusConflict, "limit_reached")
 	})
 	f.step("store_sold_out", map[string]float64{"store_sold_out": 1}, func() {
 		// One item left: the store refuses 2, and the node raises no flag (something is left).
-		expect(t, "bob wants 2 of 1", c.post(paths["bob"], tok["bob"], `{"qty":2}`), http.StatusGone, "sold_out")
+		expect(t, "bob wants 2 of 1", c.Post(paths["bob"], tok["bob"], `{"qty":2}`), http.StatusGone, "sold_out")
 	})
 	f.step("sold_out_flag", map[string]float64{"sold_out_flag": 2}, func() {
-		expect(t, "carol takes the last", c.post(paths["carol"], tok["carol"], ""), http.StatusAccepted, "queued")
-		expect(t, "dave after the sell-out", c.post(paths["dave"], tok["dave"], ""), http.StatusGone, "sold_out")
-		expect(t, "path after the sell-out", c.post("/seckill/m/path", tok["dave"], ""), http.StatusGone, "sold_out")
+		expect(t, "carol takes the last", c.Post(paths["carol"], tok["carol"], ""), http.StatusAccepted, "queued")
+		expect(t, "dave after the sell-out", c.Post(paths["dave"], tok["dave"], ""), http.StatusGone, "sold_out")
+		expect(t, "path after the sell-out", c.Post("/seckill/m/path", tok["dave"], ""), http.StatusGone, "sold_out")
 	})
 	// A keyed buy may be a winner's retry: it passes the handler's flag check and the Guard
 	// decides. Until the Guard has loaded the holders the store answers; then the Guard's flag.
@@ -235,7 +235,7 @@ func TestRejectedByLayer(t *testing.T) {
 		if i > 0 {
 			time.Sleep(50 * time.Millisecond)
 		}
-		expect(t, "erin's keyed buy", c.post(paths["erin"], tok["erin"], "", "Idempotency-Key", "k"+strconv.Itoa(i)),
+		expect(t, "erin's keyed buy", c.Post(paths["erin"], tok["erin"], "", "Idempotency-Key", "k"+strconv.Itoa(i)),
 			http.StatusGone, "sold_out")
 		now := scrapeFunnel(t, c)
 		flagged = now.layers["sold_out_flag"]-f.last.layers["sold_out_flag"] == 1
@@ -260,7 +260,7 @@ func TestRejectedByLayer(t *testing.T) {
 	rd.Kill()
 	const downBuys = 8
 	for range downBuys {
-		expect(t, "buy while the store is down", c.post(paths["frank"], tok["frank"], ""), http.StatusServiceUnavailable, "busy")
+		expect(t, "buy while the store is down", c.Post(paths["frank"], tok["frank"], ""), http.StatusServiceUnavailable, "busy")
 	}
 	down := scrapeFunnel(t, c)
 	f.checkDelta("store down", down, func(l string, got float64) bool {
@@ -284,7 +284,7 @@ func TestRejectedByLayer(t *testing.T) {
 	ip := newFunnelCheck(t, c) // the scrape is no seckill call: the IP bucket still holds tokens
 	ip.step("ip_limit", map[string]float64{"ip_limit": 1}, func() {
 		for range 5 {
-			if r := c.get("/seckill/m", ""); r.status == http.StatusTooManyRequests {
+			if r := c.Get("/seckill/m", ""); r.Status == http.StatusTooManyRequests {
 				expect(t, "ip limit", r, http.StatusTooManyRequests, "rate_limited")
 				return
 			}

@@ -1,14 +1,8 @@
 package caddymodule_test
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,17 +35,17 @@ func TestReload(t *testing.T) {
 	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
 	alice := token(t, "alice")
 	path := buyPath(t, c, "run", alice)
-	expect(t, "buy", c.post(path, alice, ""), http.StatusAccepted, "queued")
+	expect(t, "buy", c.Post(path, alice, ""), http.StatusAccepted, "queued")
 
 	if err := loadCaddy(t, port, config(5, 5), route); err != nil {
 		t.Fatalf("reload unchanged: %v", err)
 	}
-	c.afterReload()
+	c.AfterReload()
 	if n := remaining(t, "run"); n != 4 {
 		t.Errorf("remaining %d after an unchanged reload, want 4", n)
 	}
 	// The path handed out before the reload still works (same salt, same generated secret).
-	expect(t, "retry after reload", c.post(path, alice, ""), http.StatusConflict, "limit_reached")
+	expect(t, "retry after reload", c.Post(path, alice, ""), http.StatusConflict, "limit_reached")
 
 	err = loadCaddy(t, port, config(50, 5), route)
 	if err == nil || !strings.Contains(err.Error(), "activity run is running") || !strings.Contains(err.Error(), "admin API") {
@@ -60,7 +54,7 @@ func TestReload(t *testing.T) {
 	if n := remaining(t, "run"); n != 4 {
 		t.Errorf("remaining %d after a refused reload, want 4", n)
 	}
-	expect(t, "old config still serves", c.get("/seckill/run", ""), http.StatusOK, "ok")
+	expect(t, "old config still serves", c.Get("/seckill/run", ""), http.StatusOK, "ok")
 
 	if err := loadCaddy(t, port, config(5, 7), route); err != nil {
 		t.Fatalf("reload changing an upcoming activity: %v", err)
@@ -119,22 +113,4 @@ func TestProvisionErrors(t *testing.T) {
 			}
 		})
 	}
-}
-
-// ecKeyFile writes a fresh ECDSA P-256 public key as PEM and returns the file name.
-func ecKeyFile(t *testing.T) string {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := filepath.Join(t.TempDir(), "es256.pem")
-	if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return f
 }

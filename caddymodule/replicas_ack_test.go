@@ -27,16 +27,16 @@ func TestReplicasAck(t *testing.T) {
 	c := newClient(t, base)
 	alice, bob := token(t, "alice"), token(t, "bob")
 	alicePath, bobPath := buyPath(t, c, "ack", alice), buyPath(t, c, "ack", bob)
-	expect(t, "alice buys with the replica up", c.post(alicePath, alice, "", "Idempotency-Key", "ka"), http.StatusAccepted, "queued")
+	expect(t, "alice buys with the replica up", c.Post(alicePath, alice, "", "Idempotency-Key", "ka"), http.StatusAccepted, "queued")
 	before := scrapeFunnel(t, c)
 
 	replica.Pause()
 	began := time.Now()
-	r := c.post(bobPath, bob, "", "Idempotency-Key", "kb")
+	r := c.Post(bobPath, bob, "", "Idempotency-Key", "kb")
 	took := time.Since(began)
 	expect(t, "bob buys with the replica stopped", r, http.StatusServiceUnavailable, "busy")
-	if r.header.Get("Retry-After") != "1" {
-		t.Errorf("Retry-After %q, want 1", r.header.Get("Retry-After"))
+	if r.Header.Get("Retry-After") != "1" {
+		t.Errorf("Retry-After %q, want 1", r.Header.Get("Retry-After"))
 	}
 	if took < 450*time.Millisecond || took > 5*time.Second {
 		t.Errorf("the unconfirmed buy took %v, want about the 500ms timeout", took)
@@ -56,13 +56,13 @@ func TestReplicasAck(t *testing.T) {
 		t.Errorf("replicas_ack waits %g, shortfalls %g; want ≥ 2 and 1", waits, short)
 	}
 	// 503 here means "unknown", not "no": the master holds bob's win and its result record.
-	res := c.get("/seckill/ack/result", bob)
+	res := c.Get("/seckill/ack/result", bob)
 	expect(t, "bob's result with the replica stopped", res, http.StatusOK, "queued")
 
 	replica.Resume()
-	r = c.post(bobPath, bob, "", "Idempotency-Key", "kb")
+	r = c.Post(bobPath, bob, "", "Idempotency-Key", "kb")
 	expect(t, "bob retries with the replica back", r, http.StatusAccepted, "queued")
-	if got, want := r.str("reservation_id"), res.str("reservation_id"); got == "" || got != want {
+	if got, want := r.Str("reservation_id"), res.Str("reservation_id"); got == "" || got != want {
 		t.Errorf("the retry's reservation %q, want the first win's %q", got, want)
 	}
 	if n := remaining(t, "ack"); n != 3 {
@@ -73,9 +73,9 @@ func TestReplicasAck(t *testing.T) {
 // replicaAckCounters reads caddy_seckill_replicas_ack_waits_total and _shortfalls_total.
 func replicaAckCounters(t *testing.T, c *client) (waits, shortfalls float64) {
 	t.Helper()
-	r := c.get("/metrics", "")
+	r := c.Get("/metrics", "")
 	found := 0
-	sc := bufio.NewScanner(bytes.NewReader(r.raw))
+	sc := bufio.NewScanner(bytes.NewReader(r.Raw))
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")
 		if !ok {
@@ -95,7 +95,7 @@ func replicaAckCounters(t *testing.T, c *client) (waits, shortfalls float64) {
 		}
 	}
 	if found != 2 {
-		t.Fatalf("metrics lack the replicas_ack counters: %s", r.raw)
+		t.Fatalf("metrics lack the replicas_ack counters: %s", r.Raw)
 	}
 	return waits, shortfalls
 }

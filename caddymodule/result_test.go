@@ -37,25 +37,25 @@ func TestResultAnswer(t *testing.T) {
 				if err := json.NewEncoder(&enc).Encode(want); err != nil {
 					t.Fatal(err)
 				}
-				r := c.get("/seckill/res/result", alice)
-				if r.status != http.StatusOK || string(r.raw) != enc.String() {
-					t.Errorf("%s: answered %d %q, want 200 %q", what, r.status, r.raw, enc.String())
+				r := c.Get("/seckill/res/result", alice)
+				if r.Status != http.StatusOK || string(r.Raw) != enc.String() {
+					t.Errorf("%s: answered %d %q, want 200 %q", what, r.Status, r.Raw, enc.String())
 				}
-				if r.header.Get("Content-Type") != "application/json" || r.header.Get("Content-Length") != strconv.Itoa(enc.Len()) ||
-					r.header.Get("Cache-Control") != "no-store" {
-					t.Errorf("%s: headers %v", what, r.header)
+				if r.Header.Get("Content-Type") != "application/json" || r.Header.Get("Content-Length") != strconv.Itoa(enc.Len()) ||
+					r.Header.Get("Cache-Control") != "no-store" {
+					t.Errorf("%s: headers %v", what, r.Header)
 				}
 			}
 
 			check("before buying", admission.Result{Code: "none"})
 			path := buyPath(t, c, "res", alice)
-			b := c.post(path, alice, "")
+			b := c.Post(path, alice, "")
 			expect(t, "buy", b, http.StatusAccepted, "queued")
-			check("after the win", admission.Result{Code: "queued", ReservationID: b.str("reservation_id")})
+			check("after the win", admission.Result{Code: "queued", ReservationID: b.Str("reservation_id")})
 			ctx := context.Background()
-			paid := admission.Result{Code: "paid", ReservationID: b.str("reservation_id"), OrderID: `o<"&\>é`}
+			paid := admission.Result{Code: "paid", ReservationID: b.Str("reservation_id"), OrderID: `o<"&\>é`}
 			for _, rec := range []admission.Result{
-				{Code: "pending_payment", ReservationID: b.str("reservation_id"), OrderID: "o-1", PayBeforeMS: now.Add(15 * time.Minute).UnixMilli()},
+				{Code: "pending_payment", ReservationID: b.Str("reservation_id"), OrderID: "o-1", PayBeforeMS: now.Add(15 * time.Minute).UnixMilli()},
 				paid,
 			} {
 				if err := app(t).Guard().SetResult(ctx, "res", "alice", rec); err != nil {
@@ -64,9 +64,9 @@ func TestResultAnswer(t *testing.T) {
 				check("after "+rec.Code, rec)
 			}
 			// A second reservation (limit 2): the latest record, and the record of each.
-			b2 := c.post(path, alice, "")
+			b2 := c.Post(path, alice, "")
 			expect(t, "second buy", b2, http.StatusAccepted, "queued")
-			queued := admission.Result{Code: "queued", ReservationID: b2.str("reservation_id")}
+			queued := admission.Result{Code: "queued", ReservationID: b2.Str("reservation_id")}
 			check("after a second win", admission.Result{Code: "queued", ReservationID: queued.ReservationID,
 				Reservations: []admission.Result{paid, queued}})
 		})

@@ -54,9 +54,9 @@ func TestStoreLocalRestart(t *testing.T) {
 
 	alice := token(t, "alice")
 	path := buyPath(t, c, "local", alice)
-	first := c.post(path, alice, "", "Idempotency-Key", "alice-1")
+	first := c.Post(path, alice, "", "Idempotency-Key", "alice-1")
 	expect(t, "alice buys", first, http.StatusAccepted, "queued")
-	resv := first.str("reservation_id")
+	resv := first.Str("reservation_id")
 	waitResult(t, c, "local", alice, "pending_payment")
 
 	// A reload keeps the store open: same folder, no second open (which the lock would refuse).
@@ -90,23 +90,23 @@ func TestStoreLocalRestart(t *testing.T) {
 	if n := remaining(t, "local"); n != 2 {
 		t.Errorf("after the restart: remaining %d, want 2", n)
 	}
-	again := c.post(path, alice, "", "Idempotency-Key", "alice-1")
+	again := c.Post(path, alice, "", "Idempotency-Key", "alice-1")
 	expect(t, "alice's retry after the restart", again, http.StatusAccepted, "queued")
-	if got := again.str("reservation_id"); got != resv {
+	if got := again.Str("reservation_id"); got != resv {
 		t.Errorf("alice's retry after the restart: reservation %q, want the first answer's %q", got, resv)
 	}
-	expect(t, "alice buys again (new key)", c.post(path, alice, "", "Idempotency-Key", "alice-2"),
+	expect(t, "alice buys again (new key)", c.Post(path, alice, "", "Idempotency-Key", "alice-2"),
 		http.StatusConflict, "limit_reached")
 	waitResult(t, c, "local", alice, "pending_payment")
 	for _, u := range []string{"bob", "carol"} {
 		tok := token(t, u)
-		expect(t, u+" buys", c.post(buyPath(t, c, "local", tok), tok, ""), http.StatusAccepted, "queued")
+		expect(t, u+" buys", c.Post(buyPath(t, c, "local", tok), tok, ""), http.StatusAccepted, "queued")
 		waitResult(t, c, "local", tok, "pending_payment")
 	}
 	dave := token(t, "dave")
-	r := c.post("/seckill/local/path", dave, "")
-	if r.status == http.StatusOK {
-		r = c.post(r.str("path"), dave, "")
+	r := c.Post("/seckill/local/path", dave, "")
+	if r.Status == http.StatusOK {
+		r = c.Post(r.Str("path"), dave, "")
 	}
 	expect(t, "dave after the sell-out", r, http.StatusGone, "sold_out")
 	// A stopped Caddy leaves the folder free: `caddy seckill reconcile --config` opens it itself.
@@ -163,7 +163,7 @@ func TestStoreForgottenSale(t *testing.T) {
 			t.Cleanup(func() { _ = caddy.Stop() })
 			c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
 			alice := token(t, "alice")
-			expect(t, "alice buys", c.post(buyPath(t, c, "local", alice), alice, ""), http.StatusAccepted, "queued")
+			expect(t, "alice buys", c.Post(buyPath(t, c, "local", alice), alice, ""), http.StatusAccepted, "queued")
 			waitResult(t, c, "local", alice, "pending_payment")
 			stopCaddy(t)
 
@@ -216,14 +216,14 @@ func TestStoreLocalDiskFull(t *testing.T) {
 	wins, busy := 0, 0
 	for i := 0; i < 20_000 && busy < 10; i++ {
 		tok := token(t, fmt.Sprintf("u%d", i))
-		r := c.post(buyPath(t, c, "full", tok), tok, "")
+		r := c.Post(buyPath(t, c, "full", tok), tok, "")
 		switch {
-		case r.status == http.StatusAccepted && r.code() == "queued":
+		case r.Status == http.StatusAccepted && r.Code() == "queued":
 			if busy > 0 {
 				t.Fatalf("buy %d won after the store failed: %s", i, r)
 			}
 			wins++
-		case r.status == http.StatusServiceUnavailable && r.code() == "busy" && r.header.Get("Retry-After") != "":
+		case r.Status == http.StatusServiceUnavailable && r.Code() == "busy" && r.Header.Get("Retry-After") != "":
 			busy++
 		default:
 			t.Fatalf("buy %d: %s; want 202 queued or 503 busy with Retry-After", i, r)
@@ -232,8 +232,8 @@ func TestStoreLocalDiskFull(t *testing.T) {
 	if wins == 0 || busy == 0 {
 		t.Fatalf("%d wins, %d busy: the disk did not fill during the sale", wins, busy)
 	}
-	expect(t, "status while the store is failed", c.get("/seckill/full", ""), http.StatusOK, "ok")
-	mt := string(c.get("/metrics", "").raw)
+	expect(t, "status while the store is failed", c.Get("/seckill/full", ""), http.StatusOK, "ok")
+	mt := string(c.Get("/metrics", "").Raw)
 	storeErrors, breaker := metricValue(t, mt, `caddy_seckill_rejected_total{layer="store_error"}`), metricValue(t, mt, `caddy_seckill_rejected_total{layer="breaker"}`)
 	if storeErrors < 1 || storeErrors+breaker != float64(busy) {
 		t.Errorf("layers: store_error %v + breaker %v, want %d busy answers with at least one store error", storeErrors, breaker, busy)
@@ -256,8 +256,8 @@ func TestStoreLocalDiskFull(t *testing.T) {
 	tok := token(t, "after")
 	path := buyPath(t, c, "full", tok)
 	eventually(t, "a buy after the reload", func() (bool, string) {
-		r := c.post(path, tok, "", "Idempotency-Key", "after-1")
-		return r.status == http.StatusAccepted && r.code() == "queued", r.String()
+		r := c.Post(path, tok, "", "Idempotency-Key", "after-1")
+		return r.Status == http.StatusAccepted && r.Code() == "queued", r.String()
 	})
 	// And the folder holds it all after a stop and a start.
 	stopCaddy(t)

@@ -1,4 +1,4 @@
-package caddymodule
+package seckillcmd
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
-	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+	"github.com/caddy-seckill/caddy-seckill/caddymodule"
 )
 
 // exitCannotCheck is the reconcile command's status when it could not look at all (bad usage, a
@@ -38,7 +38,7 @@ func cmdReconcile(fl caddycmd.Flags) (int, error) {
 
 	var (
 		cfg []byte
-		app *App
+		app *caddymodule.App
 	)
 	if file := fl.String("config"); file != "" {
 		var err error
@@ -51,15 +51,15 @@ func cmdReconcile(fl caddycmd.Flags) (int, error) {
 	}
 
 	var (
-		ans reconcileAnswer
+		ans caddymodule.ReconcileAnswer
 		err error
 	)
 	if app != nil {
-		ans, err = reconcileDirect(ctx, app, activity)
+		ans, err = app.ReconcileDirect(ctx, activity)
 	}
 	// A store only the running Caddy can read (store memory), or one it holds (a store local
 	// folder): ask it.
-	if app == nil || errors.Is(err, errNotOpenable) || errors.Is(err, admission.ErrInUse) {
+	if app == nil || errors.Is(err, caddymodule.ErrNotOpenable) || errors.Is(err, admission.ErrInUse) {
 		ans, err = reconcileViaAdmin(fl.String("address"), cfg, fl.String("config"), fl.String("adapter"), activity)
 	}
 	if err != nil {
@@ -88,7 +88,7 @@ func cmdReconcile(fl caddycmd.Flags) (int, error) {
 }
 
 // seckillAppOf decodes the seckill app of a JSON configuration.
-func seckillAppOf(cfg []byte) (*App, error) {
+func seckillAppOf(cfg []byte) (*caddymodule.App, error) {
 	var c struct {
 		Apps struct {
 			Seckill json.RawMessage `json:"seckill"`
@@ -100,56 +100,18 @@ func seckillAppOf(cfg []byte) (*App, error) {
 	if len(c.Apps.Seckill) == 0 {
 		return nil, errors.New("the configuration has no seckill app")
 	}
-	app := new(App)
+	app := new(caddymodule.App)
 	if err := json.Unmarshal(c.Apps.Seckill, app); err != nil {
 		return nil, fmt.Errorf("decode the seckill app: %w", err)
 	}
 	return app, nil
 }
 
-// errNotOpenable is reconcileDirect's answer for a store that only the process that runs the sale
-// can read (no ExistingOpener: store memory).
-var errNotOpenable = errors.New("the store can be read only through the running Caddy")
-
-// reconcileDirect opens the configuration's store outside the running Caddy (ExistingOpener:
-// Redis, or a local folder no process holds) and its order database.
-func reconcileDirect(ctx context.Context, app *App, activity string) (reconcileAnswer, error) {
-	cctx, cancel := caddy.NewContext(caddy.Context{Context: ctx})
-	defer cancel()
-	store, err := app.loadStoreModule(cctx)
-	if err != nil {
-		return reconcileAnswer{}, err
-	}
-	opener, ok := store.(ExistingOpener)
-	if !ok {
-		return reconcileAnswer{}, errNotOpenable
-	}
-	if app.Orders == nil {
-		return reconcileAnswer{}, errors.New("the seckill app has no orders option: reconcile needs the order " +
-			"database (for a standalone order backend, use `orderbackend reconcile`)")
-	}
-	orders, err := app.Orders.resolve(caddy.NewReplacer())
-	if err != nil {
-		return reconcileAnswer{}, err
-	}
-	st, err := opener.OpenExisting()
-	if err != nil {
-		return reconcileAnswer{}, fmt.Errorf("%s: %w", storeDirective(store), err)
-	}
-	defer func() { _ = st.Close() }()
-	repo, err := orderbackend.OpenRepository(ctx, orders.Type, orders.DSN)
-	if err != nil {
-		return reconcileAnswer{}, fmt.Errorf("orders %s: %w", orders.Type, err)
-	}
-	defer func() { _ = repo.Close() }()
-	return reconcile(ctx, st, repo, activity)
-}
-
 // reconcileViaAdmin asks the running Caddy to reconcile its own sale.
-func reconcileViaAdmin(address string, cfg []byte, configFile, adapter, activity string) (reconcileAnswer, error) {
+func reconcileViaAdmin(address string, cfg []byte, configFile, adapter, activity string) (caddymodule.ReconcileAnswer, error) {
 	addr, err := caddycmd.DetermineAdminAPIAddress(address, cfg, configFile, adapter)
 	if err != nil {
-		return reconcileAnswer{}, fmt.Errorf("admin API address: %w", err)
+		return caddymodule.ReconcileAnswer{}, fmt.Errorf("admin API address: %w", err)
 	}
 	uri := "/seckill/reconcile"
 	if activity != "" {
@@ -157,17 +119,17 @@ func reconcileViaAdmin(address string, cfg []byte, configFile, adapter, activity
 	}
 	resp, err := caddycmd.AdminAPIRequest(addr, http.MethodGet, uri, make(http.Header), nil)
 	if err != nil {
-		return reconcileAnswer{}, fmt.Errorf("ask the running Caddy at %s (with store memory the sale lives only there; "+
+		return caddymodule.ReconcileAnswer{}, fmt.Errorf("ask the running Caddy at %s (with store memory the sale lives only there; "+
 			"a store local folder in use is read through it): %w", addr, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return reconcileAnswer{}, fmt.Errorf("read answer: %w", err)
+		return caddymodule.ReconcileAnswer{}, fmt.Errorf("read answer: %w", err)
 	}
-	var ans reconcileAnswer
+	var ans caddymodule.ReconcileAnswer
 	if err := json.Unmarshal(body, &ans); err != nil {
-		return reconcileAnswer{}, fmt.Errorf("admin API answer: %w: %s", err, body)
+		return caddymodule.ReconcileAnswer{}, fmt.Errorf("admin API answer: %w: %s", err, body)
 	}
 	return ans, nil
 }

@@ -1,4 +1,4 @@
-package caddymodule_test
+package seckillcmd_test
 
 import (
 	"context"
@@ -8,18 +8,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-seckill/caddy-seckill/internal/testcaddy"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
 
+// TestMain removes the cmd/caddy that testcaddy.BuildCaddy built.
+func TestMain(m *testing.M) { testcaddy.Main(m) }
+
 // TestCommands runs `caddy seckill token` and `caddy seckill status` from the built binary.
 func TestCommands(t *testing.T) {
-	bin := buildCaddy(t)
+	bin := testcaddy.BuildCaddy(t)
 
-	out, err := exec.Command(bin, "seckill", "token", "--user", "alice", "--secret", string(jwtSecret), "--ttl", "5m").Output()
+	out, err := exec.Command(bin, "seckill", "token", "--user", "alice", "--secret", string(testcaddy.JWTSecret), "--ttl", "5m").Output()
 	if err != nil {
 		t.Fatalf("seckill token: %v", err)
 	}
-	v, err := jwtauth.New(jwtauth.Config{Algorithms: []string{"HS256"}, HMACSecret: jwtSecret})
+	v, err := jwtauth.New(jwtauth.Config{Algorithms: []string{"HS256"}, HMACSecret: testcaddy.JWTSecret})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,12 +34,12 @@ func TestCommands(t *testing.T) {
 	if err := exec.Command(bin, "seckill", "token", "--user", "alice", "--secret", "short").Run(); err == nil {
 		t.Error("a short secret was accepted")
 	}
-	if err := exec.Command(bin, "seckill", "token", "--secret", string(jwtSecret)).Run(); err == nil {
+	if err := exec.Command(bin, "seckill", "token", "--secret", string(testcaddy.JWTSecret)).Run(); err == nil {
 		t.Error("a token without --user was minted")
 	}
 
 	now := time.Now()
-	_, addr := startCaddyAdmin(t, jwtBlock+activityBlock("cli", 7, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	_, addr := testcaddy.StartCaddyAdmin(t, testcaddy.JWTBlock+testcaddy.ActivityBlock("cli", 7, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), testcaddy.Route)
 
 	out, err = exec.Command(bin, "seckill", "status", "--address", addr).Output()
 	if err != nil {

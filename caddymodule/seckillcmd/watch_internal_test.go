@@ -1,10 +1,12 @@
-package caddymodule
+package seckillcmd
 
 import (
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/caddymodule"
 )
 
 // TestWatchRender lays frames out for terminals from very narrow to wide: no line is wider than
@@ -15,7 +17,7 @@ func TestWatchRender(t *testing.T) {
 	prev := watchReading{at: at.Add(-time.Second), admitted: map[string]float64{"phone-1001": 10},
 		rejected: map[string]float64{"sold_out_flag": 100}}
 	cur := watchReading{at: at, store: "redis", breaker: "closed",
-		activities: []adminActivity{
+		activities: []caddymodule.AdminActivity{
 			{ID: "phone-1001", Stock: 100, Remaining: 37, Sold: 63, Queued: 63, Dead: 1},
 			{ID: "tv-2002", Stock: 5, Remaining: 0, Sold: 5, Queued: 5, SoldOut: true},
 		},

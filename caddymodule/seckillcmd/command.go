@@ -1,4 +1,10 @@
-package caddymodule
+// Package seckillcmd registers the `caddy seckill` command: token mints test tokens, status shows
+// the activities, reconcile checks the sale's invariants and watch is a live view of the sale. The
+// command talks to a running Caddy's admin API (module admin.api.seckill of package caddymodule),
+// or opens the configuration's store and order database itself (reconcile). Importing the package
+// registers the command; the root package of caddy-seckill does, so that every Caddy built with
+// caddy-seckill has it.
+package seckillcmd
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package caddymodule_test
+package seckillcmd_test
 
 import (
 	"fmt"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testcaddy"
 )
 
 // TestTokenFromConfig mints tokens with `caddy seckill token --config` from a Caddyfile whose jwt
@@ -18,17 +20,17 @@ import (
 // a public-key algorithm before the HMAC one, and buys with them from a Caddy loaded from that
 // same Caddyfile.
 func TestTokenFromConfig(t *testing.T) {
-	bin := buildCaddy(t)
+	bin := testcaddy.BuildCaddy(t)
 	const secretVar = "SECKILL_TEST_TOKEN_SECRET"
 	secret := "token-test-secret-0123456789abcdef0123456789abcdef" // 50 bytes: enough for HS384
 	t.Setenv(secretVar, secret)
 
-	port := freePort(t)
+	port := testcaddy.FreePort(t)
 	now := time.Now()
 	jwtConf := fmt.Sprintf("jwt {\n\talgorithms ES256 HS384\n\tpublic_key_file %s\n\thmac_secret {env.%s}\n"+
-		"\tissuer shop\n\taudience seckill\n\tuser_claim uid\n}\n", ecKeyFile(t), secretVar)
-	content := caddyfile(t, port, jwtConf+"captcha off\n"+
-		activityBlock("tk", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+		"\tissuer shop\n\taudience seckill\n\tuser_claim uid\n}\n", testcaddy.ECKeyFile(t), secretVar)
+	content := testcaddy.Caddyfile(t, port, jwtConf+"captcha off\n"+
+		testcaddy.ActivityBlock("tk", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), testcaddy.Route)
 	dir := t.TempDir()
 	file := filepath.Join(dir, "Caddyfile")
 	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
@@ -59,18 +61,18 @@ func TestTokenFromConfig(t *testing.T) {
 		t.Errorf("minted token: alg %s, claims %v", parsed.Method.Alg(), claims)
 	}
 
-	runCaddyfile(t, content)
-	cfg, err := adapt(t, content) // the same configuration as JSON, for --config below
+	testcaddy.RunCaddyfile(t, content)
+	cfg, err := testcaddy.Adapt(t, content) // the same configuration as JSON, for --config below
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
-	expect(t, "result with the minted token", c.get("/seckill/tk/result", tok), http.StatusOK, "none")
-	b := c.post(buyPath(t, c, "tk", tok), tok, "")
-	expect(t, "buy with the minted token", b, http.StatusAccepted, "queued")
-	r := c.get("/seckill/tk/result", tok)
-	expect(t, "result after the buy", r, http.StatusOK, "queued")
-	if r.str("reservation_id") != b.str("reservation_id") {
+	c := testcaddy.NewClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+	testcaddy.Expect(t, "result with the minted token", c.Get("/seckill/tk/result", tok), http.StatusOK, "none")
+	b := c.Post(testcaddy.BuyPath(t, c, "tk", tok), tok, "")
+	testcaddy.Expect(t, "buy with the minted token", b, http.StatusAccepted, "queued")
+	r := c.Get("/seckill/tk/result", tok)
+	testcaddy.Expect(t, "result after the buy", r, http.StatusOK, "queued")
+	if r.Str("reservation_id") != b.Str("reservation_id") {
 		t.Errorf("result %s does not name the reservation of %s", r, b)
 	}
 
@@ -80,13 +82,13 @@ func TestTokenFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("seckill token --secret: %v: %s", err, plain)
 	}
-	expect(t, "result with a --secret token", c.get("/seckill/tk/result", plain), http.StatusUnauthorized, "unauthorized")
+	testcaddy.Expect(t, "result with a --secret token", c.Get("/seckill/tk/result", plain), http.StatusUnauthorized, "unauthorized")
 	// An explicit flag overrides the configuration.
 	other, err := mint("--config", file, "--user", "bob", "--audience", "elsewhere")
 	if err != nil {
 		t.Fatalf("seckill token --config --audience: %v: %s", err, other)
 	}
-	expect(t, "result with another audience", c.get("/seckill/tk/result", other), http.StatusUnauthorized, "unauthorized")
+	testcaddy.Expect(t, "result with another audience", c.Get("/seckill/tk/result", other), http.StatusUnauthorized, "unauthorized")
 
 	// The JSON form of the configuration, and a Caddyfile under another name with --adapter.
 	jsonFile := filepath.Join(dir, "caddy.json")
@@ -102,12 +104,12 @@ func TestTokenFromConfig(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seckill token %v: %v: %s", args, err, tok)
 		}
-		expect(t, fmt.Sprintf("result with a token from %v", args), c.get("/seckill/tk/result", tok), http.StatusOK, "none")
+		testcaddy.Expect(t, fmt.Sprintf("result with a token from %v", args), c.Get("/seckill/tk/result", tok), http.StatusOK, "none")
 	}
 
 	// Mistakes are refused with a message.
 	rsOnly := filepath.Join(dir, "rs.caddyfile")
-	if err := os.WriteFile(rsOnly, []byte(caddyfile(t, port, fmt.Sprintf("jwt {\n\talgorithms ES256\n\tpublic_key_file %s\n}\n", ecKeyFile(t)), route)), 0o600); err != nil {
+	if err := os.WriteFile(rsOnly, []byte(testcaddy.Caddyfile(t, port, fmt.Sprintf("jwt {\n\talgorithms ES256\n\tpublic_key_file %s\n}\n", testcaddy.ECKeyFile(t)), testcaddy.Route)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

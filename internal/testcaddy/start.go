@@ -1,7 +1,9 @@
-package caddymodule_test
+package testcaddy
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -10,15 +12,13 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig"
 
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// The one place where the tests of this package start Caddy in their own process. Caddy's state
-// is global: tests that start it must not run in parallel.
-
-// freePort returns a free TCP port of the loopback interface.
-func freePort(t testing.TB) int {
+// FreePort returns a free TCP port of the loopback interface.
+func FreePort(t testing.TB) int {
 	t.Helper()
 	port, err := testsrv.FreePort()
 	if err != nil {
@@ -27,10 +27,24 @@ func freePort(t testing.TB) int {
 	return port
 }
 
-// loadCaddyfile adapts text and loads (or reloads) it into the Caddy of this process.
-func loadCaddyfile(t testing.TB, text string) error {
+// Adapt adapts a Caddyfile to indented JSON.
+func Adapt(t testing.TB, caddyfile string) (string, error) {
 	t.Helper()
-	cfg, err := adapt(t, text)
+	out, _, err := caddyconfig.GetAdapter("caddyfile").Adapt([]byte(caddyfile), map[string]any{"filename": "Caddyfile"})
+	if err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, out, "", "\t"); err != nil {
+		t.Fatalf("adapter output is not JSON: %v\n%s", err, out)
+	}
+	return buf.String(), nil
+}
+
+// LoadCaddyfile adapts text and loads (or reloads) it into the Caddy of this process.
+func LoadCaddyfile(t testing.TB, text string) error {
+	t.Helper()
+	cfg, err := Adapt(t, text)
 	if err != nil {
 		return fmt.Errorf("adapt: %w", err)
 	}
@@ -40,10 +54,10 @@ func loadCaddyfile(t testing.TB, text string) error {
 	return nil
 }
 
-// runCaddyfile loads text into the Caddy of this process, which stops when the test ends.
-func runCaddyfile(t testing.TB, text string) {
+// RunCaddyfile loads text into the Caddy of this process, which stops when the test ends.
+func RunCaddyfile(t testing.TB, text string) {
 	t.Helper()
-	if err := loadCaddyfile(t, text); err != nil {
+	if err := LoadCaddyfile(t, text); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -53,14 +67,14 @@ func runCaddyfile(t testing.TB, text string) {
 	})
 }
 
-// caddyfile returns a complete Caddyfile serving the seckill handler on port, with the given
+// Caddyfile returns a complete Caddyfile serving the seckill handler on port, with the given
 // seckill app body and site body.
-func caddyfile(t testing.TB, port int, seckill, site string) string {
-	return caddyfileAdmin(t, "off", port, seckill, site)
+func Caddyfile(t testing.TB, port int, seckill, site string) string {
+	return CaddyfileAdmin(t, "off", port, seckill, site)
 }
 
-// caddyfileAdmin is caddyfile with the admin endpoint at admin ("off" for none).
-func caddyfileAdmin(t testing.TB, admin string, port int, seckill, site string) string {
+// CaddyfileAdmin is Caddyfile with the admin endpoint at admin ("off" for none).
+func CaddyfileAdmin(t testing.TB, admin string, port int, seckill, site string) string {
 	return fmt.Sprintf(`{
 	admin %s
 	auto_https off
@@ -81,33 +95,33 @@ http://127.0.0.1:%d {
 `, admin, port, t.TempDir(), seckill, port, site)
 }
 
-// startCaddy runs Caddy with caddyfile(seckill, site) on a free port and returns the base URL.
-func startCaddy(t testing.TB, seckill, site string) string {
+// StartCaddy runs Caddy with Caddyfile(seckill, site) on a free port and returns the base URL.
+func StartCaddy(t testing.TB, seckill, site string) string {
 	t.Helper()
-	port := freePort(t)
-	runCaddyfile(t, caddyfile(t, port, seckill, site))
+	port := FreePort(t)
+	RunCaddyfile(t, Caddyfile(t, port, seckill, site))
 	return fmt.Sprintf("http://127.0.0.1:%d", port)
 }
 
-// startCaddyAdmin is startCaddy with Caddy's admin endpoint on, at the host:port it returns too.
-func startCaddyAdmin(t testing.TB, seckill, site string) (base, adminAddr string) {
+// StartCaddyAdmin is StartCaddy with Caddy's admin endpoint on, at the host:port it returns too.
+func StartCaddyAdmin(t testing.TB, seckill, site string) (base, adminAddr string) {
 	t.Helper()
-	port := freePort(t)
-	adminAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	runCaddyfile(t, caddyfileAdmin(t, adminAddr, port, seckill, site))
+	port := FreePort(t)
+	adminAddr = fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	RunCaddyfile(t, CaddyfileAdmin(t, adminAddr, port, seckill, site))
 	return fmt.Sprintf("http://127.0.0.1:%d", port), adminAddr
 }
 
-// loadCaddy loads (or reloads) caddyfile(port, seckill, site) into the Caddy of this process.
+// LoadCaddy loads (or reloads) Caddyfile(port, seckill, site) into the Caddy of this process.
 // After a reload it returns once the old server no longer listens on port: Caddy binds each
 // configuration's listener with SO_REUSEPORT and returns from a reload once the old server has
 // only been told to shut down, so until then the kernel may still queue a new connection on the
 // old socket, which is reset when that socket closes. A client that kept a connection alive
-// across the reload must still drop it (client.afterReload): the old server closes it at a
+// across the reload must still drop it (Client.AfterReload): the old server closes it at a
 // moment of its own, and a request sent on it then fails with EOF.
-func loadCaddy(t testing.TB, port int, seckill, site string) error {
+func LoadCaddy(t testing.TB, port int, seckill, site string) error {
 	t.Helper()
-	if err := loadCaddyfile(t, caddyfile(t, port, seckill, site)); err != nil {
+	if err := LoadCaddyfile(t, Caddyfile(t, port, seckill, site)); err != nil {
 		return err
 	}
 	waitSoleListener(t, port)

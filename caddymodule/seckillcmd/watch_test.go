@@ -1,4 +1,4 @@
-package caddymodule_test
+package seckillcmd_test
 
 import (
 	"bytes"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testcaddy"
 )
 
 // terminal is a child process on a pseudo-terminal, with everything it wrote.
@@ -128,30 +130,30 @@ func parseWatch(lines []string, activity string) (watchScreen, bool) {
 // sale is over, a narrow terminal gets lines that fit, and q quits. --once without a terminal
 // prints one plain frame.
 func TestWatch(t *testing.T) {
-	bin := buildCaddy(t)
+	bin := testcaddy.BuildCaddy(t)
 	// A long payment window: no order expires while the test compares the figures.
-	block := strings.Replace(saleBlock("watch", 20), "pay_within "+payWindow.String(), "pay_within 10m", 1)
-	s := startSale(t, jwtBlock+"captcha off\n"+block+ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db")))
-	term := startTerminal(t, 100, 30, bin, "seckill", "watch", "--address", s.adminAddr, "--interval", "250ms")
-	eventually(t, "a first frame", func() (bool, string) {
+	block := strings.Replace(testcaddy.SaleBlock("watch", 20), "pay_within "+testcaddy.PayWindow.String(), "pay_within 10m", 1)
+	s := testcaddy.StartSale(t, testcaddy.JWTBlock+"captcha off\n"+block+testcaddy.OrdersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db")))
+	term := startTerminal(t, 100, 30, bin, "seckill", "watch", "--address", s.AdminAddr, "--interval", "250ms")
+	testcaddy.Eventually(t, "a first frame", func() (bool, string) {
 		lines, n := term.screen()
 		return n > 0, strings.Join(lines, "\n")
 	})
 
 	// The sale: 25 buyers for 20 items, a few per frame, so that admits/s is seen above zero;
 	// one forged path and one call without a token on the way.
-	c := s.c
-	expect(t, "forged path", c.post("/seckill/watch/buy/0123456789abcdef", token(t, "x"), ""), http.StatusNotFound, "bad_path")
-	expect(t, "no token", c.post("/seckill/watch/path", "", ""), http.StatusUnauthorized, "unauthorized")
+	c := s.Client
+	testcaddy.Expect(t, "forged path", c.Post("/seckill/watch/buy/0123456789abcdef", testcaddy.Token(t, "x"), ""), http.StatusNotFound, "bad_path")
+	testcaddy.Expect(t, "no token", c.Post("/seckill/watch/path", "", ""), http.StatusUnauthorized, "unauthorized")
 	var toks, paths []string
 	for i := range 25 {
-		tok := token(t, fmt.Sprintf("w%d", i))
-		toks, paths = append(toks, tok), append(paths, buyPath(t, c, "watch", tok))
+		tok := testcaddy.Token(t, fmt.Sprintf("w%d", i))
+		toks, paths = append(toks, tok), append(paths, testcaddy.BuyPath(t, c, "watch", tok))
 	}
 	sawAdmits := 0.0
 	for i, tok := range toks {
-		r := c.post(paths[i], tok, "")
-		if r.status != http.StatusAccepted && r.status != http.StatusGone {
+		r := c.Post(paths[i], tok, "")
+		if r.Status != http.StatusAccepted && r.Status != http.StatusGone {
 			t.Fatalf("buy %d: %s", i, r)
 		}
 		time.Sleep(60 * time.Millisecond)
@@ -164,14 +166,14 @@ func TestWatch(t *testing.T) {
 
 	// Once the orders are made, the screen shows what the admin API says.
 	var last string
-	eventually(t, "the screen matches the admin API", func() (bool, string) {
+	testcaddy.Eventually(t, "the screen matches the admin API", func() (bool, string) {
 		lines, _ := term.screen()
 		sc, ok := parseWatch(lines, "watch")
 		if !ok {
 			return false, strings.Join(lines, "\n")
 		}
 		sawAdmits = max(sawAdmits, sc.admits)
-		status, body := s.adminCall(t, http.MethodGet, "/seckill/activities/watch", "")
+		status, body := s.AdminCall(t, http.MethodGet, "/seckill/activities/watch", "")
 		var a struct {
 			Stock, Remaining, Sold, Queued, Dead int64
 			SoldOut                              bool `json:"sold_out_flag"`
@@ -179,7 +181,7 @@ func TestWatch(t *testing.T) {
 		if status != http.StatusOK || json.Unmarshal(body, &a) != nil {
 			t.Fatalf("admin API: %d %s", status, body)
 		}
-		_, metrics := s.adminCall(t, http.MethodGet, "/metrics", "")
+		_, metrics := s.AdminCall(t, http.MethodGet, "/metrics", "")
 		last = strings.Join(lines, "\n") + "\nadmin: " + string(body)
 		if sc.left != a.Remaining || sc.stock != a.Stock || sc.sold != a.Sold || sc.wins != a.Queued ||
 			sc.dead != a.Dead || sc.soldOut != a.SoldOut || sc.backlog != "0" || a.Queued != 20 || a.Remaining != 0 {
@@ -189,7 +191,7 @@ func TestWatch(t *testing.T) {
 			return false, last
 		}
 		for _, layer := range []string{"hashed_url", "jwt", "sold_out_flag", "store_sold_out", "route"} {
-			want := int64(metricValue(t, string(metrics), fmt.Sprintf(`caddy_seckill_rejected_total{layer=%q}`, layer)))
+			want := int64(testcaddy.MetricValue(t, string(metrics), fmt.Sprintf(`caddy_seckill_rejected_total{layer=%q}`, layer)))
 			if got, ok := sc.layerTotals[layer]; !ok || got != want {
 				return false, fmt.Sprintf("layer %s: screen %d, metrics %d\n%s", layer, got, want, last)
 			}
@@ -204,7 +206,7 @@ func TestWatch(t *testing.T) {
 	if err := pty.Setsize(term.tty, &pty.Winsize{Cols: 50, Rows: 30}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a narrow frame", func() (bool, string) {
+	testcaddy.Eventually(t, "a narrow frame", func() (bool, string) {
 		lines, _ := term.screen()
 		sc, ok := parseWatch(lines, "watch")
 		return ok && sc.narrowLeft == "0/20" && sc.maxWidth <= 50, strings.Join(lines, "\n")
@@ -223,7 +225,7 @@ func TestWatch(t *testing.T) {
 		t.Fatal("watch did not quit on q")
 	}
 	// The process has ended, but the pty's last bytes may still be on their way to term.out.
-	eventually(t, "the cursor and the screen restored", func() (bool, string) {
+	testcaddy.Eventually(t, "the cursor and the screen restored", func() (bool, string) {
 		term.mu.Lock()
 		tail := term.out.String()
 		term.mu.Unlock()
@@ -231,7 +233,7 @@ func TestWatch(t *testing.T) {
 	})
 
 	// --once, not on a terminal: one plain frame with the same figures.
-	out, err := exec.Command(bin, "seckill", "watch", "--address", s.adminAddr, "--once", "--interval", "200ms").Output()
+	out, err := exec.Command(bin, "seckill", "watch", "--address", s.AdminAddr, "--once", "--interval", "200ms").Output()
 	if err != nil {
 		t.Fatalf("watch --once: %v\n%s", err, out)
 	}
@@ -242,7 +244,7 @@ func TestWatch(t *testing.T) {
 	if !ok || sc.left != 0 || sc.stock != 20 || sc.wins != 20 || sc.backlog != "0" || sc.admits != 0 || sc.layerTotals["jwt"] != 1 {
 		t.Errorf("watch --once: %+v\n%s", sc, out)
 	}
-	if err := exec.Command(bin, "seckill", "watch", "--address", s.adminAddr, "--once", "--interval", "1ms").Run(); err == nil {
+	if err := exec.Command(bin, "seckill", "watch", "--address", s.AdminAddr, "--once", "--interval", "1ms").Run(); err == nil {
 		t.Error("an interval of 1ms was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package caddymodule
+package seckillcmd
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"golang.org/x/term"
+
+	"github.com/caddy-seckill/caddy-seckill/caddymodule"
 )
 
 // The watch command: a live view of the sale from the admin API (/seckill/stats and Caddy's
@@ -28,7 +30,7 @@ type watchReading struct {
 	at         time.Time
 	store      string
 	breaker    string
-	activities []adminActivity
+	activities []caddymodule.AdminActivity
 	admitted   map[string]float64 // caddy_seckill_requests_total{call="buy",code="queued"} by activity
 	rejected   map[string]float64 // caddy_seckill_rejected_total by layer
 	backlog    map[string]float64 // caddy_seckill_orders_backlog by activity; nil without orders
@@ -51,9 +53,9 @@ func watchPoll(addr string) (watchReading, error) {
 		return r, err
 	}
 	var stats struct {
-		Store      string          `json:"store"`
-		Breaker    string          `json:"breaker"`
-		Activities []adminActivity `json:"activities"`
+		Store      string                      `json:"store"`
+		Breaker    string                      `json:"breaker"`
+		Activities []caddymodule.AdminActivity `json:"activities"`
 	}
 	if err := json.Unmarshal(body, &stats); err != nil {
 		return r, fmt.Errorf("admin API /seckill/stats: %w", err)
@@ -71,7 +73,7 @@ func watchPoll(addr string) (watchReading, error) {
 	r.admitted = map[string]float64{}
 	r.rejected = map[string]float64{}
 	for _, m := range fams["caddy_seckill_requests_total"].GetMetric() {
-		if l := labels(m); l["call"] == "buy" && l["code"] == codeQueued {
+		if l := labels(m); l["call"] == "buy" && l["code"] == "queued" {
 			r.admitted[l["activity"]] += m.GetCounter().GetValue()
 		}
 	}
@@ -174,7 +176,7 @@ func (f watchFrame) render(width int) []string {
 		}
 		return "?" // its consumer group does not exist yet
 	}
-	flag := func(a adminActivity) string {
+	flag := func(a caddymodule.AdminActivity) string {
 		if a.SoldOut {
 			return "sold out"
 		}
@@ -202,9 +204,8 @@ func (f watchFrame) render(width int) []string {
 	}
 	add("")
 	add("REJECTED/S BY LAYER (total)")
-	cells := make([]string, 0, nLayers)
-	for l := layerNone + 1; l < nLayers; l++ {
-		name := l.String()
+	var cells []string
+	for _, name := range caddymodule.RejectedLayers() {
 		cells = append(cells, fmt.Sprintf("%-14s %7s (%.0f)", name, rate(f.rejectsPerS, name), c.rejected[name]))
 	}
 	cellw := 0

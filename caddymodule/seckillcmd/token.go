@@ -1,4 +1,4 @@
-package caddymodule
+package seckillcmd
 
 import (
 	"errors"
@@ -109,18 +109,17 @@ func configMintTemplate(cfg []byte) (configTemplate, string, error) {
 	if app.JWT == nil {
 		return configTemplate{}, "", errors.New("the seckill app has no jwt block")
 	}
-	vc, err := app.JWT.verifierConfig(caddy.NewReplacer())
+	m, err := app.JWT.MintTemplate(caddy.NewReplacer())
 	if err != nil {
 		return configTemplate{}, "", fmt.Errorf("jwt: %w", err)
 	}
-	m := mintTemplate(vc)
 	if m == nil {
 		return configTemplate{}, "", fmt.Errorf("jwt: minting needs an hmac_secret and an HS256, HS384 or HS512 "+
 			"algorithm; the configuration has algorithms %v without both (tokens of public-key algorithms come "+
-			"from whoever holds the private key)", vc.Algorithms)
+			"from whoever holds the private key)", app.JWT.Algorithms)
 	}
 	var accepted []string
-	for _, alg := range vc.Algorithms {
+	for _, alg := range app.JWT.Algorithms {
 		if slices.Contains([]string{"HS256", "HS384", "HS512"}, alg) {
 			accepted = append(accepted, alg)
 		}
