@@ -47,7 +47,6 @@ var (
 	loadCaddyfile   = testcaddy.LoadCaddyfile
 	runCaddyfile    = testcaddy.RunCaddyfile
 	caddyfile       = testcaddy.Caddyfile
-	caddyfileAdmin  = testcaddy.CaddyfileAdmin
 	startCaddy      = testcaddy.StartCaddy
 	startCaddyAdmin = testcaddy.StartCaddyAdmin
 	loadCaddy       = testcaddy.LoadCaddy
