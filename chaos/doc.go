@@ -1,4 +1,4 @@
-// Package chaos is the chaos suite of caddy-seckill (issue 5): real Caddy gateways and real order
+// Package chaos is the chaos suite of caddy-seckill: real Caddy gateways and real order
 // backends, built from this module, on a private redis-server (AOF, appendfsync everysec) and a
 // private PostgreSQL, while the test kills, pauses and stops them mid-sale.
 //
