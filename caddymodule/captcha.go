@@ -42,7 +42,7 @@ func (q *request) captcha() error {
 	if e := q.limitUser(userBucketBuy); e != nil {
 		return q.fail(e)
 	}
-	id, err := iss.New(q.r.Context(), q.user)
+	id, err := iss.New(q.r.Context(), q.user, q.act.ID)
 	if err != nil {
 		q.h.logger.Warn("issuing a captcha failed", zap.Error(err))
 		return q.fail(errBusyAt(layerCaptcha, time.Second))

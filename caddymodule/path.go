@@ -61,7 +61,7 @@ func (q *request) path() error {
 		if req.CaptchaID == "" || req.Answer == "" || len(req.CaptchaID) > maxPathArg || len(req.Answer) > maxPathArg {
 			return q.fail(errBadRequest("captcha_id and answer are required"))
 		}
-		ok, err := iss.Verify(q.r.Context(), req.CaptchaID, q.user, req.Answer)
+		ok, err := iss.Verify(q.r.Context(), req.CaptchaID, q.user, q.act.ID, req.Answer)
 		switch {
 		case errors.Is(err, captcha.ErrNotFound):
 			return q.fail(errCaptcha)

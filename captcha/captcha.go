@@ -1,4 +1,4 @@
-// Package captcha issues single-use image captchas bound to a user, on top of
+// Package captcha issues single-use image captchas bound to a user and an activity, on top of
 // github.com/dchest/captcha's renderer but not its process-global store: captchas live in a Store,
 // in memory for one node or in Redis so that any node can verify what another issued.
 //
@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/dchest/captcha"
 )
@@ -86,11 +87,17 @@ func NewIssuer(store Store, opts Options) *Issuer {
 // Options returns the issuer's options with their defaults filled in.
 func (i *Issuer) Options() Options { return i.opts }
 
-// New issues a captcha for user and returns its id, an unguessable 26-character token of ASCII
-// letters and digits, safe in URLs.
-func (i *Issuer) New(ctx context.Context, user string) (string, error) {
-	if user == "" {
+// New issues a captcha for user on activity and returns its id, an unguessable 26-character token
+// of ASCII letters and digits, safe in URLs. Only that user may use it, and only on that activity.
+func (i *Issuer) New(ctx context.Context, user, activity string) (string, error) {
+	switch {
+	case user == "":
 		return "", errors.New("new captcha: empty user")
+	case activity == "":
+		return "", errors.New("new captcha: empty activity")
+	case !utf8.ValidString(user) || !utf8.ValidString(activity):
+		// The Redis store keeps the owner in JSON, which would not give invalid UTF-8 back.
+		return "", errors.New("new captcha: user or activity is not valid UTF-8")
 	}
 	id := rand.Text()
 	digits := captcha.RandomDigits(i.opts.Length)
@@ -98,7 +105,8 @@ func (i *Issuer) New(ctx context.Context, user string) (string, error) {
 	if _, err := captcha.NewImage(id, digits, i.opts.Width, i.opts.Height).WriteTo(&png); err != nil {
 		return "", fmt.Errorf("new captcha: render: %w", err)
 	}
-	if err := i.store.Put(ctx, id, Challenge{User: user, Digits: digits, PNG: png.Bytes()}, i.opts.TTL); err != nil {
+	c := Challenge{User: user, Activity: activity, Digits: digits, PNG: png.Bytes()}
+	if err := i.store.Put(ctx, id, c, i.opts.TTL); err != nil {
 		return "", fmt.Errorf("new captcha: %w", err)
 	}
 	return id, nil
@@ -127,14 +135,17 @@ func (i *Issuer) Image(ctx context.Context, id string) ([]byte, error) {
 	return c.PNG, nil
 }
 
-// Verify uses up captcha id, whatever the answer, and reports whether it was issued to user and
-// answer (the digits as typed, spaces ignored) solves it. An unknown, expired or already used id is
-// false with a nil error; an error means the store failed.
-func (i *Issuer) Verify(ctx context.Context, id, user, answer string) (bool, error) {
-	if !validID(id) {
+// Verify reports whether captcha id was issued to user for activity and answer (the digits as
+// typed, spaces ignored) solves it. The owner's attempt uses the captcha up, whatever the answer,
+// so that of concurrent attempts at most one is true; anyone else's attempt (another user, or the
+// owner on another activity) is false and leaves the captcha as it was, so that nobody who learns
+// an id, which is in the image URL, can use up another buyer's captcha. An unknown, expired or
+// already used id is false with a nil error; an error means the store failed.
+func (i *Issuer) Verify(ctx context.Context, id, user, activity, answer string) (bool, error) {
+	if !validID(id) || user == "" || activity == "" {
 		return false, nil
 	}
-	c, err := i.store.Take(ctx, id)
+	c, err := i.store.Take(ctx, id, Owner{User: user, Activity: activity})
 	if errors.Is(err, ErrNotFound) {
 		return false, nil
 	}
@@ -146,7 +157,7 @@ func (i *Issuer) Verify(ctx context.Context, id, user, answer string) (bool, err
 		return false, nil
 	}
 	match := subtle.ConstantTimeCompare(digits, c.Digits) == 1
-	return match && c.User == user, nil
+	return match && c.User == user && c.Activity == activity, nil
 }
 
 // parseAnswer turns typed digits into digit values, skipping spaces; it fails on any other

@@ -45,7 +45,7 @@ func TestVerify(t *testing.T) {
 	stores(t, func(t *testing.T, s Store) {
 		ctx := context.Background()
 		is := NewIssuer(s, Options{})
-		id, err := is.New(ctx, "alice")
+		id, err := is.New(ctx, "alice", "sale")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,10 +54,10 @@ func TestVerify(t *testing.T) {
 			t.Fatalf("answer %q, want 6 digits", answer)
 		}
 		spaced := answer[:3] + " " + answer[3:]
-		if ok, err := is.Verify(ctx, id, "alice", spaced); err != nil || !ok {
+		if ok, err := is.Verify(ctx, id, "alice", "sale", spaced); err != nil || !ok {
 			t.Fatalf("right answer %q: %v, %v", spaced, ok, err)
 		}
-		if ok, err := is.Verify(ctx, id, "alice", answer); err != nil || ok {
+		if ok, err := is.Verify(ctx, id, "alice", "sale", answer); err != nil || ok {
 			t.Fatalf("second verify: %v, %v; want false (single use)", ok, err)
 		}
 		if _, err := is.Image(ctx, id); !errors.Is(err, ErrNotFound) {
@@ -66,35 +66,147 @@ func TestVerify(t *testing.T) {
 	})
 }
 
-func TestVerifyWrongUserOrAnswerConsumes(t *testing.T) {
+func TestVerifyWrongAnswerConsumes(t *testing.T) {
 	stores(t, func(t *testing.T, s Store) {
 		ctx := context.Background()
 		is := NewIssuer(s, Options{})
-		cases := map[string]func(answer string) (user, typed string){
-			"wrong user":   func(a string) (string, string) { return "mallory", a },
-			"wrong answer": func(a string) (string, string) { return "alice", wrongDigit(a) },
-			"too short":    func(a string) (string, string) { return "alice", a[:5] },
-			"too long":     func(a string) (string, string) { return "alice", a + "0" },
-			"letters":      func(a string) (string, string) { return "alice", a[:5] + "x" },
-			"empty":        func(a string) (string, string) { return "alice", "" },
+		cases := map[string]func(answer string) string{
+			"wrong answer": wrongDigit,
+			"too short":    func(a string) string { return a[:5] },
+			"too long":     func(a string) string { return a + "0" },
+			"letters":      func(a string) string { return a[:5] + "x" },
+			"empty":        func(string) string { return "" },
 		}
 		for name, mk := range cases {
-			id, err := is.New(ctx, "alice")
+			id, err := is.New(ctx, "alice", "sale")
 			if err != nil {
 				t.Fatal(err)
 			}
 			answer := solution(t, s, id)
-			user, typed := mk(answer)
-			if ok, err := is.Verify(ctx, id, user, typed); err != nil || ok {
+			if ok, err := is.Verify(ctx, id, "alice", "sale", mk(answer)); err != nil || ok {
 				t.Errorf("%s: %v, %v; want false", name, ok, err)
 			}
-			if ok, err := is.Verify(ctx, id, "alice", answer); err != nil || ok {
+			if ok, err := is.Verify(ctx, id, "alice", "sale", answer); err != nil || ok {
 				t.Errorf("%s: the right answer after a failed attempt: %v, %v; want false (consumed)", name, ok, err)
 			}
 		}
 		for _, id := range []string{"", "nope", "../../etc", "a}b", strings.Repeat("A", 65)} {
-			if ok, err := is.Verify(ctx, id, "alice", "123456"); err != nil || ok {
+			if ok, err := is.Verify(ctx, id, "alice", "sale", "123456"); err != nil || ok {
 				t.Errorf("unknown id %q: %v, %v; want false, nil", id, ok, err)
+			}
+		}
+	})
+}
+
+// TestVerifyNotOwnerKeeps: a captcha is bound to its user and its activity. Anyone else's attempt,
+// even with the right digits, is refused and does not use the captcha up (issue 32, item 7: the id
+// is in the image URL, which needs no login).
+func TestVerifyNotOwnerKeeps(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		is := NewIssuer(s, Options{})
+		cases := map[string]struct{ user, activity string }{
+			"another user":             {"mallory", "sale"},
+			"the owner, another sale":  {"alice", "other"},
+			"another user, other sale": {"mallory", "other"},
+		}
+		for name, c := range cases {
+			id, err := is.New(ctx, "alice", "sale")
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer := solution(t, s, id)
+			for _, typed := range []string{answer, wrongDigit(answer), ""} {
+				if ok, err := is.Verify(ctx, id, c.user, c.activity, typed); err != nil || ok {
+					t.Errorf("%s, answer %q: %v, %v; want false", name, typed, ok, err)
+				}
+			}
+			if _, err := is.Image(ctx, id); err != nil {
+				t.Errorf("%s: the image after the refused attempts: %v", name, err)
+			}
+			if ok, err := is.Verify(ctx, id, "alice", "sale", answer); err != nil || !ok {
+				t.Errorf("%s: the owner's right answer afterwards: %v, %v; want true (not consumed)", name, ok, err)
+			}
+		}
+	})
+}
+
+// TestTakeOtherOwnerDeletesNothing checks the store itself: Take for another owner is ErrNotFound
+// and leaves the captcha, its image and its fetch count in place.
+func TestTakeOtherOwnerDeletesNothing(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		c := Challenge{User: "alice", Activity: "sale", Digits: []byte{1, 2, 3, 4}, PNG: []byte("png")}
+		if err := s.Put(ctx, "id", c, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.CountFetch(ctx, "id"); err != nil || n != 1 {
+			t.Fatalf("first fetch: %d, %v", n, err)
+		}
+		for _, o := range []Owner{{"mallory", "sale"}, {"alice", "other"}, {"alice", ""}, {"", "sale"}, {}} {
+			if got, err := s.Take(ctx, "id", o); !errors.Is(err, ErrNotFound) {
+				t.Errorf("take for %+v: %+v, %v; want ErrNotFound", o, got, err)
+			}
+		}
+		if got, err := s.Peek(ctx, "id"); err != nil || string(got.PNG) != "png" || got.Activity != "sale" {
+			t.Fatalf("peek after the refused takes: %+v, %v", got, err)
+		}
+		if n, err := s.CountFetch(ctx, "id"); err != nil || n != 2 {
+			t.Errorf("fetch after the refused takes: %d, %v; want 2, nil", n, err)
+		}
+		got, err := s.Take(ctx, "id", Owner{User: "alice", Activity: "sale"})
+		if err != nil || got.User != "alice" || got.Activity != "sale" || !bytes.Equal(got.Digits, c.Digits) {
+			t.Fatalf("take by the owner: %+v, %v", got, err)
+		}
+		if _, err := s.Take(ctx, "id", Owner{User: "alice", Activity: "sale"}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("second take by the owner: %v, want ErrNotFound", err)
+		}
+	})
+}
+
+// TestConcurrentAttackersDoNotBurn races other users' right answers against the owner's: the
+// owner's captcha survives them all, and exactly one of the owner's attempts is true.
+func TestConcurrentAttackersDoNotBurn(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		is := NewIssuer(s, Options{})
+		for round := 0; round < 5; round++ {
+			id, err := is.New(ctx, "alice", "sale")
+			if err != nil {
+				t.Fatal(err)
+			}
+			answer := solution(t, s, id)
+			var owner, others atomic.Int64
+			var wg sync.WaitGroup
+			start := make(chan struct{})
+			for g := 0; g < 24; g++ {
+				user, activity := "alice", "sale"
+				switch g % 3 {
+				case 1:
+					user = "mallory"
+				case 2:
+					activity = "other"
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					<-start
+					ok, err := is.Verify(ctx, id, user, activity, answer)
+					if err != nil {
+						t.Error(err)
+					}
+					switch {
+					case ok && user == "alice" && activity == "sale":
+						owner.Add(1)
+					case ok:
+						others.Add(1)
+					}
+				}()
+			}
+			close(start)
+			wg.Wait()
+			if n, m := owner.Load(), others.Load(); n != 1 || m != 0 {
+				t.Fatalf("round %d: %d of the owner's 8 right answers verified (want 1), %d of the others' (want 0)", round, n, m)
 			}
 		}
 	})
@@ -110,7 +222,7 @@ func TestImage(t *testing.T) {
 	stores(t, func(t *testing.T, s Store) {
 		ctx := context.Background()
 		is := NewIssuer(s, Options{MaxFetches: 3})
-		id, err := is.New(ctx, "alice")
+		id, err := is.New(ctx, "alice", "sale")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,11 +250,11 @@ func TestImage(t *testing.T) {
 			t.Fatalf("fetch 4: %v, want ErrTooManyFetches", err)
 		}
 		// Fetching does not use the captcha up.
-		if ok, err := is.Verify(ctx, id, "alice", solution(t, s, id)); err != nil || !ok {
+		if ok, err := is.Verify(ctx, id, "alice", "sale", solution(t, s, id)); err != nil || !ok {
 			t.Errorf("verify after fetches: %v, %v", ok, err)
 		}
 
-		other, err := is.New(ctx, "alice")
+		other, err := is.New(ctx, "alice", "sale")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +282,7 @@ func TestCountFetchUnknownCreatesNothing(t *testing.T) {
 		t.Errorf("%d keys after fetching an unknown captcha (%v), want 0", n, err)
 	}
 	is := NewIssuer(s, Options{})
-	id, err := is.New(ctx, "alice")
+	id, err := is.New(ctx, "alice", "sale")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +301,7 @@ func TestCountFetchUnknownCreatesNothing(t *testing.T) {
 	if len(keys) != 3 {
 		t.Errorf("keys %v, want the challenge, png and fetch counter", keys)
 	}
-	if _, err := is.Verify(ctx, id, "alice", "x"); err != nil {
+	if _, err := is.Verify(ctx, id, "alice", "sale", "x"); err != nil {
 		t.Fatal(err)
 	}
 	if n := client.DBSize(ctx).Val(); n != 0 {
@@ -200,7 +312,7 @@ func TestCountFetchUnknownCreatesNothing(t *testing.T) {
 func TestTTLExpiry(t *testing.T) {
 	stores(t, func(t *testing.T, s Store) {
 		ctx := context.Background()
-		c := Challenge{User: "alice", Digits: []byte{1, 2, 3, 4}, PNG: []byte("png")}
+		c := Challenge{User: "alice", Activity: "sale", Digits: []byte{1, 2, 3, 4}, PNG: []byte("png")}
 		// The live check only counts while the short TTL is surely not over: on a loaded machine
 		// the calls before it may take longer than the TTL.
 		const ttl = 100 * time.Millisecond
@@ -221,11 +333,11 @@ func TestTTLExpiry(t *testing.T) {
 		if _, err := s.CountFetch(ctx, "short"); !errors.Is(err, ErrNotFound) {
 			t.Errorf("fetch after ttl: %v, want ErrNotFound", err)
 		}
-		if _, err := s.Take(ctx, "short"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.Take(ctx, "short", Owner{User: "alice", Activity: "sale"}); !errors.Is(err, ErrNotFound) {
 			t.Errorf("take after ttl: %v, want ErrNotFound", err)
 		}
-		got, err := s.Take(ctx, "long")
-		if err != nil || got.User != "alice" || !bytes.Equal(got.Digits, c.Digits) {
+		got, err := s.Take(ctx, "long", Owner{User: "alice", Activity: "sale"})
+		if err != nil || got.User != "alice" || got.Activity != "sale" || !bytes.Equal(got.Digits, c.Digits) {
 			t.Errorf("take of a live captcha: %+v, %v", got, err)
 		}
 	})
@@ -236,7 +348,7 @@ func TestConcurrentVerifyAtMostOne(t *testing.T) {
 		ctx := context.Background()
 		is := NewIssuer(s, Options{})
 		for round := 0; round < 5; round++ {
-			id, err := is.New(ctx, "alice")
+			id, err := is.New(ctx, "alice", "sale")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -249,7 +361,7 @@ func TestConcurrentVerifyAtMostOne(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					<-start
-					ok, err := is.Verify(ctx, id, "alice", answer)
+					ok, err := is.Verify(ctx, id, "alice", "sale", answer)
 					if err != nil {
 						t.Error(err)
 					}
@@ -273,7 +385,7 @@ func TestMemoryStoreBounded(t *testing.T) {
 	is := NewIssuer(s, Options{})
 	var ids []string
 	for i := 0; i < 25; i++ {
-		id, err := is.New(ctx, "u")
+		id, err := is.New(ctx, "u", "sale")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -316,7 +428,7 @@ func TestOptions(t *testing.T) {
 		}
 	}
 	is := NewIssuer(NewMemoryStore(0), Options{Length: 4, Width: 120, Height: 40})
-	id, err := is.New(context.Background(), "u")
+	id, err := is.New(context.Background(), "u", "sale")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,8 +440,11 @@ func TestOptions(t *testing.T) {
 	if err != nil || img.Bounds().Dx() != 120 || img.Bounds().Dy() != 40 {
 		t.Errorf("custom size: %v, %v", img.Bounds(), err)
 	}
-	if _, err := is.New(context.Background(), ""); err == nil {
+	if _, err := is.New(context.Background(), "", "sale"); err == nil {
 		t.Error("captcha issued to an empty user")
+	}
+	if _, err := is.New(context.Background(), "u", ""); err == nil {
+		t.Error("captcha issued for an empty activity")
 	}
 }
 
@@ -337,7 +452,7 @@ func BenchmarkNew(b *testing.B) {
 	is := NewIssuer(NewMemoryStore(1000), Options{})
 	ctx := context.Background()
 	for b.Loop() {
-		if _, err := is.New(ctx, "u"); err != nil {
+		if _, err := is.New(ctx, "u", "sale"); err != nil {
 			b.Fatal(err)
 		}
 	}

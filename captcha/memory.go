@@ -57,15 +57,18 @@ func (s *memoryStore) Put(_ context.Context, id string, c Challenge, ttl time.Du
 	return nil
 }
 
-func (s *memoryStore) Take(_ context.Context, id string) (Challenge, error) {
+func (s *memoryStore) Take(_ context.Context, id string, owner Owner) (Challenge, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	it, err := s.get(id)
 	if err != nil {
 		return Challenge{}, err
 	}
+	if it.c.owner() != owner {
+		return Challenge{}, ErrNotFound
+	}
 	s.remove(s.items[id])
-	return Challenge{User: it.c.User, Digits: it.c.Digits}, nil
+	return Challenge{User: it.c.User, Activity: it.c.Activity, Digits: it.c.Digits}, nil
 }
 
 func (s *memoryStore) Peek(_ context.Context, id string) (Challenge, error) {

@@ -14,13 +14,18 @@ import (
 //go:embed fetch.lua
 var fetchLua string
 
+//go:embed take.lua
+var takeLua string
+
 // redisStore keeps each captcha in three keys sharing one hash tag (so that they may be used
-// together on Redis Cluster): the challenge, its PNG and its fetch counter. Take reads the
-// challenge with GETDEL, which makes a captcha single use across every node.
+// together on Redis Cluster): the challenge, its PNG and its fetch counter. Take checks the owner
+// and deletes the keys in one script (take.lua), which makes a captcha single use across every
+// node and leaves another owner's attempt without effect.
 type redisStore struct {
 	client redis.UniversalClient
 	prefix string
 	fetch  *redis.Script
+	take   *redis.Script
 }
 
 // NewRedisStore returns a Store in Redis under "{prefix}:captcha:{id}" (the challenge), with
@@ -30,13 +35,14 @@ func NewRedisStore(client redis.UniversalClient, prefix string) Store {
 	if prefix == "" {
 		prefix = "seckill"
 	}
-	return &redisStore{client: client, prefix: prefix, fetch: redis.NewScript(fetchLua)}
+	return &redisStore{client: client, prefix: prefix, fetch: redis.NewScript(fetchLua), take: redis.NewScript(takeLua)}
 }
 
-// stored is the challenge as kept in Redis, without the PNG.
+// stored is the challenge as kept in Redis, without the PNG. take.lua reads u and a.
 type stored struct {
-	User   string `json:"u"`
-	Digits []byte `json:"d"`
+	User     string `json:"u"`
+	Activity string `json:"a"`
+	Digits   []byte `json:"d"`
 }
 
 func (s *redisStore) keys(id string) (challenge, png, fetches string) {
@@ -51,7 +57,7 @@ func (s *redisStore) Put(ctx context.Context, id string, c Challenge, ttl time.D
 	if ttl < time.Millisecond {
 		return fmt.Errorf("put captcha %s: ttl %v is below 1ms", id, ttl)
 	}
-	v, err := json.Marshal(stored{User: c.User, Digits: c.Digits})
+	v, err := json.Marshal(stored{User: c.User, Activity: c.Activity, Digits: c.Digits})
 	if err != nil {
 		return fmt.Errorf("put captcha %s: %w", id, err)
 	}
@@ -68,28 +74,19 @@ func (s *redisStore) Put(ctx context.Context, id string, c Challenge, ttl time.D
 	return nil
 }
 
-func (s *redisStore) Take(ctx context.Context, id string) (Challenge, error) {
+func (s *redisStore) Take(ctx context.Context, id string, owner Owner) (Challenge, error) {
 	if !validID(id) {
 		return Challenge{}, ErrNotFound
 	}
 	kc, kp, kf := s.keys(id)
-	var get *redis.StringCmd
-	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		get = p.GetDel(ctx, kc)
-		p.Del(ctx, kp, kf)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return Challenge{}, fmt.Errorf("take captcha %s: %w", id, err)
-	}
-	v, err := get.Bytes()
+	v, err := s.take.Run(ctx, s.client, []string{kc, kp, kf}, owner.User, owner.Activity).Text()
 	if errors.Is(err, redis.Nil) {
 		return Challenge{}, ErrNotFound
 	}
 	if err != nil {
 		return Challenge{}, fmt.Errorf("take captcha %s: %w", id, err)
 	}
-	return decode(id, v, nil)
+	return decode(id, []byte(v), nil)
 }
 
 func (s *redisStore) Peek(ctx context.Context, id string) (Challenge, error) {
@@ -129,5 +126,5 @@ func decode(id string, v, png []byte) (Challenge, error) {
 	if err := json.Unmarshal(v, &st); err != nil {
 		return Challenge{}, fmt.Errorf("decode captcha %s: %w", id, err)
 	}
-	return Challenge{User: st.User, Digits: st.Digits, PNG: png}, nil
+	return Challenge{User: st.User, Activity: st.Activity, Digits: st.Digits, PNG: png}, nil
 }

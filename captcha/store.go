@@ -23,8 +23,11 @@ type Store interface {
 	Put(ctx context.Context, id string, c Challenge, ttl time.Duration) error
 
 	// Take returns the captcha and deletes it in one atomic step, so that only one caller ever
-	// gets it; ErrNotFound when there is none. The returned Challenge need not carry the PNG.
-	Take(ctx context.Context, id string) (Challenge, error)
+	// gets it, but only when it was issued to owner (the same user and activity); ErrNotFound when
+	// there is none or it belongs to another owner, in which case nothing is deleted. The owner
+	// check and the delete are one step: another user cannot use up someone else's captcha. The
+	// returned Challenge need not carry the PNG.
+	Take(ctx context.Context, id string, owner Owner) (Challenge, error)
 
 	// Peek returns the captcha, with its PNG, without consuming it; ErrNotFound when there is none.
 	Peek(ctx context.Context, id string) (Challenge, error)
@@ -34,12 +37,22 @@ type Store interface {
 	CountFetch(ctx context.Context, id string) (int64, error)
 }
 
+// Owner is whom a captcha is bound to: one user, on one activity.
+type Owner struct {
+	User     string
+	Activity string
+}
+
 // Challenge is one issued captcha.
 type Challenge struct {
-	User   string // the user it was issued to; only they may use it
-	Digits []byte // the solution, one digit (0-9, not ASCII) per byte
-	PNG    []byte // the image, rendered once at issue time
+	User     string // the user it was issued to; only they may use it
+	Activity string // the activity it was issued for; it is good for that activity only
+	Digits   []byte // the solution, one digit (0-9, not ASCII) per byte
+	PNG      []byte // the image, rendered once at issue time
 }
+
+// owner returns whom c is bound to.
+func (c Challenge) owner() Owner { return Owner{User: c.User, Activity: c.Activity} }
 
 // maxIDLen bounds ids taken from URLs before they reach a store key.
 const maxIDLen = 64
