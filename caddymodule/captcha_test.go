@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // TestFlowWithCaptcha walks the whole public flow of docs/api.md: status, captcha, image, path, buy,
@@ -68,7 +70,7 @@ func TestFlowWithCaptcha(t *testing.T) {
 	expect(t, "unknown image", c.Get("/seckill/cap/captcha/NOSUCHID.png", ""), http.StatusNotFound, "not_found")
 
 	// Bad answers: missing body, malformed, wrong digits, someone else's captcha. A captcha is
-	// single use: a wrong answer burns it.
+	// single use: its owner's wrong answer burns it (another user's does not: TestCaptchaBoundToOwner).
 	expect(t, "path without body", c.Post("/seckill/cap/path", alice, ""), http.StatusBadRequest, "bad_request")
 	expect(t, "path malformed", c.Post("/seckill/cap/path", alice, "{"), http.StatusBadRequest, "bad_request")
 	right := answer(id)
@@ -103,5 +105,69 @@ func TestFlowWithCaptcha(t *testing.T) {
 	}
 	if n := remaining(t, "cap"); n != 2 {
 		t.Errorf("remaining %d, want 2", n)
+	}
+}
+
+// TestCaptchaBoundToOwner: a captcha is bound to the user it was issued to and to its activity.
+// Another user who posts its id (it is in the image URL, which needs no token) is refused and does
+// not use it up; neither does its owner on another activity (issue 32, item 7). On both stores.
+func TestCaptchaBoundToOwner(t *testing.T) {
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			now := time.Now()
+			global := jwtBlock + "captcha on\n"
+			if store == "redis" {
+				global += "url_secret u\nstore redis " + testsrv.StartRedis(t).Addr + "\n"
+			}
+			base := startCaddy(t, global+
+				activityBlock("x", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)+
+				activityBlock("y", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+			c := newClient(t, base)
+			alice, bob := token(t, "alice"), token(t, "bob")
+			pathBody := func(id, ans string) string { return fmt.Sprintf(`{"captcha_id":%q,"answer":%q}`, id, ans) }
+
+			id := c.Post("/seckill/x/captcha", alice, "").Str("captcha_id")
+			right, err := app(t).CaptchaAnswer(context.Background(), id)
+			if err != nil {
+				t.Fatalf("captcha %s: %v", id, err)
+			}
+			wrong := []byte(right)
+			wrong[0] = '0' + (wrong[0]-'0'+1)%10
+
+			// Bob, with alice's id, a wrong and the right answer, on her activity and another:
+			// refused, and alice still solves her captcha, once.
+			for _, ans := range []string{string(wrong), right} {
+				for _, act := range []string{"x", "y"} {
+					expect(t, "bob with alice's captcha on "+act, c.Post("/seckill/"+act+"/path", bob, pathBody(id, ans)),
+						http.StatusForbidden, "captcha_invalid")
+				}
+			}
+			p := c.Post("/seckill/x/path", alice, pathBody(id, right))
+			expect(t, "alice after bob's attempts", p, http.StatusOK, "ok")
+			if !strings.HasPrefix(p.Str("path"), "/seckill/x/buy/") {
+				t.Errorf("path %q", p.Str("path"))
+			}
+			expect(t, "alice again", c.Post("/seckill/x/path", alice, pathBody(id, right)), http.StatusForbidden, "captcha_invalid")
+
+			// A captcha issued on x is refused on y, even to its owner with the right answer, and
+			// stays good on x.
+			id = c.Post("/seckill/x/captcha", alice, "").Str("captcha_id")
+			if right, err = app(t).CaptchaAnswer(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+			expect(t, "alice's captcha of x on y", c.Post("/seckill/y/path", alice, pathBody(id, right)),
+				http.StatusForbidden, "captcha_invalid")
+			expect(t, "alice's captcha of x on x", c.Post("/seckill/x/path", alice, pathBody(id, right)), http.StatusOK, "ok")
+
+			// Her wrong answer still uses the captcha up.
+			id = c.Post("/seckill/x/captcha", alice, "").Str("captcha_id")
+			if right, err = app(t).CaptchaAnswer(context.Background(), id); err != nil {
+				t.Fatal(err)
+			}
+			wrong = []byte(right)
+			wrong[0] = '0' + (wrong[0]-'0'+1)%10
+			expect(t, "alice's wrong answer", c.Post("/seckill/x/path", alice, pathBody(id, string(wrong))), http.StatusForbidden, "captcha_invalid")
+			expect(t, "alice's right answer after it", c.Post("/seckill/x/path", alice, pathBody(id, right)), http.StatusForbidden, "captcha_invalid")
+		})
 	}
 }
