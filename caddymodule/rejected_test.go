@@ -148,9 +148,9 @@ func TestRejectedByLayer(t *testing.T) {
 	for _, u := range []string{"alice", "bob", "carol", "dave", "erin", "frank", "greedy", "spam", "mallory"} {
 		tok[u] = token(t, u)
 	}
-	captcha := func(user string) (id, answer string) {
+	captcha := func(user, act string) (id, answer string) {
 		t.Helper()
-		r := c.Post("/seckill/m/captcha", tok[user], "")
+		r := c.Post("/seckill/"+act+"/captcha", tok[user], "")
 		expect(t, "captcha of "+user, r, http.StatusOK, "ok")
 		id = r.Str("captcha_id")
 		answer, err := app(t).CaptchaAnswer(context.Background(), id)
@@ -166,7 +166,7 @@ func TestRejectedByLayer(t *testing.T) {
 		if u == "frank" {
 			act = "m2"
 		}
-		id, ans := captcha(u)
+		id, ans := captcha(u, act)
 		r := c.Post("/seckill/"+act+"/path", tok[u], pathBody(id, ans))
 		expect(t, "path of "+u, r, http.StatusOK, "ok")
 		paths[u] = r.Str("path")
@@ -192,7 +192,7 @@ func TestRejectedByLayer(t *testing.T) {
 		expect(t, "fourth captcha", c.Post("/seckill/m/captcha", tok["spam"], ""), http.StatusTooManyRequests, "rate_limited")
 	})
 	f.step("captcha", map[string]float64{"captcha": 2}, func() {
-		id, ans := captcha("mallory")
+		id, ans := captcha("mallory", "m")
 		wrong := []byte(ans)
 		wrong[0] = '0' + (wrong[0]-'0'+1)%10
 		expect(t, "wrong answer", c.Post("/seckill/m/path", tok["mallory"], pathBody(id, string(wrong))), http.StatusForbidden, "captcha_invalid")
