@@ -12,6 +12,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/admissiontest"
 	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
 )
 
@@ -191,26 +192,6 @@ func (s *wrappedStore) DeadLetters(ctx context.Context, activity string, count i
 	return s.Memory.DeadLetters(ctx, activity, count)
 }
 
-func startGuard(t *testing.T, s admission.Store, opts admission.GuardOptions) *admission.Guard {
-	t.Helper()
-	g := admission.NewGuard(s, opts)
-	g.Start(context.Background())
-	t.Cleanup(func() { _ = g.Close() })
-	return g
-}
-
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, within)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // sellOut defines act with stock items and sells them through s (the raw store, as another node
 // would); it returns the reservations.
 func sellOut(t *testing.T, s admission.Store, act string, stock int64) []string {
@@ -305,12 +286,6 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	if n := store.calls.Load() - before; n != 0 {
 		t.Errorf("a flagged unkeyed request made %d store calls, want 0", n)
 	}
-}
-
-// waitHolders waits until g has loaded the holders of act's current sell-out.
-func waitHolders(t *testing.T, g *admission.Guard, act string) {
-	t.Helper()
-	eventually(t, 5*time.Second, "holders of "+act+" loaded", func() bool { return g.HoldersLoaded(act) })
 }
 
 // keyed is a request with a client-chosen idempotency key.
@@ -582,33 +557,12 @@ func TestGuardProbeClearsDeletedActivity(t *testing.T) {
 	}
 }
 
-type stateLog struct {
-	mu sync.Mutex
-	tr []string
-}
-
-func (l *stateLog) hook(name string, from, to gobreaker.State) {
-	l.mu.Lock()
-	l.tr = append(l.tr, name+":"+from.String()+">"+to.String())
-	l.mu.Unlock()
-}
-
-func (l *stateLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	s := ""
-	for _, t := range l.tr {
-		s += t + " "
-	}
-	return s
-}
-
 func TestGuardBreakerFailsClosed(t *testing.T) {
 	mem := newMemory(t)
 	mustDefine(t, mem, openAt(time.Now(), "a", 1000, 1))
 	store := wrap(mem)
-	var log stateLog
-	g := admission.NewGuard(store, admission.GuardOptions{ConsecutiveFailures: 3, OpenTimeout: 100 * time.Millisecond, OnStateChange: log.hook})
+	var log admissiontest.BreakerLog
+	g := admission.NewGuard(store, admission.GuardOptions{ConsecutiveFailures: 3, OpenTimeout: 100 * time.Millisecond, OnStateChange: log.Hook})
 	ctx := context.Background()
 	req := func(i int) admission.Request {
 		return admission.Request{Activity: "a", User: "u" + strconv.Itoa(i), Qty: 1, RequestID: "r"}
@@ -848,34 +802,13 @@ func newMemory(t testing.TB) *localstore.Memory {
 	return s
 }
 
-// openAt returns an activity whose window opened a minute before now.
-func openAt(now time.Time, id string, stock, limit int64) admission.Activity {
-	return admission.Activity{ID: id, Stock: stock, Limit: limit, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}
-}
-
-func mustDefine(t testing.TB, s admission.Store, a admission.Activity) admission.Activity {
-	t.Helper()
-	got, err := s.Define(context.Background(), a, false)
-	if err != nil {
-		t.Fatalf("define %s: %v", a.ID, err)
-	}
-	return got
-}
-
-func mustAdmit(t testing.TB, s admission.Store, act, user string, qty int64, req string) admission.Decision {
-	t.Helper()
-	d, err := s.Admit(context.Background(), admission.Request{Activity: act, User: user, Qty: qty, RequestID: req})
-	if err != nil {
-		t.Fatalf("admit %s/%s/%s: %v", act, user, req, err)
-	}
-	return d
-}
-
-func mustRemaining(t testing.TB, s admission.Store, act string) int64 {
-	t.Helper()
-	n, err := s.Remaining(context.Background(), act)
-	if err != nil {
-		t.Fatalf("remaining %s: %v", act, err)
-	}
-	return n
-}
+// The suite's helpers, under this package's names.
+var (
+	openAt        = admissiontest.OpenAt
+	mustDefine    = admissiontest.MustDefine
+	mustAdmit     = admissiontest.MustAdmit
+	mustRemaining = admissiontest.MustRemaining
+	startGuard    = admissiontest.StartGuard
+	eventually    = admissiontest.Eventually
+	waitHolders   = admissiontest.WaitHolders
+)

@@ -146,7 +146,7 @@ func checkSoldOut(t *testing.T, s admission.Store, activity string, stock int64)
 func testBucketExactWinners(t *testing.T, s admission.Store) {
 	ctx := context.Background()
 	const stock, limit = 300, 2
-	define(t, s, bucketed("b-exact", stock, limit, 8))
+	MustDefine(t, s, bucketed("b-exact", stock, limit, 8))
 	users := usersIn("u", 400, 8, -1)
 	wins := buyAll(t, s, "b-exact", users, 3)
 	if n := countWins(wins, limit, t); n != stock {
@@ -182,7 +182,7 @@ func containsResv(ds []admission.Decision, id string) bool {
 // them, and sold_out comes only when all of it is sold.
 func testBucketSkewed(t *testing.T, s admission.Store) {
 	const stock = 160
-	define(t, s, bucketed("b-skew", stock, 1, 8))
+	MustDefine(t, s, bucketed("b-skew", stock, 1, 8))
 	users := usersIn("s", 250, 8, 0)
 	// The first stock users in order each win: an answer sold_out before is an undersell.
 	ctx := context.Background()
@@ -200,7 +200,7 @@ func testBucketSkewed(t *testing.T, s admission.Store) {
 	}
 	checkSoldOut(t, s, "b-skew", stock)
 	// And concurrently, on a second activity.
-	define(t, s, bucketed("b-skew2", stock, 1, 8))
+	MustDefine(t, s, bucketed("b-skew2", stock, 1, 8))
 	if n := countWins(buyAll(t, s, "b-skew2", users, 1), 1, t); n != stock {
 		t.Errorf("concurrent skewed demand won %d of %d", n, stock)
 	}
@@ -214,7 +214,7 @@ func testBucketNoFalseSoldOut(t *testing.T, s admission.Store) {
 	const stock, n = 24, 8
 	for round := range 5 {
 		id := fmt.Sprintf("b-race%d", round)
-		define(t, s, bucketed(id, stock, 1, n))
+		MustDefine(t, s, bucketed(id, stock, 1, n))
 		users := append(usersIn(fmt.Sprintf("r%dx", round), 32, n, 0), usersIn(fmt.Sprintf("r%dy", round), 32, n, 1)...)
 		ctx := context.Background()
 		var (
@@ -261,7 +261,7 @@ func testBucketNoFalseSoldOut(t *testing.T, s admission.Store) {
 // of any bucket.
 func testBucketRelease(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	define(t, s, bucketed("b-rel", 8, 1, 4))
+	MustDefine(t, s, bucketed("b-rel", 8, 1, 4))
 	users := usersIn("r", 12, 4, -1)
 	wins := buyAll(t, s, "b-rel", users, 1)
 	if n := countWins(wins, 1, t); n != 8 {
@@ -336,7 +336,7 @@ func withinCount(ws []admission.Win, count int) bool {
 // buyer's result record carries the reservation id the admission answered.
 func testBucketQueueResults(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	define(t, s, bucketed("b-q", 40, 1, 8))
+	MustDefine(t, s, bucketed("b-q", 40, 1, 8))
 	if err := s.EnsureGroup(ctx, "b-q", "g"); err != nil {
 		t.Fatal(err)
 	}
@@ -425,7 +425,7 @@ func testBucketQueueResults(t *testing.T, s admission.Store) {
 // testBucketRedefine: a raise and a cut move the buckets' stock; the count is fixed.
 func testBucketRedefine(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	a := define(t, s, bucketed("b-def", 20, 1, 4))
+	a := MustDefine(t, s, bucketed("b-def", 20, 1, 4))
 	wins := buyAll(t, s, "b-def", usersIn("d", 6, 4, -1), 1)
 	if n := countWins(wins, 1, t); n != 6 {
 		t.Fatalf("won %d of 6", n)
@@ -454,7 +454,7 @@ func testBucketRedefine(t *testing.T, s admission.Store) {
 		t.Errorf("no buckets over a split activity: %v; want ErrBadInput", err)
 	}
 	c := open("b-plain", 10, 1)
-	define(t, s, c)
+	MustDefine(t, s, c)
 	c.Buckets = 2
 	if _, err := s.Define(ctx, c, true); !errors.Is(err, admission.ErrBadInput) {
 		t.Errorf("buckets over an activity without: %v; want ErrBadInput", err)

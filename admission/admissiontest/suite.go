@@ -69,33 +69,6 @@ func open(id string, stock, limit int64) admission.Activity {
 	}
 }
 
-func define(t *testing.T, s admission.Store, a admission.Activity) admission.Activity {
-	t.Helper()
-	got, err := s.Define(context.Background(), a, false)
-	if err != nil {
-		t.Fatalf("define %s: %v", a.ID, err)
-	}
-	return got
-}
-
-func admit(t *testing.T, s admission.Store, act, user string, qty int64, reqID string) admission.Decision {
-	t.Helper()
-	d, err := s.Admit(context.Background(), admission.Request{Activity: act, User: user, Qty: qty, RequestID: reqID})
-	if err != nil {
-		t.Fatalf("admit %s/%s: %v", act, user, err)
-	}
-	return d
-}
-
-func remaining(t *testing.T, s admission.Store, act string) int64 {
-	t.Helper()
-	n, err := s.Remaining(context.Background(), act)
-	if err != nil {
-		t.Fatalf("remaining %s: %v", act, err)
-	}
-	return n
-}
-
 func snapshot(t *testing.T, s admission.Store, act string) admission.Snapshot {
 	t.Helper()
 	snap, err := s.Activity(context.Background(), act)
@@ -107,7 +80,7 @@ func snapshot(t *testing.T, s admission.Store, act string) admission.Snapshot {
 
 func testDefineAndSnapshot(t *testing.T, s admission.Store) {
 	a := open("phone-1001", 100, 1)
-	got := define(t, s, a)
+	got := MustDefine(t, s, a)
 	if got.Salt == "" {
 		t.Error("define did not generate a salt")
 	}
@@ -121,7 +94,7 @@ func testDefineAndSnapshot(t *testing.T, s admission.Store) {
 	if snap.Salt != got.Salt || snap.Remaining != 100 || snap.Sold != 0 || snap.Buyers != 0 {
 		t.Errorf("snapshot %+v", snap)
 	}
-	define(t, s, open("laptop-7", 5, 2))
+	MustDefine(t, s, open("laptop-7", 5, 2))
 	ids, err := s.Activities(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -133,20 +106,20 @@ func testDefineAndSnapshot(t *testing.T, s admission.Store) {
 
 func testDefineIdempotent(t *testing.T, s admission.Store) {
 	a := open("a1", 10, 1)
-	first := define(t, s, a)
-	admit(t, s, "a1", "u1", 1, "r1")
+	first := MustDefine(t, s, a)
+	MustAdmit(t, s, "a1", "u1", 1, "r1")
 	// A reload redefines the same activity (salt not given): nothing changes, stock is kept.
-	again := define(t, s, a)
+	again := MustDefine(t, s, a)
 	if again.Salt != first.Salt {
 		t.Errorf("identical redefinition changed the salt")
 	}
-	if n := remaining(t, s, "a1"); n != 9 {
+	if n := MustRemaining(t, s, "a1"); n != 9 {
 		t.Errorf("remaining after identical redefinition = %d, want 9", n)
 	}
 	// With the stored salt given explicitly, still identical.
 	a.Salt = first.Salt
-	define(t, s, a)
-	if n := remaining(t, s, "a1"); n != 9 {
+	MustDefine(t, s, a)
+	if n := MustRemaining(t, s, "a1"); n != 9 {
 		t.Errorf("remaining = %d, want 9", n)
 	}
 }
@@ -154,16 +127,16 @@ func testDefineIdempotent(t *testing.T, s admission.Store) {
 func testRedefineRunning(t *testing.T, s admission.Store) {
 	ctx := context.Background()
 	a := open("a1", 10, 2)
-	first := define(t, s, a)
-	admit(t, s, "a1", "u1", 2, "r1")
-	admit(t, s, "a1", "u2", 1, "r2")
+	first := MustDefine(t, s, a)
+	MustAdmit(t, s, "a1", "u1", 2, "r1")
+	MustAdmit(t, s, "a1", "u2", 1, "r2")
 
 	changed := a
 	changed.Stock = 20
 	if _, err := s.Define(ctx, changed, false); !errors.Is(err, admission.ErrActivityRunning) {
 		t.Fatalf("unforced redefinition of a running activity: err = %v, want ErrActivityRunning", err)
 	}
-	if n := remaining(t, s, "a1"); n != 7 {
+	if n := MustRemaining(t, s, "a1"); n != 7 {
 		t.Fatalf("refused redefinition changed remaining to %d", n)
 	}
 	got, err := s.Define(ctx, changed, true)
@@ -174,7 +147,7 @@ func testRedefineRunning(t *testing.T, s admission.Store) {
 		t.Errorf("forced redefinition returned %+v", got)
 	}
 	// Sold items stay sold: remaining moves by the difference of totals.
-	if n := remaining(t, s, "a1"); n != 17 {
+	if n := MustRemaining(t, s, "a1"); n != 17 {
 		t.Errorf("remaining after +10 = %d, want 17", n)
 	}
 	shrunk := changed
@@ -186,10 +159,10 @@ func testRedefineRunning(t *testing.T, s admission.Store) {
 	if _, err := s.Define(ctx, shrunk, true); err != nil {
 		t.Fatalf("stock equal to sold: %v", err)
 	}
-	if n := remaining(t, s, "a1"); n != 0 {
+	if n := MustRemaining(t, s, "a1"); n != 0 {
 		t.Errorf("remaining = %d, want 0", n)
 	}
-	if d := admit(t, s, "a1", "u3", 1, "r3"); d.Outcome != admission.SoldOut {
+	if d := MustAdmit(t, s, "a1", "u3", 1, "r3"); d.Outcome != admission.SoldOut {
 		t.Errorf("admit after shrink = %v, want sold_out", d.Outcome)
 	}
 	// A lower per-user limit, forced: u1 keeps its 2 items and is refused a third, once stock
@@ -199,10 +172,10 @@ func testRedefineRunning(t *testing.T, s admission.Store) {
 	if _, err := s.Define(ctx, lower, true); err != nil {
 		t.Fatalf("forced lower limit: %v", err)
 	}
-	if d := admit(t, s, "a1", "u1", 1, "r4"); d.Outcome != admission.LimitReached {
+	if d := MustAdmit(t, s, "a1", "u1", 1, "r4"); d.Outcome != admission.LimitReached {
 		t.Errorf("admit above the lowered limit = %v, want limit_reached", d.Outcome)
 	}
-	if d := admit(t, s, "a1", "u4", 1, "r1"); d.Outcome != admission.Won {
+	if d := MustAdmit(t, s, "a1", "u4", 1, "r1"); d.Outcome != admission.Won {
 		t.Errorf("admit of a new buyer under the lowered limit = %v, want won", d.Outcome)
 	}
 
@@ -210,12 +183,12 @@ func testRedefineRunning(t *testing.T, s admission.Store) {
 	later := open("a2", 5, 1)
 	later.Start = time.Now().Add(time.Hour)
 	later.End = time.Now().Add(2 * time.Hour)
-	define(t, s, later)
+	MustDefine(t, s, later)
 	later.Stock = 50
 	if _, err := s.Define(ctx, later, false); err != nil {
 		t.Fatalf("redefining an upcoming activity: %v", err)
 	}
-	if n := remaining(t, s, "a2"); n != 50 {
+	if n := MustRemaining(t, s, "a2"); n != 50 {
 		t.Errorf("remaining = %d, want 50", n)
 	}
 }
@@ -259,15 +232,15 @@ func testWindow(t *testing.T, s admission.Store) {
 	now := time.Now()
 	up := open("upcoming", 10, 1)
 	up.Start, up.End = now.Add(time.Hour), now.Add(2*time.Hour)
-	define(t, s, up)
+	MustDefine(t, s, up)
 	past := open("past", 10, 1)
 	past.Start, past.End = now.Add(-2*time.Hour), now.Add(-time.Hour)
-	define(t, s, past)
+	MustDefine(t, s, past)
 
-	if d := admit(t, s, "upcoming", "u1", 1, "r1"); d.Outcome != admission.NotStarted {
+	if d := MustAdmit(t, s, "upcoming", "u1", 1, "r1"); d.Outcome != admission.NotStarted {
 		t.Errorf("upcoming: %v, want not_started", d.Outcome)
 	}
-	if d := admit(t, s, "past", "u1", 1, "r1"); d.Outcome != admission.Ended {
+	if d := MustAdmit(t, s, "past", "u1", 1, "r1"); d.Outcome != admission.Ended {
 		t.Errorf("past: %v, want ended", d.Outcome)
 	}
 	for _, id := range []string{"upcoming", "past"} {
@@ -297,7 +270,7 @@ func testUnknownActivity(t *testing.T, s admission.Store) {
 
 func testAdmitBadInput(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	define(t, s, open("a1", 10, 2))
+	MustDefine(t, s, open("a1", 10, 2))
 	bad := map[string]admission.Request{
 		"empty user":       {Activity: "a1", User: "", Qty: 1, RequestID: "r"},
 		"empty request id": {Activity: "a1", User: "u", Qty: 1, RequestID: ""},
@@ -320,12 +293,12 @@ func testAdmitBadInput(t *testing.T, s admission.Store) {
 }
 
 func testIdempotent(t *testing.T, s admission.Store) {
-	define(t, s, open("a1", 10, 2))
-	first := admit(t, s, "a1", "u1", 1, "req-1")
+	MustDefine(t, s, open("a1", 10, 2))
+	first := MustAdmit(t, s, "a1", "u1", 1, "req-1")
 	if first.Outcome != admission.Won || first.ReservationID == "" || first.Remaining != 9 || first.Replayed {
 		t.Fatalf("first admission = %+v", first)
 	}
-	again := admit(t, s, "a1", "u1", 1, "req-1")
+	again := MustAdmit(t, s, "a1", "u1", 1, "req-1")
 	if again.Outcome != admission.Won || again.ReservationID != first.ReservationID || !again.Replayed {
 		t.Errorf("repeat = %+v, want the first answer replayed", again)
 	}
@@ -333,39 +306,39 @@ func testIdempotent(t *testing.T, s admission.Store) {
 		t.Errorf("replayed remaining = %d, want the first answer's %d", again.Remaining, first.Remaining)
 	}
 	// The same request id from another user is that user's own request.
-	other := admit(t, s, "a1", "u2", 1, "req-1")
+	other := MustAdmit(t, s, "a1", "u2", 1, "req-1")
 	if other.Outcome != admission.Won || other.ReservationID == first.ReservationID || other.Replayed {
 		t.Errorf("other user's request = %+v", other)
 	}
 	// A new request id of the same user is a new purchase.
-	second := admit(t, s, "a1", "u1", 1, "req-2")
+	second := MustAdmit(t, s, "a1", "u1", 1, "req-2")
 	if second.Outcome != admission.Won || second.ReservationID == first.ReservationID {
 		t.Errorf("second purchase = %+v", second)
 	}
-	if n := remaining(t, s, "a1"); n != 7 {
+	if n := MustRemaining(t, s, "a1"); n != 7 {
 		t.Errorf("remaining = %d, want 7", n)
 	}
-	if d := admit(t, s, "a1", "u1", 1, "req-3"); d.Outcome != admission.LimitReached {
+	if d := MustAdmit(t, s, "a1", "u1", 1, "req-3"); d.Outcome != admission.LimitReached {
 		t.Errorf("third purchase with limit 2 = %v, want limit_reached", d.Outcome)
 	}
 	// Replays still answer after the limit is reached and after the sell-out.
-	if d := admit(t, s, "a1", "u1", 1, "req-1"); d.ReservationID != first.ReservationID {
+	if d := MustAdmit(t, s, "a1", "u1", 1, "req-1"); d.ReservationID != first.ReservationID {
 		t.Errorf("replay after limit = %+v", d)
 	}
 }
 
 func testExactSellOut(t *testing.T, s admission.Store) {
-	define(t, s, open("a1", 3, 2))
-	if d := admit(t, s, "a1", "u1", 2, "r"); d.Outcome != admission.Won || d.Remaining != 1 {
+	MustDefine(t, s, open("a1", 3, 2))
+	if d := MustAdmit(t, s, "a1", "u1", 2, "r"); d.Outcome != admission.Won || d.Remaining != 1 {
 		t.Fatalf("qty 2 of 3 = %+v", d)
 	}
-	if d := admit(t, s, "a1", "u2", 2, "r"); d.Outcome != admission.SoldOut || d.Remaining != 1 {
+	if d := MustAdmit(t, s, "a1", "u2", 2, "r"); d.Outcome != admission.SoldOut || d.Remaining != 1 {
 		t.Errorf("qty 2 of 1 = %+v, want sold_out with 1 remaining", d)
 	}
-	if d := admit(t, s, "a1", "u2", 1, "r2"); d.Outcome != admission.Won || d.Remaining != 0 {
+	if d := MustAdmit(t, s, "a1", "u2", 1, "r2"); d.Outcome != admission.Won || d.Remaining != 0 {
 		t.Errorf("qty 1 of 1 = %+v, want won with 0 remaining", d)
 	}
-	if d := admit(t, s, "a1", "u3", 1, "r"); d.Outcome != admission.SoldOut || d.Remaining != 0 {
+	if d := MustAdmit(t, s, "a1", "u3", 1, "r"); d.Outcome != admission.SoldOut || d.Remaining != 0 {
 		t.Errorf("after sell-out = %+v", d)
 	}
 	snap := snapshot(t, s, "a1")
@@ -377,7 +350,7 @@ func testExactSellOut(t *testing.T, s admission.Store) {
 // testConcurrentLimitOne is the classic: 1,000 buyers, 5 presses each, 100 items, limit 1.
 func testConcurrentLimitOne(t *testing.T, s admission.Store) {
 	const users, attempts, stock = 1000, 5, 100
-	define(t, s, open("rush", stock, 1))
+	MustDefine(t, s, open("rush", stock, 1))
 	var (
 		mu      sync.Mutex
 		winners = map[string]string{} // user -> reservation
@@ -419,7 +392,7 @@ func testConcurrentLimitOne(t *testing.T, s admission.Store) {
 	if len(winners) != stock {
 		t.Errorf("%d winners, want exactly %d", len(winners), stock)
 	}
-	if n := remaining(t, s, "rush"); n != 0 {
+	if n := MustRemaining(t, s, "rush"); n != 0 {
 		t.Errorf("remaining = %d, want 0", n)
 	}
 	snap := snapshot(t, s, "rush")
@@ -441,7 +414,7 @@ func testConcurrentLimitOne(t *testing.T, s admission.Store) {
 // and the queue holds exactly the answers given.
 func testConcurrentMixedQty(t *testing.T, s admission.Store) {
 	const users, attempts, stock = 200, 4, 150
-	define(t, s, open("mixed", stock, 3))
+	MustDefine(t, s, open("mixed", stock, 3))
 	var (
 		mu   sync.Mutex
 		held = map[string]int64{}
@@ -481,7 +454,7 @@ func testConcurrentMixedQty(t *testing.T, s admission.Store) {
 	if sold > stock {
 		t.Fatalf("oversold: %d of %d", sold, stock)
 	}
-	if n := remaining(t, s, "mixed"); n != stock-sold {
+	if n := MustRemaining(t, s, "mixed"); n != stock-sold {
 		t.Errorf("remaining = %d, want %d", n, stock-sold)
 	}
 	var queuedQty int64
@@ -500,12 +473,12 @@ func testReleaseExactlyOnce(t *testing.T, s admission.Store) {
 	if err != nil {
 		t.Fatalf("restocks: %v", err)
 	}
-	define(t, s, open("a1", 1, 1))
-	won := admit(t, s, "a1", "u1", 1, "r1")
+	MustDefine(t, s, open("a1", 1, 1))
+	won := MustAdmit(t, s, "a1", "u1", 1, "r1")
 	if won.Outcome != admission.Won {
 		t.Fatalf("admit = %+v", won)
 	}
-	if d := admit(t, s, "a1", "u2", 1, "r1"); d.Outcome != admission.SoldOut {
+	if d := MustAdmit(t, s, "a1", "u2", 1, "r1"); d.Outcome != admission.SoldOut {
 		t.Fatalf("second buyer = %v, want sold_out", d.Outcome)
 	}
 	var (
@@ -529,7 +502,7 @@ func testReleaseExactlyOnce(t *testing.T, s admission.Store) {
 	if released.Load() != 1 {
 		t.Errorf("%d releases reported success, want exactly 1", released.Load())
 	}
-	if n := remaining(t, s, "a1"); n != 1 {
+	if n := MustRemaining(t, s, "a1"); n != 1 {
 		t.Errorf("remaining after release = %d, want 1", n)
 	}
 	select {
@@ -541,13 +514,13 @@ func testReleaseExactlyOnce(t *testing.T, s admission.Store) {
 		t.Error("no restock broadcast after a release")
 	}
 	// The user gave the item back, so the limit allows buying again.
-	if d := admit(t, s, "a1", "u1", 1, "r2"); d.Outcome != admission.Won {
+	if d := MustAdmit(t, s, "a1", "u1", 1, "r2"); d.Outcome != admission.Won {
 		t.Errorf("buy again after release = %v, want queued", d.Outcome)
 	}
 	if _, err := s.Release(ctx, "a1", "999-0"); !errors.Is(err, admission.ErrNotFound) {
 		t.Errorf("release unknown reservation: err = %v, want ErrNotFound", err)
 	}
-	if n := remaining(t, s, "a1"); n != 0 {
+	if n := MustRemaining(t, s, "a1"); n != 0 {
 		t.Errorf("remaining = %d, want 0", n)
 	}
 }
@@ -556,7 +529,7 @@ func testReleaseExactlyOnce(t *testing.T, s admission.Store) {
 // a user nothing removes them, one that leaves them an item does not.
 func testHolders(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	define(t, s, open("a1", 6, 2))
+	MustDefine(t, s, open("a1", 6, 2))
 	holders := func() []string {
 		t.Helper()
 		users, err := s.Holders(ctx, "a1")
@@ -575,13 +548,13 @@ func testHolders(t *testing.T, s admission.Store) {
 		qty  int64
 		req  string
 	}{{"u1", 2, "r1"}, {"u2", 1, "r1"}, {"u3", 1, "r1"}, {"u4", 1, "r1"}, {"u4", 1, "r2"}} {
-		d := admit(t, s, "a1", w.user, w.qty, w.req)
+		d := MustAdmit(t, s, "a1", w.user, w.qty, w.req)
 		if d.Outcome != admission.Won {
 			t.Fatalf("admit %s/%s = %+v", w.user, w.req, d)
 		}
 		resv[w.user+"/"+w.req] = d.ReservationID
 	}
-	if d := admit(t, s, "a1", "u5", 1, "r1"); d.Outcome != admission.SoldOut {
+	if d := MustAdmit(t, s, "a1", "u5", 1, "r1"); d.Outcome != admission.SoldOut {
 		t.Fatalf("admit after the sell-out = %+v", d)
 	}
 	if got, want := holders(), []string{"u1", "u2", "u3", "u4"}; !slices.Equal(got, want) {
@@ -605,11 +578,11 @@ func testHolders(t *testing.T, s admission.Store) {
 
 func testResults(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	define(t, s, open("a1", 5, 1))
+	MustDefine(t, s, open("a1", 5, 1))
 	if _, err := s.GetResult(ctx, "a1", "u1"); !errors.Is(err, admission.ErrNotFound) {
 		t.Errorf("no result yet: err = %v, want ErrNotFound", err)
 	}
-	d := admit(t, s, "a1", "u1", 1, "r1")
+	d := MustAdmit(t, s, "a1", "u1", 1, "r1")
 	r, err := s.GetResult(ctx, "a1", "u1")
 	if err != nil {
 		t.Fatal(err)
@@ -634,7 +607,7 @@ func testResults(t *testing.T, s admission.Store) {
 // dst already holds.
 func testResultJSON(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	define(t, s, open("a1", 5, 1))
+	MustDefine(t, s, open("a1", 5, 1))
 	appendResult := func(user string) ([]byte, string, error) {
 		t.Helper()
 		return s.AppendResult(ctx, []byte("prefix:"), "a1", user)
@@ -666,7 +639,7 @@ func testResultJSON(t *testing.T, s admission.Store) {
 	if _, _, err := s.AppendResult(ctx, nil, "a1", ""); !errors.Is(err, admission.ErrBadInput) {
 		t.Errorf("empty user: err = %v, want ErrBadInput", err)
 	}
-	d := admit(t, s, "a1", "u1", 1, "r1")
+	d := MustAdmit(t, s, "a1", "u1", 1, "r1")
 	check("after a win", "u1", admission.Result{Code: "queued", ReservationID: d.ReservationID})
 	for i, r := range []admission.Result{
 		{Code: "pending_payment", ReservationID: d.ReservationID, OrderID: "o-1", PayBeforeMS: 1764441234567},
@@ -690,7 +663,7 @@ func testResultJSON(t *testing.T, s admission.Store) {
 // user with one reservation gets the record as before, without the list.
 func testResultReservations(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	define(t, s, open("a1", 50, 40))
+	MustDefine(t, s, open("a1", 50, 40))
 	check := func(what, user string, want admission.Result) {
 		t.Helper()
 		r, err := s.GetResult(ctx, "a1", user)
@@ -711,14 +684,14 @@ func testResultReservations(t *testing.T, s admission.Store) {
 	}
 	type R = admission.Result
 
-	d1 := admit(t, s, "a1", "u1", 1, "r1")
+	d1 := MustAdmit(t, s, "a1", "u1", 1, "r1")
 	q1 := R{Code: "queued", ReservationID: d1.ReservationID}
 	check("one reservation", "u1", q1)
 	set("u1", R{Code: "pending_payment", ReservationID: d1.ReservationID, OrderID: "o-1", PayBeforeMS: 1764441234567})
 	p1 := R{Code: "pending_payment", ReservationID: d1.ReservationID, OrderID: "o-1", PayBeforeMS: 1764441234567}
 	check("one reservation, its order", "u1", p1)
 
-	d2 := admit(t, s, "a1", "u1", 2, "r2")
+	d2 := MustAdmit(t, s, "a1", "u1", 2, "r2")
 	q2 := R{Code: "queued", ReservationID: d2.ReservationID}
 	check("a second win", "u1", R{Code: "queued", ReservationID: d2.ReservationID, Reservations: []R{p1, q2}})
 	paid1 := R{Code: "paid", ReservationID: d1.ReservationID, OrderID: "o-1"}
@@ -727,13 +700,13 @@ func testResultReservations(t *testing.T, s admission.Store) {
 	p2 := R{Code: "pending_payment", ReservationID: d2.ReservationID, OrderID: "o-2", PayBeforeMS: 1764441299999}
 	set("u1", p2)
 	check("the second's order", "u1", R{Code: p2.Code, ReservationID: p2.ReservationID, OrderID: p2.OrderID, PayBeforeMS: p2.PayBeforeMS, Reservations: []R{paid1, p2}})
-	d3 := admit(t, s, "a1", "u1", 1, "r3")
+	d3 := MustAdmit(t, s, "a1", "u1", 1, "r3")
 	q3 := R{Code: "queued", ReservationID: d3.ReservationID}
 	c2 := R{Code: "cancelled", ReservationID: d2.ReservationID, OrderID: "o-2"}
 	set("u1", c2)
 	check("a third win, the second cancelled", "u1", R{Code: "queued", ReservationID: d3.ReservationID, Reservations: []R{paid1, c2, q3}})
 	// A replayed admission adds nothing.
-	if d := admit(t, s, "a1", "u1", 2, "r2"); !d.Replayed || d.ReservationID != d2.ReservationID {
+	if d := MustAdmit(t, s, "a1", "u1", 2, "r2"); !d.Replayed || d.ReservationID != d2.ReservationID {
 		t.Fatalf("replay = %+v", d)
 	}
 	check("after a replay", "u1", R{Code: "queued", ReservationID: d3.ReservationID, Reservations: []R{paid1, c2, q3}})
@@ -748,7 +721,7 @@ func testResultReservations(t *testing.T, s admission.Store) {
 	// The list keeps the newest MaxResultReservations.
 	var ids []string
 	for i := range admission.MaxResultReservations + 3 {
-		ids = append(ids, admit(t, s, "a1", "u3", 1, fmt.Sprintf("c%d", i)).ReservationID)
+		ids = append(ids, MustAdmit(t, s, "a1", "u3", 1, fmt.Sprintf("c%d", i)).ReservationID)
 	}
 	r, err := s.GetResult(ctx, "a1", "u3")
 	if err != nil || len(r.Reservations) != admission.MaxResultReservations || r.ReservationID != ids[len(ids)-1] ||
@@ -791,15 +764,15 @@ func readAll(t *testing.T, s admission.Store, act string) []admission.Win {
 
 func testQueue(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	define(t, s, open("q", 10, 1))
-	first := admit(t, s, "q", "u1", 1, "r")
+	MustDefine(t, s, open("q", 10, 1))
+	first := MustAdmit(t, s, "q", "u1", 1, "r")
 	if err := s.EnsureGroup(ctx, "q", "orders"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.EnsureGroup(ctx, "q", "orders"); err != nil {
 		t.Fatalf("EnsureGroup twice: %v", err)
 	}
-	admit(t, s, "q", "u2", 1, "r")
+	MustAdmit(t, s, "q", "u2", 1, "r")
 	wantBacklog(t, s, "q", 2, "two wins, none read")
 	if _, err := s.Backlog(ctx, "q", "nosuch"); !errors.Is(err, admission.ErrNotFound) {
 		t.Errorf("backlog of an unknown group: %v, want ErrNotFound", err)
@@ -890,7 +863,7 @@ func testQueue(t *testing.T, s admission.Store) {
 		got <- ws
 	}()
 	time.Sleep(100 * time.Millisecond)
-	admit(t, s, "q", "u3", 1, "r")
+	MustAdmit(t, s, "q", "u3", 1, "r")
 	select {
 	case ws := <-got:
 		if len(ws) != 1 || ws[0].User != "u3" {
@@ -930,12 +903,12 @@ func wantBacklog(t *testing.T, s admission.Store, act string, want int64, when s
 
 func testDelete(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	define(t, s, open("a1", 5, 1))
-	admit(t, s, "a1", "u1", 1, "r")
+	MustDefine(t, s, open("a1", 5, 1))
+	MustAdmit(t, s, "a1", "u1", 1, "r")
 	if err := s.Delete(ctx, "a1", false); !errors.Is(err, admission.ErrActivityRunning) {
 		t.Errorf("unforced delete of a running activity: err = %v, want ErrActivityRunning", err)
 	}
-	if n := remaining(t, s, "a1"); n != 4 {
+	if n := MustRemaining(t, s, "a1"); n != 4 {
 		t.Fatalf("refused delete changed remaining to %d", n)
 	}
 	if err := s.Delete(ctx, "a1", true); err != nil {
@@ -948,8 +921,8 @@ func testDelete(t *testing.T, s admission.Store) {
 		t.Errorf("activities after delete = %v", ids)
 	}
 	// Defined again from scratch: nothing of the old sale remains.
-	define(t, s, open("a1", 5, 1))
-	if d := admit(t, s, "a1", "u1", 1, "r"); d.Outcome != admission.Won || d.Replayed {
+	MustDefine(t, s, open("a1", 5, 1))
+	if d := MustAdmit(t, s, "a1", "u1", 1, "r"); d.Outcome != admission.Won || d.Replayed {
 		t.Errorf("admit after re-create = %+v, want a fresh win", d)
 	}
 	if err := s.Delete(ctx, "nope", true); !errors.Is(err, admission.ErrUnknownActivity) {
@@ -957,7 +930,7 @@ func testDelete(t *testing.T, s admission.Store) {
 	}
 	upcoming := open("later", 5, 1)
 	upcoming.Start, upcoming.End = time.Now().Add(time.Hour), time.Now().Add(2*time.Hour)
-	define(t, s, upcoming)
+	MustDefine(t, s, upcoming)
 	if err := s.Delete(ctx, "later", false); err != nil {
 		t.Errorf("delete upcoming: %v", err)
 	}
@@ -973,8 +946,8 @@ func testRaiseStockRestocks(t *testing.T, s admission.Store) {
 		t.Fatalf("restocks: %v", err)
 	}
 	a := open("a1", 1, 1)
-	define(t, s, a)
-	if d := admit(t, s, "a1", "u1", 1, "r1"); d.Outcome != admission.Won {
+	MustDefine(t, s, a)
+	if d := MustAdmit(t, s, "a1", "u1", 1, "r1"); d.Outcome != admission.Won {
 		t.Fatalf("admit = %+v", d)
 	}
 	lower := a
@@ -1000,7 +973,7 @@ func testRaiseStockRestocks(t *testing.T, s admission.Store) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("no restock broadcast after the total was raised")
 	}
-	if n := remaining(t, s, "a1"); n != 2 {
+	if n := MustRemaining(t, s, "a1"); n != 2 {
 		t.Errorf("remaining after raising 1 to 3 with 1 sold = %d, want 2", n)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/admissiontest"
 )
 
 // fakeClock is a settable clock for MemoryOptions.Now.
@@ -49,38 +50,6 @@ func newMemory(t testing.TB, clock *fakeClock) *Memory {
 	s := NewMemory(opts)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
-}
-
-// openAt returns an activity whose window opened a minute before now.
-func openAt(now time.Time, id string, stock, limit int64) admission.Activity {
-	return admission.Activity{ID: id, Stock: stock, Limit: limit, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute}
-}
-
-func mustDefine(t testing.TB, s admission.Store, a admission.Activity) admission.Activity {
-	t.Helper()
-	got, err := s.Define(context.Background(), a, false)
-	if err != nil {
-		t.Fatalf("define %s: %v", a.ID, err)
-	}
-	return got
-}
-
-func mustAdmit(t testing.TB, s admission.Store, act, user string, qty int64, req string) admission.Decision {
-	t.Helper()
-	d, err := s.Admit(context.Background(), admission.Request{Activity: act, User: user, Qty: qty, RequestID: req})
-	if err != nil {
-		t.Fatalf("admit %s/%s/%s: %v", act, user, req, err)
-	}
-	return d
-}
-
-func mustRemaining(t testing.TB, s admission.Store, act string) int64 {
-	t.Helper()
-	n, err := s.Remaining(context.Background(), act)
-	if err != nil {
-		t.Fatalf("remaining %s: %v", act, err)
-	}
-	return n
 }
 
 func TestMemoryConcurrentLimitOne(t *testing.T) {
@@ -528,3 +497,11 @@ func TestMemoryArgumentChecks(t *testing.T) {
 		t.Errorf("ensure group of an unknown activity: %v, want ErrUnknownActivity", err)
 	}
 }
+
+// The suite's helpers, under this package's names.
+var (
+	openAt        = admissiontest.OpenAt
+	mustDefine    = admissiontest.MustDefine
+	mustAdmit     = admissiontest.MustAdmit
+	mustRemaining = admissiontest.MustRemaining
+)

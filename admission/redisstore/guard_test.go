@@ -12,6 +12,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/admission/admissiontest"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -130,8 +131,8 @@ func TestGuardRedisBreakerKilledServer(t *testing.T) {
 		o.MaxRetries = 1
 		o.MaxRetryBackoff = 20 * time.Millisecond
 	})
-	var log stateLog
-	g := startGuard(t, store, admission.GuardOptions{ConsecutiveFailures: 3, OpenTimeout: 200 * time.Millisecond, OnStateChange: log.hook})
+	var log admissiontest.BreakerLog
+	g := startGuard(t, store, admission.GuardOptions{ConsecutiveFailures: 3, OpenTimeout: 200 * time.Millisecond, OnStateChange: log.Hook})
 	ctx := context.Background()
 	mustDefine(t, g, openAt(time.Now(), "a1", 1000, 1))
 	user := 0
