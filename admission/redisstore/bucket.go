@@ -86,6 +86,28 @@ func splitBucketEntryID(id string, n int) (raw string, i int, ok bool) {
 	return id[:dot], i, true
 }
 
+// metaShapeFields are the fields of an activity's :meta that metaShape reads, in its order.
+var metaShapeFields = []string{"buckets", "start_ms", "layout"}
+
+// metaShape reads an activity's shape from its :meta fields metaShapeFields: whether it is
+// defined, its bucket count (1: not split), and an error for an activity of an earlier build's
+// key layout (ErrOldLayout) or a malformed count.
+func (s *Store) metaShape(activity string, vals []any) (defined bool, n int, err error) {
+	if len(vals) != 3 || vals[1] == nil { // not defined (yet)
+		return false, 1, nil
+	}
+	if vals[2] != "2" {
+		return true, 0, s.oldLayout(activity)
+	}
+	n = 1
+	if v, ok := vals[0].(string); ok {
+		if n, err = strconv.Atoi(v); err != nil || n < 2 || n > admission.MaxBuckets {
+			return true, 0, fmt.Errorf("%s: malformed bucket count %q", activity, v)
+		}
+	}
+	return true, n, nil
+}
+
 // bucketCount returns how many buckets activity is split into (1: not split), from the store's
 // cache or, the first time, from the parent's definition. An activity not defined yet is not
 // cached, so that its definition is seen once it exists. The count is fixed while an activity
@@ -97,21 +119,13 @@ func (s *Store) bucketCount(ctx context.Context, activity string) (int, error) {
 	if v, ok := s.bucketCache.Load(activity); ok {
 		return v.(int), nil
 	}
-	vals, err := s.client.HMGet(ctx, s.key(activity, "meta"), "buckets", "start_ms", "layout").Result()
+	vals, err := s.client.HMGet(ctx, s.key(activity, "meta"), metaShapeFields...).Result()
 	if err != nil {
 		return 0, fmt.Errorf("%s: read bucket count: %w", activity, err)
 	}
-	if len(vals) != 3 || vals[1] == nil { // not defined (yet)
-		return 1, nil
-	}
-	if vals[2] != "2" {
-		return 0, s.oldLayout(activity)
-	}
-	n := 1
-	if v, ok := vals[0].(string); ok {
-		if n, err = strconv.Atoi(v); err != nil || n < 2 || n > admission.MaxBuckets {
-			return 0, fmt.Errorf("%s: malformed bucket count %q", activity, v)
-		}
+	defined, n, err := s.metaShape(activity, vals)
+	if !defined || err != nil {
+		return n, err
 	}
 	s.bucketCache.Store(activity, n)
 	if n > 1 {

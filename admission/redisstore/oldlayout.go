@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -65,29 +64,31 @@ func (s *Store) checkLayouts(ctx context.Context) error {
 	}
 	slices.Sort(ids)
 	metas := make([]*redis.SliceCmd, len(ids))
-	if err := s.pipelined(ctx, len(ids), func(p redis.Pipeliner, i int) {
-		metas[i] = p.HMGet(ctx, s.key(ids[i], "meta"), "start_ms", "layout", "buckets")
+	if _, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			metas[i] = p.HMGet(ctx, s.key(id, "meta"), metaShapeFields...)
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
 	old := map[string]bool{}
 	var buckets []string // the buckets of the split activities of layout 2, to look at too
 	for i, id := range ids {
-		v := metas[i].Val()
+		_, n, err := s.metaShape(id, metas[i].Val())
 		switch {
-		case len(v) != 3 || v[0] == nil: // not defined
-		case v[1] != "2":
+		case errors.Is(err, ErrOldLayout):
 			old[id] = true
-		case v[2] != nil:
-			n, _ := strconv.Atoi(v[2].(string)) // a malformed count is no bucket's (bucketCount says so)
-			for b := range n {
-				buckets = append(buckets, bucketID(id, b, n))
-			}
+		case err == nil && n > 1: // a malformed count is left to bucketCount, which refuses it
+			buckets = append(buckets, s.keySets(id, n)...)
 		}
 	}
 	bmetas := make([]*redis.SliceCmd, len(buckets))
-	if err := s.pipelined(ctx, len(buckets), func(p redis.Pipeliner, i int) {
-		bmetas[i] = p.HMGet(ctx, s.key(buckets[i], "meta"), "start_ms", "layout")
+	if _, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, b := range buckets {
+			bmetas[i] = p.HMGet(ctx, s.key(b, "meta"), "start_ms", "layout")
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
@@ -103,20 +104,4 @@ func (s *Store) checkLayouts(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// pipelined queues n commands (add(p, i) for each i) in pipelines of up to 512.
-func (s *Store) pipelined(ctx context.Context, n int, add func(p redis.Pipeliner, i int)) error {
-	for from := 0; from < n; from += 512 {
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := from; i < min(n, from+512); i++ {
-				add(p, i)
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return err
-		}
-	}
-	return nil
 }

@@ -322,3 +322,35 @@ func TestRedisOldLayoutRefused(t *testing.T) {
 	_, err = s.Admit(ctx, admission.Request{Activity: "split", User: "u", Qty: 1, RequestID: "r"})
 	wantOldLayout(t, "admit on buckets without layout 2", err, "seckill", "split")
 }
+
+// TestRedisNewMalformedBucketCount: New's look at the activities reads a split parent's count as
+// bucketCount does: a count out of bounds (here a hundred million) is not expanded into bucket ids
+// at start-up, and a call on the activity is refused as malformed, writing nothing.
+func TestRedisNewMalformedBucketCount(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	raw := rawClient(t, srv)
+	s, err := New(redis.NewClient(&redis.Options{Addr: srv.Addr}), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	split := redisTestActivity("huge", 10, 1)
+	split.Buckets = 2
+	mustDefine(t, s, split)
+	if err := raw.HSet(ctx, "seckill:{huge}:meta", "buckets", "100000000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s2, err := New(redis.NewClient(&redis.Options{Addr: srv.Addr}), Options{})
+	if err != nil {
+		t.Fatalf("new store beside a malformed count: %v", err)
+	}
+	t.Cleanup(func() { _ = s2.Close() })
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("New took %v: it expanded the malformed count", d)
+	}
+	if _, err := s2.Admit(ctx, admission.Request{Activity: "huge", User: "u", Qty: 1, RequestID: "r"}); err == nil || !strings.Contains(err.Error(), "malformed bucket count") {
+		t.Errorf("admit on a malformed count: %v, want the malformed count refused", err)
+	}
+}
