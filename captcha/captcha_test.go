@@ -457,3 +457,25 @@ func BenchmarkNew(b *testing.B) {
 		}
 	}
 }
+
+// TestRedisTakeForeignValue: a value under a captcha's key that Put did not write (not a JSON
+// object, or an earlier build's challenge without an activity) has no owner: Take answers
+// ErrNotFound and deletes nothing.
+func TestRedisTakeForeignValue(t *testing.T) {
+	srv := testsrv.StartRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = client.Close() })
+	s := NewRedisStore(client, "")
+	ctx := context.Background()
+	for _, v := range []string{"null", "5", `"x"`, "[]", "{not json", `{"u":"alice","d":"AQID"}`} {
+		if err := client.Set(ctx, "seckill:captcha:{id}", v, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := s.Take(ctx, "id", Owner{User: "alice", Activity: "sale"}); !errors.Is(err, ErrNotFound) {
+			t.Errorf("take of %s: %+v, %v; want ErrNotFound", v, got, err)
+		}
+		if n := client.Exists(ctx, "seckill:captcha:{id}").Val(); n != 1 {
+			t.Errorf("take of %s deleted the value", v)
+		}
+	}
+}

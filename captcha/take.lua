@@ -8,13 +8,13 @@
 -- KEYS: challenge, png, fetches (one hash tag)
 -- ARGV: user, activity
 -- Reply: the challenge's JSON, as Put stored it, when it exists and ARGV owns it; else nil.
--- Errors: a challenge that is not a JSON object (cjson's error; nothing is deleted).
+-- A value that is not a JSON object (not written by Put) has no owner: nil, and nothing is deleted.
 local v = redis.call('GET', KEYS[1])
 if not v then
   return false
 end
-local c = cjson.decode(v)
-if c.u ~= ARGV[1] or c.a ~= ARGV[2] then
+local ok, c = pcall(cjson.decode, v)
+if not ok or type(c) ~= 'table' or c.u ~= ARGV[1] or c.a ~= ARGV[2] then
   return false
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
