@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -73,7 +74,9 @@ func keyDump(t *testing.T, c *redis.Client) string {
 	t.Helper()
 	ctx := context.Background()
 	var b strings.Builder
-	for _, k := range c.Keys(ctx, "*").Val() {
+	keys := c.Keys(ctx, "*").Val()
+	sort.Strings(keys) // KEYS answers in hash-table order, which a rehash changes
+	for _, k := range keys {
 		switch c.Type(ctx, k).Val() {
 		case "hash":
 			fmt.Fprintln(&b, k, c.HGetAll(ctx, k).Val())
