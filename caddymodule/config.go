@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/money"
 	"github.com/caddy-seckill/caddy-seckill/ratelimit"
 )
 
@@ -102,6 +103,13 @@ type ActivityConfig struct {
 	// hot activity's admissions spread over a Redis Cluster's shards instead of one (store redis
 	// only; 2 to 256, at most the stock). Every call still sees one activity; see README.
 	Buckets int `json:"buckets,omitempty"`
+
+	// Price is what one item costs (Caddyfile `price 199.00 USD`): the sale page, the activity's
+	// JSON and every order carry it, and the payment provider charges it.
+	Price *money.Price `json:"price,omitempty"`
+
+	// Title names the item on the sale page and in orders.
+	Title string `json:"title,omitempty"`
 }
 
 // minBuckets is the least split of ActivityConfig.Buckets (at most admission.MaxBuckets); left
