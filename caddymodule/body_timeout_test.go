@@ -35,9 +35,10 @@ func TestBodyTimeout(t *testing.T) {
 		{"the order API reads none", "/orders/o-1/pay", http.StatusNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			resp, body, elapsed := trickle(t, addr, tc.path, tok)
-			if resp.StatusCode != tc.status || !strings.Contains(body, `"code":"`) {
-				t.Fatalf("answer %d %s, want %d with a JSON body", resp.StatusCode, body, tc.status)
+			a := trickle(t, addr, tc.path, tok)
+			status, body, elapsed := a.status, a.body, a.elapsed
+			if status != tc.status || !strings.Contains(body, `"code":"`) {
+				t.Fatalf("answer %d %s, want %d with a JSON body", status, body, tc.status)
 			}
 			if tc.status == http.StatusRequestTimeout && !strings.Contains(body, "did not arrive within 1s") {
 				t.Errorf("408 body %s does not name the timeout", body)
@@ -45,17 +46,25 @@ func TestBodyTimeout(t *testing.T) {
 			if elapsed < timeout {
 				t.Errorf("answered after %s, before body_timeout %s", elapsed, timeout)
 			}
-			if !resp.Close {
+			if !a.close {
 				t.Errorf("the answer keeps the connection open (no Connection: close)")
 			}
 		})
 	}
 }
 
+// trickleAnswer is what the server answered a trickled body.
+type trickleAnswer struct {
+	status  int
+	close   bool // Connection: close
+	body    string
+	elapsed time.Duration // from the first byte of the body to the answer
+}
+
 // trickle sends a POST to path whose chunked body never ends, one byte every 200 ms for up to a
 // minute (Caddy's default read_body_idle is a minute; the trickle never idles), and returns the
-// answer, its body and when it came, once the server has also closed the connection.
-func trickle(t *testing.T, addr, path, tok string) (*http.Response, string, time.Duration) {
+// answer once the server has also closed the connection.
+func trickle(t *testing.T, addr, path, tok string) trickleAnswer {
 	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -98,6 +107,7 @@ func trickle(t *testing.T, addr, path, tok string) (*http.Response, string, time
 	}
 	elapsed := time.Since(began)
 	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
 	if err != nil {
 		t.Fatalf("reading the answer: %v", err)
 	}
@@ -105,7 +115,7 @@ func trickle(t *testing.T, addr, path, tok string) (*http.Response, string, time
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && !isReset(err) {
 		t.Errorf("after the answer the connection is still open: %v", err)
 	}
-	return resp, string(b), elapsed
+	return trickleAnswer{status: resp.StatusCode, close: resp.Close, body: string(b), elapsed: elapsed}
 }
 
 // isReset reports whether err is a connection reset, which a close with unread input may send.
