@@ -7,11 +7,15 @@ TESTFLAGS ?= -race -count=1 -timeout 20m
 
 .PHONY: run test deps lint bench bench-load build xcaddy-check fuzz chaos bench-goals bench-wrk
 
+# bin/caddy is built as Caddy's releases are (its .goreleaser.yml): no cgo, -trimpath, and
+# -ldflags "-s -w", which drops the symbol table and DWARF (stack traces and pprof still name
+# functions and lines). README.md, "Quick start", has the sizes; BUILDFLAGS= keeps the symbols.
+BUILDFLAGS ?= -trimpath -ldflags "-s -w"
+
 # The sale is kept in ./seckill-data (store local): running it again continues it. The binary is
 # built, then exec'ed in place of the recipe's shell: Ctrl-C then reaches Caddy alone, which shuts
 # down and exits 0, and make ends quietly (`go run` answered the interrupt with status 1).
-run:
-	$(GO) build -o bin/caddy ./cmd/caddy
+run: build
 	exec ./bin/caddy run --config Caddyfile.example --adapter caddyfile
 
 deps:
@@ -29,7 +33,7 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 build:
-	$(GO) build -o bin/caddy ./cmd/caddy
+	CGO_ENABLED=0 $(GO) build $(BUILDFLAGS) -o bin/caddy ./cmd/caddy
 
 xcaddy-check:
 	./scripts/xcaddy-check.sh

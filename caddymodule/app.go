@@ -64,6 +64,11 @@ type App struct {
 	// API. Single node only.
 	Orders *OrdersConfig `json:"orders,omitempty"`
 
+	// BodyTimeout is how long a request body to the seckill and seckill_orders handlers may take to
+	// arrive, from the handler's start: a body still arriving then is answered 408 and its
+	// connection closed. Default 10s; 1s to 10m.
+	BodyTimeout caddy.Duration `json:"body_timeout,omitempty"`
+
 	// Activities to define in the store when the app starts, by id. A definition never resets a
 	// running sale: changing an activity whose window has opened fails the config load.
 	Activities map[string]*ActivityConfig `json:"activities,omitempty"`
@@ -78,6 +83,7 @@ type App struct {
 	urlSecret     []byte
 	urlKey        *hashedurl.Key // signs and verifies buy paths under urlSecret
 	forwardSecret []byte
+	bodyTimeout   time.Duration
 	ipLimit       *ratelimit.Local
 	userLimit     *ratelimit.Local
 	userGCRA      *ratelimit.GCRA
@@ -86,6 +92,9 @@ type App struct {
 	poolKeys      []string
 	logger        *zap.Logger
 	run           *runner
+	ctx           caddy.Context
+	fallback      []string             // the secrets that are try-out fallbacks (fallbackSecrets)
+	fallbackGauge *prometheus.GaugeVec // caddy_seckill_fallback_secret
 }
 
 // runner is the app's background work between Start and Stop.
@@ -108,6 +117,7 @@ func (App) CaddyModule() caddy.ModuleInfo {
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
 	a.run = new(runner)
+	a.ctx = ctx
 	repl := caddy.NewReplacer()
 
 	store, err := a.loadStoreModule(ctx)
@@ -124,12 +134,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 	}
 
+	var jwtSecret []byte
 	if a.JWT != nil {
 		var vc jwtauth.Config
 		if a.verifier, vc, err = newVerifier(a.JWT, repl, a.logger.Named("jwt")); err != nil {
 			return err
 		}
 		a.mint = mintTemplate(vc)
+		jwtSecret = vc.HMACSecret
 	}
 	var orders *OrdersConfig
 	if a.Orders != nil {
@@ -145,8 +157,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.ForwardSecret != "" && len(a.forwardSecret) == 0 {
 		return fmt.Errorf("forward_secret %q is empty once placeholders are replaced: set the variable", a.ForwardSecret)
 	}
+	a.fallback = fallbackSecrets(jwtSecret, a.urlSecret, a.forwardSecret)
 	if n, ok := store.(URLSecretNeeder); ok && len(a.urlSecret) == 0 {
 		return fmt.Errorf("url_secret is required with store %s: %s", storeName(store), n.NeedsURLSecret())
+	}
+	if a.bodyTimeout, err = bodyTimeout(a.BodyTimeout); err != nil {
+		return err
 	}
 	if err := a.provisionLimits(); err != nil {
 		return err
@@ -199,7 +215,29 @@ func (a *App) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
+	if a.fallbackGauge, err = registerFallbackGauge(ctx.GetMetricsRegistry()); err != nil {
+		return err
+	}
 	return nil
+}
+
+// Bounds of body_timeout: a body of the API is small, so 10 s is plenty on a slow phone link.
+const (
+	defaultBodyTimeout = 10 * time.Second
+	minBodyTimeout     = time.Second
+	maxBodyTimeout     = 10 * time.Minute
+)
+
+// bodyTimeout returns the configured body_timeout, or its default when it is not set.
+func bodyTimeout(d caddy.Duration) (time.Duration, error) {
+	t := time.Duration(d)
+	switch {
+	case t == 0:
+		return defaultBodyTimeout, nil
+	case t < minBodyTimeout || t > maxBodyTimeout:
+		return 0, fmt.Errorf("body_timeout %s: want %s to %s", t, minBodyTimeout, maxBodyTimeout)
+	}
+	return t, nil
 }
 
 // provisionLimits takes the pooled local limiters of the configured rates.
@@ -351,6 +389,7 @@ func (a *App) Start() error {
 	if err := a.acts.refresh(ctx); err != nil {
 		a.logger.Warn("listing activities", zap.Error(err))
 	}
+	a.warnFallbackSecrets(httpListeners(a.ctx))
 	r := a.run
 	r.mu.Lock()
 	defer r.mu.Unlock()

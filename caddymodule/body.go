@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"time"
 )
 
 // maxBody bounds every request body the handler reads.
@@ -15,19 +17,42 @@ const maxBody = 1 << 20
 // declares an empty body (Content-Length: 0) is not read: Caddy wraps even an empty body in a
 // reader that re-arms the connection's read deadline on every Read, which a buy without a body
 // would pay for nothing.
+//
+// The body must have arrived by the deadline ServeHTTP armed (armBodyDeadline): 408 otherwise.
+// Once it is read the deadline is lifted, so that net/http's watch for a closed connection, which
+// starts at the body's end, does not cancel the request while the store decides.
 func (q *request) readBody() ([]byte, *Error) {
-	if q.r.Body == nil || q.r.Body == http.NoBody || q.r.ContentLength == 0 {
+	if !hasBody(q.r) {
 		return nil, nil
 	}
 	b, err := io.ReadAll(http.MaxBytesReader(q.w, q.r.Body, maxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
+		switch {
+		case errors.As(err, &tooLarge):
 			return nil, errTooLarge
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			return nil, errBodyTimeout(q.h.app.bodyTimeout)
 		}
 		return nil, errBadRequest("reading the request body failed")
 	}
+	_ = http.NewResponseController(q.w).SetReadDeadline(time.Time{})
 	return b, nil
+}
+
+// hasBody reports whether r carries a body to read (chunked, or a Content-Length above 0).
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
+}
+
+// armBodyDeadline gives the body of r, if it has one, until timeout from now to arrive, whether
+// the handler reads it or not: net/http reads an unread body before it answers, so a client
+// trickling one would otherwise hold the connection, and the answer, as long as it likes. A
+// writer that cannot set read deadlines (none of Caddy's) leaves the body unbounded.
+func armBodyDeadline(w http.ResponseWriter, r *http.Request, timeout time.Duration) {
+	if hasBody(r) {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
+	}
 }
 
 // decodeJSON decodes one JSON object into v; trailing data after it is an error.

@@ -69,6 +69,10 @@ func TestCaddyfileErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, caddyfile, want string
 	}{
+		{"body_timeout none", global("body_timeout"), "wrong argument count"},
+		{"body_timeout zero", global("body_timeout 0s"), "body_timeout must be positive"},
+		{"body_timeout too long", global("body_timeout 1h"), "body_timeout 1h0m0s: want 1s to 10m0s"},
+		{"body_timeout twice", global("body_timeout 5s\nbody_timeout 6s"), "body_timeout is given twice"},
 		{"orders no database", global("orders"), "want orders sqlite <file> or orders postgres <dsn>"},
 		{"orders no dsn", global("orders sqlite"), "want orders sqlite <file> or orders postgres <dsn>"},
 		{"orders unknown database", global("orders mysql root@/shop"), `unknown database "mysql": want sqlite or postgres`},
@@ -213,7 +217,9 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"orders handler twice", site("seckill_orders {\nprefix /a\nprefix /b\n}"), "prefix is given twice"},
 		{"demo args", site("seckill_demo_signin alice"), "wrong argument count"},
 		{"demo unknown", site("seckill_demo_signin {\nttl 1h\n}"), `seckill_demo_signin: unrecognized subdirective "ttl"`},
-		{"demo allow_remote args", site("seckill_demo_signin {\nallow_remote yes\n}"), "wrong argument count"},
+		{"demo allow no args", site("seckill_demo_signin {\nallow\n}"), "wrong argument count"},
+		{"demo allow word", site("seckill_demo_signin {\nallow lan\n}"), `allow "lan": want loopback, private, any or a CIDR range`},
+		{"demo allow address", site("seckill_demo_signin {\nallow 10.0.0.1\n}"), `allow "10.0.0.1": want loopback, private, any or a CIDR range`},
 		// Every block refuses an option given twice, at the line of the second.
 		{"redis username twice", global("store redis a:1 {\nusername u\nusername v\n}"), "seckill: store redis username is given twice, at Caddyfile:5"},
 		{"redis cluster twice", global("store redis a:1 b:2 {\ncluster\ncluster\n}"), "store redis cluster is given twice"},
@@ -233,7 +239,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"captcha twice", global("captcha off\ncaptcha on"), "captcha is given twice"},
 		{"rate_limit ip twice", global("rate_limit ip 2/s\nrate_limit ip 3/s"), "seckill: rate_limit ip is given twice, at Caddyfile:4"},
 		{"orders handler errors twice", site("seckill_orders {\nerrors write\nerrors return\n}"), "errors is given twice"},
-		{"demo allow_remote twice", site("seckill_demo_signin {\nallow_remote\nallow_remote\n}"), "allow_remote is given twice"},
+		{"demo allow twice", site("seckill_demo_signin {\nallow any\nallow private\n}"), "allow is given twice"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := adapt(t, tc.caddyfile)

@@ -25,6 +25,7 @@ func init() {
 //		captcha        on|off [{ ... }]                # default on
 //		orders         sqlite|postgres <file or dsn> [{ ... }]   # the order backend, in process
 //		rate_limit     ip|user <events>/<period> ...   # once per kind; none by default
+//		body_timeout   <duration>                      # a request body's time to arrive; default 10s
 //		activity       <id> { ... }                    # once per id
 //	}
 func parseGlobalOption(d *caddyfile.Dispenser, existing any) (any, error) {
@@ -66,6 +67,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			a.Orders, err = parseOrders(d)
 		case "rate_limit":
 			err = parseRateLimit(d, a, rateKinds)
+		case "body_timeout":
+			if a.BodyTimeout, err = caddyfileargs.PositiveDurationArg(d, "body_timeout"); err == nil {
+				if _, err = bodyTimeout(a.BodyTimeout); err != nil {
+					err = d.Errf("seckill: %v", err)
+				}
+			}
 		case "activity":
 			err = addActivity(d, a)
 		default:

@@ -9,7 +9,7 @@ import (
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
 //
 //	seckill_demo_signin {
-//		allow_remote   # answer non-loopback clients too (never in production)
+//		allow loopback|private|any|<CIDR>...   # who may sign in; default loopback (never in production)
 //	}
 func (h *DemoSignin) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume directive name
@@ -18,8 +18,12 @@ func (h *DemoSignin) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	return caddyfileargs.ParseBlock(d, "seckill_demo_signin", "", func(sub string) (err error) {
 		switch sub {
-		case "allow_remote":
-			h.AllowRemote, err = true, caddyfileargs.NoArg(d)
+		case "allow":
+			if h.Allow, err = caddyfileargs.SomeArgs(d); err == nil {
+				if err = (&DemoSignin{Allow: h.Allow}).parseAllow(); err != nil {
+					err = d.Err(err.Error())
+				}
+			}
 		default:
 			err = d.Errf("seckill_demo_signin: unrecognized subdirective %q", sub)
 		}

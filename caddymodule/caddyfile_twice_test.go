@@ -72,7 +72,7 @@ func TestCaddyfileOptionTwice(t *testing.T) {
 		{handler, "forward", "seckill: forward"},
 		{ordersH, "prefix /o", "seckill_orders: prefix"},
 		{ordersH, "errors write", "seckill_orders: errors"},
-		{demo, "allow_remote", "seckill_demo_signin: allow_remote"},
+		{demo, "allow private", "seckill_demo_signin: allow"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			caddyfile := strings.Replace(tc.block, "%s", tc.option+"\n"+tc.option, 1)

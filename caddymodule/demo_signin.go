@@ -24,13 +24,17 @@ func init() {
 // DemoSignin mints a buyer token for whoever asks: POST {"user":"alice"} answers
 // {"token", "user", "expires_ms"}, a token the app's jwt configuration accepts, valid for an hour.
 // It lets the sale page be tried without a shop's login. It is off unless the directive is
-// written, answers only loopback clients unless AllowRemote is set, and logs a warning at every
+// written, answers only loopback clients unless Allow names more, and logs a warning at every
 // provisioning. Never enable it in production: anyone who can reach it can sign in as anyone.
 type DemoSignin struct {
-	// AllowRemote answers clients that are not on the loopback interface too (Caddy's client_ip,
-	// which honours trusted_proxies).
-	AllowRemote bool `json:"allow_remote,omitempty"`
+	// Allow names the clients (Caddy's client_ip, which honours trusted_proxies) that may sign in
+	// besides loopback ones: "loopback" (no more; the default), "private" (the private networks of
+	// RFC 1918 and RFC 4193, such as a Docker host's bridge), "any", or CIDR ranges.
+	Allow []string `json:"allow,omitempty"`
 
+	allowAny  bool
+	allowed   []netip.Prefix
+	private   bool
 	mint      jwtauth.MintConfig
 	userClaim string // when not sub, the user goes in this claim too
 	logger    *zap.Logger
@@ -70,10 +74,60 @@ func mintTemplate(c jwtauth.Config) *jwtauth.MintConfig {
 	return nil
 }
 
+// The names Allow takes besides CIDR ranges.
+const (
+	demoAllowLoopback = "loopback"
+	demoAllowPrivate  = "private"
+	demoAllowAny      = "any"
+)
+
+// parseAllow reads Allow.
+func (h *DemoSignin) parseAllow() error {
+	for _, a := range h.Allow {
+		switch a {
+		case demoAllowLoopback:
+		case demoAllowPrivate:
+			h.private = true
+		case demoAllowAny:
+			h.allowAny = true
+		default:
+			p, err := netip.ParsePrefix(a)
+			if err != nil {
+				return fmt.Errorf("seckill_demo_signin: allow %q: want loopback, private, any or a CIDR range", a)
+			}
+			h.allowed = append(h.allowed, p.Masked())
+		}
+	}
+	return nil
+}
+
+// allows reports whether the client of r may sign in.
+func (h *DemoSignin) allows(r *http.Request) bool {
+	if h.allowAny {
+		return true
+	}
+	addr, ok := clientAddr(r)
+	if !ok {
+		return false
+	}
+	if addr.IsLoopback() || (h.private && addr.IsPrivate()) {
+		return true
+	}
+	for _, p := range h.allowed {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
 // Provision takes the token template from the seckill app.
 func (h *DemoSignin) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.now = time.Now
+	if err := h.parseAllow(); err != nil {
+		return err
+	}
 	v, err := ctx.App("seckill")
 	if err != nil {
 		return fmt.Errorf("seckill app: %w", err)
@@ -88,7 +142,7 @@ func (h *DemoSignin) Provision(ctx caddy.Context) error {
 		h.userClaim = c
 	}
 	h.logger.Warn("demo sign-in is ON: anyone who can reach it can sign in as anyone; never enable it in production",
-		zap.Bool("allow_remote", h.AllowRemote))
+		zap.Strings("allow", append([]string{demoAllowLoopback}, h.Allow...)))
 	return nil
 }
 
@@ -105,9 +159,9 @@ func (h *DemoSignin) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyht
 		return nil
 	}
 	// The client check comes first: a remote client learns nothing else about this endpoint.
-	if !h.AllowRemote && !loopbackClient(r) {
+	if !h.allows(r) {
 		return answerError(errorsAuto, w, r, apiError(http.StatusForbidden, codeForbidden,
-			"the demo sign-in answers only local clients"))
+			"the demo sign-in does not answer this client (see its allow option)"))
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -179,12 +233,12 @@ func demoUserByte(c byte) bool {
 	return c == '.' || c == '_' || c == '-'
 }
 
-// loopbackClient reports whether Caddy's client_ip of the request is a loopback address. Without
-// one (outside a Caddy server) the client is not trusted.
-func loopbackClient(r *http.Request) bool {
+// clientAddr returns Caddy's client_ip of the request. Without one (outside a Caddy server) there
+// is none, and the client is not trusted.
+func clientAddr(r *http.Request) (netip.Addr, bool) {
 	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
 	addr, err := netip.ParseAddr(s)
-	return err == nil && addr.Unmap().IsLoopback()
+	return addr.Unmap(), err == nil
 }
 
 // Interface guards

@@ -12,8 +12,8 @@ import (
 )
 
 // TestDemoSignin signs buyers in through seckill_demo_signin: the token carries the app's issuer,
-// audience and user claim and the edge accepts it; remote clients are refused unless allow_remote;
-// bad input is a 4xx.
+// audience and user claim and the edge accepts it; remote clients are refused unless allow names
+// them (any, private networks, CIDR ranges); bad input is a 4xx.
 func TestDemoSignin(t *testing.T) {
 	port := freePort(t)
 	now := time.Now()
@@ -43,7 +43,17 @@ http://127.0.0.1:%d {
 	}
 	route /demo/open {
 		seckill_demo_signin {
-			allow_remote
+			allow any
+		}
+	}
+	route /demo/private {
+		seckill_demo_signin {
+			allow private
+		}
+	}
+	route /demo/net {
+		seckill_demo_signin {
+			allow loopback 203.0.113.0/24 2001:db8::/32
 		}
 	}
 }
@@ -77,9 +87,27 @@ http://127.0.0.1:%d {
 	expect(t, "remote client", c.Do(http.MethodPost, "/demo/token", "", strings.NewReader(`{"user":"alice"}`), remote...),
 		http.StatusForbidden, "forbidden")
 	expect(t, "remote client, GET", c.Do(http.MethodGet, "/demo/token", "", nil, remote...), http.StatusForbidden, "forbidden")
-	open := c.Do(http.MethodPost, "/demo/open", "", strings.NewReader(`{"user":"bob"}`), remote...)
-	if open.Status != http.StatusOK || open.Str("user") != "bob" {
-		t.Errorf("allow_remote: %s", open)
+	for _, tc := range []struct {
+		route, client string
+		ok            bool
+	}{
+		{"/demo/open", "203.0.113.7", true},
+		{"/demo/private", "203.0.113.7", false},
+		{"/demo/private", "10.1.2.3", true},
+		{"/demo/private", "172.17.0.1", true}, // a Docker host's bridge, as `-p 8080:8080` forwards it
+		{"/demo/private", "fd00::1", true},
+		{"/demo/net", "203.0.113.7", true},
+		{"/demo/net", "2001:db8::7", true},
+		{"/demo/net", "10.1.2.3", false},
+		{"/demo/net", "127.0.0.1", true},
+	} {
+		r := c.Do(http.MethodPost, tc.route, "", strings.NewReader(`{"user":"bob"}`), "X-Forwarded-For", tc.client)
+		if tc.ok && (r.Status != http.StatusOK || r.Str("user") != "bob") {
+			t.Errorf("%s from %s: %s, want a token", tc.route, tc.client, r)
+		}
+		if !tc.ok {
+			expect(t, tc.route+" from "+tc.client, r, http.StatusForbidden, "forbidden")
+		}
 	}
 
 	m := c.Get("/demo/token", "")

@@ -81,7 +81,7 @@ const (
 	layerHashedURL                 // 404 bad_path, no store call
 	layerCaptchaLimit              // 429: the user's captcha issuance bucket
 	layerCaptcha                   // 403 captcha_invalid, 404 image, 503 captcha store down
-	layerBadRequest                // 400 / 413 bad_request: the Idempotency-Key or the body
+	layerBadRequest                // 400 / 408 / 413 bad_request: the Idempotency-Key or the body
 	layerBreaker                   // 503 busy: the store's circuit breaker refused the call
 	layerStoreError                // 503 busy: the store call failed or timed out
 	layerReplicasAck               // 503 busy: the store decided, too few replicas confirmed in time
@@ -176,6 +176,12 @@ func errBusyAt(l layer, retryAfter time.Duration) *Error {
 	return e
 }
 
+// errBodyTimeout is the 408 answer to a body that did not arrive within the app's body_timeout.
+func errBodyTimeout(timeout time.Duration) *Error {
+	return refuseAt(layerBadRequest, http.StatusRequestTimeout, codeBadRequest,
+		"the request body did not arrive within "+timeout.String())
+}
+
 func errBadRequest(msg string) *Error {
 	return refuseAt(layerBadRequest, http.StatusBadRequest, codeBadRequest, msg)
 }
@@ -268,7 +274,7 @@ func serveError(w http.ResponseWriter, err error) {
 // codeForStatus names errors that did not come from this handler.
 func codeForStatus(status int) string {
 	switch status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+	case http.StatusBadRequest, http.StatusRequestTimeout, http.StatusRequestEntityTooLarge:
 		return codeBadRequest
 	case http.StatusUnauthorized:
 		return codeUnauthorized

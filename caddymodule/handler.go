@@ -84,6 +84,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return nil
 	}
 	stripSeckillHeaders(r.Header)
+	armBodyDeadline(w, r, h.app.bodyTimeout)
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
 	if repl == nil {
 		repl = caddy.NewReplacer() // only outside a Caddy server, which never happens in practice

@@ -72,6 +72,7 @@ func (h *OrdersHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ cadd
 	if servedError(w, r) {
 		return nil
 	}
+	armBodyDeadline(w, r, h.app.bodyTimeout) // the API reads no body; net/http would wait for it
 	tail, ok := strings.CutPrefix(r.URL.Path, h.prefix)
 	if !ok || len(tail) < 2 || tail[0] != '/' {
 		return answerError(h.Errors, w, r, apiError(http.StatusNotFound, codeNotFound, "no such order or call"))
