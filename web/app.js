@@ -36,7 +36,7 @@ export class Sale {
       signinToken: $("signin-token"), signinTokenUse: $("signin-token-use"),
       buyForm: $("buy-form"), buy: $("buy"), buyHint: $("buy-hint"), captchaHint: $("captcha-hint"),
       captcha: $("captcha"), captchaImage: $("captcha-image"), captchaNew: $("captcha-new"),
-      captchaAnswer: $("captcha-answer"),
+      captchaAnswer: $("captcha-answer"), captchaListen: $("captcha-listen"), captchaAudio: $("captcha-audio"),
       message: $("message"), announce: $("announce"),
       order: $("order"), orderStatus: $("order-status"), orderIDRow: $("order-id-row"), orderID: $("order-id"),
       orderDueRow: $("order-due-row"), orderDue: $("order-due"), pay: $("pay"),
@@ -54,7 +54,7 @@ export class Sale {
     this.soldOut = false;
     this.soldOutAt = -Infinity; // monotonic ms of the last sold-out answer to a call of ours
     this.captchaOn = null; // unknown until the gateway says
-    this.captcha = null; // {id, image}
+    this.captcha = null; // {id, image, audio}
     this.path = null; // the buy path, once revealed
     this.pathPromise = null;
     this.pathTried = false; // the automatic fetch at the opening instant was made
@@ -100,6 +100,7 @@ export class Sale {
     });
     e.pay.addEventListener("click", () => this.pay());
     e.captchaNew.addEventListener("click", () => this.newCaptcha());
+    e.captchaListen.addEventListener("click", () => this.listenCaptcha());
     e.captchaAnswer.addEventListener("input", () => {
       this.answerEditedAt = performance.now();
     });

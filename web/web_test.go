@@ -310,12 +310,21 @@ func TestCaptcha(t *testing.T) {
 	}
 	tb.shot("captcha")
 
+	// "Hear the digits" fetches the captcha's WAV once and plays it; a second press replays it.
+	tb.do(chromedp.Click(chromedp.ID("captcha-listen")))
+	tb.waitFor("the digits spoken", `(() => { const a = document.getElementById("captcha-audio");
+		return a.src.startsWith("blob:") && a.readyState >= 1 && a.duration > 1; })()`, 10*time.Second)
+	tb.do(chromedp.Click(chromedp.ID("captcha-listen")))
+	if wavs := requests(tb, ".wav"); len(wavs) != 1 || wavs[0].Status != http.StatusOK {
+		t.Errorf("audio fetches = %+v, want one answered 200", wavs)
+	}
+
 	tb.do(chromedp.Click(chromedp.ID("captcha-new")))
 	tb.waitFor("a new image", fmt.Sprintf(`document.getElementById("captcha-image").src !== %q && %s`, first, loaded), 10*time.Second)
 	second := eval[string](tb, `document.getElementById("captcha-image").src`)
 
-	// Six zeros: a wrong answer but for a one-in-a-million draw.
-	tb.do(chromedp.SendKeys(chromedp.ID("captcha-answer"), "000000"))
+	// Five zeros: a wrong answer but for a one-in-100,000 draw.
+	tb.do(chromedp.SendKeys(chromedp.ID("captcha-answer"), "00000"))
 	tb.waitFor("the captcha_invalid message", fmt.Sprintf(messageIs, "captcha_invalid"), 20*time.Second)
 	paths := requests(tb, "/path")
 	if len(paths) != 1 || paths[0].At < float64(start.Add(-reveal).UnixMilli())-100 {
@@ -328,6 +337,12 @@ func TestCaptcha(t *testing.T) {
 	if id := eval[string](tb, `document.activeElement?.id ?? ""`); id != "captcha-answer" {
 		t.Errorf("focus is on %q, want the answer field", id)
 	}
+	// On a 390 px phone the buyer sees why, and where to type again, without scrolling.
+	tb.waitFor("the message and the answer field in view", `(() => {
+		const inView = (id) => { const r = document.getElementById(id).getBoundingClientRect();
+			return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight; };
+		return window.innerWidth === 390 && inView("message") && inView("captcha-answer");
+	})()`, 5*time.Second)
 	tb.shot("captcha-invalid")
 }
 
