@@ -3,7 +3,7 @@
 
 import { Api } from "./api.js";
 import { backoffDelay, sleep, withJitter } from "./backoff.js";
-import { ServerClock, describeSkew, formatCountdown, msUntilTick } from "./clock.js";
+import { ServerClock, countdownText, describeSkew, msUntilTick } from "./clock.js";
 import { readConfig } from "./config.js";
 import { message, waitText } from "./messages.js";
 import { orderMethods } from "./order.js";
@@ -49,6 +49,8 @@ export class Sale {
     this.dateFormat = new Intl.DateTimeFormat(undefined, {
       weekday: "short", day: "numeric", month: "short", year: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
     });
+    // In place of a countdown to an instant days away.
+    this.dayFormat = new Intl.DateTimeFormat(undefined, { day: "numeric", month: "short", year: "numeric" });
 
     this.sale = null; // {start, end, reveal, remaining} from the status call
     this.soldOut = false;
@@ -275,16 +277,20 @@ export class Sale {
 
     const fmt = this.dateFormat;
     switch (phase) {
-      case "upcoming":
-        this.setText(e.label, "The sale opens in");
-        this.setText(e.countdown, formatCountdown(start - now));
+      case "upcoming": {
+        const left = countdownText(start - now);
+        this.setText(e.label, left === null ? "The sale opens on" : "The sale opens in");
+        this.setText(e.countdown, left ?? this.dayFormat.format(new Date(start)));
         this.setText(e.when, `Opens ${fmt.format(new Date(start))} (your time zone)`);
         break;
-      case "open":
-        this.setText(e.label, "The sale is open. It ends in");
-        this.setText(e.countdown, formatCountdown(end - now));
+      }
+      case "open": {
+        const left = countdownText(end - now);
+        this.setText(e.label, left === null ? "The sale is open until" : "The sale is open. It ends in");
+        this.setText(e.countdown, left ?? this.dayFormat.format(new Date(end)));
         this.setText(e.when, `Ends ${fmt.format(new Date(end))} (your time zone)`);
         break;
+      }
       case "sold_out":
         this.setText(e.label, "Sold out");
         this.setText(e.when, "Every item has been taken.");
@@ -294,7 +300,7 @@ export class Sale {
         this.setText(e.when, `Ended ${fmt.format(new Date(end))} (your time zone)`);
     }
     e.countdown.hidden = phase === "sold_out" || phase === "ended";
-    // A countdown with days ("3683d 09:12:33") gets a smaller size, so that it stays on one line.
+    // A countdown with days ("1d 09:12:33") or a date gets a smaller size, to stay on one line.
     e.countdown.classList.toggle("long", e.countdown.textContent.length > 8);
 
     const skew = this.clock.skew();

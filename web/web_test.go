@@ -404,6 +404,7 @@ func TestModules(t *testing.T) {
 		Kept        []bool    `json:"kept"`
 		AfterJump   float64   `json:"afterJump"`
 		Format      []string  `json:"format"`
+		Far         []string  `json:"far"`
 		Tick        []float64 `json:"tick"`
 		BackoffLo   []float64 `json:"backoffLo"`
 		BackoffHi   []float64 `json:"backoffHi"`
@@ -411,7 +412,7 @@ func TestModules(t *testing.T) {
 		Config      []string  `json:"config"`
 	}
 	r := eval[results](tb, `(async () => {
-		const { ServerClock, formatCountdown, msUntilTick } = await import("/clock.js");
+		const { ServerClock, formatCountdown, countdownText, msUntilTick } = await import("/clock.js");
 		const { backoffDelay, retryAfterMs } = await import("/backoff.js");
 		const { readConfig } = await import("/config.js");
 		const out = {};
@@ -429,6 +430,7 @@ func TestModules(t *testing.T) {
 		mono = 2010;
 		out.afterJump = c.now();
 		out.format = [0, 200, 1000, 61000, 90061000].map(formatCountdown);
+		out.far = [90061000, 172800000, 172801000, 3315 * 86400000].map((ms) => countdownText(ms) ?? "date");
 		out.tick = [msUntilTick(10500, 10000), msUntilTick(11000, 10000)];
 		const at = [0, 1, 2, 3, 10, 30];
 		out.backoffLo = at.map((a) => backoffDelay(a, { random: () => 0 }));
@@ -453,6 +455,10 @@ func TestModules(t *testing.T) {
 	}
 	if want := []string{"00:00:00", "00:00:01", "00:00:01", "00:01:01", "1d 01:01:01"}; fmt.Sprint(r.Format) != fmt.Sprint(want) {
 		t.Errorf("format = %q, want %q", r.Format, want)
+	}
+	// Two days and less count down; further off, the page shows a date instead.
+	if want := []string{"1d 01:01:01", "2d 00:00:00", "date", "date"}; fmt.Sprint(r.Far) != fmt.Sprint(want) {
+		t.Errorf("countdownText = %q, want %q", r.Far, want)
 	}
 	if fmt.Sprint(r.Tick) != "[505 1005]" {
 		t.Errorf("ticks = %v, want [505 1005]", r.Tick)
@@ -666,7 +672,8 @@ func TestEarlyBuyIsRetriedOnTime(t *testing.T) {
 
 // The page's texts on a phone, for a sale that ends years from now (as the demo of
 // Caddyfile.example does): signed out, "sign in" is said once; the end date carries its year; the
-// long countdown stays on one line; the captcha hint follows the phase.
+// page shows the end's date instead of a countdown of years, on one line; the captcha hint
+// follows the phase.
 func TestPageTexts(t *testing.T) {
 	t.Parallel()
 	start := saleStart(6 * time.Second)
@@ -698,9 +705,13 @@ func TestPageTexts(t *testing.T) {
 	if got := tb.text("#when"); !strings.Contains(got, "2036") && !strings.Contains(got, "2035") {
 		t.Errorf("end date %q has no year", got) // 2035 in a time zone west of UTC
 	}
+	// Years away: the date, not "3315d 09:11:57".
 	countdown := tb.text("#countdown")
-	if !strings.Contains(countdown, "d ") {
-		t.Errorf("countdown %q, want days", countdown)
+	if !strings.Contains(countdown, "2036") && !strings.Contains(countdown, "2035") || strings.Contains(countdown, "d ") {
+		t.Errorf("countdown %q, want the end's date", countdown)
+	}
+	if got := tb.text("#countdown-label"); got != "The sale is open until" {
+		t.Errorf("label = %q, want \"The sale is open until\"", got)
 	}
 	lines := `(() => { const r = document.createRange(); r.selectNodeContents(document.getElementById("countdown"));
 		return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size; })()`
