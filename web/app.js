@@ -36,6 +36,7 @@ export class Sale {
       signinToken: $("signin-token"), signinTokenUse: $("signin-token-use"),
       buyForm: $("buy-form"), buy: $("buy"), buyHint: $("buy-hint"), captchaHint: $("captcha-hint"),
       captcha: $("captcha"), captchaImage: $("captcha-image"), captchaNew: $("captcha-new"),
+      productName: $("product-name"), price: $("price"), priceNow: $("price-now"),
       captchaAnswer: $("captcha-answer"), captchaListen: $("captcha-listen"), captchaAudio: $("captcha-audio"),
       message: $("message"), announce: $("announce"),
       order: $("order"), orderStatus: $("order-status"), orderIDRow: $("order-id-row"), orderID: $("order-id"),
@@ -185,6 +186,7 @@ export class Sale {
     if (typeof b.captcha === "boolean") {
       this.captchaOn = b.captcha;
     }
+    this.showProduct(b);
     if (b.state === "sold_out") {
       if (!this.soldOut && !this.holding()) {
         this.say("sold_out"); // said, not only shown: the buyer may be looking elsewhere
@@ -194,6 +196,19 @@ export class Sale {
       performance.now() - this.soldOutAt > SOLD_OUT_STICKY_MS) {
       this.soldOut = false; // restocked: an unpaid order went back on sale
     }
+  }
+
+  /** showProduct shows the activity's title and price, when it has them. */
+  showProduct(b) {
+    const e = this.el;
+    const title = typeof b.title === "string" && b.title !== "" ? b.title : String(b.activity ?? "");
+    this.setText(e.productName, title);
+    if (document.title !== `Flash sale · ${title}`) {
+      document.title = `Flash sale · ${title}`;
+    }
+    const display = typeof b.price?.display === "string" ? b.price.display : "";
+    this.setText(e.priceNow, display);
+    e.price.hidden = display === "";
   }
 
   /** refreshStatusLater keeps the stock and state current, gently (jittered, cacheable reads). */

@@ -678,11 +678,20 @@ func TestPageTexts(t *testing.T) {
 	t.Parallel()
 	start := saleStart(6 * time.Second)
 	end := time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC)
-	g := startGateway(t, gatewayConf{captcha: true, sales: []saleConf{{id: "texts", stock: 5, limit: 1, start: start, end: end, reveal: 2 * time.Second}}})
+	g := startGateway(t, gatewayConf{captcha: true, sales: []saleConf{
+		{id: "texts", stock: 5, limit: 1, start: start, end: end, reveal: 2 * time.Second, price: "1500 jpy", title: "Green Tea, 20 bags"},
+		{id: "plain", stock: 5, limit: 1, start: start, end: end},
+	}})
 	tb := newTab(t, "texts", phone)
 	tb.do(chromedp.Navigate(g.pageURL(t, "texts", "")))
 	tb.waitFor("the sign-in form", `!document.getElementById("signin").hidden`, 10*time.Second)
 	tb.waitFor("the countdown", fmt.Sprintf(phaseIs, "upcoming"), 10*time.Second)
+	if name, price := tb.text("#product-name"), tb.text("#price-now"); name != "Green Tea, 20 bags" || price != "1500 JPY" {
+		t.Errorf("name %q, price %q; want the activity's title and price", name, price)
+	}
+	if title := eval[string](tb, `document.title`); title != "Flash sale · Green Tea, 20 bags" {
+		t.Errorf("document title %q", title)
+	}
 	panel := `document.querySelector(".panel").innerText`
 	if n := eval[int](tb, `(`+panel+`.match(/sign in/gi) || []).length`); n != 1 {
 		t.Errorf("signed out, the panel says \"sign in\" %d times, want once:\n%s", n, eval[string](tb, panel))
@@ -719,4 +728,14 @@ func TestPageTexts(t *testing.T) {
 		t.Errorf("countdown %q takes %d lines on a phone, want 1", countdown, n)
 	}
 	tb.shot("open-long-countdown")
+
+	// An activity without title and price: the page shows its id, and no price of its own.
+	tb.do(chromedp.Navigate(g.pageURL(t, "plain", "erin")), chromedp.Reload())
+	tb.waitFor("the status", `document.getElementById("product-name").innerText === "plain"`, 10*time.Second)
+	if eval[bool](tb, `!document.getElementById("price").hidden`) {
+		t.Errorf("without a price the page shows %q", tb.text("#price"))
+	}
+	if html := eval[string](tb, `document.documentElement.outerHTML`); strings.Contains(html, "$") {
+		t.Errorf("the page shows a price of its own:\n%s", html)
+	}
 }
