@@ -676,7 +676,7 @@ func TestEarlyBuyIsRetriedOnTime(t *testing.T) {
 // follows the phase.
 func TestPageTexts(t *testing.T) {
 	t.Parallel()
-	start := saleStart(6 * time.Second)
+	start := saleStart(15 * time.Second) // the checks before the start take a few seconds on a loaded machine
 	end := time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC)
 	g := startGateway(t, gatewayConf{captcha: true, sales: []saleConf{
 		{id: "texts", stock: 5, limit: 1, start: start, end: end, reveal: 2 * time.Second, price: "1500 jpy", title: "Green Tea, 20 bags"},
@@ -707,7 +707,7 @@ func TestPageTexts(t *testing.T) {
 	if got := tb.text("#captcha-hint"); got != "Type them now: they are checked when the sale opens." {
 		t.Errorf("captcha hint before the start = %q", got)
 	}
-	tb.waitFor("the sale to open", fmt.Sprintf(phaseIs, "open"), 20*time.Second)
+	tb.waitFor("the sale to open", fmt.Sprintf(phaseIs, "open"), 30*time.Second)
 	if got := tb.text("#captcha-hint"); got != "Type them, then press Buy now." {
 		t.Errorf("captcha hint once open = %q", got)
 	}
