@@ -25,7 +25,7 @@ import (
 //	}]
 func parseCaptcha(d *caddyfile.Dispenser, a *App) error {
 	if !d.NextArg() {
-		return d.Err("seckill: captcha needs on or off (e.g. captcha on { length 6 })")
+		return d.Err("seckill: captcha needs on or off (e.g. captcha on { length 5 })")
 	}
 	v := d.Val()
 	if err := caddyfileargs.NoArg(d); err != nil {
