@@ -10,6 +10,7 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/internal/ticker"
+	"github.com/caddy-seckill/caddy-seckill/money"
 )
 
 // How the node-local view of the activities follows the store. The handler needs an activity's
@@ -24,13 +25,21 @@ const (
 // activity is what the handler knows of one activity.
 type activity struct {
 	admission.Activity
+	shown
+}
+
+// shown is what the configuration says of an activity beyond its store definition; an activity
+// defined only through the admin API has none of it.
+type shown struct {
 	reveal time.Duration // how long before Start the buy path is handed out
+	price  *money.Price  // nil: sold without a price shown
+	title  string
 }
 
 // activities is the node-local, periodically refreshed view of the activities in the store.
 type activities struct {
-	store  admission.Store
-	reveal map[string]time.Duration // from the configuration; read-only
+	store admission.Store
+	shown map[string]shown // from the configuration; read-only
 
 	mu   sync.RWMutex
 	byID map[string]admission.Activity
@@ -56,10 +65,10 @@ type stockReading struct {
 	wins, dead int64     // the store's queue counters at the last full read (refresh, admin API)
 }
 
-func newActivities(store admission.Store, reveal map[string]time.Duration) *activities {
+func newActivities(store admission.Store, shown map[string]shown) *activities {
 	return &activities{
 		store:   store,
-		reveal:  reveal,
+		shown:   shown,
 		byID:    map[string]admission.Activity{},
 		changed: map[string]uint64{},
 		stock:   map[string]stockReading{},
@@ -88,7 +97,7 @@ func (c *activities) lookup(id string) (activity, bool) {
 	if !ok {
 		return activity{}, false
 	}
-	return activity{Activity: a, reveal: c.reveal[id]}, true
+	return activity{Activity: a, shown: c.shown[id]}, true
 }
 
 // put records one definition, as returned by the store.

@@ -28,6 +28,14 @@ func TestActivityConfigJSON(t *testing.T) {
 		{"start_in no end", `{"stock": 5, "start_in": "30s"}`, "activity a: start (or start_in) and end are required"},
 		{"reveal negative", `{"stock": 5, "start": "2026-01-01T00:00:00Z", ` + end + `, "reveal": "-1s"}`, "activity a: reveal -1s is negative"},
 		{"pay_within negative", `{"stock": 5, "start": "2026-01-01T00:00:00Z", ` + end + `, "pay_within": "-1s"}`, "activity a: pay_within -1s is negative"},
+		{"price", `{"stock": 5, "start_in": "30s", ` + end + `, "price": {"amount": 19900, "currency": "USD"}, "title": "Demo Phone"}`, ""},
+		{"price zero", `{"stock": 5, "start_in": "30s", ` + end + `, "price": {"amount": 0, "currency": "USD"}}`, "activity a: price: amount 0 (minor units) must be positive"},
+		{"price negative", `{"stock": 5, "start_in": "30s", ` + end + `, "price": {"amount": -100, "currency": "EUR"}}`, "activity a: price: amount -100 (minor units) must be positive"},
+		{"price too large", `{"stock": 5, "start_in": "30s", ` + end + `, "price": {"amount": 1000000000000000001, "currency": "EUR"}}`, "must be positive and at most 1000000000000000"},
+		{"price currency", `{"stock": 5, "start_in": "30s", ` + end + `, "price": {"amount": 100, "currency": "usd"}}`, `activity a: price: currency "usd" is not an ISO 4217 code in upper case`},
+		{"price no currency", `{"stock": 5, "start_in": "30s", ` + end + `, "price": {"amount": 100}}`, `activity a: price: currency "" is not`},
+		{"title control", `{"stock": 5, "start_in": "30s", ` + end + `, "title": "a\u0007b"}`, "activity a: title: contains a control character"},
+		{"title long", `{"stock": 5, "start_in": "30s", ` + end + `, "title": "` + strings.Repeat("é", 101) + `"}`, "activity a: title: 202 bytes is longer than 200"},
 		{"end before start", `{"stock": 5, "start": "2037-01-01T00:00:00Z", ` + end + `}`, "activity a: end 2036-01-01T00:00:00Z is not after start 2037-01-01T00:00:00Z"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

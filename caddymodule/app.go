@@ -201,11 +201,11 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if !a.DisableCaptcha {
 		a.issuer = captcha.NewIssuer(b.captchas, captchaOpts)
 	}
-	reveal := make(map[string]time.Duration, len(a.Activities))
+	shownByID := make(map[string]shown, len(a.Activities))
 	for id, act := range a.Activities {
-		reveal[id] = time.Duration(act.Reveal)
+		shownByID[id] = shown{reveal: time.Duration(act.Reveal), price: act.Price, title: act.Title}
 	}
-	a.acts = newActivities(b.guard, reveal)
+	a.acts = newActivities(b.guard, shownByID)
 	storeMetrics, _ := b.store.(prometheus.Collector) // a store's own metrics, if it has any
 	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, storeMetrics); err != nil {
 		return err

@@ -1,13 +1,16 @@
 package caddymodule
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
+	"github.com/caddy-seckill/caddy-seckill/money"
 )
 
 // addActivity parses one activity option of the global seckill block into a.Activities: its id,
@@ -40,14 +43,16 @@ func addActivity(d *caddyfile.Dispenser, a *App) error {
 // parseActivity parses the block of "activity <id>". Syntax:
 //
 //	activity <id> {
-//		stock      <n>                # required
-//		limit      <n>                # most items per user; default 1
-//		start      <RFC 3339 time>    # required, or start_in
-//		start_in   <duration>         # instead of start: after the first definition
-//		end        <RFC 3339 time>    # required
-//		reveal     <duration>         # buy path handed out this long before start; default 0
-//		pay_within <duration>         # time a winner has to pay; default 15m
-//		buckets    <n>                # store redis: split the stock over n shards; 2 to 256, ≤ stock
+//		stock      <n>                   # required
+//		limit      <n>                   # most items per user; default 1
+//		start      <RFC 3339 time>       # required, or start_in
+//		start_in   <duration>            # instead of start: after the first definition
+//		end        <RFC 3339 time>       # required
+//		reveal     <duration>            # buy path handed out this long before start; default 0
+//		pay_within <duration>            # time a winner has to pay; default 15m
+//		buckets    <n>                   # store redis: split the stock over n shards; 2 to 256, ≤ stock
+//		price      <amount> <currency>   # one item's price, e.g. 199.00 USD (ISO 4217); optional
+//		title      <text>                # the item's name on the sale page and in orders; optional
 //	}
 func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 	c := new(ActivityConfig)
@@ -80,6 +85,17 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 			// The stock bound is checked once the block is read (validate).
 			c.Buckets, err = caddyfileargs.IntArg(d, what+"buckets", minBuckets, admission.MaxBuckets,
 				fmt.Sprintf("want %d to %d (leave it out for one)", minBuckets, admission.MaxBuckets))
+		case "price":
+			c.Price, err = parsePrice(d, what)
+		case "title":
+			if c.Title, err = caddyfileargs.OneArg(d); err == nil {
+				if err = validateTitle(c.Title); err == nil && strings.TrimSpace(c.Title) == "" {
+					err = errors.New("is empty")
+				}
+				if err != nil {
+					err = d.Errf("seckill: %stitle %q: %v", what, c.Title, err)
+				}
+			}
 		default:
 			err = d.Errf("seckill: %sunrecognized option %q", what, opt)
 		}
@@ -95,4 +111,21 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 		return nil, d.Errf("seckill: %v", err)
 	}
 	return c, nil
+}
+
+// parsePrice reads the two arguments of "price <amount> <currency>": a positive decimal amount
+// with at most the currency's minor-unit digits.
+func parsePrice(d *caddyfile.Dispenser, what string) (*money.Price, error) {
+	var amount, currency string
+	if !d.AllArgs(&amount, &currency) {
+		return nil, d.Errf("seckill: %sprice needs an amount and an ISO 4217 currency, e.g. price 199.00 USD", what)
+	}
+	p, err := money.Parse(amount, currency)
+	if err == nil && p.Amount == 0 {
+		err = errors.New("must be more than zero")
+	}
+	if err != nil {
+		return nil, d.Errf("seckill: %sprice %s %s: %v", what, amount, currency, err)
+	}
+	return &p, nil
 }

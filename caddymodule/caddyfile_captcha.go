@@ -2,9 +2,12 @@ package caddymodule
 
 import (
 	"math"
+	"slices"
+	"strings"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
+	"github.com/caddy-seckill/caddy-seckill/captcha"
 	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
 )
 
@@ -12,14 +15,17 @@ import (
 //
 //	captcha off
 //	captcha on [{
-//		length      <digits>                        # default 6; 4 to 10
-//		ttl         <duration>                      # time to answer it; default 2m; 1s to 1h
-//		max_fetches <n>                             # image fetches per captcha; default 3; 1 to 100
-//		issue_rate  <events>/<period> [burst <n>]   # per user and node; default 6/m burst 3
+//		length         <digits>                        # default 5; 4 to 10
+//		width          <pixels>                        # image width; default 400; 60 to 1000
+//		height         <pixels>                        # image height; default 160; 20 to 400
+//		audio_language en|ja|pt|ru|zh                  # spoken digits of the audio; default en
+//		ttl            <duration>                      # time to answer it; default 2m; 1s to 1h
+//		max_fetches    <n>                             # image and audio fetches per captcha; default 3; 1 to 100
+//		issue_rate     <events>/<period> [burst <n>]   # per user and node; default 6/m burst 3
 //	}]
 func parseCaptcha(d *caddyfile.Dispenser, a *App) error {
 	if !d.NextArg() {
-		return d.Err("seckill: captcha needs on or off (e.g. captcha on { length 6 })")
+		return d.Err("seckill: captcha needs on or off (e.g. captcha on { length 5 })")
 	}
 	v := d.Val()
 	if err := caddyfileargs.NoArg(d); err != nil {
@@ -42,6 +48,15 @@ func parseCaptcha(d *caddyfile.Dispenser, a *App) error {
 		switch opt {
 		case "length":
 			c.Length, err = caddyfileargs.IntArg(d, "captcha length", 1, math.MaxInt, "want a positive whole number")
+		case "width":
+			c.Width, err = caddyfileargs.IntArg(d, "captcha width", 60, 1000, "want pixels from 60 to 1000")
+		case "height":
+			c.Height, err = caddyfileargs.IntArg(d, "captcha height", 20, 400, "want pixels from 20 to 400")
+		case "audio_language":
+			if c.AudioLanguage, err = caddyfileargs.OneArg(d); err == nil && !slices.Contains(captcha.AudioLanguages, c.AudioLanguage) {
+				err = d.Errf("seckill: captcha audio_language %q: want one of %s", c.AudioLanguage,
+					strings.Join(captcha.AudioLanguages, ", "))
+			}
 		case "ttl":
 			c.TTL, err = caddyfileargs.PositiveDurationArg(d, "captcha ttl")
 		case "max_fetches":

@@ -13,13 +13,23 @@ import (
 
 // CaptchaConfig tunes the captcha of the path call. Zero fields take their defaults.
 type CaptchaConfig struct {
-	// Length is the number of digits; default 6, from 4 to 10.
+	// Length is the number of digits; default 5, from 4 to 10.
 	Length int `json:"length,omitempty"`
+
+	// Width and Height are the image's size in pixels; default 400×160, width from 60 to 1000,
+	// height from 20 to 400. The page scales the image down to fit a phone.
+	Width  int `json:"width,omitempty"`
+	Height int `json:"height,omitempty"`
+
+	// AudioLanguage is the language of the audio alternative's spoken digits: en (default), ja,
+	// pt, ru or zh.
+	AudioLanguage string `json:"audio_language,omitempty"`
 
 	// TTL is how long an issued captcha may be answered; default 2m, from 1s to 1h.
 	TTL caddy.Duration `json:"ttl,omitempty"`
 
-	// MaxFetches is how often one captcha's image may be fetched; default 3, from 1 to 100.
+	// MaxFetches is how often one captcha's image and audio, together, may be fetched; default 3,
+	// from 1 to 100.
 	MaxFetches int64 `json:"max_fetches,omitempty"`
 
 	// IssueRate limits how many captchas one user is issued, per node; default 6/m burst 3 (a
@@ -41,7 +51,10 @@ func (c *CaptchaConfig) settings() (captcha.Options, ratelimit.Rate, error) {
 		return captcha.Options{}, defaultCaptchaIssueRate, nil
 	}
 	// Validate fills only zero fields with defaults, so a negative value is reported with its range.
-	opts := captcha.Options{Length: c.Length, TTL: time.Duration(c.TTL), MaxFetches: c.MaxFetches}
+	opts := captcha.Options{
+		Length: c.Length, Width: c.Width, Height: c.Height, AudioLanguage: c.AudioLanguage,
+		TTL: time.Duration(c.TTL), MaxFetches: c.MaxFetches,
+	}
 	if err := opts.Validate(); err != nil {
 		return captcha.Options{}, ratelimit.Rate{}, err
 	}

@@ -1,9 +1,11 @@
 package caddymodule_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"image/png"
 	"net/http"
 	"strconv"
 	"strings"
@@ -83,10 +85,11 @@ func TestCaptchaIssueLimit(t *testing.T) {
 }
 
 // TestCaptchaOptions checks that the Caddyfile's captcha options reach the issuer: the number of
-// digits, the image fetch cap and the lifetime.
+// digits, the image size, the audio, the fetch cap (image and audio together) and the lifetime.
 func TestCaptchaOptions(t *testing.T) {
 	now := time.Now()
-	base := startCaddy(t, jwtBlock+"captcha on {\n\tlength 4\n\tttl 1s\n\tmax_fetches 1\n\tissue_rate 5/m burst 5\n}\n"+
+	base := startCaddy(t, jwtBlock+"captcha on {\n\tlength 4\n\twidth 300\n\theight 100\n\taudio_language ja\n"+
+		"\tttl 1s\n\tmax_fetches 2\n\tissue_rate 5/m burst 5\n}\n"+
 		activityBlock("co", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
 	c := newClient(t, base)
 	alice := token(t, "alice")
@@ -110,8 +113,16 @@ func TestCaptchaOptions(t *testing.T) {
 	}
 	if r := c.Get(img, ""); r.Status != http.StatusOK {
 		t.Errorf("first image fetch: %d", r.Status)
+	} else if m, err := png.Decode(bytes.NewReader(r.Raw)); err != nil || m.Bounds().Dx() != 300 || m.Bounds().Dy() != 100 {
+		t.Errorf("image: %v, want 300x100 (%v)", m.Bounds(), err)
 	}
-	expect(t, "second image fetch (max_fetches 1)", c.Get(img, ""), http.StatusNotFound, "not_found")
+	wav := strings.TrimSuffix(img, ".png") + ".wav"
+	if r := c.Get(wav, ""); r.Status != http.StatusOK || r.Header.Get("Content-Type") != "audio/wav" ||
+		!bytes.HasPrefix(r.Raw, []byte("RIFF")) || r.Header.Get("Cache-Control") != "no-store" {
+		t.Errorf("audio fetch: %d %s % x", r.Status, r.Header, r.Raw[:min(len(r.Raw), 4)])
+	}
+	expect(t, "third fetch, audio (max_fetches 2)", c.Get(wav, ""), http.StatusNotFound, "not_found")
+	expect(t, "third fetch, image (max_fetches 2)", c.Get(img, ""), http.StatusNotFound, "not_found")
 
 	// Past its ttl of 1s, the right answer no longer counts.
 	time.Sleep(1200 * time.Millisecond)
@@ -143,6 +154,9 @@ func TestCaptchaProvisionErrors(t *testing.T) {
 		{"negative length", false, `{"length": -6}`, "captcha length must be between 4 and 10 digits, got -6"},
 		{"ttl", false, `{"ttl": 500000000}`, "captcha ttl must be between 1s and 1h, got 500ms"},
 		{"negative max_fetches", false, `{"max_fetches": -1}`, "captcha max fetches must be between 1 and 100, got -1"},
+		{"width", false, `{"width": 2000}`, "captcha width must be between 60 and 1000 pixels, got 2000"},
+		{"height", false, `{"height": -5}`, "captcha height must be between 20 and 400 pixels, got -5"},
+		{"audio_language", false, `{"audio_language": "xx"}`, `captcha audio language must be one of en, ja, pt, ru, zh, got "xx"`},
 		{"issue_rate", false, `{"issue_rate": {"rate": "fast"}}`, `captcha issue_rate: rate "fast"`},
 		{"issue_rate burst", false, `{"issue_rate": {"rate": "6/m", "burst": -1}}`, "captcha issue_rate: rate \"6/m\" burst -1"},
 		{"issue_rate distributed", false, `{"issue_rate": {"rate": "6/m", "distributed": true}}`, "captcha issue_rate is node-local"},

@@ -41,7 +41,7 @@ func TestFlowWithCaptcha(t *testing.T) {
 	cp := c.Post("/seckill/cap/captcha", alice, "")
 	expect(t, "captcha", cp, http.StatusOK, "ok")
 	id, img := cp.Str("captcha_id"), cp.Str("image")
-	if id == "" || img != "/seckill/cap/captcha/"+id+".png" {
+	if id == "" || img != "/seckill/cap/captcha/"+id+".png" || cp.Str("audio") != "/seckill/cap/captcha/"+id+".wav" {
 		t.Fatalf("captcha answer: %s", cp)
 	}
 
@@ -68,6 +68,9 @@ func TestFlowWithCaptcha(t *testing.T) {
 		t.Error("image fetches are not capped")
 	}
 	expect(t, "unknown image", c.Get("/seckill/cap/captcha/NOSUCHID.png", ""), http.StatusNotFound, "not_found")
+	expect(t, "unknown audio", c.Get("/seckill/cap/captcha/NOSUCHID.wav", ""), http.StatusNotFound, "not_found")
+	// The image's fetches used this captcha's cap up, its audio's too.
+	expect(t, "audio of a capped captcha", c.Get(cp.Str("audio"), ""), http.StatusNotFound, "not_found")
 
 	// Bad answers: missing body, malformed, wrong digits, someone else's captcha. A captcha is
 	// single use: its owner's wrong answer burns it (another user's does not: TestCaptchaBoundToOwner).

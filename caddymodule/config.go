@@ -105,10 +105,13 @@ type ActivityConfig struct {
 	Buckets int `json:"buckets,omitempty"`
 
 	// Price is what one item costs (Caddyfile `price 199.00 USD`): the sale page, the activity's
-	// JSON and every order carry it, and the payment provider charges it.
+	// JSON and every order carry it, and the payment provider charges it. Optional: an activity
+	// without a price sells without showing one. When set, the amount is positive and the currency
+	// a current ISO 4217 code in upper case.
 	Price *money.Price `json:"price,omitempty"`
 
-	// Title names the item on the sale page and in orders.
+	// Title names the item on the sale page and in orders: at most 200 bytes of UTF-8 text, no
+	// control characters. Optional.
 	Title string `json:"title,omitempty"`
 }
 
@@ -164,6 +167,14 @@ func (c *ActivityConfig) validate(id string) error {
 	}
 	if err := c.validateWindow(id); err != nil {
 		return err
+	}
+	if c.Price != nil {
+		if err := validatePrice(*c.Price); err != nil {
+			return fmt.Errorf("activity %s: price: %w", id, err)
+		}
+	}
+	if err := validateTitle(c.Title); err != nil {
+		return fmt.Errorf("activity %s: title: %w", id, err)
 	}
 	return c.validateBuckets(id)
 }

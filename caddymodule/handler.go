@@ -24,6 +24,7 @@ func init() {
 //	GET  {prefix}/{activity}                  status (no auth, cacheable 1 s)
 //	POST {prefix}/{activity}/captcha          a captcha for the caller (JWT)
 //	GET  {prefix}/{activity}/captcha/{id}.png the captcha image
+//	GET  {prefix}/{activity}/captcha/{id}.wav the captcha's digits spoken (WAV)
 //	POST {prefix}/{activity}/path             the caller's hashed buy path (JWT, captcha answer)
 //	POST {prefix}/{activity}/buy/{hash}       the admission (JWT): 202 queued
 //	GET  {prefix}/{activity}/result           the caller's result record (JWT)
@@ -118,7 +119,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	case callCaptcha:
 		return q.captcha()
 	case callImage:
-		return q.captchaImage()
+		return q.captchaMedia(captchaPNG)
+	case callAudio:
+		return q.captchaMedia(captchaWAV)
 	case callPath:
 		return q.path()
 	case callBuy:

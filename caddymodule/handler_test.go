@@ -20,7 +20,7 @@ func TestForward(t *testing.T) {
 	seckill {
 		forward
 	}
-	respond "{http.request.header.Seckill-Reservation}|{http.request.header.Seckill-Activity}|{http.request.header.Seckill-User}|{http.request.header.Seckill-Qty}|{http.request.header.Seckill-Signature}|{http.request.header.Seckill-Evil}|{http.request.body}|{http.seckill.code}" 201
+	respond "{http.request.header.Seckill-Reservation}|{http.request.header.Seckill-Activity}|{http.request.header.Seckill-User}|{http.request.header.Seckill-Qty}|{http.request.header.Seckill-Signature}|{http.request.header.Seckill-Evil}|{http.request.body}|{http.seckill.code}|{http.request.header.Seckill-Timestamp}" 201
 }`)
 	c := newClient(t, base)
 	alice := token(t, "alice")
@@ -28,12 +28,12 @@ func TestForward(t *testing.T) {
 	// Forged headers on a call that does not win are stripped too (they would reach handle_errors
 	// and logs otherwise); here the call is refused before forwarding anyway.
 	path, bobPath := buyPath(t, c, "fw", alice), buyPath(t, c, "fw", token(t, "bob"))
-	r := c.Post(path, alice, `{"qty":1}`, "Seckill-User", "mallory", "Seckill-Evil", "x", "seckill-qty", "99")
+	r := c.Post(path, alice, `{"qty":1}`, "Seckill-User", "mallory", "Seckill-Evil", "x", "seckill-qty", "99", "Seckill-Timestamp", "1")
 	if r.Status != http.StatusCreated {
 		t.Fatalf("forwarded buy: %s", r)
 	}
 	f := strings.Split(string(r.Raw), "|")
-	if len(f) != 8 {
+	if len(f) != 9 {
 		t.Fatalf("forwarded answer %q", r.Raw)
 	}
 	h := http.Header{}
@@ -42,6 +42,7 @@ func TestForward(t *testing.T) {
 	h.Set(forwardsig.HeaderUser, f[2])
 	h.Set(forwardsig.HeaderQty, f[3])
 	h.Set(forwardsig.HeaderSignature, f[4])
+	h.Set(forwardsig.HeaderTimestamp, f[8])
 	w, ok := forwardsig.Verify(h, []byte("fwd-secret"))
 	if !ok {
 		t.Fatalf("signature does not verify: %q", r.Raw)

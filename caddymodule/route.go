@@ -14,6 +14,7 @@ const (
 	callStatus  callKind = iota + 1 // GET    {prefix}/{activity}
 	callCaptcha                     // POST   {prefix}/{activity}/captcha
 	callImage                       // GET    {prefix}/{activity}/captcha/{id}.png
+	callAudio                       // GET    {prefix}/{activity}/captcha/{id}.wav
 	callPath                        // POST   {prefix}/{activity}/path
 	callBuy                         // POST   {prefix}/{activity}/buy/{hash}
 	callResult                      // GET    {prefix}/{activity}/result
@@ -23,7 +24,7 @@ const (
 type call struct {
 	kind     callKind
 	activity string
-	arg      string // captcha id (callImage) or hash (callBuy)
+	arg      string // captcha id (callImage, callAudio) or hash (callBuy)
 }
 
 // Longest accepted path arguments: a captcha id or a hash longer than this is no valid one, and
@@ -65,11 +66,14 @@ func parseCall(prefix, path string) (call, bool) {
 	case n == 2 && seg[1] == "result":
 		c.kind = callResult
 	case n == 3 && seg[1] == "captcha":
-		id, ok := strings.CutSuffix(seg[2], ".png")
-		if !ok || !validArg(id) {
+		if id, ok := strings.CutSuffix(seg[2], ".png"); ok {
+			c.kind, c.arg = callImage, id
+		} else if id, ok := strings.CutSuffix(seg[2], ".wav"); ok {
+			c.kind, c.arg = callAudio, id
+		}
+		if c.kind == 0 || !validArg(c.arg) {
 			return call{}, false
 		}
-		c.kind, c.arg = callImage, id
 	case n == 3 && seg[1] == "buy":
 		if !validArg(seg[2]) {
 			return call{}, false
@@ -97,7 +101,7 @@ func validArg(s string) bool {
 // methods returns the methods a call answers, as the Allow header lists them.
 func (k callKind) methods() string {
 	switch k {
-	case callStatus, callImage, callResult:
+	case callStatus, callImage, callAudio, callResult:
 		return "GET, HEAD"
 	}
 	return "POST"
@@ -106,7 +110,7 @@ func (k callKind) methods() string {
 // allows reports whether the call answers method.
 func (k callKind) allows(method string) bool {
 	switch k {
-	case callStatus, callImage, callResult:
+	case callStatus, callImage, callAudio, callResult:
 		return method == http.MethodGet || method == http.MethodHead
 	}
 	return method == http.MethodPost
@@ -121,6 +125,8 @@ func (k callKind) String() string {
 		return "captcha"
 	case callImage:
 		return "captcha_image"
+	case callAudio:
+		return "captcha_audio"
 	case callPath:
 		return "path"
 	case callBuy:

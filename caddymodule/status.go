@@ -27,6 +27,17 @@ type statusAnswer struct {
 	EndMS        int64  `json:"end_ms"`
 	RevealMS     int64  `json:"reveal_ms"` // the buy path is handed out from start_ms - reveal_ms
 	Remaining    int64  `json:"remaining"`
+
+	Title string       `json:"title,omitempty"` // the configured title; absent without one
+	Price *priceAnswer `json:"price,omitempty"` // the configured price; absent without one
+}
+
+// priceAnswer is an activity's price as the status call shows it: exact in minor units for
+// programs, and written out for people.
+type priceAnswer struct {
+	Amount   int64  `json:"amount"`   // in the currency's minor units (cents for USD)
+	Currency string `json:"currency"` // ISO 4217
+	Display  string `json:"display"`  // "199.00 USD"
 }
 
 // status answers the public, cacheable state of an activity. It costs at most one store call per
@@ -50,6 +61,10 @@ func (q *request) status() error {
 		state = stateSoldOut
 	}
 	q.w.Header().Set("Cache-Control", "public, max-age=1")
+	var price *priceAnswer
+	if p := a.price; p != nil {
+		price = &priceAnswer{Amount: p.Amount, Currency: p.Currency, Display: p.String()}
+	}
 	return q.ok(http.StatusOK, codeOK, statusAnswer{
 		Code:         codeOK,
 		Activity:     a.ID,
@@ -59,5 +74,7 @@ func (q *request) status() error {
 		EndMS:        a.End.UnixMilli(),
 		RevealMS:     a.reveal.Milliseconds(),
 		Remaining:    max(remaining, 0),
+		Title:        a.title,
+		Price:        price,
 	})
 }

@@ -7,6 +7,10 @@
 // random key made at start-up), so rendering on each fetch would give a different picture on each
 // node, and every extra picture of the same digits helps an OCR attack. Storing the bytes makes
 // every fetch, on every node, return the same image; fetches are also capped.
+//
+// The audio alternative (WAV, spoken digits over noise) is rendered on each fetch instead: a WAV is
+// tens of kilobytes, too much to keep with every captcha in Redis, and its fetches count against
+// the same cap as the image's, so an attacker gets no more renderings of one captcha either way.
 package captcha
 
 import (
@@ -16,6 +20,8 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -24,23 +30,40 @@ import (
 
 // Options configure an Issuer. Zero fields take their defaults.
 type Options struct {
-	Length     int           // digits in a captcha; default 6, from 4 to 10
-	Width      int           // image width in pixels; default 240, from 60 to 1000
-	Height     int           // image height in pixels; default 80, from 20 to 400
-	TTL        time.Duration // how long a captcha may be used; default 2m, from 1s to 1h
-	MaxFetches int64         // image fetches allowed per captcha; default 3, from 1 to 100
+	Length        int           // digits in a captcha; default 5, from 4 to 10
+	Width         int           // image width in pixels; default 400, from 60 to 1000
+	Height        int           // image height in pixels; default 160, from 20 to 400
+	AudioLanguage string        // language of the spoken digits: en (default), ja, pt, ru or zh
+	TTL           time.Duration // how long a captcha may be used; default 2m, from 1s to 1h
+	MaxFetches    int64         // image and audio fetches allowed per captcha; default 3, from 1 to 100
 }
+
+// Defaults of Options. dchest/captcha's distortion (the wave and the strike-through line) is a
+// fixed number of pixels, so a taller image distorts its digits less, and fewer digits are fewer
+// to misread; five digits still leave 1 in 100,000 for a guess at a single-use captcha.
+const (
+	DefaultLength        = 5
+	DefaultWidth         = 400
+	DefaultHeight        = 160
+	DefaultAudioLanguage = "en"
+)
+
+// AudioLanguages are the languages dchest/captcha speaks digits in.
+var AudioLanguages = []string{"en", "ja", "pt", "ru", "zh"}
 
 // withDefaults fills the zero fields.
 func (o Options) withDefaults() Options {
 	if o.Length == 0 {
-		o.Length = 6
+		o.Length = DefaultLength
 	}
 	if o.Width == 0 {
-		o.Width = captcha.StdWidth
+		o.Width = DefaultWidth
 	}
 	if o.Height == 0 {
-		o.Height = captcha.StdHeight
+		o.Height = DefaultHeight
+	}
+	if o.AudioLanguage == "" {
+		o.AudioLanguage = DefaultAudioLanguage
 	}
 	if o.TTL == 0 {
 		o.TTL = 2 * time.Minute
@@ -61,6 +84,9 @@ func (o Options) Validate() error {
 		return fmt.Errorf("captcha width must be between 60 and 1000 pixels, got %d", o.Width)
 	case o.Height < 20 || o.Height > 400:
 		return fmt.Errorf("captcha height must be between 20 and 400 pixels, got %d", o.Height)
+	case !slices.Contains(AudioLanguages, o.AudioLanguage):
+		return fmt.Errorf("captcha audio language must be one of %s, got %q",
+			strings.Join(AudioLanguages, ", "), o.AudioLanguage)
 	case o.TTL < time.Second || o.TTL > time.Hour:
 		return fmt.Errorf("captcha ttl must be between 1s and 1h, got %v", o.TTL)
 	case o.MaxFetches < 1 || o.MaxFetches > 100:
@@ -112,20 +138,11 @@ func (i *Issuer) New(ctx context.Context, user, activity string) (string, error)
 	return id, nil
 }
 
-// Image returns the PNG of captcha id: the same bytes on every fetch. After MaxFetches fetches it
-// returns ErrTooManyFetches; for an unknown, expired or used id, ErrNotFound.
+// Image returns the PNG of captcha id: the same bytes on every fetch. After MaxFetches fetches of
+// its image and audio together it returns ErrTooManyFetches; for an unknown, expired or used id,
+// ErrNotFound.
 func (i *Issuer) Image(ctx context.Context, id string) ([]byte, error) {
-	if !validID(id) {
-		return nil, ErrNotFound
-	}
-	n, err := i.store.CountFetch(ctx, id)
-	if err != nil {
-		return nil, err
-	}
-	if n > i.opts.MaxFetches {
-		return nil, ErrTooManyFetches
-	}
-	c, err := i.store.Peek(ctx, id)
+	c, err := i.fetch(ctx, id)
 	if err != nil {
 		return nil, err
 	}
@@ -133,6 +150,40 @@ func (i *Issuer) Image(ctx context.Context, id string) ([]byte, error) {
 		return nil, fmt.Errorf("captcha %s: stored without an image", id)
 	}
 	return c.PNG, nil
+}
+
+// Audio returns captcha id's digits spoken in the issuer's AudioLanguage, as a WAV file (8 kHz,
+// 8-bit mono), rendered anew on each fetch. Fetches count with the image's, as in Image.
+func (i *Issuer) Audio(ctx context.Context, id string) ([]byte, error) {
+	c, err := i.fetch(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.Digits) == 0 {
+		return nil, fmt.Errorf("captcha %s: stored without digits", id)
+	}
+	a := captcha.NewAudio(id, c.Digits, i.opts.AudioLanguage)
+	var wav bytes.Buffer
+	wav.Grow(a.EncodedLen())
+	if _, err := a.WriteTo(&wav); err != nil {
+		return nil, fmt.Errorf("captcha %s: render audio: %w", id, err)
+	}
+	return wav.Bytes(), nil
+}
+
+// fetch counts a fetch of captcha id and returns it, unless it was fetched too often.
+func (i *Issuer) fetch(ctx context.Context, id string) (Challenge, error) {
+	if !validID(id) {
+		return Challenge{}, ErrNotFound
+	}
+	n, err := i.store.CountFetch(ctx, id)
+	if err != nil {
+		return Challenge{}, err
+	}
+	if n > i.opts.MaxFetches {
+		return Challenge{}, ErrTooManyFetches
+	}
+	return i.store.Peek(ctx, id)
 }
 
 // Verify reports whether captcha id was issued to user for activity and answer (the digits as

@@ -3,6 +3,7 @@ package captcha
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"image/png"
 	"strings"
@@ -50,8 +51,8 @@ func TestVerify(t *testing.T) {
 			t.Fatal(err)
 		}
 		answer := solution(t, s, id)
-		if len(answer) != 6 {
-			t.Fatalf("answer %q, want 6 digits", answer)
+		if len(answer) != DefaultLength {
+			t.Fatalf("answer %q, want %d digits", answer, DefaultLength)
 		}
 		spaced := answer[:3] + " " + answer[3:]
 		if ok, err := is.Verify(ctx, id, "alice", "sale", spaced); err != nil || !ok {
@@ -72,9 +73,9 @@ func TestVerifyWrongAnswerConsumes(t *testing.T) {
 		is := NewIssuer(s, Options{})
 		cases := map[string]func(answer string) string{
 			"wrong answer": wrongDigit,
-			"too short":    func(a string) string { return a[:5] },
+			"too short":    func(a string) string { return a[:len(a)-1] },
 			"too long":     func(a string) string { return a + "0" },
-			"letters":      func(a string) string { return a[:5] + "x" },
+			"letters":      func(a string) string { return a[:len(a)-1] + "x" },
 			"empty":        func(string) string { return "" },
 		}
 		for name, mk := range cases {
@@ -234,8 +235,8 @@ func TestImage(t *testing.T) {
 		if err != nil {
 			t.Fatalf("not a PNG: %v", err)
 		}
-		if b := img.Bounds(); b.Dx() != 240 || b.Dy() != 80 {
-			t.Errorf("image is %v, want 240x80", b)
+		if b := img.Bounds(); b.Dx() != DefaultWidth || b.Dy() != DefaultHeight {
+			t.Errorf("image is %v, want %dx%d", b, DefaultWidth, DefaultHeight)
 		}
 		for i := 2; i <= 3; i++ {
 			again, err := is.Image(ctx, id)
@@ -264,6 +265,49 @@ func TestImage(t *testing.T) {
 		for _, id := range []string{"", "UNKNOWN", "a:b"} {
 			if _, err := is.Image(ctx, id); !errors.Is(err, ErrNotFound) {
 				t.Errorf("image of %q: %v, want ErrNotFound", id, err)
+			}
+		}
+	})
+}
+
+// TestAudio: the audio is a WAV of the captcha's digits, and its fetches count with the image's
+// against MaxFetches, so the audio is no way around the cap.
+func TestAudio(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := context.Background()
+		is := NewIssuer(s, Options{MaxFetches: 3, AudioLanguage: "ru"})
+		id, err := is.New(ctx, "alice", "sale")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wav, err := is.Audio(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(wav) < 44 || string(wav[:4]) != "RIFF" || string(wav[8:12]) != "WAVE" {
+			t.Fatalf("not a WAV file: % x", wav[:min(len(wav), 16)])
+		}
+		if size := binary.LittleEndian.Uint32(wav[4:8]); int(size) != len(wav)-8 {
+			t.Errorf("RIFF size %d, file %d bytes", size, len(wav))
+		}
+		if _, err := is.Image(ctx, id); err != nil {
+			t.Fatalf("image after one audio fetch: %v", err)
+		}
+		if _, err := is.Audio(ctx, id); err != nil {
+			t.Fatalf("third fetch: %v", err)
+		}
+		if _, err := is.Audio(ctx, id); !errors.Is(err, ErrTooManyFetches) {
+			t.Fatalf("fourth fetch (audio): %v, want ErrTooManyFetches", err)
+		}
+		if _, err := is.Image(ctx, id); !errors.Is(err, ErrTooManyFetches) {
+			t.Fatalf("fifth fetch (image): %v, want ErrTooManyFetches", err)
+		}
+		if ok, err := is.Verify(ctx, id, "alice", "sale", solution(t, s, id)); err != nil || !ok {
+			t.Fatalf("verify after fetches: %v, %v", ok, err)
+		}
+		for _, id := range []string{id, "", "UNKNOWN"} {
+			if _, err := is.Audio(ctx, id); !errors.Is(err, ErrNotFound) {
+				t.Errorf("audio of used or unknown %q: %v, want ErrNotFound", id, err)
 			}
 		}
 	})
@@ -422,7 +466,8 @@ func TestOptions(t *testing.T) {
 	if err := (Options{}).Validate(); err != nil {
 		t.Errorf("defaults: %v", err)
 	}
-	for _, o := range []Options{{Length: 3}, {Length: 11}, {Width: 10}, {Height: 1000}, {TTL: time.Millisecond}, {MaxFetches: -1}} {
+	for _, o := range []Options{{Length: 3}, {Length: 11}, {Width: 10}, {Height: 1000}, {TTL: time.Millisecond}, {MaxFetches: -1},
+		{AudioLanguage: "de"}, {AudioLanguage: "EN"}} {
 		if err := o.Validate(); err == nil {
 			t.Errorf("%+v accepted", o)
 		}

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// DefaultMaxIDs bounds a memory store whose maxIDs is not positive. A 240x80 captcha holds about
-// 1.5 KB, its PNG included, so the default costs at most about 75 MB.
+// DefaultMaxIDs bounds a memory store whose maxIDs is not positive. A captcha of the default
+// 400x160 holds about 3 KB, its PNG included, so the default costs at most about 150 MB.
 const DefaultMaxIDs = 50_000
 
 // memoryStore keeps captchas in a map, oldest first in a list: expired captchas are dropped from

@@ -3,7 +3,7 @@
 
 import { Api } from "./api.js";
 import { backoffDelay, sleep, withJitter } from "./backoff.js";
-import { ServerClock, describeSkew, formatCountdown, msUntilTick } from "./clock.js";
+import { ServerClock, countdownText, describeSkew, msUntilTick } from "./clock.js";
 import { readConfig } from "./config.js";
 import { message, waitText } from "./messages.js";
 import { orderMethods } from "./order.js";
@@ -36,7 +36,8 @@ export class Sale {
       signinToken: $("signin-token"), signinTokenUse: $("signin-token-use"),
       buyForm: $("buy-form"), buy: $("buy"), buyHint: $("buy-hint"), captchaHint: $("captcha-hint"),
       captcha: $("captcha"), captchaImage: $("captcha-image"), captchaNew: $("captcha-new"),
-      captchaAnswer: $("captcha-answer"),
+      productName: $("product-name"), price: $("price"), priceNow: $("price-now"),
+      captchaAnswer: $("captcha-answer"), captchaListen: $("captcha-listen"), captchaAudio: $("captcha-audio"),
       message: $("message"), announce: $("announce"),
       order: $("order"), orderStatus: $("order-status"), orderIDRow: $("order-id-row"), orderID: $("order-id"),
       orderDueRow: $("order-due-row"), orderDue: $("order-due"), pay: $("pay"),
@@ -49,12 +50,14 @@ export class Sale {
     this.dateFormat = new Intl.DateTimeFormat(undefined, {
       weekday: "short", day: "numeric", month: "short", year: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit",
     });
+    // In place of a countdown to an instant days away.
+    this.dayFormat = new Intl.DateTimeFormat(undefined, { day: "numeric", month: "short", year: "numeric" });
 
     this.sale = null; // {start, end, reveal, remaining} from the status call
     this.soldOut = false;
     this.soldOutAt = -Infinity; // monotonic ms of the last sold-out answer to a call of ours
     this.captchaOn = null; // unknown until the gateway says
-    this.captcha = null; // {id, image}
+    this.captcha = null; // {id, image, audio}
     this.path = null; // the buy path, once revealed
     this.pathPromise = null;
     this.pathTried = false; // the automatic fetch at the opening instant was made
@@ -100,6 +103,7 @@ export class Sale {
     });
     e.pay.addEventListener("click", () => this.pay());
     e.captchaNew.addEventListener("click", () => this.newCaptcha());
+    e.captchaListen.addEventListener("click", () => this.listenCaptcha());
     e.captchaAnswer.addEventListener("input", () => {
       this.answerEditedAt = performance.now();
     });
@@ -182,6 +186,7 @@ export class Sale {
     if (typeof b.captcha === "boolean") {
       this.captchaOn = b.captcha;
     }
+    this.showProduct(b);
     if (b.state === "sold_out") {
       if (!this.soldOut && !this.holding()) {
         this.say("sold_out"); // said, not only shown: the buyer may be looking elsewhere
@@ -191,6 +196,19 @@ export class Sale {
       performance.now() - this.soldOutAt > SOLD_OUT_STICKY_MS) {
       this.soldOut = false; // restocked: an unpaid order went back on sale
     }
+  }
+
+  /** showProduct shows the activity's title and price, when it has them. */
+  showProduct(b) {
+    const e = this.el;
+    const title = typeof b.title === "string" && b.title !== "" ? b.title : String(b.activity ?? "");
+    this.setText(e.productName, title);
+    if (document.title !== `Flash sale · ${title}`) {
+      document.title = `Flash sale · ${title}`;
+    }
+    const display = typeof b.price?.display === "string" ? b.price.display : "";
+    this.setText(e.priceNow, display);
+    e.price.hidden = display === "";
   }
 
   /** refreshStatusLater keeps the stock and state current, gently (jittered, cacheable reads). */
@@ -274,16 +292,20 @@ export class Sale {
 
     const fmt = this.dateFormat;
     switch (phase) {
-      case "upcoming":
-        this.setText(e.label, "The sale opens in");
-        this.setText(e.countdown, formatCountdown(start - now));
+      case "upcoming": {
+        const left = countdownText(start - now);
+        this.setText(e.label, left === null ? "The sale opens on" : "The sale opens in");
+        this.setText(e.countdown, left ?? this.dayFormat.format(new Date(start)));
         this.setText(e.when, `Opens ${fmt.format(new Date(start))} (your time zone)`);
         break;
-      case "open":
-        this.setText(e.label, "The sale is open. It ends in");
-        this.setText(e.countdown, formatCountdown(end - now));
+      }
+      case "open": {
+        const left = countdownText(end - now);
+        this.setText(e.label, left === null ? "The sale is open until" : "The sale is open. It ends in");
+        this.setText(e.countdown, left ?? this.dayFormat.format(new Date(end)));
         this.setText(e.when, `Ends ${fmt.format(new Date(end))} (your time zone)`);
         break;
+      }
       case "sold_out":
         this.setText(e.label, "Sold out");
         this.setText(e.when, "Every item has been taken.");
@@ -293,7 +315,7 @@ export class Sale {
         this.setText(e.when, `Ended ${fmt.format(new Date(end))} (your time zone)`);
     }
     e.countdown.hidden = phase === "sold_out" || phase === "ended";
-    // A countdown with days ("3683d 09:12:33") gets a smaller size, so that it stays on one line.
+    // A countdown with days ("1d 09:12:33") or a date gets a smaller size, to stay on one line.
     e.countdown.classList.toggle("long", e.countdown.textContent.length > 8);
 
     const skew = this.clock.skew();

@@ -96,6 +96,17 @@ export function formatCountdown(ms) {
   return d > 0 ? `${d}d ${hms}` : hms;
 }
 
+/**
+ * COUNTDOWN_MAX_MS is the furthest instant the page counts down to; beyond it the page shows the
+ * date: "It ends in 3315d 09:11:57" tells a buyer nothing a date does not say better.
+ */
+export const COUNTDOWN_MAX_MS = 2 * 86400 * 1000;
+
+/** countdownText is formatCountdown(ms) up to COUNTDOWN_MAX_MS, and null beyond (show a date). */
+export function countdownText(ms) {
+  return ms > COUNTDOWN_MAX_MS ? null : formatCountdown(ms);
+}
+
 /** describeSkew says in words how far off a device clock is ("1 h 2 min", "45 s"). */
 export function describeSkew(ms) {
   const s = Math.round(Math.abs(ms) / 1000);

@@ -28,6 +28,8 @@ type saleConf struct {
 	end       time.Time // default: an hour after start
 	reveal    time.Duration
 	payWithin time.Duration // default 15m
+	price     string        // the price option, e.g. "1500 JPY"; none when empty
+	title     string        // the title option; none when empty
 }
 
 // gatewayConf is a test gateway: the page through file_server, the seckill handler, and with
@@ -86,8 +88,15 @@ func startGateway(t *testing.T, conf gatewayConf) *gateway {
 		if s.payWithin == 0 {
 			s.payWithin = 15 * time.Minute
 		}
-		fmt.Fprintf(&b, "\t\tactivity %s {\n\t\t\tstock %d\n\t\t\tlimit %d\n\t\t\tstart %s\n\t\t\tend %s\n\t\t\treveal %s\n\t\t\tpay_within %s\n\t\t}\n",
+		fmt.Fprintf(&b, "\t\tactivity %s {\n\t\t\tstock %d\n\t\t\tlimit %d\n\t\t\tstart %s\n\t\t\tend %s\n\t\t\treveal %s\n\t\t\tpay_within %s\n",
 			s.id, s.stock, s.limit, s.start.UTC().Format(time.RFC3339), s.end.UTC().Format(time.RFC3339), s.reveal, s.payWithin)
+		if s.price != "" {
+			fmt.Fprintf(&b, "\t\t\tprice %s\n", s.price)
+		}
+		if s.title != "" {
+			fmt.Fprintf(&b, "\t\t\ttitle %q\n", s.title)
+		}
+		b.WriteString("\t\t}\n")
 	}
 	fmt.Fprintf(&b, "\t}\n}\n\n%s {\n", g.url)
 	if conf.demo {

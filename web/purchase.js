@@ -28,12 +28,16 @@ export const purchaseMethods = {
     e.captchaNew.disabled = true;
     try {
       const c = await this.api.captcha();
-      if (!samePath(c.image) || typeof c.captcha_id !== "string") {
+      if (!samePath(c.image) || !samePath(c.audio) || typeof c.captcha_id !== "string") {
         throw new ApiError(200, "bad_answer", "bad captcha answer");
       }
       this.captchaOn = true;
-      this.captcha = { id: c.captcha_id, image: c.image };
+      if (this.captcha?.audioURL) {
+        URL.revokeObjectURL(this.captcha.audioURL);
+      }
+      this.captcha = { id: c.captcha_id, image: c.image, audio: c.audio, audioURL: null };
       e.captchaAnswer.value = "";
+      e.captchaAudio.removeAttribute("src");
       e.captchaImage.src = c.image;
     } catch (err) {
       if (err.code === "not_found") {
@@ -48,6 +52,39 @@ export const purchaseMethods = {
     } finally {
       e.captchaNew.disabled = false;
       this.render();
+    }
+  },
+
+  /**
+   * listenCaptcha plays the captcha's digits. The WAV is fetched once, on the first press, and
+   * replayed from memory: each fetch counts against the captcha's fetch limit, and a media
+   * element left to itself may fetch a file several times (ranges, replays of a no-store file).
+   */
+  async listenCaptcha() {
+    const c = this.captcha;
+    const a = this.el.captchaAudio;
+    if (!c) {
+      return;
+    }
+    this.el.captchaAnswer.focus();
+    try {
+      if (!c.audioURL) {
+        const r = await fetch(c.audio, { credentials: "same-origin" });
+        if (!r.ok) {
+          throw new Error(`audio: HTTP ${r.status}`);
+        }
+        const url = URL.createObjectURL(await r.blob());
+        if (this.captcha !== c) {
+          URL.revokeObjectURL(url); // a new image came meanwhile
+          return;
+        }
+        c.audioURL = url;
+        a.src = url;
+      }
+      a.currentTime = 0;
+      await a.play();
+    } catch {
+      this.sayText("captcha_audio", "warn", "The digits could not be played. Press “New image” for new ones.");
     }
   },
 
@@ -223,10 +260,15 @@ export const purchaseMethods = {
     this.render();
   },
 
-  /** focusAnswer puts the focus in the captcha answer field, when it is shown. */
+  /**
+   * focusAnswer puts the focus in the captcha answer field, when it is shown, and scrolls the
+   * message above it into view with it: on a phone the field alone would leave the reason unseen.
+   */
   focusAnswer() {
     if (!this.el.captcha.hidden) {
-      this.el.captchaAnswer.focus();
+      this.el.captchaAnswer.focus({ preventScroll: true });
+      this.el.message.scrollIntoView({ block: "start" });
+      this.el.captchaAnswer.scrollIntoView({ block: "nearest" });
     }
   },
 

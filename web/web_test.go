@@ -310,12 +310,21 @@ func TestCaptcha(t *testing.T) {
 	}
 	tb.shot("captcha")
 
+	// "Hear the digits" fetches the captcha's WAV once and plays it; a second press replays it.
+	tb.do(chromedp.Click(chromedp.ID("captcha-listen")))
+	tb.waitFor("the digits spoken", `(() => { const a = document.getElementById("captcha-audio");
+		return a.src.startsWith("blob:") && a.readyState >= 1 && a.duration > 1; })()`, 10*time.Second)
+	tb.do(chromedp.Click(chromedp.ID("captcha-listen")))
+	if wavs := requests(tb, ".wav"); len(wavs) != 1 || wavs[0].Status != http.StatusOK {
+		t.Errorf("audio fetches = %+v, want one answered 200", wavs)
+	}
+
 	tb.do(chromedp.Click(chromedp.ID("captcha-new")))
 	tb.waitFor("a new image", fmt.Sprintf(`document.getElementById("captcha-image").src !== %q && %s`, first, loaded), 10*time.Second)
 	second := eval[string](tb, `document.getElementById("captcha-image").src`)
 
-	// Six zeros: a wrong answer but for a one-in-a-million draw.
-	tb.do(chromedp.SendKeys(chromedp.ID("captcha-answer"), "000000"))
+	// Five zeros: a wrong answer but for a one-in-100,000 draw.
+	tb.do(chromedp.SendKeys(chromedp.ID("captcha-answer"), "00000"))
 	tb.waitFor("the captcha_invalid message", fmt.Sprintf(messageIs, "captcha_invalid"), 20*time.Second)
 	paths := requests(tb, "/path")
 	if len(paths) != 1 || paths[0].At < float64(start.Add(-reveal).UnixMilli())-100 {
@@ -328,6 +337,12 @@ func TestCaptcha(t *testing.T) {
 	if id := eval[string](tb, `document.activeElement?.id ?? ""`); id != "captcha-answer" {
 		t.Errorf("focus is on %q, want the answer field", id)
 	}
+	// On a 390 px phone the buyer sees why, and where to type again, without scrolling.
+	tb.waitFor("the message and the answer field in view", `(() => {
+		const inView = (id) => { const r = document.getElementById(id).getBoundingClientRect();
+			return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight; };
+		return window.innerWidth === 390 && inView("message") && inView("captcha-answer");
+	})()`, 5*time.Second)
 	tb.shot("captcha-invalid")
 }
 
@@ -389,6 +404,7 @@ func TestModules(t *testing.T) {
 		Kept        []bool    `json:"kept"`
 		AfterJump   float64   `json:"afterJump"`
 		Format      []string  `json:"format"`
+		Far         []string  `json:"far"`
 		Tick        []float64 `json:"tick"`
 		BackoffLo   []float64 `json:"backoffLo"`
 		BackoffHi   []float64 `json:"backoffHi"`
@@ -396,7 +412,7 @@ func TestModules(t *testing.T) {
 		Config      []string  `json:"config"`
 	}
 	r := eval[results](tb, `(async () => {
-		const { ServerClock, formatCountdown, msUntilTick } = await import("/clock.js");
+		const { ServerClock, formatCountdown, countdownText, msUntilTick } = await import("/clock.js");
 		const { backoffDelay, retryAfterMs } = await import("/backoff.js");
 		const { readConfig } = await import("/config.js");
 		const out = {};
@@ -414,6 +430,7 @@ func TestModules(t *testing.T) {
 		mono = 2010;
 		out.afterJump = c.now();
 		out.format = [0, 200, 1000, 61000, 90061000].map(formatCountdown);
+		out.far = [90061000, 172800000, 172801000, 3315 * 86400000].map((ms) => countdownText(ms) ?? "date");
 		out.tick = [msUntilTick(10500, 10000), msUntilTick(11000, 10000)];
 		const at = [0, 1, 2, 3, 10, 30];
 		out.backoffLo = at.map((a) => backoffDelay(a, { random: () => 0 }));
@@ -438,6 +455,10 @@ func TestModules(t *testing.T) {
 	}
 	if want := []string{"00:00:00", "00:00:01", "00:00:01", "00:01:01", "1d 01:01:01"}; fmt.Sprint(r.Format) != fmt.Sprint(want) {
 		t.Errorf("format = %q, want %q", r.Format, want)
+	}
+	// Two days and less count down; further off, the page shows a date instead.
+	if want := []string{"1d 01:01:01", "2d 00:00:00", "date", "date"}; fmt.Sprint(r.Far) != fmt.Sprint(want) {
+		t.Errorf("countdownText = %q, want %q", r.Far, want)
 	}
 	if fmt.Sprint(r.Tick) != "[505 1005]" {
 		t.Errorf("ticks = %v, want [505 1005]", r.Tick)
@@ -651,16 +672,26 @@ func TestEarlyBuyIsRetriedOnTime(t *testing.T) {
 
 // The page's texts on a phone, for a sale that ends years from now (as the demo of
 // Caddyfile.example does): signed out, "sign in" is said once; the end date carries its year; the
-// long countdown stays on one line; the captcha hint follows the phase.
+// page shows the end's date instead of a countdown of years, on one line; the captcha hint
+// follows the phase.
 func TestPageTexts(t *testing.T) {
 	t.Parallel()
-	start := saleStart(6 * time.Second)
+	start := saleStart(15 * time.Second) // the checks before the start take a few seconds on a loaded machine
 	end := time.Date(2036, 1, 1, 0, 0, 0, 0, time.UTC)
-	g := startGateway(t, gatewayConf{captcha: true, sales: []saleConf{{id: "texts", stock: 5, limit: 1, start: start, end: end, reveal: 2 * time.Second}}})
+	g := startGateway(t, gatewayConf{captcha: true, sales: []saleConf{
+		{id: "texts", stock: 5, limit: 1, start: start, end: end, reveal: 2 * time.Second, price: "1500 jpy", title: "Green Tea, 20 bags"},
+		{id: "plain", stock: 5, limit: 1, start: start, end: end},
+	}})
 	tb := newTab(t, "texts", phone)
 	tb.do(chromedp.Navigate(g.pageURL(t, "texts", "")))
 	tb.waitFor("the sign-in form", `!document.getElementById("signin").hidden`, 10*time.Second)
 	tb.waitFor("the countdown", fmt.Sprintf(phaseIs, "upcoming"), 10*time.Second)
+	if name, price := tb.text("#product-name"), tb.text("#price-now"); name != "Green Tea, 20 bags" || price != "1500 JPY" {
+		t.Errorf("name %q, price %q; want the activity's title and price", name, price)
+	}
+	if title := eval[string](tb, `document.title`); title != "Flash sale · Green Tea, 20 bags" {
+		t.Errorf("document title %q", title)
+	}
 	panel := `document.querySelector(".panel").innerText`
 	if n := eval[int](tb, `(`+panel+`.match(/sign in/gi) || []).length`); n != 1 {
 		t.Errorf("signed out, the panel says \"sign in\" %d times, want once:\n%s", n, eval[string](tb, panel))
@@ -676,16 +707,20 @@ func TestPageTexts(t *testing.T) {
 	if got := tb.text("#captcha-hint"); got != "Type them now: they are checked when the sale opens." {
 		t.Errorf("captcha hint before the start = %q", got)
 	}
-	tb.waitFor("the sale to open", fmt.Sprintf(phaseIs, "open"), 20*time.Second)
+	tb.waitFor("the sale to open", fmt.Sprintf(phaseIs, "open"), 30*time.Second)
 	if got := tb.text("#captcha-hint"); got != "Type them, then press Buy now." {
 		t.Errorf("captcha hint once open = %q", got)
 	}
 	if got := tb.text("#when"); !strings.Contains(got, "2036") && !strings.Contains(got, "2035") {
 		t.Errorf("end date %q has no year", got) // 2035 in a time zone west of UTC
 	}
+	// Years away: the date, not "3315d 09:11:57".
 	countdown := tb.text("#countdown")
-	if !strings.Contains(countdown, "d ") {
-		t.Errorf("countdown %q, want days", countdown)
+	if !strings.Contains(countdown, "2036") && !strings.Contains(countdown, "2035") || strings.Contains(countdown, "d ") {
+		t.Errorf("countdown %q, want the end's date", countdown)
+	}
+	if got := tb.text("#countdown-label"); got != "The sale is open until" {
+		t.Errorf("label = %q, want \"The sale is open until\"", got)
 	}
 	lines := `(() => { const r = document.createRange(); r.selectNodeContents(document.getElementById("countdown"));
 		return new Set([...r.getClientRects()].map((b) => Math.round(b.top))).size; })()`
@@ -693,4 +728,14 @@ func TestPageTexts(t *testing.T) {
 		t.Errorf("countdown %q takes %d lines on a phone, want 1", countdown, n)
 	}
 	tb.shot("open-long-countdown")
+
+	// An activity without title and price: the page shows its id, and no price of its own.
+	tb.do(chromedp.Navigate(g.pageURL(t, "plain", "erin")), chromedp.Reload())
+	tb.waitFor("the status", `document.getElementById("product-name").innerText === "plain"`, 10*time.Second)
+	if eval[bool](tb, `!document.getElementById("price").hidden`) {
+		t.Errorf("without a price the page shows %q", tb.text("#price"))
+	}
+	if html := eval[string](tb, `document.documentElement.outerHTML`); strings.Contains(html, "$") {
+		t.Errorf("the page shows a price of its own:\n%s", html)
+	}
 }
