@@ -86,7 +86,7 @@ func (a adminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusNotFound, fmt.Errorf("the seckill app is not configured: %w", err))
 	}
 	app, ok := v.(*App)
-	if !ok || app.backend == nil {
+	if !ok || !app.isOpen() {
 		return apiErr(http.StatusServiceUnavailable, errors.New("the seckill app is not running"))
 	}
 	rest := strings.TrimPrefix(r.URL.Path, "/seckill/")
