@@ -152,7 +152,7 @@ func (adminAPI) define(w http.ResponseWriter, r *http.Request, app *App, id stri
 		return apiErr(http.StatusRequestEntityTooLarge, errors.New("body too large"))
 	}
 	if err := decodeJSON(body, &d); err != nil {
-		return apiErr(http.StatusBadRequest, fmt.Errorf("body: %w", err))
+		return apiErr(http.StatusBadRequest, err)
 	}
 	c := &ActivityConfig{Stock: d.Stock, Limit: d.Limit, Start: d.Start, End: d.End, PayWithin: d.PayWithin, Buckets: d.Buckets}
 	if err := c.validate(id); err != nil {
