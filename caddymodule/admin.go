@@ -63,7 +63,7 @@ type AdminActivity struct {
 	Remaining int64     `json:"remaining"`
 	Sold      int64     `json:"sold"`
 	Buyers    int64     `json:"buyers"`
-	Queued    int64     `json:"queued"`
+	Wins      int64     `json:"wins"` // wins ever admitted: the wins queue's length`
 	Dead      int64     `json:"dead"`
 	SoldOut   bool      `json:"sold_out_flag"` // this node's sold-out flag
 }
@@ -274,7 +274,7 @@ func showActivity(app *App, s admission.Snapshot) AdminActivity {
 	return AdminActivity{
 		ID: s.ID, Stock: s.Stock, Limit: s.Limit, Start: s.Start, End: s.End,
 		PayWithin: s.PayWithin.String(), Buckets: s.Buckets, Remaining: s.Remaining, Sold: s.Sold, Buyers: s.Buyers,
-		Queued: s.Queued, Dead: s.Dead, SoldOut: app.backend.guard.SoldOut(s.ID),
+		Wins: s.Queued, Dead: s.Dead, SoldOut: app.backend.guard.SoldOut(s.ID),
 	}
 }
 
