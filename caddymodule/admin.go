@@ -63,7 +63,7 @@ type AdminActivity struct {
 	Remaining int64     `json:"remaining"`
 	Sold      int64     `json:"sold"`
 	Buyers    int64     `json:"buyers"`
-	Wins      int64     `json:"wins"` // wins ever admitted: the wins queue's length`
+	Wins      int64     `json:"wins"` // wins ever admitted (the wins queue's length)
 	Dead      int64     `json:"dead"`
 	SoldOut   bool      `json:"sold_out_flag"` // this node's sold-out flag
 }
