@@ -63,7 +63,7 @@ type AdminActivity struct {
 	Remaining int64     `json:"remaining"`
 	Sold      int64     `json:"sold"`
 	Buyers    int64     `json:"buyers"`
-	Queued    int64     `json:"queued"`
+	Wins      int64     `json:"wins"` // wins ever admitted (the wins queue's length)
 	Dead      int64     `json:"dead"`
 	SoldOut   bool      `json:"sold_out_flag"` // this node's sold-out flag
 }
@@ -86,7 +86,7 @@ func (a adminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 		return apiErr(http.StatusNotFound, fmt.Errorf("the seckill app is not configured: %w", err))
 	}
 	app, ok := v.(*App)
-	if !ok || app.backend == nil {
+	if !ok || !app.isOpen() {
 		return apiErr(http.StatusServiceUnavailable, errors.New("the seckill app is not running"))
 	}
 	rest := strings.TrimPrefix(r.URL.Path, "/seckill/")
@@ -152,7 +152,7 @@ func (adminAPI) define(w http.ResponseWriter, r *http.Request, app *App, id stri
 		return apiErr(http.StatusRequestEntityTooLarge, errors.New("body too large"))
 	}
 	if err := decodeJSON(body, &d); err != nil {
-		return apiErr(http.StatusBadRequest, fmt.Errorf("body: %w", err))
+		return apiErr(http.StatusBadRequest, err)
 	}
 	c := &ActivityConfig{Stock: d.Stock, Limit: d.Limit, Start: d.Start, End: d.End, PayWithin: d.PayWithin, Buckets: d.Buckets}
 	if err := c.validate(id); err != nil {
@@ -274,7 +274,7 @@ func showActivity(app *App, s admission.Snapshot) AdminActivity {
 	return AdminActivity{
 		ID: s.ID, Stock: s.Stock, Limit: s.Limit, Start: s.Start, End: s.End,
 		PayWithin: s.PayWithin.String(), Buckets: s.Buckets, Remaining: s.Remaining, Sold: s.Sold, Buyers: s.Buyers,
-		Queued: s.Queued, Dead: s.Dead, SoldOut: app.backend.guard.SoldOut(s.ID),
+		Wins: s.Queued, Dead: s.Dead, SoldOut: app.backend.guard.SoldOut(s.ID),
 	}
 }
 

@@ -43,7 +43,7 @@ func TestAdminAPI(t *testing.T) {
 	if status != http.StatusOK || json.Unmarshal([]byte(body), &a) != nil {
 		t.Fatalf("get: %d %s", status, body)
 	}
-	if a["remaining"] != 2.0 || a["sold"] != 1.0 || a["buyers"] != 1.0 || a["stock"] != 3.0 {
+	if a["remaining"] != 2.0 || a["sold"] != 1.0 || a["buyers"] != 1.0 || a["stock"] != 3.0 || a["wins"] != 1.0 {
 		t.Errorf("get: %s", body)
 	}
 	if strings.Contains(body, "salt") {

@@ -74,8 +74,11 @@ type App struct {
 	Activities map[string]*ActivityConfig `json:"activities,omitempty"`
 
 	store         StoreModule
-	backend       *backend
-	orders        *ordersRunner // nil without Orders
+	ordersCfg     *OrdersConfig // Orders with placeholders replaced
+	captchaOpts   captcha.Options
+	registry      *prometheus.Registry // the configuration's, for the metrics registered at Start
+	backend       *backend             // this and what follows, to run, are set at Start (open)
+	orders        *ordersRunner        // nil without Orders
 	verifier      *jwtauth.Verifier
 	mint          *jwtauth.MintConfig // the token template of the HS* jwt config; nil otherwise
 	issuer        *captcha.Issuer
@@ -97,11 +100,19 @@ type App struct {
 	fallbackGauge *prometheus.GaugeVec // caddy_seckill_fallback_secret
 }
 
-// runner is the app's background work between Start and Stop.
+// runner is the app's life after Provision: the opening of the store at Start, which the handlers
+// wait for, and the background work between Start and Stop.
 type runner struct {
-	mu     sync.Mutex
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	provisioned bool // Provision succeeded
+
+	opened   chan struct{} // closed once Start has opened the store, or failed to
+	openErr  error
+	openOnce sync.Once
+
+	mu      sync.Mutex
+	started bool // Start was called
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 }
 
 // CaddyModule returns the Caddy module information.
@@ -112,11 +123,14 @@ func (App) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Provision validates the configuration and takes the pooled store and limiters. It writes nothing
-// to the store: activities are defined in Start, so that `caddy validate` has no side effects.
+// Provision validates the configuration and takes the pooled limiters. It opens nothing and
+// writes nothing: `caddy validate` provisions a configuration and then stops it, while the gateway
+// may be running on the same store (a store local folder is one process's; a Redis may be out of
+// reach from where validate runs). Start opens the store and the order backend (open).
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
-	a.run = new(runner)
+	a.run = &runner{opened: make(chan struct{})}
+	a.registry = ctx.GetMetricsRegistry()
 	a.ctx = ctx
 	repl := caddy.NewReplacer()
 
@@ -143,9 +157,8 @@ func (a *App) Provision(ctx caddy.Context) error {
 		a.mint = mintTemplate(vc)
 		jwtSecret = vc.HMACSecret
 	}
-	var orders *OrdersConfig
 	if a.Orders != nil {
-		if orders, err = a.Orders.resolve(repl); err != nil {
+		if a.ordersCfg, err = a.Orders.resolve(repl); err != nil {
 			return err
 		}
 	}
@@ -164,23 +177,35 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if a.bodyTimeout, err = bodyTimeout(a.BodyTimeout); err != nil {
 		return err
 	}
+	if a.RateLimits != nil && a.RateLimits.User != nil && a.RateLimits.User.Distributed {
+		if _, ok := store.(RedisBacked); !ok {
+			return fmt.Errorf("rate_limit user distributed needs store redis (its limit is kept in Redis); %s has none",
+				storeDirective(store))
+		}
+	}
 	if err := a.provisionLimits(); err != nil {
 		return err
 	}
-	captchaOpts, err := a.provisionCaptchaLimit()
-	if err != nil {
+	if a.captchaOpts, err = a.provisionCaptchaLimit(); err != nil {
 		return err
 	}
+	a.run.provisioned = true
+	return nil
+}
 
+// open opens the pooled store (a reload finds it open) with the order backend's runner over it,
+// and builds what the handlers serve from. Start calls it first; see Provision for why not there.
+func (a *App) open() error {
+	store := a.store
 	b, key, err := loadBackend(store, a.logger)
 	if err != nil {
 		return fmt.Errorf("%s: %w", storeDirective(store), err)
 	}
 	a.poolKeys = append(a.poolKeys, key)
 	a.backend = b
-	if orders != nil {
+	if a.ordersCfg != nil {
 		sync, _ := store.(DeviceSyncer)
-		o, okey, err := loadOrders(key, b, orders, sync != nil && sync.SyncsToDevice(), a.logger.Named("orders"))
+		o, okey, err := loadOrders(key, b, a.ordersCfg, sync != nil && sync.SyncsToDevice(), a.logger.Named("orders"))
 		if err != nil {
 			return err
 		}
@@ -193,13 +218,12 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.urlKey = hashedurl.NewKey(a.urlSecret)
 	if a.RateLimits != nil && a.RateLimits.User != nil && a.RateLimits.User.Distributed {
 		if b.gcra == nil {
-			return fmt.Errorf("rate_limit user distributed needs store redis (its limit is kept in Redis); %s has none",
-				storeDirective(store))
+			return fmt.Errorf("rate_limit user distributed: %s opened no Redis store", storeDirective(store))
 		}
 		a.userGCRA = b.gcra
 	}
 	if !a.DisableCaptcha {
-		a.issuer = captcha.NewIssuer(b.captchas, captchaOpts)
+		a.issuer = captcha.NewIssuer(b.captchas, a.captchaOpts)
 	}
 	shownByID := make(map[string]shown, len(a.Activities))
 	for id, act := range a.Activities {
@@ -207,15 +231,15 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	a.acts = newActivities(b.guard, shownByID)
 	storeMetrics, _ := b.store.(prometheus.Collector) // a store's own metrics, if it has any
-	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, storeMetrics); err != nil {
+	if a.metrics, err = newMetrics(a.registry, a.acts, b.guard, a.verifier, storeMetrics); err != nil {
 		return err
 	}
 	if a.orders != nil {
-		if err := registerOrdersMetrics(ctx.GetMetricsRegistry(), a.orders); err != nil {
+		if err := registerOrdersMetrics(a.registry, a.orders); err != nil {
 			return err
 		}
 	}
-	if a.fallbackGauge, err = registerFallbackGauge(ctx.GetMetricsRegistry()); err != nil {
+	if a.fallbackGauge, err = registerFallbackGauge(a.registry); err != nil {
 		return err
 	}
 	return nil
@@ -238,6 +262,39 @@ func bodyTimeout(d caddy.Duration) (time.Duration, error) {
 		return 0, fmt.Errorf("body_timeout %s: want %s to %s", t, minBodyTimeout, maxBodyTimeout)
 	}
 	return t, nil
+}
+
+// ready waits until Start has opened the store and returns the opening's error: Caddy starts the
+// apps of a configuration in no set order, so its HTTP servers may take requests a moment before
+// this app has started. A configuration that never starts answers errAppNotStarted.
+func (a *App) ready(ctx context.Context) error {
+	select {
+	case <-a.run.opened:
+		return a.run.openErr
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// isOpen reports, without waiting, whether Start has opened the store.
+func (a *App) isOpen() bool {
+	select {
+	case <-a.run.opened:
+		return a.run.openErr == nil
+	default:
+		return false
+	}
+}
+
+// errAppNotStarted is ready's answer for a configuration that was cleaned up without starting.
+var errAppNotStarted = errors.New("the seckill app did not start")
+
+// markOpened records the outcome of open, once, and wakes the requests that wait in ready.
+func (r *runner) markOpened(err error) {
+	r.openOnce.Do(func() {
+		r.openErr = err
+		close(r.opened)
+	})
 }
 
 // provisionLimits takes the pooled local limiters of the configured rates.
@@ -352,10 +409,18 @@ func (c *JWTConfig) MintTemplate(repl *caddy.Replacer) (*jwtauth.MintConfig, err
 	return mintTemplate(vc), nil
 }
 
-// Start defines the configured activities in the store, starts the embedded order backend (once:
-// a reload finds it running) and the activity refresher. A definition that would change a running
+// Start opens the store (open), defines the configured activities in it, starts the embedded order
+// backend (once: a reload finds it running) and the activity refresher. A definition that would change a running
 // sale fails the start, so the previous configuration stays in force.
 func (a *App) Start() error {
+	a.run.mu.Lock()
+	a.run.started = true
+	a.run.mu.Unlock()
+	err := a.open()
+	a.run.markOpened(err)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	// A reload finds the order backend running: no activity it defines anew may meet the orders
@@ -489,6 +554,17 @@ func (a *App) Stop() error {
 // Cleanup releases the pooled values this config used, in the reverse order of taking them (the
 // order backend before the store it works on); the last user destroys them.
 func (a *App) Cleanup() error {
+	if r := a.run; r != nil {
+		r.markOpened(errAppNotStarted)
+		r.mu.Lock()
+		unstarted := r.provisioned && !r.started
+		r.mu.Unlock()
+		if unstarted {
+			a.logger.Info("the store was not opened: this configuration was only provisioned (caddy validate), "+
+				"or did not start; what needs the running store was not checked",
+				zap.String("store", storeDirective(a.store)), zap.Strings("unchecked", a.uncheckedAtValidate()))
+		}
+	}
 	var errs []error
 	for i := len(a.poolKeys) - 1; i >= 0; i-- {
 		if _, err := pool.Delete(a.poolKeys[i]); err != nil {
@@ -497,6 +573,19 @@ func (a *App) Cleanup() error {
 	}
 	a.poolKeys = nil
 	return errors.Join(errs...)
+}
+
+// uncheckedAtValidate lists the checks that need the running store, which only Start makes.
+func (a *App) uncheckedAtValidate() []string {
+	checks := []string{"opening " + storeDirective(a.store)}
+	if len(a.Activities) > 0 {
+		checks = append(checks, "the activities against the sale in the store (a running sale's definition "+
+			"unchanged, no stock below the items sold)")
+	}
+	if a.Orders != nil {
+		checks = append(checks, "the order database opens and holds no orders of a sale the store does not know")
+	}
+	return checks
 }
 
 // Guard returns the guarded admission store, for the admin API and the order backend.

@@ -149,6 +149,15 @@ func TestBadInput(t *testing.T) {
 		for _, body := range []string{"{", "[1]", `{"captcha_id":1}`, `{} {}`, "not json"} {
 			expect(t, "path body "+body, c.Post("/seckill/bad/path", alice, body), http.StatusBadRequest, "bad_request")
 		}
+		// The message names the JSON field, in the contract's words, not Go's type.
+		for call, tc := range map[string]struct{ body, want string }{
+			alicePath:           {`{"qty":"1"}`, "qty must be a whole number, not a string"},
+			"/seckill/bad/path": {`{"captcha_id":1}`, "captcha_id must be a string, not a number"},
+		} {
+			if r := c.Post(call, alice, tc.body); r.Str("message") != tc.want {
+				t.Errorf("%s %s: message %q, want %q", call, tc.body, r.Str("message"), tc.want)
+			}
+		}
 		for _, body := range []string{"", "{}", ` {"captcha_id":"x"} `} {
 			expect(t, "path body "+body, c.Post("/seckill/bad/path", alice, body), http.StatusOK, "ok")
 		}

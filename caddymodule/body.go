@@ -55,14 +55,15 @@ func armBodyDeadline(w http.ResponseWriter, r *http.Request, timeout time.Durati
 	}
 }
 
-// decodeJSON decodes one JSON object into v; trailing data after it is an error.
+// decodeJSON decodes one JSON object into v; trailing data after it is an error. The error is the
+// client's 400 message (jsonError).
 func decodeJSON(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if err := dec.Decode(v); err != nil {
-		return err
+		return jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return errors.New("unexpected data after the JSON object")
+		return errors.New("the body has data after its JSON object")
 	}
 	return nil
 }

@@ -194,7 +194,7 @@ func parseQty(body []byte, limit int64) (int64, *Error) {
 	}
 	var req buyRequest
 	if err := decodeJSON(body, &req); err != nil {
-		return 0, errBadRequest("the body is not valid JSON: " + err.Error())
+		return 0, errBadRequest(err.Error())
 	}
 	if req.Qty == nil {
 		return 1, nil

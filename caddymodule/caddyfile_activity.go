@@ -58,6 +58,7 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 	c := new(ActivityConfig)
 	what := "activity " + id + ": "
 	haveStock := false
+	var endAt caddyfile.Token // an end not after the start is this line's error
 	err := caddyfileargs.ParseBlock(d, "seckill", what, func(opt string) (err error) {
 		switch opt {
 		case "stock":
@@ -76,6 +77,7 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 				err = d.Errf("seckill: %sstart_in must be positive (for a sale open at once, give a start in the past)", what)
 			}
 		case "end":
+			endAt = d.Token()
 			c.End, err = caddyfileargs.TimeArg(d, what+"end")
 		case "reveal":
 			c.Reveal, err = caddyfileargs.DurationArg(d, what+"reveal")
@@ -108,6 +110,9 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 		return nil, d.Errf("seckill: %sstock is required", what)
 	}
 	if err := c.validate(id); err != nil {
+		if errors.As(err, new(endNotAfterStart)) {
+			return nil, caddyfileargs.ErrAt(endAt, "seckill: %v", err)
+		}
 		return nil, d.Errf("seckill: %v", err)
 	}
 	return c, nil

@@ -66,6 +66,10 @@ func TestCaddyfileAdapt(t *testing.T) {
 func TestCaddyfileErrors(t *testing.T) {
 	global := func(body string) string { return "{\n\tseckill {\n" + body + "\n\t}\n}\n" }
 	site := func(body string) string { return ":8080 {\n" + body + "\n}\n" }
+	file := filepath.Join(t.TempDir(), "seckill-data")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name, caddyfile, want string
 	}{
@@ -208,7 +212,19 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"activity start_in zero", global("activity a {\nstock 1\nstart_in 0s\n}"), "start_in must be positive"},
 		{"activity start_in word", global("activity a {\nstart_in soon\n}"), `start_in "soon"`},
 		{"activity bad start", global("activity a {\nstock 1\nstart tomorrow\n}"), `start "tomorrow": want an RFC 3339 time`},
-		{"activity end before start", global("activity a {\nstock 1\nstart 2026-01-02T00:00:00Z\nend 2026-01-01T00:00:00Z\n}"), "is not after start"},
+		// An error found once a block is read points at the line it is about.
+		{"activity end before start", global("activity a {\nstock 1\nstart 2026-01-02T00:00:00Z\nend 2026-01-01T00:00:00Z\n}"), "is not after start 2026-01-02T00:00:00Z, at Caddyfile:6"},
+		{"activity end before start, end first", global("activity a {\nstock 1\nend 2026-01-01T00:00:00Z\nstart 2026-01-02T00:00:00Z\n}"), "end 2026-01-01T00:00:00Z is not after start 2026-01-02T00:00:00Z, at Caddyfile:5"},
+		{"local without url_secret", global("jwt {\nalgorithms RS256\n}\nstore local d"),
+			"seckill: store local needs a url_secret (the buy paths handed out must stay valid after a restart, which continues the sale): add `url_secret {env.SECKILL_URL_SECRET}` to the seckill block, the variable set to 32 random bytes or more, at Caddyfile:6"},
+		{"redis without url_secret", global("store redis a:1"), "seckill: store redis needs a url_secret (every node must sign buy paths alike): add `url_secret {env.SECKILL_URL_SECRET}` to the seckill block, the variable set to 32 random bytes or more, at Caddyfile:3"},
+		{"url_secret empty env", global("url_secret {$SECKILL_TEST_UNSET_VARIABLE}"), "seckill: url_secret has no value: give it one, e.g. url_secret {env.VAR} (read at start), or set the variable of a {$VAR} (read here, and empty or unset), at Caddyfile:3"},
+		{"jwt HS256 without hmac_secret", global("jwt {\nleeway 1s\nalgorithms HS384\n}"),
+			"seckill: jwt: HS384 verifies tokens with an HMAC secret, and hmac_secret is not set: set it to 48 random bytes or more (e.g. the output of `openssl rand -base64 48`), from an environment variable, at Caddyfile:5"},
+		{"jwt hmac_secret short", global("jwt {\nalgorithms HS256\nhmac_secret short\n}"), "seckill: jwt: HS256 needs an hmac_secret of 32 bytes or more, and the one set has 5: use a longer random secret (e.g. the output of `openssl rand -base64 32`), at Caddyfile:5"},
+		{"jwt hmac_secret empty env", global("jwt {\nalgorithms HS256\nhmac_secret {$SECKILL_TEST_UNSET_VARIABLE}\n}"), "seckill: jwt hmac_secret has no value: give it one, e.g. hmac_secret {env.VAR} (read at start), or set the variable of a {$VAR} (read here, and empty or unset), at Caddyfile:5"},
+		{"local folder is a file", global("url_secret u\nstore local " + file), "seckill: store local " + file + " is a file, not a folder: give the folder to keep the sale in (it is created if missing), at Caddyfile:4"},
+		{"local folder under a file", global("url_secret u\nstore local " + file + "/d"), "seckill: store local " + file + "/d: stat " + file + "/d: not a directory, at Caddyfile:4"},
 		{"activity reveal", global("activity a {\nreveal 2 seconds\n}"), "wrong argument count"},
 		{"activity pay_within", global("activity a {\npay_within forever\n}"), `pay_within "forever"`},
 		// With start_in, every other option is still checked (the window's end only when defined).

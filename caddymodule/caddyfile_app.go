@@ -51,16 +51,21 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return err
 	}
 	rateKinds := caddyfileargs.OptionSet{}
-	return caddyfileargs.ParseBlock(d, "seckill", "", func(opt string) (err error) {
+	var (
+		store   StoreModule
+		storeAt caddyfile.Token
+	)
+	err := caddyfileargs.ParseBlock(d, "seckill", "", func(opt string) (err error) {
 		switch opt {
 		case "store":
-			a.StoreRaw, err = parseStore(d)
+			storeAt = d.Token()
+			a.StoreRaw, store, err = parseStore(d)
 		case "jwt":
 			a.JWT, err = parseJWT(d)
 		case "url_secret":
-			a.URLSecret, err = caddyfileargs.OneArg(d)
+			a.URLSecret, err = caddyfileargs.SecretArg(d, "url_secret")
 		case "forward_secret":
-			a.ForwardSecret, err = caddyfileargs.OneArg(d)
+			a.ForwardSecret, err = caddyfileargs.SecretArg(d, "forward_secret")
 		case "captcha":
 			err = parseCaptcha(d, a)
 		case "orders":
@@ -80,4 +85,14 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		}
 		return err
 	}, "rate_limit", "activity")
+	if err != nil {
+		return err
+	}
+	// Provision checks this too (a JSON configuration); here the error points at the store line.
+	if n, ok := store.(URLSecretNeeder); ok && a.URLSecret == "" {
+		return caddyfileargs.ErrAt(storeAt, "seckill: store %s needs a url_secret (%s): add `url_secret "+
+			"{env.SECKILL_URL_SECRET}` to the seckill block, the variable set to 32 random bytes or more",
+			storeName(store), n.NeedsURLSecret())
+	}
+	return nil
 }

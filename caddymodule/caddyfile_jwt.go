@@ -1,9 +1,12 @@
 package caddymodule
 
 import (
+	"strings"
+
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
+	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 )
 
 // parseJWT parses the jwt option of the global seckill block. Syntax:
@@ -26,12 +29,15 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 		return nil, err
 	}
 	j := new(JWTConfig)
+	var algsAt, secretAt caddyfile.Token // the lines an HMAC secret's error points at
 	err := caddyfileargs.ParseBlock(d, "seckill", "jwt ", func(opt string) (err error) {
 		switch opt {
 		case "algorithms":
+			algsAt = d.Token()
 			j.Algorithms, err = caddyfileargs.SomeArgs(d)
 		case "hmac_secret":
-			j.HMACSecret, err = caddyfileargs.OneArg(d)
+			secretAt = d.Token()
+			j.HMACSecret, err = caddyfileargs.SecretArg(d, "jwt hmac_secret")
 		case "public_key_file":
 			err = caddyfileargs.AppendArgs(d, &j.PublicKeyFiles)
 		case "jwks_url":
@@ -59,6 +65,18 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 	}
 	if j.JWKSMinRefresh != 0 && j.JWKSURL == "" {
 		return nil, d.Err("seckill: jwt jwks_min_refresh needs a jwks_url")
+	}
+	// A secret with a placeholder ({env.VAR}) is known at start only: Provision checks it then.
+	if !strings.Contains(j.HMACSecret, "{") {
+		for _, alg := range j.Algorithms {
+			if err := jwtauth.CheckHMACSecret(alg, len(j.HMACSecret)); err != nil {
+				at := secretAt
+				if j.HMACSecret == "" {
+					at = algsAt
+				}
+				return nil, caddyfileargs.ErrAt(at, "seckill: jwt: %v", err)
+			}
+		}
 	}
 	return j, nil
 }

@@ -25,7 +25,7 @@ func TestCaddyfileOptionTwice(t *testing.T) {
 	)
 	for _, tc := range []struct{ block, option, want string }{
 		{global, "store memory", "seckill: store"},
-		{global, "jwt {\nalgorithms HS256\n}", "seckill: jwt"},
+		{global, "jwt {\nalgorithms RS256\n}", "seckill: jwt"},
 		{global, "url_secret s", "seckill: url_secret"},
 		{global, "forward_secret s", "seckill: forward_secret"},
 		{global, "captcha off", "seckill: captcha"},
@@ -93,7 +93,7 @@ func TestCaddyfileOptionTwice(t *testing.T) {
 // store redis address, jwt public_key_file, one rate_limit of each kind, one activity per id.
 func TestCaddyfileOptionRepeatable(t *testing.T) {
 	for _, tc := range []struct{ name, caddyfile string }{
-		{"redis address", "{\n\tseckill {\n\t\tstore redis a:1 {\n\t\t\tcluster\n\t\t\taddress b:2\n\t\t\taddress c:3 d:4\n\t\t}\n\t}\n}\n"},
+		{"redis address", "{\n\tseckill {\n\t\turl_secret u\n\t\tstore redis a:1 {\n\t\t\tcluster\n\t\t\taddress b:2\n\t\t\taddress c:3 d:4\n\t\t}\n\t}\n}\n"},
 		{"jwt public_key_file", "{\n\tseckill {\n\t\tjwt {\n\t\t\talgorithms RS256\n\t\t\tpublic_key_file one.pem\n\t\t\tpublic_key_file two.pem\n\t\t}\n\t}\n}\n"},
 		{"rate_limit kinds", "{\n\tseckill {\n\t\trate_limit ip 2/s\n\t\trate_limit user 3/s\n\t}\n}\n"},
 	} {

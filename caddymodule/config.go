@@ -190,10 +190,17 @@ func (c *ActivityConfig) validateWindow(id string) error {
 	case (c.Start.IsZero() && c.StartIn == 0) || c.End.IsZero():
 		return fmt.Errorf("activity %s: start (or start_in) and end are required", id)
 	case c.StartIn == 0 && !c.End.After(c.Start):
-		return fmt.Errorf("activity %s: end %s is not after start %s", id,
-			c.End.Format(time.RFC3339), c.Start.Format(time.RFC3339))
+		return fmt.Errorf("activity %s: %w", id, endNotAfterStart{c.End, c.Start})
 	}
 	return nil
+}
+
+// endNotAfterStart is validateWindow's refusal of the end, a type so that the Caddyfile parser
+// can point at the end line.
+type endNotAfterStart struct{ end, start time.Time }
+
+func (e endNotAfterStart) Error() string {
+	return fmt.Sprintf("end %s is not after start %s", e.end.Format(time.RFC3339), e.start.Format(time.RFC3339))
 }
 
 // validateBuckets checks the bucket count against its bounds and the stock.

@@ -84,6 +84,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if servedError(w, r) {
 		return nil
 	}
+	if err := h.app.ready(r.Context()); err != nil {
+		return h.fail(w, r, errBusy(time.Second)) // not started, or the client went away waiting
+	}
 	stripSeckillHeaders(r.Header)
 	armBodyDeadline(w, r, h.app.bodyTimeout)
 	repl, _ := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)

@@ -54,7 +54,7 @@ func (h *OrdersHandler) Provision(ctx caddy.Context) error {
 	if h.prefix, h.app, err = provisionMount(ctx, h.Prefix, "/orders", h.Errors); err != nil {
 		return err
 	}
-	if h.app.orders == nil {
+	if h.app.Orders == nil {
 		return errors.New("seckill_orders serves the embedded order backend, and the seckill app has none: " +
 			"add `orders sqlite <file>` or `orders postgres <dsn>` to the seckill global option " +
 			"(or reverse_proxy to a standalone orderbackend)")
@@ -76,6 +76,9 @@ func (h *OrdersHandler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ cadd
 	tail, ok := strings.CutPrefix(r.URL.Path, h.prefix)
 	if !ok || len(tail) < 2 || tail[0] != '/' {
 		return answerError(h.Errors, w, r, apiError(http.StatusNotFound, codeNotFound, "no such order or call"))
+	}
+	if err := h.app.ready(r.Context()); err != nil {
+		return answerError(h.Errors, w, r, errBusy(time.Second)) // not started
 	}
 	st := h.app.orders.state()
 	if st == nil {

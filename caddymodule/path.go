@@ -51,7 +51,7 @@ func (q *request) path() error {
 	var req pathRequest
 	if !empty {
 		if err := decodeJSON(body, &req); err != nil {
-			return q.fail(errBadRequest("the body is not valid JSON: " + err.Error()))
+			return q.fail(errBadRequest(err.Error()))
 		}
 	}
 	if iss := q.h.app.issuer; iss != nil {

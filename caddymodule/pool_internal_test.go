@@ -43,6 +43,9 @@ func TestOrdersSyncFollowsFsync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if err := app.open(); err != nil { // what Start does first
+			t.Fatal(err)
+		}
 		if app.orders.syncFull != c.want {
 			t.Errorf("store %s: orders syncFull %v, want %v", c.store, app.orders.syncFull, c.want)
 		}

@@ -76,13 +76,11 @@ func TestProvisionErrors(t *testing.T) {
 	}{
 		{"no jwt", "captcha off\n" + act, route, "the seckill app has no jwt configuration"},
 		{"forward without secret", jwtBlock + act, "route /seckill/* {\n\tseckill {\n\t\tforward\n\t}\n}\n", "forward needs the seckill app's forward_secret"},
-		{"redis without url_secret", jwtBlock + "store redis 127.0.0.1:1\n", route, "url_secret is required with store redis"},
 		{"distributed with memory", jwtBlock + "rate_limit user 2/s distributed\n", route, "distributed needs store redis"},
 		{"buckets with memory", jwtBlock + bucketsBlock("b", 8, 8), route, "activity b: buckets 8 needs store redis"},
 		{"buckets with local", jwtBlock + "url_secret u\nstore local " + filepath.Join(t.TempDir(), "d") + "\n" + bucketsBlock("b", 8, 2), route,
 			"activity b: buckets 2 needs store redis (it spreads the stock over Redis shards); store local "},
 		{"empty env secret", jwtBlock + "url_secret {env.SECKILL_TEST_UNSET_VARIABLE}\n", route, "url_secret \"{env.SECKILL_TEST_UNSET_VARIABLE}\" is empty"},
-		{"short hmac secret", "jwt {\n\talgorithms HS256\n\thmac_secret short\n}\n", route, "jwt: HS256 needs an hmac secret of at least 32 bytes"},
 		{"missing key file", "jwt {\n\talgorithms RS256\n\tpublic_key_file /nonexistent/key.pem\n}\n", route, "jwt: public_key_file: open /nonexistent/key.pem"},
 		{"jwks unreachable", "jwt {\n\talgorithms RS256\n\tjwks_url http://127.0.0.1:1/jwks\n}\n", route, "jwt: jwks http://127.0.0.1:1/jwks: Get"},
 		{"hmac secret unset", "jwt {\n\talgorithms HS256\n\thmac_secret {env.SECKILL_TEST_UNSET_VARIABLE}\n}\n", route, `jwt: hmac_secret "{env.SECKILL_TEST_UNSET_VARIABLE}" is empty`},

@@ -79,6 +79,12 @@ type ExistingOpener interface {
 	OpenExisting() (admission.Store, error)
 }
 
+// RedisBacked is a store module whose opened store is a RedisStore, so that Provision can check
+// what needs Redis (rate_limit user distributed) without opening the store.
+type RedisBacked interface {
+	OnRedis()
+}
+
 // RedisStore is an opened store on Redis: the captchas and the distributed user rate limit share
 // its client and key prefix, and its calls get a deadline, as a network can stall them.
 type RedisStore interface {
@@ -109,23 +115,24 @@ func storeNames() string {
 }
 
 // parseStore parses "store <name> ..." of the global seckill block with the named store module's
-// own Caddyfile syntax (its UnmarshalCaddyfile) and returns the module's JSON.
-func parseStore(d *caddyfile.Dispenser) (json.RawMessage, error) {
+// own Caddyfile syntax (its UnmarshalCaddyfile) and returns the module's JSON and the module.
+func parseStore(d *caddyfile.Dispenser) (json.RawMessage, StoreModule, error) {
 	if !d.NextArg() {
-		return nil, d.ArgErr()
+		return nil, nil, d.ArgErr()
 	}
 	name := d.Val()
 	if _, err := caddy.GetModule(storeNamespace + "." + name); err != nil {
-		return nil, d.Errf("seckill: unknown store %q: want one of %s", name, storeNames())
+		return nil, nil, d.Errf("seckill: unknown store %q: want one of %s", name, storeNames())
 	}
 	unm, err := caddyfile.UnmarshalModule(d, storeNamespace+"."+name)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if _, ok := unm.(StoreModule); !ok {
-		return nil, d.Errf("seckill: module %s.%s is not a store (%T)", storeNamespace, name, unm)
+	m, ok := unm.(StoreModule)
+	if !ok {
+		return nil, nil, d.Errf("seckill: module %s.%s is not a store (%T)", storeNamespace, name, unm)
 	}
-	return caddyconfig.JSONModuleObject(unm, "type", name, nil), nil
+	return caddyconfig.JSONModuleObject(unm, "type", name, nil), m, nil
 }
 
 // loadStoreModule provisions the app's store module (store memory when none is configured).

@@ -283,9 +283,9 @@ func TestStoreLocalProvisionErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ cfg, want string }{
-		{"store local " + file + "\nurl_secret s\n", "store local " + file + ": "},
+		{"store local " + file + "\nurl_secret s\n", "store local " + file + " is a file, not a folder"},
 		{"store local {env.SECKILL_TEST_UNSET_FOLDER}\nurl_secret s\n", `store local "{env.SECKILL_TEST_UNSET_FOLDER}" is empty once placeholders are replaced`},
-		{"store local " + filepath.Join(tmp, "d") + "\n", "url_secret is required with store local"},
+		{"store local " + filepath.Join(tmp, "d") + "\n", "store local needs a url_secret"},
 	} {
 		err := loadCaddy(t, port, c.cfg+jwtBlock+"captcha off\n", route)
 		if err == nil {

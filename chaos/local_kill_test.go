@@ -120,7 +120,7 @@ http://:%d {
 type counters struct {
 	Remaining int64 `json:"remaining"`
 	Sold      int64 `json:"sold"`
-	Queued    int64 `json:"queued"`
+	Wins      int64 `json:"wins"`
 }
 
 // snapshot reads the activity's live counters through the admin API.
@@ -285,8 +285,8 @@ func TestLocalStoreKilled(t *testing.T) {
 		}
 		flood += len(inFlight)
 		t.Logf("round %d: killed at %d answered wins (target %d), %d buys in flight (%d of them committed wins); "+
-			"restarted (fsync always: %v) in %s; remaining %d, queued %d",
-			round, len(answered), target, len(inFlight), committed, always, restarted.Round(time.Millisecond), snap.Remaining, snap.Queued)
+			"restarted (fsync always: %v) in %s; remaining %d, wins %d",
+			round, len(answered), target, len(inFlight), committed, always, restarted.Round(time.Millisecond), snap.Remaining, snap.Wins)
 		resumed = time.Now()
 		d.gate.release()
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rsa"
+	"fmt"
 	"slices"
 	"strings"
 )
@@ -42,6 +43,23 @@ var algorithms = map[string]algorithm{
 	"ES384": {family: famECDSA, curve: elliptic.P384()},
 	"ES512": {family: famECDSA, curve: elliptic.P521()},
 	"EdDSA": {family: famEdDSA},
+}
+
+// CheckHMACSecret checks an HMAC secret of n bytes for alg: HS256, HS384 and HS512 need their
+// hash size or more. A missing secret is told apart from a short one, and both errors say what
+// to do. Other algorithms, and unknown names, need no secret: nil.
+func CheckHMACSecret(alg string, n int) error {
+	a, ok := algorithms[alg]
+	switch {
+	case !ok || a.family != famHMAC || n >= a.minKey:
+		return nil
+	case n == 0:
+		return fmt.Errorf("%s verifies tokens with an HMAC secret, and hmac_secret is not set: set it to %d "+
+			"random bytes or more (e.g. the output of `openssl rand -base64 %d`), from an environment variable",
+			alg, a.minKey, a.minKey)
+	}
+	return fmt.Errorf("%s needs an hmac_secret of %d bytes or more, and the one set has %d: use a longer "+
+		"random secret (e.g. the output of `openssl rand -base64 %d`)", alg, a.minKey, n, a.minKey)
 }
 
 func algorithmNames() string {

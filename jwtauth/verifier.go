@@ -90,8 +90,8 @@ func New(cfg Config) (*Verifier, error) {
 		}
 		if a.family == famHMAC {
 			hasHMAC = true
-			if len(cfg.HMACSecret) < a.minKey {
-				return nil, fmt.Errorf("jwt: %s needs an hmac secret of at least %d bytes, got %d", name, a.minKey, len(cfg.HMACSecret))
+			if err := CheckHMACSecret(name, len(cfg.HMACSecret)); err != nil {
+				return nil, fmt.Errorf("jwt: %w", err)
 			}
 		}
 	}

@@ -1,6 +1,8 @@
 package localstore
 
 import (
+	"strings"
+
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
@@ -33,6 +35,13 @@ func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the store's name
 	if !d.AllArgs(&m.Dir) {
 		return d.Err("seckill: want store local <folder>, e.g. store local ./seckill-data")
+	}
+	// Provision checks the folder too (a JSON configuration, a placeholder); here the error
+	// points at this line.
+	if !strings.Contains(m.Dir, "{") {
+		if err := checkFolder(m.Dir); err != nil {
+			return d.Errf("seckill: %v", err)
+		}
 	}
 	return caddyfileargs.ParseBlock(d, "seckill", "store local ", func(opt string) (err error) {
 		switch opt {

@@ -3,6 +3,8 @@ package localstore
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -104,7 +106,26 @@ func (m *Module) Provision(ctx caddy.Context) error {
 	} else if parent, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
 		abs = filepath.Join(parent, filepath.Base(abs))
 	}
+	if err := checkFolder(abs); err != nil {
+		return err
+	}
 	m.dir = abs
+	return nil
+}
+
+// checkFolder refuses a store folder that cannot be one: a file in its place, or a parent that is
+// a file. A folder not created yet is fine: OpenStore creates it.
+func checkFolder(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("store local %s: %w", dir, err)
+	case !fi.IsDir():
+		return fmt.Errorf("store local %s is a file, not a folder: give the folder to keep the sale in "+
+			"(it is created if missing)", dir)
+	}
 	return nil
 }
 

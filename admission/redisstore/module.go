@@ -232,6 +232,9 @@ func (m *Module) OpenStore() (admission.Store, error) {
 // OpenExisting is OpenStore: a Redis store is shared, so reconcile reads it directly.
 func (m *Module) OpenExisting() (admission.Store, error) { return m.OpenStore() }
 
+// OnRedis marks the module as one whose store is on Redis (caddymodule.RedisBacked).
+func (*Module) OnRedis() {}
+
 // NeedsURLSecret says why the buy paths need a configured secret: every node must sign them alike.
 func (m *Module) NeedsURLSecret() string { return "every node must sign buy paths alike" }
 

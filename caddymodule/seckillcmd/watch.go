@@ -194,12 +194,12 @@ func (f watchFrame) render(width int) []string {
 		add("%-*s %13s %6s %9s %6s %8s %5s  %s", idw, "ACTIVITY", "LEFT/STOCK", "SOLD", "ADMITS/S", "WINS", "BACKLOG", "DEAD", "FLAG")
 		for _, a := range c.activities {
 			add("%-*s %13s %6d %9s %6d %8s %5d  %s", idw, clip(a.ID, idw), fmt.Sprintf("%d/%d", a.Remaining, a.Stock),
-				a.Sold, rate(f.admitsPerS, a.ID), a.Queued, backlog(a.ID), a.Dead, flag(a))
+				a.Sold, rate(f.admitsPerS, a.ID), a.Wins, backlog(a.ID), a.Dead, flag(a))
 		}
 	} else {
 		for _, a := range c.activities {
 			add("%s  left %d/%d  admits/s %s", a.ID, a.Remaining, a.Stock, rate(f.admitsPerS, a.ID))
-			add("  sold %d wins %d backlog %s dead %d %s", a.Sold, a.Queued, backlog(a.ID), a.Dead, flag(a))
+			add("  sold %d wins %d backlog %s dead %d %s", a.Sold, a.Wins, backlog(a.ID), a.Dead, flag(a))
 		}
 	}
 	add("")

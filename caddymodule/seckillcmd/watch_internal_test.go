@@ -18,8 +18,8 @@ func TestWatchRender(t *testing.T) {
 		rejected: map[string]float64{"sold_out_flag": 100}}
 	cur := watchReading{at: at, store: "redis", breaker: "closed",
 		activities: []caddymodule.AdminActivity{
-			{ID: "phone-1001", Stock: 100, Remaining: 37, Sold: 63, Queued: 63, Dead: 1},
-			{ID: "tv-2002", Stock: 5, Remaining: 0, Sold: 5, Queued: 5, SoldOut: true},
+			{ID: "phone-1001", Stock: 100, Remaining: 37, Sold: 63, Wins: 63, Dead: 1},
+			{ID: "tv-2002", Stock: 5, Remaining: 0, Sold: 5, Wins: 5, SoldOut: true},
 		},
 		admitted: map[string]float64{"phone-1001": 60, "tv-2002": 5},
 		rejected: map[string]float64{"sold_out_flag": 1100, "jwt": 3},

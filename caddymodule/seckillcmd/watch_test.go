@@ -175,16 +175,16 @@ func TestWatch(t *testing.T) {
 		sawAdmits = max(sawAdmits, sc.admits)
 		status, body := s.AdminCall(t, http.MethodGet, "/seckill/activities/watch", "")
 		var a struct {
-			Stock, Remaining, Sold, Queued, Dead int64
-			SoldOut                              bool `json:"sold_out_flag"`
+			Stock, Remaining, Sold, Wins, Dead int64
+			SoldOut                            bool `json:"sold_out_flag"`
 		}
 		if status != http.StatusOK || json.Unmarshal(body, &a) != nil {
 			t.Fatalf("admin API: %d %s", status, body)
 		}
 		_, metrics := s.AdminCall(t, http.MethodGet, "/metrics", "")
 		last = strings.Join(lines, "\n") + "\nadmin: " + string(body)
-		if sc.left != a.Remaining || sc.stock != a.Stock || sc.sold != a.Sold || sc.wins != a.Queued ||
-			sc.dead != a.Dead || sc.soldOut != a.SoldOut || sc.backlog != "0" || a.Queued != 20 || a.Remaining != 0 {
+		if sc.left != a.Remaining || sc.stock != a.Stock || sc.sold != a.Sold || sc.wins != a.Wins ||
+			sc.dead != a.Dead || sc.soldOut != a.SoldOut || sc.backlog != "0" || a.Wins != 20 || a.Remaining != 0 {
 			return false, last
 		}
 		if !strings.Contains(sc.header, "breaker closed") || !strings.Contains(sc.header, "store memory") {

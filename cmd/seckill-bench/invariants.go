@@ -28,7 +28,7 @@ type storeView struct {
 	Remaining int64
 	Sold      int64 // -1: unknown (status call only)
 	Buyers    int64
-	Queued    int64
+	Wins      int64
 	FromAdmin bool
 }
 
@@ -143,8 +143,8 @@ func evaluate(cfg *config, us *users, orders bool, views map[string]storeView, s
 			if sold < wins[a] || sold > wins[a]+unknown[a] {
 				bad = append(bad, fmt.Sprintf("%s: %d sold by the store, %d wins answered (+%d unknown)", id, sold, wins[a], unknown[a]))
 			}
-			if v.FromAdmin && (v.Sold != sold || v.Queued < wins[a] || v.Queued > wins[a]+unknown[a]) {
-				bad = append(bad, fmt.Sprintf("%s: admin says sold %d, queued %d, remaining %d; %d wins answered", id, v.Sold, v.Queued, v.Remaining, wins[a]))
+			if v.FromAdmin && (v.Sold != sold || v.Wins < wins[a] || v.Wins > wins[a]+unknown[a]) {
+				bad = append(bad, fmt.Sprintf("%s: admin says sold %d, wins %d, remaining %d; %d wins answered", id, v.Sold, v.Wins, v.Remaining, wins[a]))
 			}
 			if gaveUp[a] == 0 && unknown[a] == 0 && demand[a] >= cfg.stock && v.Remaining > 0 {
 				undersold = append(undersold, fmt.Sprintf("%s: %d users all answered, %d items left", id, demand[a], v.Remaining))
@@ -220,14 +220,14 @@ func (b *bench) adminViews(ctx context.Context) (map[string]storeView, error) {
 		Remaining int64  `json:"remaining"`
 		Sold      int64  `json:"sold"`
 		Buyers    int64  `json:"buyers"`
-		Queued    int64  `json:"queued"`
+		Wins      int64  `json:"wins"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		return nil, fmt.Errorf("admin API: %w", err)
 	}
 	out := map[string]storeView{}
 	for _, a := range list {
-		out[a.ID] = storeView{Remaining: a.Remaining, Sold: a.Sold, Buyers: a.Buyers, Queued: a.Queued, FromAdmin: true}
+		out[a.ID] = storeView{Remaining: a.Remaining, Sold: a.Sold, Buyers: a.Buyers, Wins: a.Wins, FromAdmin: true}
 	}
 	for _, id := range b.users.acts {
 		if _, ok := out[id]; !ok {

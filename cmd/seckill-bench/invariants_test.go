@@ -25,8 +25,8 @@ func sale() (*config, *users, map[string]storeView) {
 		}
 	}
 	views := map[string]storeView{
-		"a0": {Remaining: 0, Sold: 3, Buyers: 3, Queued: 3, FromAdmin: true},
-		"a1": {Remaining: 0, Sold: 3, Buyers: 3, Queued: 3, FromAdmin: true},
+		"a0": {Remaining: 0, Sold: 3, Buyers: 3, Wins: 3, FromAdmin: true},
+		"a1": {Remaining: 0, Sold: 3, Buyers: 3, Wins: 3, FromAdmin: true},
 	}
 	return cfg, us, views
 }
@@ -61,7 +61,7 @@ func TestInvariantsCatchViolations(t *testing.T) {
 	}{
 		{"oversell", func(cfg *config, us *users, v map[string]storeView) {
 			us.outcome[6], us.reservation[6], us.confirmed[6] = outcomeWon, "r4", true // a 4th winner in a0
-			v["a0"] = storeView{Remaining: -1, Sold: 4, Queued: 4, FromAdmin: true}
+			v["a0"] = storeView{Remaining: -1, Sold: 4, Wins: 4, FromAdmin: true}
 		}, []string{"winners ≤ stock"}},
 		{"duplicate reservation", func(cfg *config, us *users, v map[string]storeView) {
 			us.reservation[2] = us.reservation[0]
@@ -72,22 +72,22 @@ func TestInvariantsCatchViolations(t *testing.T) {
 		}, []string{"every 202 reservation distinct"}},
 		{"second win for a user (soak)", func(cfg *config, us *users, v map[string]storeView) {
 			us.extraWins[0] = []string{"r9"}
-			v["a0"] = storeView{Remaining: -1, Sold: 4, Queued: 4, FromAdmin: true}
+			v["a0"] = storeView{Remaining: -1, Sold: 4, Wins: 4, FromAdmin: true}
 		}, []string{"winners ≤ stock", "no user above the limit"}},
 		{"store sold more than was answered (a lost win)", func(cfg *config, us *users, v map[string]storeView) {
 			us.outcome[4], us.reservation[4] = outcomeLost, "" // the user was told it lost
-			v["a0"] = storeView{Remaining: 0, Sold: 3, Queued: 3, FromAdmin: true}
+			v["a0"] = storeView{Remaining: 0, Sold: 3, Wins: 3, FromAdmin: true}
 		}, []string{"store agrees"}},
 		{"store sold less than was answered (a phantom win)", func(cfg *config, us *users, v map[string]storeView) {
-			v["a1"] = storeView{Remaining: 1, Sold: 2, Queued: 2, FromAdmin: true}
+			v["a1"] = storeView{Remaining: 1, Sold: 2, Wins: 2, FromAdmin: true}
 		}, []string{"store agrees", "no undersell"}},
 		{"wins queue disagrees", func(cfg *config, us *users, v map[string]storeView) {
-			v["a1"] = storeView{Remaining: 0, Sold: 3, Queued: 2, FromAdmin: true}
+			v["a1"] = storeView{Remaining: 0, Sold: 3, Wins: 2, FromAdmin: true}
 		}, []string{"store agrees"}},
 		{"undersell: everyone answered, items left", func(cfg *config, us *users, v map[string]storeView) {
 			us.outcome[1], us.reservation[1], us.confirmed[1] = outcomeLost, "", false
 			us.outcome[9] = outcomeLost
-			v["a1"] = storeView{Remaining: 1, Sold: 2, Queued: 2, FromAdmin: true}
+			v["a1"] = storeView{Remaining: 1, Sold: 2, Wins: 2, FromAdmin: true}
 		}, []string{"no undersell"}},
 		{"unconfirmed win", func(cfg *config, us *users, v map[string]storeView) {
 			us.confirmed[3] = false
@@ -123,15 +123,15 @@ func TestInvariantsCatchViolations(t *testing.T) {
 func TestInvariantsUnknownOutcomeSlack(t *testing.T) {
 	cfg, us, views := sale()
 	us.outcome[2], us.reservation[2], us.confirmed[2] = outcomeUnknown, "", false
-	views["a0"] = storeView{Remaining: 0, Sold: 3, Queued: 3, FromAdmin: true} // it did sell
+	views["a0"] = storeView{Remaining: 0, Sold: 3, Wins: 3, FromAdmin: true} // it did sell
 	if f := failed(evaluate(cfg, us, false, views, "admin API", nil)); len(f) > 0 {
 		t.Fatalf("an unknown outcome that sold: %v", f)
 	}
-	views["a0"] = storeView{Remaining: 1, Sold: 2, Queued: 2, FromAdmin: true} // it did not
+	views["a0"] = storeView{Remaining: 1, Sold: 2, Wins: 2, FromAdmin: true} // it did not
 	if f := failed(evaluate(cfg, us, false, views, "admin API", nil)); len(f) > 0 {
 		t.Fatalf("an unknown outcome that did not sell: %v", f)
 	}
-	views["a0"] = storeView{Remaining: -1, Sold: 4, Queued: 4, FromAdmin: true}
+	views["a0"] = storeView{Remaining: -1, Sold: 4, Wins: 4, FromAdmin: true}
 	if f := failed(evaluate(cfg, us, false, views, "admin API", nil)); len(f) != 1 || !strings.HasPrefix(f[0], "store agrees") {
 		t.Fatalf("two unexplained sales: %v", f)
 	}

@@ -6,6 +6,7 @@ package caddyfileargs
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -96,4 +97,28 @@ func TimeArg(d *caddyfile.Dispenser, what string) (time.Time, error) {
 		return time.Time{}, d.Errf("seckill: %s %q: want an RFC 3339 time like 2026-12-01T20:00:00+08:00", what, v)
 	}
 	return t, nil
+}
+
+// SecretArg reads the one argument of a secret option (what: url_secret, jwt hmac_secret). A
+// secret from an environment variable read while parsing ({$VAR}) that is unset or empty leaves
+// no argument: the error says so rather than "wrong argument count".
+func SecretArg(d *caddyfile.Dispenser, what string) (string, error) {
+	args := d.RemainingArgs()
+	switch {
+	case len(args) == 0:
+		opt := what[strings.LastIndexByte(what, ' ')+1:]
+		return "", d.Errf("seckill: %s has no value: give it one, e.g. %s {env.VAR} (read at start), or set the "+
+			"variable of a {$VAR} (read here, and empty or unset)", what, opt)
+	case len(args) > 1:
+		return "", d.ArgErr()
+	}
+	return args[0], nil
+}
+
+// ErrAt is d.Errf at an earlier token of d (from d.Token()), for an error found once a block is
+// read that belongs to one of its lines: the message names that line, not the closing brace.
+func ErrAt(tok caddyfile.Token, format string, args ...any) error {
+	d := caddyfile.NewDispenser([]caddyfile.Token{tok})
+	d.Next()
+	return d.Errf(format, args...)
 }
