@@ -22,6 +22,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 	"github.com/caddy-seckill/caddy-seckill/ratelimit"
+	"github.com/caddy-seckill/caddy-seckill/waitroom"
 )
 
 func init() {
@@ -82,6 +83,9 @@ type App struct {
 	userLimit     *ratelimit.Local
 	userGCRA      *ratelimit.GCRA
 	acts          *activities
+	rooms         map[string]*waitroom.Room // activity id -> its waiting room (queue.go)
+	line          waitroom.Line             // the store's line; nil when it keeps none
+	roomMetrics   *roomMetrics
 	metrics       *metrics
 	poolKeys      []string
 	logger        *zap.Logger
@@ -190,8 +194,14 @@ func (a *App) Provision(ctx caddy.Context) error {
 		reveal[id] = time.Duration(act.Reveal)
 	}
 	a.acts = newActivities(b.guard, reveal)
+	if a.rooms, a.line, err = provisionRooms(a.Activities, b.store, store); err != nil {
+		return err
+	}
 	storeMetrics, _ := b.store.(prometheus.Collector) // a store's own metrics, if it has any
 	if a.metrics, err = newMetrics(ctx.GetMetricsRegistry(), a.acts, b.guard, a.verifier, storeMetrics); err != nil {
+		return err
+	}
+	if a.roomMetrics, err = registerRoomMetrics(ctx.GetMetricsRegistry(), a); err != nil {
 		return err
 	}
 	if a.orders != nil {

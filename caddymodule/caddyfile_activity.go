@@ -48,6 +48,7 @@ func addActivity(d *caddyfile.Dispenser, a *App) error {
 //		reveal     <duration>         # buy path handed out this long before start; default 0
 //		pay_within <duration>         # time a winner has to pay; default 15m
 //		buckets    <n>                # store redis: split the stock over n shards; 2 to 256, ≤ stock
+//		waiting_room { ... }          # a line in front of the buy step (its block: waiting_room)
 //	}
 func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 	c := new(ActivityConfig)
@@ -80,6 +81,8 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 			// The stock bound is checked once the block is read (validate).
 			c.Buckets, err = caddyfileargs.IntArg(d, what+"buckets", minBuckets, admission.MaxBuckets,
 				fmt.Sprintf("want %d to %d (leave it out for one)", minBuckets, admission.MaxBuckets))
+		case "waiting_room":
+			c.WaitingRoom, err = parseWaitingRoom(d, what)
 		default:
 			err = d.Errf("seckill: %sunrecognized option %q", what, opt)
 		}

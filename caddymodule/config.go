@@ -102,6 +102,9 @@ type ActivityConfig struct {
 	// hot activity's admissions spread over a Redis Cluster's shards instead of one (store redis
 	// only; 2 to 256, at most the stock). Every call still sees one activity; see README.
 	Buckets int `json:"buckets,omitempty"`
+
+	// WaitingRoom, when set, puts a waiting room in front of the buy step (see WaitingRoomConfig).
+	WaitingRoom *WaitingRoomConfig `json:"waiting_room,omitempty"`
 }
 
 // minBuckets is the least split of ActivityConfig.Buckets (at most admission.MaxBuckets); left
@@ -156,6 +159,11 @@ func (c *ActivityConfig) validate(id string) error {
 	}
 	if err := c.validateWindow(id); err != nil {
 		return err
+	}
+	if c.WaitingRoom != nil {
+		if _, err := c.WaitingRoom.room(); err != nil {
+			return fmt.Errorf("activity %s: waiting_room: %w", id, err)
+		}
 	}
 	return c.validateBuckets(id)
 }

@@ -17,6 +17,7 @@ const (
 	callPath                        // POST   {prefix}/{activity}/path
 	callBuy                         // POST   {prefix}/{activity}/buy/{hash}
 	callResult                      // GET    {prefix}/{activity}/result
+	callQueue                       // POST or GET {prefix}/{activity}/queue (queue.go)
 )
 
 // call is a parsed request path.
@@ -64,6 +65,8 @@ func parseCall(prefix, path string) (call, bool) {
 		c.kind = callPath
 	case n == 2 && seg[1] == "result":
 		c.kind = callResult
+	case n == 2 && seg[1] == "queue":
+		c.kind = callQueue
 	case n == 3 && seg[1] == "captcha":
 		id, ok := strings.CutSuffix(seg[2], ".png")
 		if !ok || !validArg(id) {
@@ -99,6 +102,8 @@ func (k callKind) methods() string {
 	switch k {
 	case callStatus, callImage, callResult:
 		return "GET, HEAD"
+	case callQueue:
+		return "GET, HEAD, POST"
 	}
 	return "POST"
 }
@@ -108,6 +113,8 @@ func (k callKind) allows(method string) bool {
 	switch k {
 	case callStatus, callImage, callResult:
 		return method == http.MethodGet || method == http.MethodHead
+	case callQueue:
+		return method == http.MethodGet || method == http.MethodHead || method == http.MethodPost
 	}
 	return method == http.MethodPost
 }
@@ -127,6 +134,8 @@ func (k callKind) String() string {
 		return "buy"
 	case callResult:
 		return "result"
+	case callQueue:
+		return "queue"
 	}
 	return "unknown"
 }

@@ -33,6 +33,7 @@ const (
 
 // Bounds of a waiting room's settings.
 const (
+	MinOpens   = time.Second
 	MaxOpens   = 7 * 24 * time.Hour
 	MinSession = time.Second
 	MaxSession = 24 * time.Hour
@@ -111,7 +112,7 @@ const (
 
 // Config is a waiting room's settings.
 type Config struct {
-	Opens   time.Duration // the line opens this long before the start; 0 opens it at the start
+	Opens   time.Duration // the line opens this long before the start
 	Admit   ratelimit.Rate
 	Session time.Duration // how long an admitted buyer may take to buy
 }
@@ -134,9 +135,11 @@ type Room struct {
 	intervalMS float64
 }
 
-// New validates cfg and returns its room; zero fields take the defaults (Opens is taken as
-// given: 0 is a line without a pre-queue).
+// New validates cfg and returns its room; zero fields take the defaults.
 func New(cfg Config) (*Room, error) {
+	if cfg.Opens == 0 {
+		cfg.Opens = DefaultOpens
+	}
 	if cfg.Admit.Events == 0 && cfg.Admit.Period == 0 {
 		cfg.Admit, _ = ParseAdmit(DefaultAdmit)
 	}
@@ -144,8 +147,8 @@ func New(cfg Config) (*Room, error) {
 		cfg.Session = DefaultSession
 	}
 	switch {
-	case cfg.Opens < 0 || cfg.Opens > MaxOpens:
-		return nil, fmt.Errorf("opens %s: want 0 to %s", cfg.Opens, MaxOpens)
+	case cfg.Opens < MinOpens || cfg.Opens > MaxOpens:
+		return nil, fmt.Errorf("opens %s: want %s to %s", cfg.Opens, MinOpens, MaxOpens)
 	case cfg.Session < MinSession || cfg.Session > MaxSession:
 		return nil, fmt.Errorf("session %s: want %s to %s", cfg.Session, MinSession, MaxSession)
 	case cfg.Admit.Events <= 0 || cfg.Admit.Period <= 0:

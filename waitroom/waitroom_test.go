@@ -22,17 +22,18 @@ func mustRoom(t *testing.T, admit string, session time.Duration) *waitroom.Room 
 }
 
 func TestNewDefaultsAndBounds(t *testing.T) {
-	room, err := waitroom.New(waitroom.Config{Opens: waitroom.DefaultOpens})
+	room, err := waitroom.New(waitroom.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := room.Config()
-	if c.Session != waitroom.DefaultSession || c.Admit.Events != 200 || c.Admit.Period != time.Second || room.IntervalMS() != 5 {
+	if c.Opens != waitroom.DefaultOpens || c.Session != waitroom.DefaultSession || c.Admit.Events != 200 || c.Admit.Period != time.Second || room.IntervalMS() != 5 {
 		t.Fatalf("defaults: %+v, interval %v ms", c, room.IntervalMS())
 	}
 	one, _ := waitroom.ParseAdmit("1/s")
 	for _, bad := range []waitroom.Config{
 		{Opens: -time.Second, Admit: one},
+		{Opens: time.Millisecond, Admit: one},
 		{Opens: 8 * 24 * time.Hour, Admit: one},
 		{Admit: one, Session: time.Millisecond},
 		{Admit: one, Session: 25 * time.Hour},
