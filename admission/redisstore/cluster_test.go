@@ -34,12 +34,12 @@ func TestRedisClusterConformance(t *testing.T) {
 	})
 }
 
-// TestRedisSentinelConformance runs it through Sentinel's failover client (a private master, its
-// replica and three sentinels).
+// TestRedisSentinelConformance runs it, and the line's, through Sentinel's failover client (a
+// private master, its replica and three sentinels).
 func TestRedisSentinelConformance(t *testing.T) {
 	set := testsrv.StartSentinel(t)
 	var n atomic.Int64
-	admissiontest.Run(t, func(t *testing.T) admission.Store {
+	open := func(t *testing.T) *redisstore.Store {
 		c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: testsrv.SentinelMaster, SentinelAddrs: set.Addrs(), MaxRetries: 3})
 		s, err := redisstore.New(c, redisstore.Options{KeyPrefix: fmt.Sprintf("sen%d", n.Add(1))})
 		if err != nil {
@@ -47,5 +47,9 @@ func TestRedisSentinelConformance(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = s.Close() })
 		return s
+	}
+	admissiontest.Run(t, func(t *testing.T) admission.Store { return open(t) })
+	t.Run("Line", func(t *testing.T) {
+		linetest.Run(t, func(t *testing.T) linetest.Store { return open(t) })
 	})
 }
