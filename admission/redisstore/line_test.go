@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -77,5 +78,31 @@ func TestRedisLineFailover(t *testing.T) {
 	p, err := s2.Join(ctx, "fo", "later", waitroom.Terms{Draw: 0.5, IntervalMS: hour})
 	if err != nil || p.Rank != users+1 || p.Offset != late.Offset+hour {
 		t.Fatalf("the next late joiner after the failover: %+v, %v; want rank %d, offset %v", p, err, users+1, late.Offset+hour)
+	}
+}
+
+// TestRedisLineSplitActivity: an activity split into buckets keeps its line in the parent's slot,
+// and deleting the activity deletes the line.
+func TestRedisLineSplitActivity(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	s, _ := redisTestStore(t, srv.Addr, redisstore.Options{}, nil)
+	now := time.Now()
+	a := admission.Activity{ID: "split", Stock: 10, Limit: 1, Start: now.Add(-time.Minute), End: now.Add(time.Hour), PayWithin: time.Minute, Buckets: 2}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Join(ctx, "split", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 1000})
+	if err != nil || !p.Joined || p.Rank != 0 {
+		t.Fatalf("join a split activity: %+v, %v", p, err)
+	}
+	if err := s.Delete(ctx, "split", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Define(ctx, a, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Place(ctx, "split", "u"); !errors.Is(err, waitroom.ErrNotInLine) {
+		t.Fatalf("place after the split activity was deleted and defined again: %v, want ErrNotInLine", err)
 	}
 }
