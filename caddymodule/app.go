@@ -22,6 +22,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 	"github.com/caddy-seckill/caddy-seckill/ratelimit"
+	"github.com/caddy-seckill/caddy-seckill/waitroom"
 )
 
 func init() {
@@ -91,6 +92,9 @@ type App struct {
 	userLimit     *ratelimit.Local
 	userGCRA      *ratelimit.GCRA
 	acts          *activities
+	rooms         map[string]*waitroom.Room // activity id -> its waiting room (queue.go)
+	line          waitroom.Line             // the store's line; nil when it keeps none
+	roomMetrics   *roomMetrics
 	metrics       *metrics
 	poolKeys      []string
 	logger        *zap.Logger
@@ -230,8 +234,14 @@ func (a *App) open() error {
 		shownByID[id] = shown{reveal: time.Duration(act.Reveal), price: act.Price, title: act.Title}
 	}
 	a.acts = newActivities(b.guard, shownByID)
+	if a.rooms, a.line, err = provisionRooms(a.Activities, b.store, store); err != nil {
+		return err
+	}
 	storeMetrics, _ := b.store.(prometheus.Collector) // a store's own metrics, if it has any
 	if a.metrics, err = newMetrics(a.registry, a.acts, b.guard, a.verifier, storeMetrics); err != nil {
+		return err
+	}
+	if a.roomMetrics, err = registerRoomMetrics(ctx.GetMetricsRegistry(), a); err != nil {
 		return err
 	}
 	if a.orders != nil {

@@ -54,6 +54,9 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	if !q.h.app.urlKey.Verify(a.ID, q.user, a.Salt, q.call.arg) {
 		return q.fail(errBadPath)
 	}
+	if e := q.admitted(); e != nil {
+		return q.fail(e)
+	}
 	reqID, e := requestID(q.r)
 	if e != nil {
 		return q.fail(e)

@@ -53,6 +53,7 @@ func addActivity(d *caddyfile.Dispenser, a *App) error {
 //		buckets    <n>                   # store redis: split the stock over n shards; 2 to 256, ≤ stock
 //		price      <amount> <currency>   # one item's price, e.g. 199.00 USD (ISO 4217); optional
 //		title      <text>                # the item's name on the sale page and in orders; optional
+//		waiting_room { ... }             # a line in front of the buy step (its block: waiting_room)
 //	}
 func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 	c := new(ActivityConfig)
@@ -98,6 +99,8 @@ func parseActivity(d *caddyfile.Dispenser, id string) (*ActivityConfig, error) {
 					err = d.Errf("seckill: %stitle %q: %v", what, c.Title, err)
 				}
 			}
+		case "waiting_room":
+			c.WaitingRoom, err = parseWaitingRoom(d, what)
 		default:
 			err = d.Errf("seckill: %sunrecognized option %q", what, opt)
 		}

@@ -113,6 +113,9 @@ type ActivityConfig struct {
 	// Title names the item on the sale page and in orders: at most 200 bytes of UTF-8 text, no
 	// control characters. Optional.
 	Title string `json:"title,omitempty"`
+
+	// WaitingRoom, when set, puts a waiting room in front of the buy step (see WaitingRoomConfig).
+	WaitingRoom *WaitingRoomConfig `json:"waiting_room,omitempty"`
 }
 
 // minBuckets is the least split of ActivityConfig.Buckets (at most admission.MaxBuckets); left
@@ -175,6 +178,11 @@ func (c *ActivityConfig) validate(id string) error {
 	}
 	if err := validateTitle(c.Title); err != nil {
 		return fmt.Errorf("activity %s: title: %w", id, err)
+	}
+	if c.WaitingRoom != nil {
+		if _, err := c.WaitingRoom.room(); err != nil {
+			return fmt.Errorf("activity %s: waiting_room: %w", id, err)
+		}
 	}
 	return c.validateBuckets(id)
 }

@@ -62,6 +62,8 @@ const (
 	codeRateLimited      = "rate_limited"
 	codeBusy             = "busy"
 	codeForbidden        = "forbidden"
+	codeNotAdmitted      = "not_admitted"
+	codeNotInLine        = "not_in_line"
 )
 
 // layer is a layer of the funnel (caddymodule/README.md) that can refuse a call of the public API, for
@@ -79,6 +81,7 @@ const (
 	layerJWT                       // 401, or 503 when the verifier cannot work (JWKS down)
 	layerUserLimit                 // 429: the user's bucket, local or distributed
 	layerHashedURL                 // 404 bad_path, no store call
+	layerWaitingRoom               // 403 not_admitted, 404 not_in_line: the waiting room (queue.go)
 	layerCaptchaLimit              // 429: the user's captcha issuance bucket
 	layerCaptcha                   // 403 captcha_invalid, 404 image, 503 captcha store down
 	layerBadRequest                // 400 / 408 / 413 bad_request: the Idempotency-Key or the body
@@ -101,6 +104,7 @@ var layerNames = [nLayers]string{
 	layerJWT:          "jwt",
 	layerUserLimit:    "user_limit",
 	layerHashedURL:    "hashed_url",
+	layerWaitingRoom:  "waiting_room",
 	layerCaptchaLimit: "captcha_limit",
 	layerCaptcha:      "captcha",
 	layerBadRequest:   "bad_request",

@@ -28,6 +28,8 @@ func init() {
 //	POST {prefix}/{activity}/path             the caller's hashed buy path (JWT, captcha answer)
 //	POST {prefix}/{activity}/buy/{hash}       the admission (JWT): 202 queued
 //	GET  {prefix}/{activity}/result           the caller's result record (JWT)
+//	POST {prefix}/{activity}/queue            join the waiting room's line (JWT)
+//	GET  {prefix}/{activity}/queue            the caller's place in the line (JWT)
 //
 // Every refusal is a JSON body {"code", "message"} whose code is a stable machine word; the
 // placeholder {http.seckill.code} carries it. Any client-supplied Seckill-* header is removed.
@@ -131,6 +133,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return q.buy(next)
 	case callResult:
 		return q.result()
+	case callQueue:
+		return q.queue()
 	}
 	return q.fail(errNotFound)
 }

@@ -55,7 +55,8 @@ type hotUser struct {
 }
 
 // startHotSale runs Caddy with activities "open" (stock and limit too large to run out: every buy
-// wins), "gone" (stock 0, sold out and flagged after the first buy) and the respond yardstick.
+// wins), "gone" (stock 0, sold out and flagged after the first buy), "line" (a waiting room every
+// user has joined) and the respond yardstick.
 // store is the seckill app's store line ("" for the memory store).
 func startHotSale(b *testing.B, store string) *hotSale {
 	b.Helper()
@@ -82,6 +83,7 @@ func startHotSale(b *testing.B, store string) *hotSale {
 		rate_limit user 1000000/s burst 1000000
 		%s
 		%s
+		%s
 	}
 }
 
@@ -95,7 +97,7 @@ http://:%d {
 	}
 }
 `, b.TempDir(), store, jwtBlock, activityBlock("open", 1_000_000_000, 1_000_000_000, start, end, 0),
-		activityBlock("gone", 0, 1, start, end, 0), port)
+		activityBlock("gone", 0, 1, start, end, 0), roomBlock("line", 1, start, end, "admit 1/h"), port)
 	runCaddyfile(b, cf)
 	v, err := caddy.ActiveContext().App("http")
 	if err != nil {
@@ -127,6 +129,12 @@ http://:%d {
 			u.paths[act] = a.Path
 		}
 		s.users = append(s.users, u)
+	}
+	// Every user joins the waiting room of "line" (the first is admitted, the others wait).
+	for _, u := range s.users {
+		if w := s.serve(s.request(http.MethodPost, "/seckill/line/queue", u, "")); w.status != http.StatusOK {
+			b.Fatalf("join line: %d %s", w.status, w.body)
+		}
 	}
 	// Sell "gone" out: the first buy finds no stock and sets the node's sold-out flag; a keyed buy
 	// then waits for the holders set (empty) that keeps non-holders off the store.
@@ -245,6 +253,10 @@ func benchHotPath(b *testing.B, s *hotSale) {
 		// A winner's poll (every user has won in "open" by now): the record is "queued".
 		{"result", http.StatusOK, func(u hotUser, _ int) *http.Request {
 			return s.request(http.MethodGet, "/seckill/open/result", u, "")
+		}},
+		// A waiting buyer's poll of the waiting room: one line read from the store.
+		{"queue_poll", http.StatusOK, func(u hotUser, _ int) *http.Request {
+			return s.request(http.MethodGet, "/seckill/line/queue", u, "")
 		}},
 		// A poll of a user with no record ("gone" sold nothing): "none".
 		{"result_none", http.StatusOK, func(u hotUser, _ int) *http.Request {

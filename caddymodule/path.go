@@ -41,6 +41,9 @@ func (q *request) path() error {
 	if e := q.limitUser(userBucketBuy); e != nil {
 		return q.fail(e)
 	}
+	if e := q.admitted(); e != nil {
+		return q.fail(e)
+	}
 	// The body is read and checked whatever the captcha setting: the documented limits (1 MiB,
 	// valid JSON) hold for every call that takes one.
 	body, e := q.readBody()

@@ -30,6 +30,7 @@ var referenceBlocks = []struct {
 	{"orders", "caddyfile_orders.go", "", "parseOrders"},
 	{"rate_limit", "caddyfile_ratelimit.go", "", "parseRateLimit"},
 	{"activity", "caddyfile_activity.go", "", "parseActivity"},
+	{"waiting_room", "caddyfile_waitroom.go", "", "parseWaitingRoom"},
 	{"directive seckill", "caddyfile_handler.go", "Handler", "UnmarshalCaddyfile"},
 	{"directive seckill_orders", "caddyfile_handler.go", "OrdersHandler", "UnmarshalCaddyfile"},
 	{"directive seckill_demo_signin", "caddyfile_demo.go", "DemoSignin", "UnmarshalCaddyfile"},

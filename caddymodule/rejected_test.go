@@ -18,7 +18,7 @@ import (
 
 // funnelLayers are the layer label values of caddy_seckill_rejected_total, in funnel order.
 var funnelLayers = []string{
-	"route", "ip_limit", "window", "sold_out_flag", "jwt", "user_limit", "hashed_url",
+	"route", "ip_limit", "window", "sold_out_flag", "jwt", "user_limit", "hashed_url", "waiting_room",
 	"captcha_limit", "captcha", "bad_request", "breaker", "store_error", "replicas_ack", "canceled",
 	"contended", "store_sold_out", "limit_reached",
 }

@@ -18,6 +18,7 @@ const (
 	callPath                        // POST   {prefix}/{activity}/path
 	callBuy                         // POST   {prefix}/{activity}/buy/{hash}
 	callResult                      // GET    {prefix}/{activity}/result
+	callQueue                       // POST or GET {prefix}/{activity}/queue (queue.go)
 )
 
 // call is a parsed request path.
@@ -65,6 +66,8 @@ func parseCall(prefix, path string) (call, bool) {
 		c.kind = callPath
 	case n == 2 && seg[1] == "result":
 		c.kind = callResult
+	case n == 2 && seg[1] == "queue":
+		c.kind = callQueue
 	case n == 3 && seg[1] == "captcha":
 		if id, ok := strings.CutSuffix(seg[2], ".png"); ok {
 			c.kind, c.arg = callImage, id
@@ -103,6 +106,8 @@ func (k callKind) methods() string {
 	switch k {
 	case callStatus, callImage, callAudio, callResult:
 		return "GET, HEAD"
+	case callQueue:
+		return "GET, HEAD, POST"
 	}
 	return "POST"
 }
@@ -112,6 +117,8 @@ func (k callKind) allows(method string) bool {
 	switch k {
 	case callStatus, callImage, callAudio, callResult:
 		return method == http.MethodGet || method == http.MethodHead
+	case callQueue:
+		return method == http.MethodGet || method == http.MethodHead || method == http.MethodPost
 	}
 	return method == http.MethodPost
 }
@@ -133,6 +140,8 @@ func (k callKind) String() string {
 		return "buy"
 	case callResult:
 		return "result"
+	case callQueue:
+		return "queue"
 	}
 	return "unknown"
 }

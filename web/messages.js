@@ -14,6 +14,9 @@ const MESSAGES = {
   bad_path: ["warn", "Your buy link was not accepted. Please press Buy again."],
   unauthorized: ["warn", "Your sign-in is missing or has expired. Please sign in again."],
   not_found: ["bad", "There is no such sale here."],
+  // The waiting room (docs/api.md, "The waiting room"): this page does not show the line yet.
+  not_admitted: ["warn", "This sale has a waiting room: the buy step opens to you only when your turn in the line comes."],
+  not_in_line: ["warn", "You are not in this sale's waiting room yet."],
   bad_request: ["bad", "The server did not accept the request."],
   network: ["warn", "No answer from the server. Check your connection; trying again is safe."],
   bad_answer: ["bad", "The server's answer could not be understood."],

@@ -73,6 +73,8 @@ type memActivity struct {
 	groups  map[string]*memGroup
 	dead    []admission.Win
 	arrived chan struct{} // closed on the next append; nil while nobody waits
+
+	line memLine // the waiting room's line (line.go), under its own lock
 }
 
 // NewMemory returns an empty in-memory store.

@@ -18,7 +18,7 @@ import (
 const redisMaxCount = 1 << 53
 
 // redisActivityKeyNames lists every key an activity owns, meta first (delete.lua relies on it).
-var redisActivityKeyNames = [...]string{"meta", "stock", "users", "orders", "acked", "dead", "released", "results"}
+var redisActivityKeyNames = [...]string{"meta", "stock", "users", "orders", "acked", "dead", "released", "results", "line", "line_state"}
 
 // Define creates or redefines an activity (see Store.Define). The window check uses the Redis
 // server's clock. A new salt is drawn here and used only when the activity is created without one.

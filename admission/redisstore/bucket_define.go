@@ -287,6 +287,10 @@ func (s *Store) deleteBuckets(ctx context.Context, id string, n int, force bool)
 			return fmt.Errorf("delete %s: bucket %d: %w", id, i, err)
 		}
 	}
+	// The waiting room's line lives in the parent's slot, beside its meta.
+	if err := s.client.Del(ctx, s.key(id, "line"), s.key(id, "line_state")).Err(); err != nil {
+		return fmt.Errorf("delete %s: line: %w", id, err)
+	}
 	err := scriptBucketDelete.Run(ctx, s.client, parent, "1", "delete").Err()
 	if err != nil && !errors.Is(redisScriptErr(err), admission.ErrUnknownActivity) {
 		return fmt.Errorf("delete %s: %w", id, redisScriptErr(err))

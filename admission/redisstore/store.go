@@ -75,7 +75,8 @@ type Options struct {
 // reservation "<entry id>-k"), P:{A}:acked (hash: the wins a consumer group acknowledged),
 // P:{A}:dead (dead-letter stream), P:{A}:released (hash reservation id → token of the releasing
 // call), P:{A}:results (hash user → result JSON, and the per-reservation records of
-// docs/admission.md), and P:activities (set of activity ids, in its own slot).
+// docs/admission.md), P:{A}:line and :line_state (the waiting room's line: line.go), and
+// P:activities (set of activity ids, in its own slot).
 //
 // An activity an earlier build created without layout 2 in its :meta (the key layout with
 // P:{A}:buyers, :req and :resv, one stream entry per win) is not served: New refuses a Redis that

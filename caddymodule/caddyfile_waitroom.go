@@ -1,0 +1,48 @@
+package caddymodule
+
+import (
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
+)
+
+// parseWaitingRoom parses the waiting_room block of an activity (what names the activity for
+// messages); the block may be left out for the defaults. Syntax:
+//
+//	waiting_room {
+//		opens   <duration>        # the line opens this long before start; default 15m
+//		admit   <n>/<period>      # buyers let through, across every gateway; default 200/s
+//		session <duration>        # how long an admitted buyer may take to buy; default 2m
+//	}
+func parseWaitingRoom(d *caddyfile.Dispenser, what string) (*WaitingRoomConfig, error) {
+	if err := caddyfileargs.NoArg(d); err != nil {
+		return nil, err
+	}
+	c := new(WaitingRoomConfig)
+	what += "waiting_room "
+	return c, caddyfileargs.ParseBlock(d, "seckill", what, func(opt string) (err error) {
+		// Each value is checked at its line, with the bounds the JSON's are checked with: the
+		// room of that one value, the others at their defaults.
+		var one WaitingRoomConfig
+		switch opt {
+		case "opens":
+			c.Opens, err = caddyfileargs.PositiveDurationArg(d, what+"opens")
+			one.Opens = c.Opens
+		case "admit":
+			c.Admit, err = caddyfileargs.OneArg(d)
+			one.Admit = c.Admit
+		case "session":
+			c.Session, err = caddyfileargs.PositiveDurationArg(d, what+"session")
+			one.Session = c.Session
+		default:
+			return d.Errf("seckill: %sunrecognized option %q", what, opt)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := one.room(); err != nil {
+			return d.Errf("seckill: %s%v", what, err)
+		}
+		return nil
+	})
+}
