@@ -241,7 +241,7 @@ func (a *App) open() error {
 	if a.metrics, err = newMetrics(a.registry, a.acts, b.guard, a.verifier, storeMetrics); err != nil {
 		return err
 	}
-	if a.roomMetrics, err = registerRoomMetrics(ctx.GetMetricsRegistry(), a); err != nil {
+	if a.roomMetrics, err = registerRoomMetrics(a.registry, a); err != nil {
 		return err
 	}
 	if a.orders != nil {
