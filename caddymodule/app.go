@@ -170,6 +170,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 		}
 		a.poolKeys = append(a.poolKeys, okey) // after the store's: Cleanup releases in reverse
 		a.orders = o
+		o.setListings(a.Activities)
 	}
 	if len(a.urlSecret) == 0 {
 		a.urlSecret = b.secret

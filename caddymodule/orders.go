@@ -16,6 +16,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+	"github.com/caddy-seckill/caddy-seckill/payments/mockpay"
 )
 
 // ordersRunner is the embedded order backend of one orders configuration over one store: the
@@ -37,6 +38,32 @@ type ordersRunner struct {
 	done   chan struct{}
 
 	running atomic.Pointer[ordersState] // nil until started; read by every order API call
+
+	// listings are the activities' prices and titles of the configuration loaded last (a reload
+	// may change them; orders made before keep theirs).
+	listings atomic.Pointer[map[string]orderbackend.Listing]
+	payments orderbackend.Payments
+}
+
+// setListings takes the activities' prices and titles for the orders made from now on.
+func (o *ordersRunner) setListings(acts map[string]*ActivityConfig) {
+	m := make(map[string]orderbackend.Listing, len(acts))
+	for id, a := range acts {
+		l := orderbackend.Listing{Title: a.Title}
+		if a.Price != nil {
+			l.Price = *a.Price
+		}
+		m[id] = l
+	}
+	o.listings.Store(&m)
+}
+
+// listing is the consumer's Listing.
+func (o *ordersRunner) listing(activity string) orderbackend.Listing {
+	if m := o.listings.Load(); m != nil {
+		return (*m)[activity]
+	}
+	return orderbackend.Listing{}
 }
 
 // ordersState is what a started runner serves from.
@@ -64,7 +91,7 @@ func loadOrders(storeKey string, b *backend, c *OrdersConfig, syncFull bool, log
 		return nil, "", err
 	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: syncFull}, nil
+		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: syncFull, payments: new(mockpay.Provider)}, nil
 	})
 	if err != nil {
 		return nil, "", err
@@ -103,13 +130,15 @@ func (o *ordersRunner) start(ctx context.Context, check func(context.Context, or
 		}
 	}
 	b, err := orderbackend.New(orderbackend.Config{
-		Store: o.store,
-		Repo:  repo,
-		Auth:  requestVerifier{},
-		Name:  o.cfg.ConsumerName,
+		Store:    o.store,
+		Repo:     repo,
+		Auth:     requestVerifier{},
+		Payments: o.payments,
+		Name:     o.cfg.ConsumerName,
 		Consumer: orderbackend.ConsumerOptions{
 			MaxDeliveries: o.cfg.MaxDeliveries,
 			ClaimIdle:     time.Duration(o.cfg.ClaimIdle),
+			Listing:       o.listing,
 		},
 		Sweeper:  orderbackend.SweeperOptions{Every: time.Duration(o.cfg.SweepEvery)},
 		Discover: discoverEvery,
