@@ -164,7 +164,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	a.backend = b
 	if orders != nil {
 		sync, _ := store.(DeviceSyncer)
-		o, okey, err := loadOrders(key, b, orders, sync != nil && sync.SyncsToDevice(), a.logger.Named("orders"))
+		o, okey, err := loadOrders(ctx, key, b, orders, sync != nil && sync.SyncsToDevice(), a.logger.Named("orders"))
 		if err != nil {
 			return err
 		}

@@ -16,7 +16,6 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
-	"github.com/caddy-seckill/caddy-seckill/payments/mockpay"
 )
 
 // ordersRunner is the embedded order backend of one orders configuration over one store: the
@@ -43,6 +42,7 @@ type ordersRunner struct {
 	// may change them; orders made before keep theirs).
 	listings atomic.Pointer[map[string]orderbackend.Listing]
 	payments orderbackend.Payments
+	warn     atomic.Pointer[func()] // the configuration loaded last's check of its provider and listeners
 }
 
 // setListings takes the activities' prices and titles for the orders made from now on.
@@ -85,23 +85,37 @@ func ordersKey(storeKey string, c *OrdersConfig) (string, error) {
 // loadOrders returns the pooled runner of c over the store backend b (pooled under storeKey),
 // creating it, unstarted, on first use. The caller must pool.Delete(key) once it no longer needs
 // it, before it releases the store.
-func loadOrders(storeKey string, b *backend, c *OrdersConfig, syncFull bool, logger *zap.Logger) (*ordersRunner, string, error) {
+func loadOrders(ctx caddy.Context, storeKey string, b *backend, c *OrdersConfig, syncFull bool, logger *zap.Logger) (*ordersRunner, string, error) {
 	key, err := ordersKey(storeKey, c)
 	if err != nil {
 		return nil, "", err
 	}
+	pm, err := loadPaymentsModule(ctx, c)
+	if err != nil {
+		return nil, "", err
+	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: syncFull, payments: new(mockpay.Provider)}, nil
+		pay, err := pm.OpenPayments(logger.Named("payments"))
+		if err != nil {
+			return nil, fmt.Errorf("orders payments %s: %w", pm.CaddyModule().ID.Name(), err)
+		}
+		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: syncFull, payments: pay}, nil
 	})
 	if err != nil {
 		return nil, "", err
 	}
-	return v.(*ordersRunner), key, nil
+	o := v.(*ordersRunner)
+	warn := func() { warnNoMoney(ctx, pm, logger) }
+	o.warn.Store(&warn)
+	return o, key, nil
 }
 
 // start opens the order database and starts the workers, unless they already run (a reload).
 // check, when set, looks at the database before any worker starts; its error fails the start.
 func (o *ordersRunner) start(ctx context.Context, check func(context.Context, orderbackend.Repository) error) error {
+	if w := o.warn.Load(); w != nil {
+		(*w)()
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.running.Load() != nil {
