@@ -225,7 +225,7 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request, o Order) {
 		a.fail(w, errAPIDeclined)
 		return
 	case PaymentRefundDue:
-		if _, err := refundDue(context.WithoutCancel(ctx), a.repo, a.opts.Payments, p, a.opts.Now(), a.opts.Logger); err != nil {
+		if _, err := refundDue(context.WithoutCancel(ctx), a.repo, a.opts.Payments, p, a.opts.Now(), a.opts.Logger, a.opts.Metrics); err != nil {
 			// Still refund_due: the sweeper tries again.
 			a.opts.Logger.Warn("refund failed; the sweeper retries", zap.String("payment", p.Key), zap.Error(err))
 		}

@@ -139,13 +139,15 @@ func settled(p Payment, o Order, outcome ChargeOutcome, now time.Time) (PaymentS
 
 // refundDue gives back the money of a PaymentRefundDue attempt and records it; the provider's
 // idempotency per key and the recorded state make it happen once however often it is tried.
-func refundDue(ctx context.Context, repo Repository, pay Payments, p Payment, now time.Time, log *zap.Logger) (Payment, error) {
+func refundDue(ctx context.Context, repo Repository, pay Payments, p Payment, now time.Time, log *zap.Logger, m *Metrics) (Payment, error) {
 	if p.Status != PaymentRefundDue {
 		return p, nil
 	}
 	if err := pay.Refund(ctx, p.Key, p.ProviderRef, p.Amount); err != nil {
+		m.PaymentErrors.Add(1)
 		return p, fmt.Errorf("refund payment %s: %w", p.Key, err)
 	}
+	m.Refunds.Add(1)
 	r, err := repo.MarkRefunded(ctx, p.Key, now)
 	if err != nil {
 		return p, fmt.Errorf("record refund of payment %s: %w", p.Key, err)

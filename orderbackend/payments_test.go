@@ -317,7 +317,7 @@ func testLostChargeAfterWindowRefunded(t *testing.T, e *env) {
 	e.openActivity(t, "sale", 1, 1, 2*time.Second)
 	pay := newRecorder()
 	pay.loseNext = true
-	_, srv := e.startBackend(t, pay, time.Second)
+	b, srv := e.startBackend(t, pay, time.Second)
 	e.admit(t, "sale", "u1", 1)
 	eventually(t, "u1 pending", func() bool { return e.result(t, "sale", "u1").Code == resultPending })
 	id := e.result(t, "sale", "u1").OrderID
@@ -335,6 +335,9 @@ func testLostChargeAfterWindowRefunded(t *testing.T, e *env) {
 	r = e.eventuallyReconciled(t, "sale")
 	if r.Charges != 1 || r.Refunds != 1 || r.ChargedUnpaid != 0 || pay.Charged(id) != 1 || pay.Refunded(id) != 1 {
 		t.Errorf("report %+v; charged %d refunded %d", r, pay.Charged(id), pay.Refunded(id))
+	}
+	if m := b.Metrics(); m.Refunds != 1 || m.PaymentErrors == 0 {
+		t.Errorf("metrics %+v: want 1 refund and the failed lookups counted", m)
 	}
 }
 

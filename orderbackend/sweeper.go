@@ -110,6 +110,7 @@ func (s *Sweeper) Settle(ctx context.Context) error {
 		if p.Status == PaymentStarted {
 			res, err := s.opts.Payments.Lookup(ctx, p.Key)
 			if err != nil {
+				s.opts.Metrics.PaymentErrors.Add(1)
 				errs = append(errs, fmt.Errorf("look up payment %s: %w", p.Key, err))
 				continue
 			}
@@ -128,7 +129,7 @@ func (s *Sweeper) Settle(ctx context.Context) error {
 				s.opts.OnCancel() // the paid outbox row wakes the relay too
 			}
 		}
-		if _, err := refundDue(ctx, s.repo, s.opts.Payments, p, s.opts.Now(), s.opts.Logger); err != nil {
+		if _, err := refundDue(ctx, s.repo, s.opts.Payments, p, s.opts.Now(), s.opts.Logger, s.opts.Metrics); err != nil {
 			errs = append(errs, err)
 		}
 	}
