@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -44,15 +43,16 @@ func (h httpPayments) Refund(context.Context, string, string, money.Price) error
 	return errProviderDown
 }
 
-// TestPayKillChild is the child of TestKillBetweenChargeAndPaid: it pays an order through the
+// TestPayKillChild is the child of the KillBetweenChargeAndPaid scenario: it pays an order through the
 // API against the parent's provider, which takes the money and then has the child SIGKILLed
 // before it answers.
 func TestPayKillChild(t *testing.T) {
-	dsn, url, id := os.Getenv("SECKILL_PAYKILL_DB"), os.Getenv("SECKILL_PAYKILL_PROVIDER"), os.Getenv("SECKILL_PAYKILL_ORDER")
+	kind, dsn, url, id := os.Getenv("SECKILL_PAYKILL_KIND"), os.Getenv("SECKILL_PAYKILL_DB"), os.Getenv("SECKILL_PAYKILL_PROVIDER"),
+		os.Getenv("SECKILL_PAYKILL_ORDER")
 	if dsn == "" {
-		t.Skip("the child of TestKillBetweenChargeAndPaid")
+		t.Skip("the child of the KillBetweenChargeAndPaid scenario")
 	}
-	repo, err := NewSQLite(context.Background(), dsn)
+	repo, err := OpenRepository(context.Background(), kind, dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,14 +70,12 @@ func TestPayKillChild(t *testing.T) {
 // A process killed after the provider took the money and before the order was marked paid: the
 // attempt it recorded first is found by the sweeper, which asks the provider by the attempt's key
 // and pays the order (or refunds it, had the window closed). Nothing is charged twice.
-func TestKillBetweenChargeAndPaid(t *testing.T) {
+func testKillBetweenChargeAndPaid(t *testing.T, e *env) {
 	ctx := context.Background()
-	dsn := filepath.Join(t.TempDir(), "orders.db")
-	repo, err := NewSQLite(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
+	repo, kind := e.repo, "sqlite"
+	if e.pg != nil {
+		kind = "postgres"
 	}
-	t.Cleanup(func() { _ = repo.Close() })
 	if err := repo.EnsureStock(ctx, "sale", 1); err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +106,8 @@ func TestKillBetweenChargeAndPaid(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	child, _ := testsrv.StartChild(t, "TestPayKillChild",
-		"SECKILL_PAYKILL_DB="+dsn, "SECKILL_PAYKILL_PROVIDER="+srv.URL, "SECKILL_PAYKILL_ORDER="+o.ID)
+	child, _ := testsrv.StartChild(t, "TestPayKillChild", "SECKILL_PAYKILL_KIND="+kind,
+		"SECKILL_PAYKILL_DB="+e.dsn, "SECKILL_PAYKILL_PROVIDER="+srv.URL, "SECKILL_PAYKILL_ORDER="+o.ID)
 	select {
 	case <-charged:
 	case <-time.After(2 * time.Minute):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -132,6 +133,8 @@ var paymentScenarios = []scenario{
 	{"LostChargeAnswerSettled", testLostChargeAnswerSettled},
 	{"LostChargeAfterWindowRefunded", testLostChargeAfterWindowRefunded},
 	{"DeclinedThenPaid", testDeclinedThenPaid},
+	{"ConcurrentPaysChargeOnce", testConcurrentPaysChargeOnce},
+	{"KillBetweenChargeAndPaid", testKillBetweenChargeAndPaid},
 }
 
 // The repository's payment record: an attempt before the charge, its key reused until it has an
@@ -360,4 +363,60 @@ func testDeclinedThenPaid(t *testing.T, e *env) {
 	if r.Charges != 1 || pay.Charged(id) != 1 {
 		t.Errorf("report %+v", r)
 	}
+}
+
+// slowCharges holds every Charge until released, so that calls overlap.
+type slowCharges struct {
+	*recorder
+	release chan struct{}
+}
+
+func (s slowCharges) Charge(ctx context.Context, c ChargeRequest) (ChargeResult, error) {
+	select {
+	case <-s.release:
+	case <-ctx.Done():
+		return ChargeResult{}, ctx.Err()
+	}
+	return s.recorder.Charge(ctx, c)
+}
+
+// A buyer who clicks pay several times at once: every call charges the one open attempt under
+// its key, so the provider takes the money once, and every call answers paid.
+func testConcurrentPaysChargeOnce(t *testing.T, e *env) {
+	e.openActivity(t, "sale", 1, 1, time.Hour)
+	pay := slowCharges{newRecorder(), make(chan struct{})}
+	_, srv := e.startBackend(t, pay, time.Hour)
+	e.admit(t, "sale", "u1", 1)
+	eventually(t, "u1 pending", func() bool { return e.result(t, "sale", "u1").Code == resultPending })
+	id, tok := e.result(t, "sale", "u1").OrderID, token(t, "u1")
+	const n = 4
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders/"+id+"/pay", nil)
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			_ = resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	eventually(t, "the attempt recorded", func() bool {
+		ps, _ := e.repo.Payments(context.Background(), "sale")
+		return len(ps) == 1
+	})
+	close(pay.release)
+	for range n {
+		if c := <-codes; c != http.StatusOK {
+			t.Errorf("a pay call answered %d, want 200", c)
+		}
+	}
+	ps, err := e.repo.Payments(context.Background(), "sale")
+	if err != nil || len(ps) != 1 || ps[0].Status != PaymentSucceeded || pay.Charged(id) != 1 || pay.Refunded(id) != 0 {
+		t.Fatalf("payments %+v, %v; charged %d refunded %d", ps, err, pay.Charged(id), pay.Refunded(id))
+	}
+	e.eventuallyReconciled(t, "sale")
 }
