@@ -1,6 +1,10 @@
 package caddymodule
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/caddy-seckill/caddy-seckill/money"
+)
 
 func TestLoopbackListener(t *testing.T) {
 	for addr, want := range map[string]bool{
@@ -10,5 +14,27 @@ func TestLoopbackListener(t *testing.T) {
 		if got := loopbackListener(addr); got != want {
 			t.Errorf("loopbackListener(%q) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+// The embedded backend's orders take the price and title of the configuration loaded last.
+func TestOrdersListing(t *testing.T) {
+	var o ordersRunner
+	if l := o.listing("a"); !l.Price.IsZero() || l.Title != "" {
+		t.Fatalf("before any configuration: %+v", l)
+	}
+	o.setListings(map[string]*ActivityConfig{
+		"a": {Price: &money.Price{Amount: 19900, Currency: "USD"}, Title: "Phone"},
+		"b": {},
+	})
+	if l := o.listing("a"); l.Price != (money.Price{Amount: 19900, Currency: "USD"}) || l.Title != "Phone" {
+		t.Errorf("a: %+v", l)
+	}
+	if l := o.listing("b"); !l.Price.IsZero() || l.Title != "" {
+		t.Errorf("b without a price: %+v", l)
+	}
+	o.setListings(map[string]*ActivityConfig{"a": {Price: &money.Price{Amount: 500, Currency: "JPY"}}})
+	if l := o.listing("a"); l.Price != (money.Price{Amount: 500, Currency: "JPY"}) || l.Title != "" {
+		t.Errorf("a after a reload: %+v", l)
 	}
 }

@@ -336,6 +336,7 @@ func testLostChargeAfterWindowRefunded(t *testing.T, e *env) {
 	pay.set(func(r *recorder) { r.down = false })
 	eventually(t, "refunded", func() bool { return pay.Refunded(id) == 1 })
 	r = e.eventuallyReconciled(t, "sale")
+	t.Logf("reconcile after the provider came back:\n%s", r)
 	if r.Charges != 1 || r.Refunds != 1 || r.ChargedUnpaid != 0 || pay.Charged(id) != 1 || pay.Refunded(id) != 1 {
 		t.Errorf("report %+v; charged %d refunded %d", r, pay.Charged(id), pay.Refunded(id))
 	}
