@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+	"github.com/caddy-seckill/caddy-seckill/money"
 )
 
 var apiScenarios = []scenario{
@@ -70,12 +71,17 @@ func expect(t *testing.T, srv *httptest.Server, method, path, tok string, status
 	return body
 }
 
+// testListing prices every activity of startBackend's backends.
+var testListing = Listing{Price: money.Price{Amount: 19900, Currency: "USD"}, Title: "Phone X"}
+
 // startBackend runs a whole Backend on the env with fast settings and serves its API.
 func (e *env) startBackend(t *testing.T, pay Payments, settleAfter time.Duration) (*Backend, *httptest.Server) {
 	t.Helper()
+	co := e.consumerOpts("", nil)
+	co.Listing = func(string) Listing { return testListing }
 	b, err := New(Config{
 		Store: e.store, Repo: e.repo, Auth: testAuth(t), Payments: pay, Name: "node-1",
-		Consumer: e.consumerOpts("", nil),
+		Consumer: co,
 		Sweeper:  SweeperOptions{Every: 20 * time.Millisecond, SettleAfter: settleAfter},
 		Relay:    RelayOptions{Every: 20 * time.Millisecond},
 		Discover: 20 * time.Millisecond,
@@ -106,7 +112,8 @@ func testOrderAPI(t *testing.T, e *env) {
 
 	// Reading: the owner only; everyone else sees nothing there.
 	body := expect(t, srv, "GET", "/orders/"+o1, t1, 200, "pending_payment")
-	if body["order_id"] != o1 || body["activity"] != "sale" || body["qty"] != 1.0 || body["pay_before_ms"] == nil {
+	if body["order_id"] != o1 || body["activity"] != "sale" || body["qty"] != 1.0 || body["pay_before_ms"] == nil ||
+		body["amount"] != 19900.0 || body["currency"] != "USD" || body["title"] != "Phone X" {
 		t.Errorf("order = %v", body)
 	}
 	expect(t, srv, "GET", "/orders/"+o1, t2, 404, "not_found")

@@ -337,7 +337,8 @@ func testLostChargeAfterWindowRefunded(t *testing.T, e *env) {
 	eventually(t, "refunded", func() bool { return pay.Refunded(id) == 1 })
 	r = e.eventuallyReconciled(t, "sale")
 	t.Logf("reconcile after the provider came back:\n%s", r)
-	if r.Charges != 1 || r.Refunds != 1 || r.ChargedUnpaid != 0 || pay.Charged(id) != 1 || pay.Refunded(id) != 1 {
+	if r.Charges != 1 || r.Refunds != 1 || r.ChargedUnpaid != 0 || pay.Charged(id) != 1 || pay.Refunded(id) != 1 ||
+		r.ChargedAmount != 19900 || r.RefundedAmount != 19900 || r.Currency != "USD" {
 		t.Errorf("report %+v; charged %d refunded %d", r, pay.Charged(id), pay.Refunded(id))
 	}
 	if m := b.Metrics(); m.Refunds != 1 || m.PaymentErrors == 0 {
