@@ -4,8 +4,9 @@
 //	xcaddy build --with github.com/caddy-seckill/caddy-seckill
 //
 // builds a Caddy with the seckill app and handler (package caddymodule), the admission stores
-// they choose from (the guest modules seckill.stores.memory, .local and .redis) and the
-// `caddy seckill` command (package caddymodule/seckillcmd).
+// they choose from (the guest modules seckill.stores.memory, .local and .redis), the payment
+// providers of the embedded order backend (seckill.payments.mock, which package caddymodule
+// registers as its default) and the `caddy seckill` command (package caddymodule/seckillcmd).
 package seckill
 
 import (

@@ -102,6 +102,7 @@ type App struct {
 	ctx           caddy.Context
 	fallback      []string             // the secrets that are try-out fallbacks (fallbackSecrets)
 	fallbackGauge *prometheus.GaugeVec // caddy_seckill_fallback_secret
+	payments      PaymentsModule       // the orders block's provider, loaded at Provision
 }
 
 // runner is the app's life after Provision: the opening of the store at Start, which the handlers
@@ -165,6 +166,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		if a.ordersCfg, err = a.Orders.resolve(repl); err != nil {
 			return err
 		}
+		if a.payments, err = loadPaymentsModule(ctx, a.ordersCfg); err != nil {
+			return err
+		}
 	}
 	a.urlSecret = []byte(repl.ReplaceKnown(a.URLSecret, ""))
 	a.forwardSecret = []byte(repl.ReplaceKnown(a.ForwardSecret, ""))
@@ -209,12 +213,13 @@ func (a *App) open() error {
 	a.backend = b
 	if a.ordersCfg != nil {
 		sync, _ := store.(DeviceSyncer)
-		o, okey, err := loadOrders(key, b, a.ordersCfg, sync != nil && sync.SyncsToDevice(), a.logger.Named("orders"))
+		o, okey, err := loadOrders(a.ctx, key, b, a.ordersCfg, a.payments, sync != nil && sync.SyncsToDevice(), a.logger.Named("orders"))
 		if err != nil {
 			return err
 		}
 		a.poolKeys = append(a.poolKeys, okey) // after the store's: Cleanup releases in reverse
 		a.orders = o
+		o.setListings(a.Activities)
 	}
 	if len(a.urlSecret) == 0 {
 		a.urlSecret = b.secret

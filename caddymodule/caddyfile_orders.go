@@ -15,6 +15,7 @@ import (
 //		consumer_name  <name>       # distinct per process; default the host name
 //		max_deliveries <n>          # tries of a failing win before the dead letters; default 5
 //		claim_idle     <duration>   # take over another consumer's wins after; default 30s
+//		payments       <provider> ...  # the payment provider, with its own syntax; default mock
 //	}]
 func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
 	var typ, dsn string
@@ -36,6 +37,8 @@ func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
 				"want a whole number of at least 1")
 		case "claim_idle":
 			o.ClaimIdle, err = caddyfileargs.PositiveDurationArg(d, "orders claim_idle")
+		case "payments":
+			o.PaymentsRaw, err = parsePayments(d)
 		default:
 			err = d.Errf("seckill: unrecognized orders option %q", opt)
 		}

@@ -60,6 +60,7 @@ func TestCaddyfileOptionTwice(t *testing.T) {
 		{orders, "consumer_name c", "seckill: orders consumer_name"},
 		{orders, "max_deliveries 3", "seckill: orders max_deliveries"},
 		{orders, "claim_idle 1m", "seckill: orders claim_idle"},
+		{orders, "payments mock", "seckill: orders payments"},
 		{activity, "stock 1", "seckill: activity a: stock"},
 		{activity, "limit 1", "seckill: activity a: limit"},
 		{activity, "start 2026-01-01T00:00:00Z", "seckill: activity a: start"},

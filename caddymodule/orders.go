@@ -37,6 +37,33 @@ type ordersRunner struct {
 	done   chan struct{}
 
 	running atomic.Pointer[ordersState] // nil until started; read by every order API call
+
+	// listings are the activities' prices and titles of the configuration loaded last (a reload
+	// may change them; orders made before keep theirs).
+	listings atomic.Pointer[map[string]orderbackend.Listing]
+	payments orderbackend.Payments
+	warn     atomic.Pointer[func()] // the configuration loaded last's check of its provider and listeners
+}
+
+// setListings takes the activities' prices and titles for the orders made from now on.
+func (o *ordersRunner) setListings(acts map[string]*ActivityConfig) {
+	m := make(map[string]orderbackend.Listing, len(acts))
+	for id, a := range acts {
+		l := orderbackend.Listing{Title: a.Title}
+		if a.Price != nil {
+			l.Price = *a.Price
+		}
+		m[id] = l
+	}
+	o.listings.Store(&m)
+}
+
+// listing is the consumer's Listing.
+func (o *ordersRunner) listing(activity string) orderbackend.Listing {
+	if m := o.listings.Load(); m != nil {
+		return (*m)[activity]
+	}
+	return orderbackend.Listing{}
 }
 
 // ordersState is what a started runner serves from.
@@ -58,23 +85,33 @@ func ordersKey(storeKey string, c *OrdersConfig) (string, error) {
 // loadOrders returns the pooled runner of c over the store backend b (pooled under storeKey),
 // creating it, unstarted, on first use. The caller must pool.Delete(key) once it no longer needs
 // it, before it releases the store.
-func loadOrders(storeKey string, b *backend, c *OrdersConfig, syncFull bool, logger *zap.Logger) (*ordersRunner, string, error) {
+func loadOrders(ctx caddy.Context, storeKey string, b *backend, c *OrdersConfig, pm PaymentsModule, syncFull bool, logger *zap.Logger) (*ordersRunner, string, error) {
 	key, err := ordersKey(storeKey, c)
 	if err != nil {
 		return nil, "", err
 	}
 	v, _, err := pool.LoadOrNew(key, func() (caddy.Destructor, error) {
-		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: syncFull}, nil
+		pay, err := pm.OpenPayments(logger.Named("payments"))
+		if err != nil {
+			return nil, fmt.Errorf("orders payments %s: %w", pm.CaddyModule().ID.Name(), err)
+		}
+		return &ordersRunner{cfg: *c, store: b.guard, logger: logger, syncFull: syncFull, payments: pay}, nil
 	})
 	if err != nil {
 		return nil, "", err
 	}
-	return v.(*ordersRunner), key, nil
+	o := v.(*ordersRunner)
+	warn := func() { warnNoMoney(ctx, pm, logger) }
+	o.warn.Store(&warn)
+	return o, key, nil
 }
 
 // start opens the order database and starts the workers, unless they already run (a reload).
 // check, when set, looks at the database before any worker starts; its error fails the start.
 func (o *ordersRunner) start(ctx context.Context, check func(context.Context, orderbackend.Repository) error) error {
+	if w := o.warn.Load(); w != nil {
+		(*w)()
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.running.Load() != nil {
@@ -103,13 +140,15 @@ func (o *ordersRunner) start(ctx context.Context, check func(context.Context, or
 		}
 	}
 	b, err := orderbackend.New(orderbackend.Config{
-		Store: o.store,
-		Repo:  repo,
-		Auth:  requestVerifier{},
-		Name:  o.cfg.ConsumerName,
+		Store:    o.store,
+		Repo:     repo,
+		Auth:     requestVerifier{},
+		Payments: o.payments,
+		Name:     o.cfg.ConsumerName,
 		Consumer: orderbackend.ConsumerOptions{
 			MaxDeliveries: o.cfg.MaxDeliveries,
 			ClaimIdle:     time.Duration(o.cfg.ClaimIdle),
+			Listing:       o.listing,
 		},
 		Sweeper:  orderbackend.SweeperOptions{Every: time.Duration(o.cfg.SweepEvery)},
 		Discover: discoverEvery,

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -36,6 +37,11 @@ type OrdersConfig struct {
 	// ClaimIdle is how long a win may stay unacknowledged by another consumer before this one
 	// takes it over; default 30s.
 	ClaimIdle caddy.Duration `json:"claim_idle,omitempty"`
+
+	// PaymentsRaw is the payment provider the order API charges, a guest module of the namespace
+	// seckill.payments chosen by its "provider" key; default {"provider": "mock"}, which takes no
+	// money (the demo's).
+	PaymentsRaw json.RawMessage `json:"payments,omitempty" caddy:"namespace=seckill.payments inline_key=provider"`
 }
 
 // Order database types.

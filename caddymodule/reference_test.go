@@ -28,6 +28,7 @@ var referenceBlocks = []struct {
 	{"jwt", "caddyfile_jwt.go", "", "parseJWT"},
 	{"captcha", "caddyfile_captcha.go", "", "parseCaptcha"},
 	{"orders", "caddyfile_orders.go", "", "parseOrders"},
+	{"payments mock", "../payments/mockpay/module.go", "Module", "UnmarshalCaddyfile"},
 	{"rate_limit", "caddyfile_ratelimit.go", "", "parseRateLimit"},
 	{"activity", "caddyfile_activity.go", "", "parseActivity"},
 	{"waiting_room", "caddyfile_waitroom.go", "", "parseWaitingRoom"},

@@ -1,6 +1,7 @@
 package orderbackend
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,17 +17,21 @@ import (
 // APIOptions configures the order API.
 type APIOptions struct {
 	Auth     Authenticator // required
-	Payments Payments      // default: a MockPayments
-	Now      func() time.Time
-	Logger   *zap.Logger
-	Metrics  *Metrics
-	OnChange func() // called after a committed pay or cancel (wakes the relay)
+	Payments Payments      // required
+	// ChargeTimeout bounds a provider's Charge call; an answer not back by then is unknown and
+	// the sweeper settles it. It must be shorter than the sweeper's SettleAfter, so that the
+	// sweeper never asks about a charge still in flight (New sets it so); 30s.
+	ChargeTimeout time.Duration
+	Now           func() time.Time
+	Logger        *zap.Logger
+	Metrics       *Metrics
+	OnChange      func() // called after a committed pay or cancel (wakes the relay)
 }
 
 // API is the order API of docs/api.md ("Order API"), an http.Handler for paths under /orders/:
 //
 //	GET  /orders/{id}         the order (owner only)
-//	POST /orders/{id}/pay     200 {"code":"paid"} or 409 {"code":"expired"}
+//	POST /orders/{id}/pay     200 {"code":"paid"}, 202 {"code":"payment_pending"}, 402, or 409 {"code":"expired"}
 //	POST /orders/{id}/cancel  200 {"code":"cancelled"} or 409 {"code":"paid"}
 //
 // Every call needs the buyer's bearer token. Another user's order is answered exactly like a
@@ -43,9 +48,12 @@ func NewAPI(repo Repository, opts APIOptions) (*API, error) {
 		return nil, errors.New("order api: an Authenticator is required")
 	}
 	if opts.Payments == nil {
-		opts.Payments = new(MockPayments)
+		return nil, errors.New("order api: a payment provider (Payments) is required")
 	}
 	defaultRuntime(&opts.Now, &opts.Logger, &opts.Metrics)
+	if opts.ChargeTimeout <= 0 {
+		opts.ChargeTimeout = 30 * time.Second
+	}
 	if opts.OnChange == nil {
 		opts.OnChange = func() {}
 	}
@@ -81,12 +89,16 @@ type orderJSON struct {
 	PayBeforeMS   int64  `json:"pay_before_ms"`
 	PaidMS        int64  `json:"paid_ms,omitempty"`
 	CancelledMS   int64  `json:"cancelled_ms,omitempty"`
+	Amount        int64  `json:"amount"`             // minor units of Currency; 0 without a price
+	Currency      string `json:"currency,omitempty"` // ISO 4217
+	Title         string `json:"title,omitempty"`
 }
 
 func toJSON(o Order) orderJSON {
 	j := orderJSON{
 		Code: string(o.Status), OrderID: o.ID, Activity: o.Activity, ReservationID: o.ReservationID, Qty: o.Qty,
 		Status: o.Status, CreatedMS: o.CreatedAt.UnixMilli(), PayBeforeMS: o.ExpiresAt.UnixMilli(),
+		Amount: o.Amount.Amount, Currency: o.Amount.Currency, Title: o.Title,
 	}
 	if !o.PaidAt.IsZero() {
 		j.PaidMS = o.PaidAt.UnixMilli()
@@ -165,47 +177,78 @@ func (a *API) authenticate(r *http.Request) (string, *apiError) {
 	return "", errAPIBusy
 }
 
-// pay charges the order and marks it paid, unless the window closes first. The provider is
-// charged before the conditional update (a payment that may fail must not hold a row lock), and
-// refunded if the update loses the race against the window.
+// pay records a payment attempt, charges it under the attempt's key and records the outcome
+// (orderbackend/README.md, "Payments"). The attempt is in the database before the provider is
+// called, so a charge whose answer is lost is found and settled by the sweeper; a charge that
+// succeeds after the window closed is refunded. No row lock is held while the provider works.
 func (a *API) pay(w http.ResponseWriter, r *http.Request, o Order) {
 	ctx := r.Context()
-	switch {
-	case o.Status == StatusPaid:
+	if o.Status == StatusPaid {
 		a.reply(w, http.StatusOK, toJSON(o))
 		return
-	case o.Status == StatusCancelled, !a.opts.Now().Before(o.ExpiresAt):
+	}
+	p, err := a.repo.StartPayment(ctx, o.ID, a.opts.Now())
+	switch {
+	case errors.Is(err, ErrNotPending): // paid meanwhile
+		a.replyOrder(w, r, o.ID)
+		return
+	case errors.Is(err, ErrExpired):
 		a.fail(w, errAPIExpired)
 		return
+	case err != nil:
+		a.fail(w, a.dbError("start payment", err))
+		return
 	}
-	ref, err := a.opts.Payments.Charge(ctx, o)
+	cctx, cancel := context.WithTimeout(ctx, a.opts.ChargeTimeout)
+	res, err := a.opts.Payments.Charge(cctx, ChargeRequest{Key: p.Key, Order: o, Amount: p.Amount})
+	cancel()
 	if err != nil {
-		if errors.Is(err, ErrPaymentDeclined) {
-			a.fail(w, errAPIDeclined)
-			return
-		}
-		a.opts.Logger.Warn("payment provider failed", zap.String("order", o.ID), zap.Error(err))
+		// The outcome is unknown: the attempt stays open; a retry charges under the same key,
+		// and the sweeper asks the provider if nobody retries.
+		a.opts.Logger.Warn("payment provider failed", zap.String("order", o.ID), zap.String("payment", p.Key), zap.Error(err))
 		a.fail(w, errAPIBusy)
 		return
 	}
-	paid, err := a.repo.Pay(ctx, o.ID, ref, a.opts.Now())
-	switch {
-	case err == nil:
+	if res.Outcome == ChargePending {
+		a.reply(w, http.StatusAccepted, map[string]string{"code": "payment_pending", "order_id": o.ID,
+			"message": "the provider confirms the payment later; poll the order"})
+		return
+	}
+	// The request may be gone; the outcome must still be stored.
+	p, paid, err := a.repo.SettlePayment(context.WithoutCancel(ctx), p.Key, res.Outcome, res.Ref, a.opts.Now())
+	if err != nil {
+		a.fail(w, a.dbError("record payment", err))
+		return
+	}
+	switch p.Status {
+	case PaymentFailed:
+		a.fail(w, errAPIDeclined)
+		return
+	case PaymentRefundDue:
+		if _, err := refundDue(context.WithoutCancel(ctx), a.repo, a.opts.Payments, p, a.opts.Now(), a.opts.Logger, a.opts.Metrics); err != nil {
+			// Still refund_due: the sweeper tries again.
+			a.opts.Logger.Warn("refund failed; the sweeper retries", zap.String("payment", p.Key), zap.Error(err))
+		}
+	}
+	if paid.Status != StatusPaid {
+		a.fail(w, errAPIExpired)
+		return
+	}
+	if paid.PaymentRef == p.Key && p.Status == PaymentSucceeded {
 		a.opts.Metrics.Paid.Add(1)
 		a.opts.OnChange()
-		a.reply(w, http.StatusOK, toJSON(paid))
-	case errors.Is(err, ErrNotPending): // a concurrent pay of the same order won; the charge is the same one
-		a.reply(w, http.StatusOK, toJSON(paid))
-	case errors.Is(err, ErrExpired):
-		if err := a.opts.Payments.Refund(ctx, o, ref); err != nil {
-			a.opts.Logger.Error("refund after a late payment failed", zap.String("order", o.ID), zap.String("ref", ref), zap.Error(err))
-		}
-		a.fail(w, errAPIExpired)
-	default:
-		// The charge stands; a retry charges the same order again, which the provider's
-		// idempotency turns into the same charge.
-		a.fail(w, a.dbError("pay order", err))
 	}
+	a.reply(w, http.StatusOK, toJSON(paid))
+}
+
+// replyOrder answers with the order as it is now.
+func (a *API) replyOrder(w http.ResponseWriter, r *http.Request, id string) {
+	o, err := a.repo.Order(r.Context(), id)
+	if err != nil {
+		a.fail(w, a.dbError("read order", err))
+		return
+	}
+	a.reply(w, http.StatusOK, toJSON(o))
 }
 
 func (a *API) cancel(w http.ResponseWriter, r *http.Request, o Order) {

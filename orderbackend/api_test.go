@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+	"github.com/caddy-seckill/caddy-seckill/money"
 )
 
 var apiScenarios = []scenario{
@@ -70,13 +71,18 @@ func expect(t *testing.T, srv *httptest.Server, method, path, tok string, status
 	return body
 }
 
+// testListing prices every activity of startBackend's backends.
+var testListing = Listing{Price: money.Price{Amount: 19900, Currency: "USD"}, Title: "Phone X"}
+
 // startBackend runs a whole Backend on the env with fast settings and serves its API.
-func (e *env) startBackend(t *testing.T, pay Payments) (*Backend, *httptest.Server) {
+func (e *env) startBackend(t *testing.T, pay Payments, settleAfter time.Duration) (*Backend, *httptest.Server) {
 	t.Helper()
+	co := e.consumerOpts("", nil)
+	co.Listing = func(string) Listing { return testListing }
 	b, err := New(Config{
 		Store: e.store, Repo: e.repo, Auth: testAuth(t), Payments: pay, Name: "node-1",
-		Consumer: e.consumerOpts("", nil),
-		Sweeper:  SweeperOptions{Every: 20 * time.Millisecond},
+		Consumer: co,
+		Sweeper:  SweeperOptions{Every: 20 * time.Millisecond, SettleAfter: settleAfter},
 		Relay:    RelayOptions{Every: 20 * time.Millisecond},
 		Discover: 20 * time.Millisecond,
 		Logger:   e.log,
@@ -95,8 +101,8 @@ func (e *env) startBackend(t *testing.T, pay Payments) (*Backend, *httptest.Serv
 // and nobody sees or pays someone else's order.
 func testOrderAPI(t *testing.T, e *env) {
 	e.openActivity(t, "sale", 2, 1, 2*time.Second)
-	pay := new(MockPayments)
-	b, srv := e.startBackend(t, pay)
+	pay := newRecorder()
+	b, srv := e.startBackend(t, pay, 0)
 	e.admit(t, "sale", "u1", 1)
 	e.admit(t, "sale", "u2", 1)
 	eventually(t, "u1 pending", func() bool { return e.result(t, "sale", "u1").Code == resultPending })
@@ -106,7 +112,8 @@ func testOrderAPI(t *testing.T, e *env) {
 
 	// Reading: the owner only; everyone else sees nothing there.
 	body := expect(t, srv, "GET", "/orders/"+o1, t1, 200, "pending_payment")
-	if body["order_id"] != o1 || body["activity"] != "sale" || body["qty"] != 1.0 || body["pay_before_ms"] == nil {
+	if body["order_id"] != o1 || body["activity"] != "sale" || body["qty"] != 1.0 || body["pay_before_ms"] == nil ||
+		body["amount"] != 19900.0 || body["currency"] != "USD" || body["title"] != "Phone X" {
 		t.Errorf("order = %v", body)
 	}
 	expect(t, srv, "GET", "/orders/"+o1, t2, 404, "not_found")
@@ -120,12 +127,15 @@ func testOrderAPI(t *testing.T, e *env) {
 
 	// Paying someone else's order is refused like a missing order, and charges nothing.
 	expect(t, srv, "POST", "/orders/"+o1+"/pay", t2, 404, "not_found")
-	if pay.Charged(o1) {
+	if pay.Charged(o1) != 0 {
 		t.Fatal("someone else's payment was charged")
 	}
 	// The owner pays; paying again is answered paid without a second charge.
 	expect(t, srv, "POST", "/orders/"+o1+"/pay", t1, 200, "paid")
 	expect(t, srv, "POST", "/orders/"+o1+"/pay", t1, 200, "paid")
+	if n := pay.Charged(o1); n != 1 {
+		t.Errorf("%d charges of a paid order, want 1", n)
+	}
 	eventually(t, "u1 paid", func() bool { return e.result(t, "sale", "u1").Code == "paid" })
 	expect(t, srv, "POST", "/orders/"+o1+"/cancel", t1, 409, "paid")
 
@@ -133,7 +143,7 @@ func testOrderAPI(t *testing.T, e *env) {
 	eventually(t, "u2 cancelled", func() bool { return e.result(t, "sale", "u2").Code == "cancelled" })
 	eventually(t, "stock back", func() bool { n, _ := e.store.Remaining(context.Background(), "sale"); return n == 1 })
 	expect(t, srv, "POST", "/orders/"+o2+"/pay", t2, 409, "expired")
-	if pay.Charged(o2) {
+	if pay.Charged(o2) != 0 {
 		t.Error("a late payment was charged")
 	}
 	e.admit(t, "sale", "u3", 1)
@@ -155,8 +165,8 @@ func testOrderAPI(t *testing.T, e *env) {
 	}
 }
 
-// The payment window closes between the API's check and the database update: the conditional
-// update refuses, the charge is refunded, and the buyer gets 409 expired.
+// The payment window closes between the attempt's start and the provider's success: the success
+// cannot pay the order, the charge is refunded once and recorded, and the buyer gets 409 expired.
 func testLatePaymentRefunded(t *testing.T, e *env) {
 	ctx := context.Background()
 	if err := e.repo.EnsureStock(ctx, "sale", 1); err != nil {
@@ -170,7 +180,7 @@ func testLatePaymentRefunded(t *testing.T, e *env) {
 	// The first reading of the clock (the API's check) is just inside the window, the second (the
 	// update, after the provider answered) just outside.
 	clock := []time.Time{exp.Add(-time.Millisecond), exp}
-	pay := new(MockPayments)
+	pay := newRecorder()
 	api, err := NewAPI(e.repo, APIOptions{Auth: testAuth(t), Payments: pay, Logger: e.log, Now: func() time.Time {
 		now := clock[0]
 		if len(clock) > 1 {
@@ -184,8 +194,12 @@ func testLatePaymentRefunded(t *testing.T, e *env) {
 	srv := httptest.NewServer(api)
 	t.Cleanup(srv.Close)
 	expect(t, srv, "POST", "/orders/"+o.ID+"/pay", token(t, "u1"), 409, "expired")
-	if !pay.Charged(o.ID) || !pay.Refunded(o.ID) {
-		t.Errorf("charged %v refunded %v; want a refunded charge", pay.Charged(o.ID), pay.Refunded(o.ID))
+	if pay.Charged(o.ID) != 1 || pay.Refunded(o.ID) != 1 {
+		t.Errorf("charged %d refunded %d; want one charge refunded once", pay.Charged(o.ID), pay.Refunded(o.ID))
+	}
+	ps, err := e.repo.Payments(ctx, "sale")
+	if err != nil || len(ps) != 1 || ps[0].Status != PaymentRefunded || ps[0].Key != o.ID+"-1" {
+		t.Errorf("payments = %+v, %v; want one refunded attempt", ps, err)
 	}
 	if got, _ := e.repo.Order(ctx, o.ID); got.Status != StatusPending {
 		t.Errorf("order is %s, want still pending for the sweeper", got.Status)

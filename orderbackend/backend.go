@@ -29,7 +29,7 @@ type Config struct {
 	Store    BackendStore
 	Repo     Repository
 	Auth     Authenticator
-	Payments Payments // default: a MockPayments
+	Payments Payments // required with Auth (the order API charges it); the sweeper settles through it
 
 	// Name is this process's consumer name in every activity's group. It must be stable across
 	// restarts (so a restarted process re-reads its own pending entries first) and distinct per
@@ -37,7 +37,7 @@ type Config struct {
 	Name string
 
 	Consumer ConsumerOptions // Name, Logger and Metrics are set by the Backend
-	Sweeper  SweeperOptions  // Logger, Metrics and OnCancel are set by the Backend
+	Sweeper  SweeperOptions  // Logger, Metrics, OnCancel and Payments are set by the Backend
 	Relay    RelayOptions    // Logger and Metrics are set by the Backend
 
 	// Discover is how often the store's list of activities is re-read to start consumers for new
@@ -84,12 +84,14 @@ func New(cfg Config) (*Backend, error) {
 	b.relay = NewRelay(cfg.Store, cfg.Repo, ro)
 
 	so := cfg.Sweeper
-	so.Logger, so.Metrics, so.OnCancel = b.log.Named("sweeper"), b.metrics, b.relay.Wake
+	so.Logger, so.Metrics, so.OnCancel, so.Payments = b.log.Named("sweeper"), b.metrics, b.relay.Wake, cfg.Payments
 	b.sweeper = NewSweeper(cfg.Repo, so)
 
 	if cfg.Auth != nil {
 		api, err := NewAPI(cfg.Repo, APIOptions{
-			Auth: cfg.Auth, Payments: cfg.Payments, Now: cfg.Sweeper.Now, Logger: b.log.Named("api"),
+			// Half the sweeper's wait: it asks about an attempt only once its charge call is over.
+			ChargeTimeout: b.sweeper.opts.SettleAfter / 2,
+			Auth:          cfg.Auth, Payments: cfg.Payments, Now: cfg.Sweeper.Now, Logger: b.log.Named("api"),
 			Metrics: b.metrics, OnChange: b.relay.Wake,
 		})
 		if err != nil {

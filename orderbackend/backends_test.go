@@ -37,5 +37,6 @@ func allScenarios() []scenario {
 	all = append(all, batchScenarios...)
 	all = append(all, consumerScenarios...)
 	all = append(all, apiScenarios...)
+	all = append(all, paymentScenarios...)
 	return all
 }

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/money"
 )
 
 // DefaultGroup is the consumer group order consumers join.
@@ -50,7 +51,10 @@ type ConsumerOptions struct {
 	// arrived meanwhile, so that one transaction carries them all; DefaultLinger, negative turns
 	// it off. A lone win after a quiet spell goes at once. The pay window starts when the order
 	// exists, so lingering costs buyers nothing but the few milliseconds until their order shows.
-	Linger  time.Duration
+	Linger time.Duration
+	// Listing gives an activity's unit price and title, which every new order carries (the
+	// order's amount is the price times its qty); nil or a zero price: orders without a price.
+	Listing func(activity string) Listing
 	Now     func() time.Time
 	Logger  *zap.Logger
 	Metrics *Metrics
@@ -415,8 +419,20 @@ func (c *Consumer) newOrder(w admission.Win) (NewOrder, error) {
 	if w.Activity != c.activity || w.ReservationID == "" || w.User == "" || w.Qty <= 0 {
 		return NewOrder{}, fmt.Errorf("malformed win %+v", w)
 	}
+	var l Listing
+	if c.opts.Listing != nil {
+		l = c.opts.Listing(w.Activity)
+	}
+	amount := l.Price
+	if amount.Amount > 0 {
+		if w.Qty > money.MaxAmount/amount.Amount {
+			return NewOrder{}, fmt.Errorf("win %+v: %d items of %s pass the largest amount", w, w.Qty, l.Price)
+		}
+		amount.Amount *= w.Qty
+	}
 	now := c.opts.Now()
 	return NewOrder{
+		Amount: amount, Title: l.Title,
 		ID: NewOrderID(), Activity: w.Activity, ReservationID: w.ReservationID, User: w.User, Qty: w.Qty,
 		// The window starts when the order exists, not at admission: a backlog after an outage
 		// must not eat the buyer's time to pay.

@@ -26,6 +26,10 @@ type Metrics struct {
 	Retries        atomic.Int64 // operations retried after a transient failure
 	Batches        atomic.Int64 // read batches the consumers turned into orders (successful CreateOrders calls)
 	BatchWins      atomic.Int64 // wins in those batches: BatchWins/Batches is the mean batch
+	Refunds        atomic.Int64 // charges given back because they could not pay their order
+	// PaymentErrors counts provider calls of the settlement that failed (a lookup of an attempt
+	// without outcome, a refund due): each is tried again at the next sweep.
+	PaymentErrors atomic.Int64
 }
 
 // MetricsSnapshot is a copy of the counters. The Tx fields are the repository's (TxStats, when it
@@ -37,6 +41,7 @@ type MetricsSnapshot struct {
 	Paid, Expired, Cancelled, Released, Retries       int64
 	ReleaseUnknown                                    int64
 	Batches, BatchWins                                int64
+	Refunds, PaymentErrors                            int64
 	Txs, TxCalls, TxWins                              int64
 }
 
@@ -46,6 +51,7 @@ func (m *Metrics) Snapshot() MetricsSnapshot {
 		OrdersCreated: m.OrdersCreated.Load(), Redelivered: m.Redelivered.Load(), DeadLettered: m.DeadLettered.Load(),
 		Refused: m.Refused.Load(), Paid: m.Paid.Load(), Expired: m.Expired.Load(), Cancelled: m.Cancelled.Load(),
 		Released: m.Released.Load(), ReleaseUnknown: m.ReleaseUnknown.Load(), Retries: m.Retries.Load(), Batches: m.Batches.Load(), BatchWins: m.BatchWins.Load(),
+		Refunds: m.Refunds.Load(), PaymentErrors: m.PaymentErrors.Load(),
 	}
 }
 
@@ -87,6 +93,10 @@ func Counters() []Counter {
 			func(m MetricsSnapshot) int64 { return m.ReleaseUnknown }},
 		{"retries", "Operations retried after a transient database or store failure.",
 			func(m MetricsSnapshot) int64 { return m.Retries }},
+		{"refunds", "Charges refunded because they could not pay their order (a success after the window closed, or a second charge).",
+			func(m MetricsSnapshot) int64 { return m.Refunds }},
+		{"payment_errors", "Provider calls of the payment settlement that failed (a lookup of an attempt without outcome, a refund due); each is retried at the next sweep, and until one succeeds a charge may stand without a paid order or a refund.",
+			func(m MetricsSnapshot) int64 { return m.PaymentErrors }},
 		// Batching, to watch what a transaction carries (README.md, "Batches").
 		{"batches", "Read batches of wins the consumers turned into orders (one CreateOrders call each).",
 			func(m MetricsSnapshot) int64 { return m.Batches }},

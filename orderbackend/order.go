@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/money"
 )
 
 // Status is an order's state: pending_payment, then exactly one of paid or cancelled.
@@ -26,10 +28,18 @@ type Order struct {
 	Qty           int64
 	Status        Status
 	CreatedAt     time.Time
-	ExpiresAt     time.Time // the buyer must pay before this instant
-	PaidAt        time.Time // zero unless paid
-	CancelledAt   time.Time // zero unless cancelled
-	PaymentRef    string    // the payment provider's reference, set when paid
+	ExpiresAt     time.Time   // the buyer must pay before this instant
+	PaidAt        time.Time   // zero unless paid
+	CancelledAt   time.Time   // zero unless cancelled
+	PaymentRef    string      // the key of the payment attempt that paid it (Payment.Key), set when paid
+	Amount        money.Price // what it costs: the activity's unit price times Qty; zero when it has no price
+	Title         string      // the activity's title when the order was made
+}
+
+// Listing is what an activity sells for: its unit price (zero: no price) and its title.
+type Listing struct {
+	Price money.Price
+	Title string
 }
 
 // Stock is the database's own stock counter of one activity.

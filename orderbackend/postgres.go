@@ -126,7 +126,7 @@ func (p *Postgres) EnsureStock(ctx context.Context, activity string, total int64
 	return pgErr("postgres: ensure stock "+activity, err)
 }
 
-const pgOrderCols = `id, reservation_id, activity, user_id, qty, status, created_at, expires_at, paid_at, cancelled_at, payment_ref`
+const pgOrderCols = `id, reservation_id, activity, user_id, qty, status, created_at, expires_at, paid_at, cancelled_at, payment_ref, amount, currency, title`
 
 func scanPGOrder(row pgx.Row) (Order, error) {
 	var (
@@ -136,7 +136,7 @@ func scanPGOrder(row pgx.Row) (Order, error) {
 		ref               *string
 	)
 	if err := row.Scan(&o.ID, &o.ReservationID, &o.Activity, &o.User, &o.Qty, &status, &o.CreatedAt, &o.ExpiresAt,
-		&paidAt, &cancelled, &ref); err != nil {
+		&paidAt, &cancelled, &ref, &o.Amount.Amount, &o.Amount.Currency, &o.Title); err != nil {
 		return Order{}, err
 	}
 	o.Status = Status(status)
@@ -191,12 +191,13 @@ func (p *Postgres) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOut
 			a := pgOrderArrays(ns)
 			tag, err := tx.Exec(ctx, `WITH taken AS (
 					UPDATE stock SET "left" = "left" - $8 WHERE activity = $1 AND "left" >= $8 RETURNING 1)
-				INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
-				SELECT i, r, $1, u, q, 'pending_payment', c, e
-				FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::timestamptz[]) AS t (i, r, u, q, c, e)
+				INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at, amount, currency, title)
+				SELECT i, r, $1, u, q, 'pending_payment', c, e, m, cu, ti
+				FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::timestamptz[],
+				            $9::bigint[], $10::text[], $11::text[]) AS t (i, r, u, q, c, e, m, cu, ti)
 				WHERE EXISTS (SELECT FROM taken)
 				ON CONFLICT (activity, reservation_id) DO NOTHING`,
-				act, a.ids, a.resvs, a.users, a.qtys, a.created, a.expires, take)
+				act, a.ids, a.resvs, a.users, a.qtys, a.created, a.expires, take, a.amounts, a.currencies, a.titles)
 			if err != nil {
 				return err
 			}
@@ -261,10 +262,12 @@ func (p *Postgres) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOut
 					}
 					return nil
 				})
-			b.Queue(`INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
-				SELECT i, r, $1, u, q, 'pending_payment', c, e
-				FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::timestamptz[]) AS t (i, r, u, q, c, e)
-				ON CONFLICT (activity, reservation_id) DO NOTHING`, act, a.ids, a.resvs, a.users, a.qtys, a.created, a.expires).
+			b.Queue(`INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at, amount, currency, title)
+				SELECT i, r, $1, u, q, 'pending_payment', c, e, m, cu, ti
+				FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::timestamptz[],
+				            $8::bigint[], $9::text[], $10::text[]) AS t (i, r, u, q, c, e, m, cu, ti)
+				ON CONFLICT (activity, reservation_id) DO NOTHING`,
+				act, a.ids, a.resvs, a.users, a.qtys, a.created, a.expires, a.amounts, a.currencies, a.titles).
 				Exec(func(tag pgconn.CommandTag) error {
 					if tag.RowsAffected() != int64(len(plan.inserts)) {
 						return errReplan
@@ -293,18 +296,21 @@ func (p *Postgres) TxStats() TxStats { return p.stats.snapshot() }
 // pgArrays are new orders as column arrays: one statement text inserts any number of them, so
 // pgx prepares it once per connection.
 type pgArrays struct {
-	ids, resvs, users []string
-	qtys              []int64
-	created, expires  []time.Time
+	ids, resvs, users  []string
+	qtys, amounts      []int64
+	created, expires   []time.Time
+	currencies, titles []string
 }
 
 func pgOrderArrays(ns []NewOrder) pgArrays {
 	a := pgArrays{
 		ids: make([]string, len(ns)), resvs: make([]string, len(ns)), users: make([]string, len(ns)),
 		qtys: make([]int64, len(ns)), created: make([]time.Time, len(ns)), expires: make([]time.Time, len(ns)),
+		amounts: make([]int64, len(ns)), currencies: make([]string, len(ns)), titles: make([]string, len(ns)),
 	}
 	for i, n := range ns {
 		a.ids[i], a.resvs[i], a.users[i], a.qtys[i], a.created[i], a.expires[i] = n.ID, n.ReservationID, n.User, n.Qty, n.CreatedAt, n.ExpiresAt
+		a.amounts[i], a.currencies[i], a.titles[i] = n.Amount.Amount, n.Amount.Currency, n.Title
 	}
 	return a
 }
@@ -326,37 +332,6 @@ func (p *Postgres) OrderByReservation(ctx context.Context, activity, reservation
 		return Order{}, fmt.Errorf("reservation %s: %w", reservationID, ErrNotFound)
 	}
 	return o, pgErr("postgres: order of reservation "+reservationID, err)
-}
-
-// Pay implements Repository.
-func (p *Postgres) Pay(ctx context.Context, id, paymentRef string, now time.Time) (Order, error) {
-	var o Order
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		// The one conditional update that decides pay versus timeout: a sweeper holding the row
-		// makes this wait, then re-check status on the row it committed.
-		var err error
-		o, err = scanPGOrder(tx.QueryRow(ctx, `UPDATE orders SET status = 'paid', paid_at = $2, payment_ref = $3
-			WHERE id = $1 AND status = 'pending_payment' AND expires_at > $2 RETURNING `+pgOrderCols, id, now, paymentRef))
-		if err != nil {
-			return err
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO outbox (activity, reservation_id, kind, created_at) VALUES ($1, $2, 'paid', $3)`,
-			o.Activity, o.ReservationID, now)
-		return err
-	})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return p.whyNotPending(ctx, id)
-	}
-	return o, pgErr("postgres: pay order "+id, err)
-}
-
-// whyNotPending explains a conditional update that matched no row.
-func (p *Postgres) whyNotPending(ctx context.Context, id string) (Order, error) {
-	o, err := p.Order(ctx, id)
-	if err != nil {
-		return Order{}, err
-	}
-	return o, notPendingErr(o)
 }
 
 // Cancel implements Repository.
@@ -397,7 +372,7 @@ func (p *Postgres) CancelExpired(ctx context.Context, now time.Time, limit int) 
 			      ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) c
 			WHERE o.id = c.id AND o.status = 'pending_payment'
 			RETURNING o.id, o.reservation_id, o.activity, o.user_id, o.qty, o.status, o.created_at, o.expires_at,
-			          o.paid_at, o.cancelled_at, o.payment_ref`, now, limit)
+			          o.paid_at, o.cancelled_at, o.payment_ref, o.amount, o.currency, o.title`, now, limit)
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/money"
 )
 
 // Report is what Reconcile found for one activity. Violations is empty when every promise of
@@ -38,6 +39,16 @@ type Report struct {
 	OutboxBacklog int64 `json:"outbox_backlog"` // committed changes not yet relayed to the store
 	InFlight      int64 `json:"in_flight"`      // wins neither an order nor dead-lettered yet
 
+	// The money: the payment attempts of the activity's orders, amounts in minor units of Currency.
+	Currency          string `json:"currency,omitempty"`
+	Charges           int64  `json:"charges"`            // attempts that took money
+	ChargedAmount     int64  `json:"charged_amount"`     // what they took
+	Refunds           int64  `json:"refunds"`            // of which given back
+	RefundedAmount    int64  `json:"refunded_amount"`    // what was given back
+	ChargedUnpaid     int64  `json:"charged_unpaid"`     // took money, paid no order, not refunded: 0 once the sweeper ran
+	UnsettledPayments int64  `json:"unsettled_payments"` // attempts without outcome whose order is no longer pending
+	PaidWithoutCharge int64  `json:"paid_without_charge"`
+
 	Violations []string `json:"violations,omitempty"`
 }
 
@@ -53,6 +64,9 @@ func (r Report) String() string {
 	fmt.Fprintf(&b, "  database: total %d, left %d, orders %d (pending %d/%d items, paid %d/%d, cancelled %d/%d)\n",
 		r.DBTotal, r.DBLeft, r.Orders, r.Pending, r.PendingQty, r.Paid, r.PaidQty, r.Cancelled, r.CancelledQty)
 	fmt.Fprintf(&b, "  in flight %d, outbox backlog %d, overdue unpaid %d\n", r.InFlight, r.OutboxBacklog, r.OverdueUnpaid)
+	fmt.Fprintf(&b, "  money:    charges %d (%s), refunds %d (%s), charged unpaid %d, unsettled payments %d\n",
+		r.Charges, money.Price{Amount: r.ChargedAmount, Currency: r.Currency}.Decimal(), r.Refunds,
+		money.Price{Amount: r.RefundedAmount, Currency: r.Currency}.Decimal(), r.ChargedUnpaid, r.UnsettledPayments)
 	if r.OK() {
 		b.WriteString("  OK: every invariant holds\n")
 	}
@@ -76,7 +90,9 @@ type ReconcileStore interface {
 //     more than the limit;
 //   - never lose a win: every queued win is exactly one order or one dead letter;
 //   - never undersell: the store's remaining stock equals the database's left, and the database
-//     total equals left plus the items of pending and paid orders.
+//     total equals left plus the items of pending and paid orders;
+//   - money ends right: every charge paid its order or was refunded (charged unpaid = 0), no
+//     attempt of a closed order is left without outcome, and every paid order has its charge.
 //
 // The last two hold only once the queue has drained and the outbox has been relayed; a backlog is
 // itself reported as a violation, so run it after the sale (or retry until it passes). It reads
@@ -101,6 +117,10 @@ func Reconcile(ctx context.Context, store ReconcileStore, repo Repository, activ
 		return r, fmt.Errorf("reconcile %s: %w", activity, err)
 	}
 	if r.OutboxBacklog, err = repo.OutboxLen(ctx, activity); err != nil {
+		return r, fmt.Errorf("reconcile %s: %w", activity, err)
+	}
+	payments, err := repo.Payments(ctx, activity)
+	if err != nil {
 		return r, fmt.Errorf("reconcile %s: %w", activity, err)
 	}
 	var dead []admission.Win
@@ -133,6 +153,7 @@ func Reconcile(ctx context.Context, store ReconcileStore, repo Repository, activ
 			r.CancelledQty += o.Qty
 		}
 	}
+	r.reconcileMoney(orders, payments)
 	deadWithOrder := 0
 	for _, w := range dead {
 		if byReservation[w.ReservationID] {
@@ -189,5 +210,51 @@ func Reconcile(ctx context.Context, store ReconcileStore, repo Repository, activ
 	if r.StoreBuyers != int64(len(held)) {
 		fail("%d buyers hold items in the store, %d users hold pending or paid orders", r.StoreBuyers, len(held))
 	}
+
+	// Money ends right.
+	if r.ChargedUnpaid > 0 {
+		fail("%d charges stand without a paid order or a refund (the sweeper refunds them; a failing refund is logged)", r.ChargedUnpaid)
+	}
+	if r.UnsettledPayments > 0 {
+		fail("%d payment attempts of closed orders have no outcome yet (the sweeper asks the provider)", r.UnsettledPayments)
+	}
+	if r.PaidWithoutCharge > 0 {
+		fail("%d paid orders have no successful charge", r.PaidWithoutCharge)
+	}
 	return r, nil
+}
+
+// reconcileMoney counts the activity's charges and refunds and what is wrong with them.
+func (r *Report) reconcileMoney(orders []Order, payments []Payment) {
+	byID := make(map[string]Order, len(orders))
+	for _, o := range orders {
+		byID[o.ID] = o
+	}
+	charged := map[string]bool{} // keys of attempts that took money
+	for _, p := range payments {
+		o := byID[p.OrderID]
+		if r.Currency == "" {
+			r.Currency = p.Amount.Currency
+		}
+		switch {
+		case p.Status.Charged():
+			charged[p.Key] = true
+			r.Charges++
+			r.ChargedAmount += p.Amount.Amount
+			switch {
+			case p.Status == PaymentRefunded:
+				r.Refunds++
+				r.RefundedAmount += p.Amount.Amount
+			case p.Status == PaymentRefundDue, o.Status != StatusPaid || o.PaymentRef != p.Key:
+				r.ChargedUnpaid++
+			}
+		case p.Status == PaymentStarted && o.Status != StatusPending:
+			r.UnsettledPayments++
+		}
+	}
+	for _, o := range orders {
+		if o.Status == StatusPaid && !charged[o.PaymentRef] {
+			r.PaidWithoutCharge++
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/money"
 )
 
 // NewOrder is what a consumer asks a Repository to create from one win.
@@ -18,6 +19,8 @@ type NewOrder struct {
 	Qty           int64
 	CreatedAt     time.Time
 	ExpiresAt     time.Time
+	Amount        money.Price // unit price times Qty (Listing); zero when the activity has no price
+	Title         string
 }
 
 // Repository is the order database. PostgreSQL (NewPostgres) and SQLite (NewSQLite) implement it
@@ -50,10 +53,33 @@ type Repository interface {
 	// OrderByReservation returns the order a reservation became (ErrNotFound).
 	OrderByReservation(ctx context.Context, activity, reservationID string) (Order, error)
 
-	// Pay marks a pending order paid if its window is still open at now, and queues the buyer's
-	// result update in the outbox. A paid order returns ErrNotPending with the order; a cancelled
-	// or expired one ErrExpired.
-	Pay(ctx context.Context, id, paymentRef string, now time.Time) (Order, error)
+	// StartPayment records a payment attempt of a pending order whose window is open at now,
+	// before any provider is called, and returns it: the order's latest attempt if it is still
+	// without outcome (a retry charges under the same key, so the provider takes the money once),
+	// else a new attempt numbered after the last, for the order's amount. A paid order returns
+	// ErrNotPending; a cancelled or expired one ErrExpired; an unknown one ErrNotFound.
+	StartPayment(ctx context.Context, orderID string, now time.Time) (Payment, error)
+
+	// SettlePayment records a provider's outcome of the attempt with this key, in one transaction.
+	// Succeeded pays the order (and queues the buyer's result update in the outbox) if it is
+	// pending and its window is open at now; if it is not (the window closed, another attempt
+	// paid it) the attempt becomes PaymentRefundDue. Failed ends an attempt without outcome.
+	// An attempt that already has money (succeeded, refund due, refunded) never changes, so a
+	// replayed or late outcome changes nothing, and a paid order is never touched. It returns the
+	// attempt and its order as they are afterwards; an unknown key ErrNotFound.
+	SettlePayment(ctx context.Context, key string, outcome ChargeOutcome, providerRef string, now time.Time) (Payment, Order, error)
+
+	// MarkRefunded records that a PaymentRefundDue attempt's money was given back (the provider
+	// confirmed the refund); a refunded attempt is returned as is, any other status is
+	// ErrNotRefundable.
+	MarkRefunded(ctx context.Context, key string, now time.Time) (Payment, error)
+
+	// OpenPayments returns up to limit attempts the sweeper must settle: those without outcome
+	// last touched at or before startedBefore, and every one with a refund due; oldest first.
+	OpenPayments(ctx context.Context, startedBefore time.Time, limit int) ([]Payment, error)
+
+	// Payments returns every payment attempt of an activity's orders, for reconciliation.
+	Payments(ctx context.Context, activity string) ([]Payment, error)
 
 	// Cancel cancels a pending order (the owner gave up), gives its items back to the database
 	// stock and writes the release to the outbox, in one transaction. A cancelled order is
@@ -120,7 +146,7 @@ func OpenRepository(ctx context.Context, kind, dsn string) (Repository, error) {
 func (n NewOrder) order() Order {
 	return Order{
 		ID: n.ID, ReservationID: n.ReservationID, Activity: n.Activity, User: n.User, Qty: n.Qty,
-		Status: StatusPending, CreatedAt: n.CreatedAt, ExpiresAt: n.ExpiresAt,
+		Status: StatusPending, CreatedAt: n.CreatedAt, ExpiresAt: n.ExpiresAt, Amount: n.Amount, Title: n.Title,
 	}
 }
 
@@ -132,14 +158,6 @@ func sameWin(existing Order, n NewOrder) error {
 			n.ReservationID, existing.ID, existing.User, existing.Qty, n.User, n.Qty, ErrConflict)
 	}
 	return nil
-}
-
-// notPendingErr says why a pay matched no row of an order that exists.
-func notPendingErr(o Order) error {
-	if o.Status == StatusPaid {
-		return fmt.Errorf("pay order %s: %w", o.ID, ErrNotPending)
-	}
-	return fmt.Errorf("pay order %s (%s, window closed %s): %w", o.ID, o.Status, o.ExpiresAt.UTC().Format(time.RFC3339), ErrExpired)
 }
 
 // normalized truncates the times to the milliseconds both databases keep, so that the order a

@@ -148,18 +148,21 @@ func testPayAndExpire(t *testing.T, e *env) {
 	b, _, _ := e.repo.CreateOrder(ctx, newOrder("a", "r2", "u2", 3, exp))
 
 	// Paid just before the window closes.
-	paid, err := e.repo.Pay(ctx, a.ID, "ref-1", exp.Add(-time.Millisecond))
-	if err != nil || paid.Status != StatusPaid || paid.PaymentRef != "ref-1" || paid.PaidAt.IsZero() {
+	paid, err := payNow(ctx, e.repo, a.ID, exp.Add(-time.Millisecond))
+	if err != nil || paid.Status != StatusPaid || paid.PaymentRef != a.ID+"-1" || paid.PaidAt.IsZero() {
 		t.Fatalf("pay = %+v, %v", paid, err)
 	}
-	if _, err := e.repo.Pay(ctx, a.ID, "ref-2", exp.Add(-time.Millisecond)); !errors.Is(err, ErrNotPending) {
+	if _, err := payNow(ctx, e.repo, a.ID, exp.Add(-time.Millisecond)); !errors.Is(err, ErrNotPending) {
 		t.Errorf("second pay: err = %v, want ErrNotPending", err)
 	}
 	// At the expiry instant it is too late: expires_at > now is false.
-	if o, err := e.repo.Pay(ctx, b.ID, "ref-3", exp); !errors.Is(err, ErrExpired) || o.Status != StatusPending {
-		t.Errorf("pay at expiry = %+v, %v; want ErrExpired, still pending", o, err)
+	if _, err := payNow(ctx, e.repo, b.ID, exp); !errors.Is(err, ErrExpired) {
+		t.Errorf("pay at expiry: %v; want ErrExpired", err)
 	}
-	if _, err := e.repo.Pay(ctx, "nope", "ref", t0); !errors.Is(err, ErrNotFound) {
+	if o, _ := e.repo.Order(ctx, b.ID); o.Status != StatusPending {
+		t.Errorf("after a pay at expiry the order is %s, want still pending", o.Status)
+	}
+	if _, err := payNow(ctx, e.repo, "nope", t0); !errors.Is(err, ErrNotFound) {
 		t.Errorf("pay unknown: err = %v", err)
 	}
 	// Nothing to sweep before the window closes; b (not a, which is paid) at the instant.
@@ -173,7 +176,7 @@ func testPayAndExpire(t *testing.T, e *env) {
 	if again, _ := e.repo.CancelExpired(ctx, exp.Add(time.Hour), 10); len(again) != 0 {
 		t.Errorf("second sweep cancelled %+v again", again)
 	}
-	if _, err := e.repo.Pay(ctx, b.ID, "ref-4", t0); !errors.Is(err, ErrExpired) {
+	if _, err := payNow(ctx, e.repo, b.ID, t0); !errors.Is(err, ErrExpired) {
 		t.Errorf("pay of a cancelled order: err = %v, want ErrExpired", err)
 	}
 	// b's 3 items are back in the database, and the relay has a release and a paid row.
@@ -224,7 +227,7 @@ func testOwnerCancel(t *testing.T, e *env) {
 	if n, _ := e.repo.OutboxLen(ctx, "a"); n != 1 {
 		t.Errorf("outbox rows = %d, want 1", n)
 	}
-	if _, err := e.repo.Pay(ctx, p.ID, "ref", now); err != nil {
+	if _, err := payNow(ctx, e.repo, p.ID, now); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.repo.Cancel(ctx, p.ID, now); !errors.Is(err, ErrNotPending) {

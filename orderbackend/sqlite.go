@@ -162,7 +162,7 @@ func sqliteUnavailable(err error) bool {
 	return false
 }
 
-const sqliteOrderCols = `id, reservation_id, activity, user_id, qty, status, created_at, expires_at, paid_at, cancelled_at, payment_ref`
+const sqliteOrderCols = `id, reservation_id, activity, user_id, qty, status, created_at, expires_at, paid_at, cancelled_at, payment_ref, amount, currency, title`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -175,7 +175,7 @@ func scanSQLiteOrder(row scanner) (Order, error) {
 		ref                 sql.NullString
 	)
 	if err := row.Scan(&o.ID, &o.ReservationID, &o.Activity, &o.User, &o.Qty, &status, &created, &expires,
-		&paidAt, &cancelledAt, &ref); err != nil {
+		&paidAt, &cancelledAt, &ref, &o.Amount.Amount, &o.Amount.Currency, &o.Title); err != nil {
 		return Order{}, err
 	}
 	o.Status = Status(status)
@@ -204,7 +204,7 @@ func (s *SQLite) CreateOrder(ctx context.Context, n NewOrder) (Order, bool, erro
 	return firstOutcome(s.CreateOrders(ctx, []NewOrder{n}))
 }
 
-// sqliteChunk bounds the rows of one multi-row statement (7 parameters a row, well within
+// sqliteChunk bounds the rows of one multi-row statement (10 parameters a row, well within
 // SQLite's 32766), and so the row counts that have a prepared statement (sqlite_stmt.go): a
 // consumer's whole read batch (64 wins by default) is one statement, a larger shared transaction
 // inserts in chunks.
@@ -303,9 +303,10 @@ func (s *SQLite) existingOrders(ctx context.Context, tx *sql.Tx, act string, ns 
 func (s *SQLite) insertOrders(ctx context.Context, tx *sql.Tx, ins []NewOrder) error {
 	for lo := 0; lo < len(ins); lo += sqliteChunk {
 		chunk := ins[lo:min(lo+sqliteChunk, len(ins))]
-		args := make([]any, 0, 7*len(chunk))
+		args := make([]any, 0, 10*len(chunk))
 		for _, n := range chunk {
-			args = append(args, n.ID, n.ReservationID, n.Activity, n.User, n.Qty, n.CreatedAt.UnixMilli(), n.ExpiresAt.UnixMilli())
+			args = append(args, n.ID, n.ReservationID, n.Activity, n.User, n.Qty, n.CreatedAt.UnixMilli(), n.ExpiresAt.UnixMilli(),
+				n.Amount.Amount, n.Amount.Currency, n.Title)
 		}
 		res, err := s.insert.execTx(ctx, tx, len(chunk), args...)
 		if err != nil {
@@ -336,28 +337,6 @@ func (s *SQLite) OrderByReservation(ctx context.Context, activity, reservationID
 		return Order{}, fmt.Errorf("reservation %s: %w", reservationID, ErrNotFound)
 	}
 	return o, sqliteErr("sqlite: order of reservation "+reservationID, err)
-}
-
-// Pay implements Repository.
-func (s *SQLite) Pay(ctx context.Context, id, paymentRef string, now time.Time) (Order, error) {
-	var o Order
-	err := s.tx(ctx, func(tx *sql.Tx) error {
-		var err error
-		o, err = scanSQLiteOrder(tx.StmtContext(ctx, s.fixed.payOrder).QueryRowContext(ctx, id, now.UnixMilli(), paymentRef))
-		if err != nil {
-			return err
-		}
-		_, err = tx.StmtContext(ctx, s.fixed.paidOutbox).ExecContext(ctx, o.Activity, o.ReservationID, now.UnixMilli())
-		return err
-	})
-	if errors.Is(err, sql.ErrNoRows) {
-		o, err := s.Order(ctx, id)
-		if err != nil {
-			return Order{}, err
-		}
-		return o, notPendingErr(o)
-	}
-	return o, sqliteErr("sqlite: pay order "+id, err)
 }
 
 // Cancel implements Repository.

@@ -702,7 +702,7 @@ func TestSQLiteGroupOtherWrites(t *testing.T) {
 				continue
 			}
 			if k%2 == 0 {
-				got, err := s.Pay(ctx, o.ID, "ref", time.Now())
+				got, err := payNow(ctx, s, o.ID, time.Now())
 				switch {
 				case err == nil:
 					paid.Store(o.ID, struct{}{})

@@ -32,10 +32,9 @@ type sqliteFixedStmts struct {
 }
 
 const (
-	sqliteTakeStockSQL = `UPDATE stock SET "left" = "left" - ?2 WHERE activity = ?1 AND "left" >= ?2`
-	sqliteStockLeftSQL = `SELECT "left" FROM stock WHERE activity = ?`
-	sqlitePayOrderSQL  = `UPDATE orders SET status = 'paid', paid_at = ?2, payment_ref = ?3
-			WHERE id = ?1 AND status = 'pending_payment' AND expires_at > ?2 RETURNING ` + sqliteOrderCols
+	sqliteTakeStockSQL   = `UPDATE stock SET "left" = "left" - ?2 WHERE activity = ?1 AND "left" >= ?2`
+	sqliteStockLeftSQL   = `SELECT "left" FROM stock WHERE activity = ?`
+	sqlitePayOrderSQL    = `UPDATE orders SET status = 'paid', paid_at = ?2, payment_ref = ?3 WHERE id = ?1 RETURNING ` + sqliteOrderCols
 	sqlitePaidOutboxSQL  = `INSERT INTO outbox (activity, reservation_id, kind, created_at) VALUES (?, ?, 'paid', ?)`
 	sqliteCancelOrderSQL = `UPDATE orders SET status = 'cancelled', cancelled_at = ?2
 			WHERE id = ?1 AND status = 'pending_payment' RETURNING ` + sqliteOrderCols
@@ -189,10 +188,10 @@ func (c *sizedStmts) close() error {
 	return errors.Join(errs...)
 }
 
-// sqliteInsertOrdersSQL is the insert of rows new orders (7 parameters a row).
+// sqliteInsertOrdersSQL is the insert of rows new orders (10 parameters a row).
 func sqliteInsertOrdersSQL(rows int) string {
-	const row = `(?, ?, ?, ?, ?, 'pending_payment', ?, ?)`
-	return `INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at)
+	const row = `(?, ?, ?, ?, ?, 'pending_payment', ?, ?, ?, ?, ?)`
+	return `INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at, amount, currency, title)
 			VALUES ` + row + strings.Repeat(", "+row, rows-1) + `
 			ON CONFLICT (activity, reservation_id) DO NOTHING`
 }

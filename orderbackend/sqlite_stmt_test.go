@@ -118,7 +118,7 @@ func TestSQLiteStmtClose(t *testing.T) {
 		mustCreateOrders(t, s, append(ns, ns[0])) // a reservation twice: the careful path
 		ids = append(ids, ns[0].ID)
 	}
-	if _, err := s.Pay(ctx, ids[0], "ref", time.Now()); err != nil {
+	if _, err := payNow(ctx, s, ids[0], time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Cancel(ctx, ids[1], time.Now()); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/redisclient"
+	"github.com/caddy-seckill/caddy-seckill/money"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
@@ -115,3 +116,61 @@ func parseDB(s string) (kind, dsn string, err error) {
 	}
 	return "", "", fmt.Errorf("-db %q: want postgres://... or sqlite:PATH", s)
 }
+
+// listings are the activities' prices and titles, from the repeatable flags -price ID=AMOUNT:CURRENCY
+// and -title ID=TITLE: the standalone backend does not read the gateway's Caddyfile, so each
+// priced activity is named here too (with the same price as the gateway's `price`).
+type listings map[string]orderbackend.Listing
+
+// priceFlag is -price.
+type priceFlag struct{ l listings }
+
+func (f priceFlag) String() string { return "" }
+
+// Set parses ID=AMOUNT:CURRENCY ("phone-1001=199.00:USD"); an activity priced twice is an error.
+func (f priceFlag) Set(v string) error {
+	id, p, ok := strings.Cut(v, "=")
+	amount, currency, ok2 := strings.Cut(p, ":")
+	if !ok || !ok2 || id == "" {
+		return fmt.Errorf("%q: want ACTIVITY=AMOUNT:CURRENCY, e.g. phone-1001=199.00:USD", v)
+	}
+	price, err := money.Parse(amount, currency)
+	if err != nil {
+		return fmt.Errorf("%q: %w", v, err)
+	}
+	l := f.l[id]
+	if !l.Price.IsZero() {
+		return fmt.Errorf("%q: activity %s has a price already", v, id)
+	}
+	l.Price = price
+	f.l[id] = l
+	return nil
+}
+
+// titleFlag is -title.
+type titleFlag struct{ l listings }
+
+func (f titleFlag) String() string { return "" }
+
+// Set parses ID=TITLE; an activity titled twice is an error.
+func (f titleFlag) Set(v string) error {
+	id, title, ok := strings.Cut(v, "=")
+	if !ok || id == "" || strings.TrimSpace(title) == "" {
+		return fmt.Errorf("%q: want ACTIVITY=TITLE", v)
+	}
+	l := f.l[id]
+	if l.Title != "" {
+		return fmt.Errorf("%q: activity %s has a title already", v, id)
+	}
+	l.Title = title
+	f.l[id] = l
+	return nil
+}
+
+func (l listings) register(fs *flag.FlagSet) {
+	fs.Var(priceFlag{l}, "price", "an activity's unit price, ACTIVITY=AMOUNT:CURRENCY (ISO 4217), e.g. phone-1001=199.00:USD; repeat per activity. Orders carry it and the provider charges it")
+	fs.Var(titleFlag{l}, "title", "an activity's title, ACTIVITY=TITLE; repeat per activity")
+}
+
+// listing is the consumer's Listing.
+func (l listings) listing(activity string) orderbackend.Listing { return l[activity] }

@@ -44,7 +44,8 @@ func runAndReconcile(t *testing.T, buckets int) {
 	var runErr bytes.Buffer
 	go func() {
 		exited <- run(runCtx, append([]string{"run", "-listen", fmt.Sprint("127.0.0.1:", port),
-			"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test"}, common...), &bytes.Buffer{}, &runErr)
+			"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test", "-price", "phone-1001=199.00:USD", "-title", "phone-1001=Phone X"},
+			common...), &bytes.Buffer{}, &runErr)
 	}()
 
 	// The backend discovers the activity and turns both wins into orders.
@@ -70,8 +71,19 @@ func runAndReconcile(t *testing.T, buckets int) {
 	var body map[string]any
 	_ = json.NewDecoder(resp.Body).Decode(&body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || body["code"] != "pending_payment" || body["order_id"] != res.OrderID {
+	if resp.StatusCode != 200 || body["code"] != "pending_payment" || body["order_id"] != res.OrderID ||
+		body["amount"] != 19900.0 || body["currency"] != "USD" || body["title"] != "Phone X" {
 		t.Fatalf("GET order = %d %v", resp.StatusCode, body)
+	}
+	// Alice pays (the mock provider); the reconcile below counts the charge.
+	req, _ = http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d/orders/%s/pay", port, res.OrderID), nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("pay = %d", resp.StatusCode)
 	}
 
 	var out, errOut bytes.Buffer
@@ -84,7 +96,8 @@ func runAndReconcile(t *testing.T, buckets int) {
 			t.Fatalf("reconcile never passed:\n%s%s", out.String(), errOut.String())
 		}
 	}
-	if !strings.Contains(out.String(), "OK: every invariant holds") {
+	if !strings.Contains(out.String(), "OK: every invariant holds") ||
+		!strings.Contains(out.String(), "money:    charges 1 (199.00), refunds 0 (0.00), charged unpaid 0, unsettled payments 0") {
 		t.Errorf("reconcile output:\n%s", out.String())
 	}
 	stop()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+	"github.com/caddy-seckill/caddy-seckill/payments/mockpay"
 )
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
@@ -42,7 +43,14 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 		"address serving /metrics (Prometheus) and /debug/pprof/ to operators; empty is off. Not the order API's listener: "+
 			"that one faces clients, and metrics and profiles must not, so keep this on a private interface [SECKILL_ORDERS_METRICS_LISTEN]")
 	c.register(fs)
+	prices := listings{}
+	prices.register(fs)
+	provider := fs.String("payments", env("SECKILL_PAYMENTS", "mock"), "payment provider: mock (accepts every charge, takes no money: a demo) [SECKILL_PAYMENTS]")
 	if err := fs.Parse(args); err != nil {
+		return exitError
+	}
+	if *provider != "mock" {
+		_, _ = fmt.Fprintf(stderr, "orderbackend: -payments %q: want mock\n", *provider)
 		return exitError
 	}
 	log, err := zap.NewProduction()
@@ -88,7 +96,8 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 
 	b, err := orderbackend.New(orderbackend.Config{
 		Store: store, Repo: repo, Auth: orderbackend.JWT(verifier), Name: *name, Logger: log,
-		Consumer: orderbackend.ConsumerOptions{MaxDeliveries: *maxDeliv, ClaimIdle: *claimIdle, Linger: *linger},
+		Payments: new(mockpay.Provider),
+		Consumer: orderbackend.ConsumerOptions{MaxDeliveries: *maxDeliv, ClaimIdle: *claimIdle, Linger: *linger, Listing: prices.listing},
 	})
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "orderbackend:", err)

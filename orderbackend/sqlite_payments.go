@@ -1,0 +1,168 @@
+package orderbackend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+const sqlitePaymentCols = `key, order_id, attempt, amount, currency, status, provider_ref, created_at, updated_at`
+
+func scanSQLitePayment(row scanner) (Payment, error) {
+	var (
+		p                Payment
+		status           string
+		created, updated int64
+	)
+	if err := row.Scan(&p.Key, &p.OrderID, &p.Attempt, &p.Amount.Amount, &p.Amount.Currency, &status, &p.ProviderRef,
+		&created, &updated); err != nil {
+		return Payment{}, err
+	}
+	p.Status, p.CreatedAt, p.UpdatedAt = PaymentStatus(status), time.UnixMilli(created), time.UnixMilli(updated)
+	return p, nil
+}
+
+// txOrder reads an order inside a write transaction (which is exclusive on SQLite).
+func txOrder(ctx context.Context, tx *sql.Tx, id string) (Order, error) {
+	o, err := scanSQLiteOrder(tx.QueryRowContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Order{}, fmt.Errorf("order %s: %w", id, ErrNotFound)
+	}
+	return o, err
+}
+
+// StartPayment implements Repository.
+func (s *SQLite) StartPayment(ctx context.Context, orderID string, now time.Time) (Payment, error) {
+	var pay Payment
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		o, err := txOrder(ctx, tx, orderID)
+		if err != nil {
+			return err
+		}
+		if err := startErr(o, now); err != nil {
+			return err
+		}
+		var last *Payment
+		l, err := scanSQLitePayment(tx.QueryRowContext(ctx, `SELECT `+sqlitePaymentCols+` FROM payments WHERE order_id = ?
+			ORDER BY attempt DESC LIMIT 1`, orderID))
+		switch {
+		case err == nil:
+			last = &l
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		var fresh bool
+		if pay, fresh = nextPayment(o, last, now); !fresh {
+			return nil
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO payments (`+sqlitePaymentCols+`) VALUES (?1, ?2, ?3, ?4, ?5, 'started', '', ?6, ?6)`,
+			pay.Key, pay.OrderID, pay.Attempt, pay.Amount.Amount, pay.Amount.Currency, pay.CreatedAt.UnixMilli())
+		return err
+	})
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrExpired) || errors.Is(err, ErrNotPending) {
+		return Payment{}, err
+	}
+	return pay, sqliteErr("sqlite: start payment of order "+orderID, err)
+}
+
+// SettlePayment implements Repository.
+func (s *SQLite) SettlePayment(ctx context.Context, key string, outcome ChargeOutcome, ref string, now time.Time) (Payment, Order, error) {
+	var (
+		pay Payment
+		o   Order
+	)
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		pay, err = scanSQLitePayment(tx.QueryRowContext(ctx, `SELECT `+sqlitePaymentCols+` FROM payments WHERE key = ?`, key))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("payment %s: %w", key, ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if o, err = txOrder(ctx, tx, pay.OrderID); err != nil {
+			return err
+		}
+		status, pays := settled(pay, o, outcome, now)
+		if status == pay.Status {
+			return nil
+		}
+		if pays {
+			if o, err = scanSQLiteOrder(tx.StmtContext(ctx, s.fixed.payOrder).QueryRowContext(ctx, o.ID, now.UnixMilli(), key)); err != nil {
+				return err
+			}
+			if _, err := tx.StmtContext(ctx, s.fixed.paidOutbox).ExecContext(ctx, o.Activity, o.ReservationID, now.UnixMilli()); err != nil {
+				return err
+			}
+		}
+		if ref == "" {
+			ref = pay.ProviderRef
+		}
+		pay, err = scanSQLitePayment(tx.QueryRowContext(ctx, `UPDATE payments SET status = ?2, provider_ref = ?3, updated_at = ?4
+			WHERE key = ?1 RETURNING `+sqlitePaymentCols, key, string(status), ref, now.UnixMilli()))
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return Payment{}, Order{}, err
+	}
+	return pay, o, sqliteErr("sqlite: settle payment "+key, err)
+}
+
+// MarkRefunded implements Repository.
+func (s *SQLite) MarkRefunded(ctx context.Context, key string, now time.Time) (Payment, error) {
+	var pay Payment
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		pay, err = scanSQLitePayment(tx.QueryRowContext(ctx, `SELECT `+sqlitePaymentCols+` FROM payments WHERE key = ?`, key))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("payment %s: %w", key, ErrNotFound)
+		case err != nil:
+			return err
+		case pay.Status == PaymentRefunded:
+			return nil
+		case pay.Status != PaymentRefundDue:
+			return fmt.Errorf("mark payment %s (%s) refunded: %w", key, pay.Status, ErrNotRefundable)
+		}
+		pay, err = scanSQLitePayment(tx.QueryRowContext(ctx, `UPDATE payments SET status = 'refunded', updated_at = ?2
+			WHERE key = ?1 RETURNING `+sqlitePaymentCols, key, now.UnixMilli()))
+		return err
+	})
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotRefundable) {
+		return pay, err
+	}
+	return pay, sqliteErr("sqlite: mark payment "+key+" refunded", err)
+}
+
+// OpenPayments implements Repository.
+func (s *SQLite) OpenPayments(ctx context.Context, startedBefore time.Time, limit int) ([]Payment, error) {
+	return s.queryPayments(ctx, "sqlite: open payments", `SELECT `+sqlitePaymentCols+` FROM payments
+		WHERE status = 'refund_due' OR (status = 'started' AND updated_at <= ?)
+		ORDER BY updated_at LIMIT ?`, startedBefore.UnixMilli(), limit)
+}
+
+// Payments implements Repository.
+func (s *SQLite) Payments(ctx context.Context, activity string) ([]Payment, error) {
+	return s.queryPayments(ctx, "sqlite: payments of "+activity, `SELECT p.key, p.order_id, p.attempt, p.amount,
+		p.currency, p.status, p.provider_ref, p.created_at, p.updated_at
+		FROM payments p JOIN orders o ON o.id = p.order_id WHERE o.activity = ? ORDER BY p.created_at, p.key`, activity)
+}
+
+func (s *SQLite) queryPayments(ctx context.Context, op, query string, args ...any) ([]Payment, error) {
+	rows, err := s.r.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, sqliteErr(op, err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []Payment
+	for rows.Next() {
+		p, err := scanSQLitePayment(rows)
+		if err != nil {
+			return nil, sqliteErr(op, err)
+		}
+		out = append(out, p)
+	}
+	return out, sqliteErr(op, rows.Err())
+}
