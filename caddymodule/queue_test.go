@@ -32,8 +32,24 @@ func TestWaitingRoom(t *testing.T) {
 	c := newClient(t, base)
 	alice, bob, carol := token(t, "alice"), token(t, "bob"), token(t, "carol")
 
+	// The status call says which activities have a waiting room: when its line opens, and the
+	// session; an activity without one says nothing.
+	r := c.Get("/seckill/later", "")
+	expect(t, "status of later", r, http.StatusOK, "ok")
+	room, _ := r.Body["waiting_room"].(map[string]any)
+	if room == nil || int64(room["opens_ms"].(float64)) != int64(r.Num("start_ms"))-15*60*1000 ||
+		room["session_ms"] != float64(2*60*1000) {
+		t.Errorf("status of later: %s; want waiting_room {opens_ms: start - 15m, session_ms: 120000}", r)
+	}
+	if r := c.Get("/seckill/brief", ""); r.Body["waiting_room"].(map[string]any)["session_ms"] != float64(1000) {
+		t.Errorf("status of brief: %s; want session_ms 1000", r)
+	}
+	if r := c.Get("/seckill/plain", ""); r.Body["waiting_room"] != nil {
+		t.Errorf("status of plain, without a waiting room: %s", r)
+	}
+
 	// alice is the first in an empty line: admitted at once, for the session.
-	r := c.Post("/seckill/wr/queue", alice, "")
+	r = c.Post("/seckill/wr/queue", alice, "")
 	expect(t, "alice joins", r, http.StatusOK, "ok")
 	if r.Str("state") != "admitted" || r.Num("position") != 1 || r.Num("admitted_until_ms") <= time.Now().UnixMilli() {
 		t.Fatalf("alice, first in line: %s; want admitted at position 1 with a session", r)

@@ -30,6 +30,16 @@ type statusAnswer struct {
 
 	Title string       `json:"title,omitempty"` // the configured title; absent without one
 	Price *priceAnswer `json:"price,omitempty"` // the configured price; absent without one
+
+	// WaitingRoom is present only for an activity with a waiting room: the page then joins the
+	// line before it asks for the buy path.
+	WaitingRoom *roomAnswer `json:"waiting_room,omitempty"`
+}
+
+// roomAnswer is an activity's waiting room as the status call shows it.
+type roomAnswer struct {
+	OpensMS   int64 `json:"opens_ms"`   // when the line opens (Unix ms): start - opens
+	SessionMS int64 `json:"session_ms"` // how long an admitted buyer may take to buy
 }
 
 // priceAnswer is an activity's price as the status call shows it: exact in minor units for
@@ -65,6 +75,10 @@ func (q *request) status() error {
 	if p := a.price; p != nil {
 		price = &priceAnswer{Amount: p.Amount, Currency: p.Currency, Display: p.String()}
 	}
+	var room *roomAnswer
+	if r := q.h.app.rooms[a.ID]; r != nil {
+		room = &roomAnswer{OpensMS: r.Opens(a.Start).UnixMilli(), SessionMS: r.Config().Session.Milliseconds()}
+	}
 	return q.ok(http.StatusOK, codeOK, statusAnswer{
 		Code:         codeOK,
 		Activity:     a.ID,
@@ -76,5 +90,6 @@ func (q *request) status() error {
 		Remaining:    max(remaining, 0),
 		Title:        a.title,
 		Price:        price,
+		WaitingRoom:  room,
 	})
 }

@@ -110,6 +110,16 @@ export class Api {
     return (await this.call("GET", `${this.actURL}/result`, { auth: true, cache: "no-store" })).body;
   }
 
+  /** joinLine is POST {base}/{activity}/queue: a place in the waiting room's line (kept if taken). */
+  async joinLine() {
+    return (await this.call("POST", `${this.actURL}/queue`, { auth: true })).body;
+  }
+
+  /** placeInLine is GET {base}/{activity}/queue: the caller's place in the line. */
+  async placeInLine() {
+    return (await this.call("GET", `${this.actURL}/queue`, { auth: true, cache: "no-store" })).body;
+  }
+
   /** order is GET {orders}/{id}. */
   async order(id) {
     return (await this.call("GET", `${this.orders}/${encodeURIComponent(id)}`, { auth: true, cache: "no-store" })).body;

@@ -5,7 +5,8 @@ import { Api } from "./api.js";
 import { backoffDelay, sleep, withJitter } from "./backoff.js";
 import { ServerClock, countdownText, describeSkew, msUntilTick } from "./clock.js";
 import { readConfig } from "./config.js";
-import { message, waitText } from "./messages.js";
+import { lineHintText, message, waitText } from "./messages.js";
+import { lineMethods } from "./line.js";
 import { orderMethods } from "./order.js";
 import { purchaseMethods } from "./purchase.js";
 import { signInMethods } from "./signin.js";
@@ -39,6 +40,7 @@ export class Sale {
       productName: $("product-name"), price: $("price"), priceNow: $("price-now"),
       captchaAnswer: $("captcha-answer"), captchaListen: $("captcha-listen"), captchaAudio: $("captcha-audio"),
       message: $("message"), announce: $("announce"),
+      line: $("line"), linePlace: $("line-place"), lineAhead: $("line-ahead"), lineEta: $("line-eta"),
       order: $("order"), orderStatus: $("order-status"), orderIDRow: $("order-id-row"), orderID: $("order-id"),
       orderDueRow: $("order-due-row"), orderDue: $("order-due"), pay: $("pay"),
     };
@@ -75,6 +77,13 @@ export class Sale {
     this.dueChecked = false;
     this.announced = new Set();
     this.tickTimer = 0;
+    this.room = null; // {opens} of the activity's waiting room (when its line opens); null without one
+    this.line = null; // the buyer's place {state, position, ahead, etaAt, until} (line.js)
+    this.lineJoined = false;
+    this.lineCalling = false;
+    this.lineTimer = 0;
+    this.lineGen = 0; // bumped at sign-out: an answer for the previous buyer is dropped
+    this.lineFailures = 0;
   }
 
   async start() {
@@ -183,6 +192,8 @@ export class Sale {
       reveal: Number.isFinite(b.reveal_ms) ? b.reveal_ms : 0,
       remaining: Number.isFinite(b.remaining) ? b.remaining : null,
     };
+    const room = b.waiting_room;
+    this.room = Number.isFinite(room?.opens_ms) ? { opens: room.opens_ms } : null;
     if (typeof b.captcha === "boolean") {
       this.captchaOn = b.captcha;
     }
@@ -330,6 +341,7 @@ export class Sale {
     }
 
     this.announceMilestones(phase, start - now);
+    this.renderLine(now);
     this.renderBuy(phase, now);
     this.renderOrder(now);
 
@@ -340,8 +352,9 @@ export class Sale {
       setTimeout(() => this.sync(2), Math.random() * (toPath - PRESYNC_WINDOW_MS[0]));
     }
     // The opening instant: fetch the buy path now, so that Buy costs one call.
+    // With a waiting room, the instant is the buyer's turn in the line.
     if (!this.pathTried && this.signedIn() && now >= this.pathInstant() && (phase === "upcoming" || phase === "open") &&
-      !this.holding() && (this.captchaOn === false || this.answerReady())) {
+      !this.holding() && this.admitted(now) && (this.captchaOn === false || this.answerReady())) {
       this.pathTried = true;
       this.prefetchPath();
     }
@@ -362,7 +375,8 @@ export class Sale {
     e.buyForm.hidden = this.holding();
     e.captcha.hidden = !(signedIn && this.captchaOn && this.captcha && (phase === "upcoming" || phase === "open"));
     const held = now < this.holdUntil;
-    e.buy.disabled = !(signedIn && phase === "open" && !this.buying && !held);
+    const turn = this.admitted(now);
+    e.buy.disabled = !(signedIn && phase === "open" && !this.buying && !held && turn);
     this.setText(e.buy, this.buying ? "Buying…" : "Buy now");
     e.buy.setAttribute("aria-busy", String(this.buying));
     // Signed out, the sign-in form says what to do: the hint says nothing more.
@@ -371,6 +385,8 @@ export class Sale {
       hint = "";
     } else if (phase === "upcoming") {
       hint = "The button opens when the sale starts.";
+    } else if (phase === "open" && !turn) {
+      hint = lineHintText(this.line?.state);
     } else if (phase === "open") {
       hint = held ? `Please wait ${waitText(this.holdUntil - now)}.` : "One press is one purchase.";
     } else if (phase === "sold_out") {
@@ -400,7 +416,11 @@ export class Sale {
         once("60s", "The sale opens in 1 minute.");
       }
     } else if (phase === "open") {
-      once("open", this.signedIn() ? "The sale is open. The Buy button is enabled." : "The sale is open.");
+      let text = "The sale is open.";
+      if (this.signedIn()) {
+        text += this.admitted() ? " The Buy button is enabled." : " The Buy button opens when your turn in the line comes.";
+      }
+      once("open", text);
     }
   }
 
@@ -427,7 +447,7 @@ export class Sale {
   }
 }
 
-Object.assign(Sale.prototype, signInMethods, purchaseMethods, orderMethods);
+Object.assign(Sale.prototype, signInMethods, purchaseMethods, orderMethods, lineMethods);
 
 async function main() {
   const root = document.getElementById("sale");

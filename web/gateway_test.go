@@ -30,6 +30,7 @@ type saleConf struct {
 	payWithin time.Duration // default 15m
 	price     string        // the price option, e.g. "1500 JPY"; none when empty
 	title     string        // the title option; none when empty
+	room      string        // the waiting_room block's options, e.g. "admit 1/8s"; no room when empty
 }
 
 // gatewayConf is a test gateway: the page through file_server, the seckill handler, and with
@@ -95,6 +96,9 @@ func startGateway(t *testing.T, conf gatewayConf) *gateway {
 		}
 		if s.title != "" {
 			fmt.Fprintf(&b, "\t\t\ttitle %q\n", s.title)
+		}
+		if s.room != "" {
+			fmt.Fprintf(&b, "\t\t\twaiting_room {\n\t\t\t\t%s\n\t\t\t}\n", s.room)
 		}
 		b.WriteString("\t\t}\n")
 	}

@@ -254,6 +254,14 @@ export const purchaseMethods = {
       case "unauthorized":
         this.signOut("unauthorized");
         break;
+      case "not_admitted":
+        // The gateway's line disagrees with the page's (a session just over, a clock a hair
+        // early): forget the path and ask the line now; Buy opens again only if it says admitted.
+        this.path = null;
+        this.pathTried = false;
+        this.say("not_admitted");
+        this.followLine({ soon: true });
+        break;
       default:
         this.say(err.code);
     }

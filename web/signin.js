@@ -57,6 +57,7 @@ export const signInMethods = {
       }
       // Otherwise the buyer still may buy; their result shows after the buy.
     }
+    this.followLine(); // with a waiting room: join the line (a second join keeps the place)
     if (!this.holding()) {
       await this.newCaptcha();
     }
@@ -116,6 +117,7 @@ export const signInMethods = {
     this.pathTried = false;
     this.order = null;
     this.polling = false;
+    this.forgetLine();
     this.el.order.hidden = true;
     this.say(reason);
     this.showAccount();

@@ -739,3 +739,131 @@ func TestPageTexts(t *testing.T) {
 		t.Errorf("the page shows a price of its own:\n%s", html)
 	}
 }
+
+// TestWaitingRoom: on sales with a waiting room that lets one buyer through every 15 s (a minute),
+// Bob takes the first place before the start. Dave waits behind him for the only item of one;
+// Bob buys it and Dave's page says the line is closed. Alice's page joins the other line behind
+// Bob and Frank, shows her place (3), keeps the Buy button closed and fetches
+// no path while she waits, then, admitted, buys as without a room. Carol (desktop) sees her place
+// behind Alice; Eve's turn passes unused and the page says it is over.
+func TestWaitingRoom(t *testing.T) {
+	t.Parallel()
+	start := saleStart(3 * time.Second)
+	g := startGateway(t, gatewayConf{sales: []saleConf{
+		{id: "line", stock: 5, limit: 1, start: start, room: "admit 1/15s"},
+		{id: "tiny", stock: 1, limit: 1, start: start, room: "admit 1/m"},
+		{id: "brief", stock: 5, limit: 1, start: start, room: "session 2s"},
+	}})
+	st, body := g.call(t, http.MethodGet, "/seckill/line", "", nil)
+	if room, _ := body["waiting_room"].(map[string]any); st != http.StatusOK || room == nil {
+		t.Fatalf("status = %d %v, want a waiting_room", st, body)
+	}
+	for _, act := range []string{"line", "tiny"} {
+		if st, body := g.call(t, http.MethodPost, "/seckill/"+act+"/queue", "bob", nil); st != http.StatusOK || body["state"] != "waiting" {
+			t.Fatalf("bob joins the pre-queue of %s: %d %v", act, st, body)
+		}
+	}
+	// Alice joins after the start, so that she is behind Bob (and not in his lottery).
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, body := g.call(t, http.MethodGet, "/seckill/line/queue", "bob", nil)
+		if body["state"] == "admitted" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bob not admitted at the start: %v", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// Dave waits behind Bob for the only item; Bob buys it: Dave's page says the line is closed.
+	dave := newTab(t, "dave", phone)
+	dave.do(chromedp.Navigate(g.pageURL(t, "tiny", "dave")))
+	dave.waitFor("dave's place", `document.getElementById("line").dataset.state === "waiting"`, 15*time.Second)
+	if code := g.buy(t, "tiny", "bob"); code != "queued" {
+		t.Fatalf("bob's buy of the last item = %q", code)
+	}
+	dave.waitFor("the line closed", `document.getElementById("line").dataset.state === "closed"`, 20*time.Second)
+	if got := dave.text("#line-place"); got != "The line is closed" {
+		t.Errorf("dave's line = %q", got)
+	}
+	if !eval[bool](dave, `document.getElementById("buy").disabled`) {
+		t.Error("the Buy button is open on a closed line")
+	}
+	dave.shot("closed")
+
+	// Frank has just joined the other line, so that Alice's turn is 15 s after his, however long
+	// the steps before took.
+	if st, body := g.call(t, http.MethodPost, "/seckill/line/queue", "frank", nil); st != http.StatusOK || body["position"] != float64(2) {
+		t.Fatalf("frank joins line: %d %v", st, body)
+	}
+	tb := newTab(t, "alice", phone, recordRequests)
+	tb.do(chromedp.Navigate(g.pageURL(t, "line", "alice")))
+	tb.waitFor("the place in line", `document.getElementById("line").dataset.state === "waiting" && !document.getElementById("line").hidden`, 15*time.Second)
+	if got := tb.text("#line-place"); got != "You are number 3 in line" {
+		t.Errorf("place = %q, want number 3", got)
+	}
+	if got := tb.text("#line-eta"); !strings.HasPrefix(got, "Your turn: in about ") {
+		t.Errorf("estimate = %q", got)
+	}
+	if !eval[bool](tb, `document.getElementById("buy").disabled`) {
+		t.Error("the Buy button is open while waiting in line")
+	}
+	if n := len(requests(tb, "/path")); n != 0 {
+		t.Errorf("%d path requests while waiting in line, want none", n)
+	}
+	// The line box and the Buy button fit the phone's width.
+	if w := eval[float64](tb, `document.getElementById("line").getBoundingClientRect().right`); w > 390 {
+		t.Errorf("the line box reaches %v px on a 390 px phone", w)
+	}
+	tb.shot("waiting")
+
+	tb.waitFor("the turn", `document.getElementById("line").dataset.state === "admitted"`, 45*time.Second)
+	if code := tb.messageCode(); code != "line_admitted" {
+		t.Errorf("message code = %q, want line_admitted", code)
+	}
+	if got := tb.text("#line-eta"); !strings.HasPrefix(got, "Buy within ") {
+		t.Errorf("session = %q, want Buy within …", got)
+	}
+	tb.waitFor("the Buy button to open", buyOpen, 5*time.Second)
+	tb.shot("admitted")
+	polls := requests(tb, "/queue")
+	if len(polls) < 2 || polls[0].Method != "POST" {
+		t.Errorf("queue requests = %+v, want a join then polls", polls)
+	}
+	tb.do(chromedp.Click(chromedp.ID("buy")))
+	tb.waitFor("the queued order", fmt.Sprintf(orderStatus, "queued"), 10*time.Second)
+	if got := g.remaining(t, "line"); got != 4 {
+		t.Fatalf("remaining = %d, want 4", got)
+	}
+	if !eval[bool](tb, `document.getElementById("line").hidden`) {
+		t.Error("the line is still shown after the win")
+	}
+
+	// Carol on a desktop, behind Alice: the page shows her waiting with someone ahead.
+	desk := newTab(t, "carol-desktop", desktop)
+	desk.do(chromedp.Navigate(g.pageURL(t, "line", "carol")))
+	desk.waitFor("carol's place", `document.getElementById("line").dataset.state === "waiting" && !document.getElementById("line").hidden`, 15*time.Second)
+	if got := desk.text("#line-place"); got != "You are number 4 in line" {
+		t.Errorf("carol's place = %q, want number 4", got)
+	}
+	desk.shot("waiting")
+
+	// Eve's turn (first in brief's line) lasts 2 s and she lets it pass: the page says it is over.
+	eve := newTab(t, "eve", phone)
+	eve.do(chromedp.Navigate(g.pageURL(t, "brief", "eve")))
+	eve.waitFor("eve's turn to end", `document.getElementById("line").dataset.state === "expired"`, 20*time.Second)
+	if got := eve.text("#line-place"); got != "Your turn is over" {
+		t.Errorf("eve's line = %q", got)
+	}
+	if code := eve.messageCode(); code != "line_expired" {
+		t.Errorf("eve's message = %q, want line_expired", code)
+	}
+	if !eval[bool](eve, `document.getElementById("buy").disabled`) {
+		t.Error("the Buy button is open after the turn")
+	}
+	if got := eve.text("#buy-hint"); got != "Your turn has passed." {
+		t.Errorf("eve's hint = %q", got)
+	}
+	eve.shot("expired")
+}

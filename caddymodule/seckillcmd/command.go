@@ -50,8 +50,8 @@ Tools for caddy-seckill.
       queue has drained: wins still in flight show as violations.
 
   caddy seckill watch [--address <admin>] [--config <file> [--adapter <name>]] [--interval 1s] [--once]
-      a live view of every activity (remaining, admits/s, wins, order backlog, dead letters), the
-      breaker and the refusals by funnel layer, redrawn every interval from the running Caddy's
+      a live view of every activity (remaining, admits/s, wins, order backlog, dead letters; a
+      waiting room's line: joined, waiting, admitted/s), the breaker and the refusals by funnel layer, redrawn every interval from the running Caddy's
       admin API (/seckill/stats and /metrics); q or Ctrl-C quits. Not on a terminal it prints a
       frame per interval; --once prints one frame (two readings an interval apart) and exits.`,
 		CobraFunc: func(cmd *cobra.Command) {

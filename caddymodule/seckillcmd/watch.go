@@ -34,15 +34,19 @@ type watchReading struct {
 	admitted   map[string]float64 // caddy_seckill_requests_total{call="buy",code="queued"} by activity
 	rejected   map[string]float64 // caddy_seckill_rejected_total by layer
 	backlog    map[string]float64 // caddy_seckill_orders_backlog by activity; nil without orders
+	// The waiting rooms, by activity (only activities with one): caddy_seckill_waiting_room_length
+	// and caddy_seckill_waiting_room_admitted, read from the store at the scrape.
+	line, lineAdmitted map[string]float64
 }
 
 // watchFrame is what one screen shows: the latest reading and the rates since the one before.
 type watchFrame struct {
-	addr        string
-	cur         watchReading
-	admitsPerS  map[string]float64 // nil on the first reading
-	rejectsPerS map[string]float64
-	err         error // the last poll failed: the frame shows cur as it was, and the error
+	addr           string
+	cur            watchReading
+	admitsPerS     map[string]float64 // nil on the first reading
+	rejectsPerS    map[string]float64
+	lineAdmitsPerS map[string]float64 // the waiting rooms' admissions per second
+	err            error              // the last poll failed: the frame shows cur as it was, and the error
 }
 
 // watchPoll reads the stats and the metrics from the admin API at addr.
@@ -80,6 +84,14 @@ func watchPoll(addr string) (watchReading, error) {
 	for _, m := range fams["caddy_seckill_rejected_total"].GetMetric() {
 		r.rejected[labels(m)["layer"]] += m.GetCounter().GetValue()
 	}
+	gauge := func(name string) map[string]float64 {
+		out := map[string]float64{}
+		for _, m := range fams[name].GetMetric() {
+			out[labels(m)["activity"]] = m.GetGauge().GetValue()
+		}
+		return out
+	}
+	r.line, r.lineAdmitted = gauge("caddy_seckill_waiting_room_length"), gauge("caddy_seckill_waiting_room_admitted")
 	if f, ok := fams["caddy_seckill_orders_backlog"]; ok {
 		r.backlog = map[string]float64{}
 		for _, m := range f.GetMetric() {
@@ -130,12 +142,16 @@ func watchNext(addr string, prev, cur watchReading) watchFrame {
 		return out
 	}
 	f.admitsPerS, f.rejectsPerS = rate(cur.admitted, prev.admitted), rate(cur.rejected, prev.rejected)
+	f.lineAdmitsPerS = rate(cur.lineAdmitted, prev.lineAdmitted)
 	return f
 }
 
 // watchRow is the width of the table's row without its activity column: a terminal narrower than
 // the row gets two lines per activity instead.
 const watchRow = 63
+
+// watchRoomRow is the width of the waiting room table's row without its activity column.
+const watchRoomRow = 40
 
 // render lays the frame out for a terminal width columns wide; no line is longer than width.
 func (f watchFrame) render(width int) []string {
@@ -200,6 +216,31 @@ func (f watchFrame) render(width int) []string {
 		for _, a := range c.activities {
 			add("%s  left %d/%d  admits/s %s", a.ID, a.Remaining, a.Stock, rate(f.admitsPerS, a.ID))
 			add("  sold %d wins %d backlog %s dead %d %s", a.Sold, a.Wins, backlog(a.ID), a.Dead, flag(a))
+		}
+	}
+	// The waiting rooms: everyone who joined, those still waiting, and the line's pace.
+	rw := max(idw, len("WAITING_ROOM"))
+	header := false
+	for _, a := range c.activities {
+		n, ok := c.line[a.ID]
+		if !ok {
+			continue
+		}
+		if !header {
+			header = true
+			add("")
+			if width >= rw+watchRoomRow {
+				add("%-*s %8s %8s %11s %9s", rw, "WAITING_ROOM", "LINE", "WAITING", "ADMITTED/S", "ADMITTED")
+			} else {
+				add("WAITING_ROOM")
+			}
+		}
+		in := c.lineAdmitted[a.ID]
+		if width >= rw+watchRoomRow {
+			add("%-*s %8.0f %8.0f %11s %9.0f", rw, clip(a.ID, rw), n, max(n-in, 0), rate(f.lineAdmitsPerS, a.ID), in)
+		} else {
+			add("%s  line %.0f waiting %.0f", a.ID, n, max(n-in, 0))
+			add("  admitted/s %s (%.0f)", rate(f.lineAdmitsPerS, a.ID), in)
 		}
 	}
 	add("")

@@ -2,6 +2,7 @@ package seckillcmd
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,7 @@ import (
 func TestWatchRender(t *testing.T) {
 	at := time.Date(2026, 12, 1, 20, 0, 1, 0, time.UTC)
 	prev := watchReading{at: at.Add(-time.Second), admitted: map[string]float64{"phone-1001": 10},
-		rejected: map[string]float64{"sold_out_flag": 100}}
+		rejected: map[string]float64{"sold_out_flag": 100}, lineAdmitted: map[string]float64{"phone-1001": 500}}
 	cur := watchReading{at: at, store: "redis", breaker: "closed",
 		activities: []caddymodule.AdminActivity{
 			{ID: "phone-1001", Stock: 100, Remaining: 37, Sold: 63, Wins: 63, Dead: 1},
@@ -24,6 +25,9 @@ func TestWatchRender(t *testing.T) {
 		admitted: map[string]float64{"phone-1001": 60, "tv-2002": 5},
 		rejected: map[string]float64{"sold_out_flag": 1100, "jwt": 3},
 		backlog:  map[string]float64{"phone-1001": 4},
+		// phone-1001 has a waiting room (tv-2002 none): 1234 joined, 700 let through, 200 in the last second.
+		line:         map[string]float64{"phone-1001": 1234},
+		lineAdmitted: map[string]float64{"phone-1001": 700},
 	}
 	f := watchNext("127.0.0.1:2019", prev, cur)
 	for _, width := range []int{20, 40, 71, 72, 80, 120, 200} {
@@ -58,6 +62,25 @@ func TestWatchRender(t *testing.T) {
 			if r := row("tv-2002"); len(r) < 9 || r[5] != "?" || r[7]+" "+r[8] != "sold out" {
 				t.Errorf("width %d: tv-2002 row %q", width, r)
 			}
+		}
+		// The waiting room: a table when it fits, two lines per activity when not; only the
+		// activity that has one.
+		if strings.Count(text, "WAITING_ROOM") != 1 {
+			t.Errorf("width %d: no single WAITING_ROOM section in\n%s", width, text)
+		}
+		switch {
+		case width >= len("WAITING_ROOM")+watchRoomRow:
+			want := regexp.MustCompile(`(?m)^phone-1001 +1234 +534 +200\.0 +700$`)
+			if !want.MatchString(text) {
+				t.Errorf("width %d: no waiting room row for phone-1001 in\n%s", width, text)
+			}
+		case width >= 40:
+			if !strings.Contains(text, "phone-1001  line 1234 waiting 534") || !strings.Contains(text, "admitted/s 200.0 (700)") {
+				t.Errorf("width %d: no narrow waiting room lines in\n%s", width, text)
+			}
+		}
+		if regexp.MustCompile(`(?m)^tv-2002 .*(line|waiting)`).MatchString(text) {
+			t.Errorf("width %d: tv-2002 has no waiting room, but shows one:\n%s", width, text)
 		}
 	}
 

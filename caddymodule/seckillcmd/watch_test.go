@@ -248,3 +248,30 @@ func TestWatch(t *testing.T) {
 		t.Error("an interval of 1ms was accepted")
 	}
 }
+
+// TestWatchWaitingRoom: for an activity with a waiting room, watch shows its line as the
+// gateway's metrics count it: everyone who joined, those still waiting, and those let through;
+// an activity without one gets no such row.
+func TestWatchWaitingRoom(t *testing.T) {
+	bin := testcaddy.BuildCaddy(t)
+	now := time.Now()
+	room := fmt.Sprintf("activity room {\n\tstock 5\n\tstart %s\n\tend %s\n\twaiting_room {\n\t\tadmit 1/h\n\t}\n}\n",
+		testcaddy.RFC3339(now.Add(-time.Minute)), testcaddy.RFC3339(now.Add(time.Hour)))
+	s := testcaddy.StartSale(t, testcaddy.JWTBlock+"captcha off\n"+room+testcaddy.SaleBlock("plain", 5)+
+		testcaddy.OrdersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db")))
+	// One admission an hour: the first joiner is let through, the two behind wait.
+	for _, user := range []string{"alice", "bob", "carol"} {
+		testcaddy.Expect(t, user+" joins", s.Client.Post("/seckill/room/queue", testcaddy.Token(t, user), ""), http.StatusOK, "ok")
+	}
+	out, err := exec.Command(bin, "seckill", "watch", "--address", s.AdminAddr, "--once", "--interval", "200ms").Output()
+	if err != nil {
+		t.Fatalf("watch --once: %v\n%s", err, out)
+	}
+	row := regexp.MustCompile(`(?m)^room +3 +2 +0\.0 +1$`)
+	if !strings.Contains(string(out), "WAITING_ROOM") || !row.Match(out) {
+		t.Errorf("watch --once: want the row room 3 joined, 2 waiting, 0.0/s, 1 admitted:\n%s", out)
+	}
+	if regexp.MustCompile(`(?m)^plain +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9]+$`).Match(out) {
+		t.Errorf("watch --once shows a waiting room for plain, which has none:\n%s", out)
+	}
+}
