@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -42,12 +41,13 @@ func WithStripeFixture(resource string, fields map[string]any) StripeMockOption 
 	}
 }
 
-// goTool returns the go command that runs the tests.
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
+// goTool returns the go command, which installs stripe-mock and finds its fixtures.
+func goTool() (string, error) {
+	p, err := exec.LookPath("go")
+	if err != nil {
+		return "", fmt.Errorf("stripe-mock: the go command is not in PATH (it installs %s): %w", StripeMockModule, err)
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	return p, nil
 }
 
 // StripeMockPath returns the stripe-mock binary, installing StripeMockModule with go install into
@@ -62,7 +62,11 @@ func StripeMockPath() (string, error) {
 	if _, err := os.Stat(path); err == nil {
 		return path, nil
 	}
-	cmd := exec.Command(goTool(), "install", StripeMockModule)
+	goBin, err := goTool()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(goBin, "install", StripeMockModule)
 	cmd.Env = append(os.Environ(), "GOBIN="+bin, "GOFLAGS=-mod=mod")
 	cmd.Dir = os.TempDir() // outside any module
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -73,7 +77,11 @@ func StripeMockPath() (string, error) {
 
 // stripeFixtures writes stripe-mock's bundled fixtures, changed by opts, into dir.
 func stripeFixtures(dir string, opts []StripeMockOption) (string, error) {
-	cmd := exec.Command(goTool(), "mod", "download", "-json", StripeMockModule)
+	goBin, err := goTool()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command(goBin, "mod", "download", "-json", StripeMockModule)
 	cmd.Dir = os.TempDir()
 	out, err := cmd.Output()
 	if err != nil {

@@ -193,7 +193,9 @@ func searchable(key string) bool {
 	}
 	for i := 0; i < len(key); i++ {
 		c := key[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		default:
 			return false
 		}
 	}
