@@ -12,12 +12,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
-	// The default provider, seckill.payments.mock, is always there.
+	// The default provider, seckill.payments.mock, and Stripe are always there.
 	_ "github.com/caddy-seckill/caddy-seckill/payments/mockpay"
+	_ "github.com/caddy-seckill/caddy-seckill/payments/stripepay"
 )
 
 // paymentsNamespace is the namespace of the payment provider guest modules: seckill.payments.mock
-// (the default), or a third party's.
+// (the default), seckill.payments.stripe, or a third party's.
 const paymentsNamespace = "seckill.payments"
 
 // PaymentsModule is what a guest module of the namespace seckill.payments provides: the

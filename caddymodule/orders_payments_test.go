@@ -9,10 +9,18 @@ import (
 // take, is a configuration error naming the line.
 func TestOrdersPaymentsBad(t *testing.T) {
 	for _, tc := range []struct{ payments, want, line string }{
-		{"payments", "orders payments: want a provider: one of mock", "Caddyfile:4"},
-		{"payments paypal", `unknown payments provider "paypal": want one of mock`, "Caddyfile:4"},
+		{"payments", "orders payments: want a provider: one of mock, stripe", "Caddyfile:4"},
+		{"payments paypal", `unknown payments provider "paypal": want one of mock, stripe`, "Caddyfile:4"},
 		{"payments mock now", `payments mock: unexpected "now"`, "Caddyfile:4"},
 		{"payments mock {\n\t\t\t\tkey x\n\t\t\t}", "payments mock: unexpected block", "Caddyfile:5"},
+		{"payments stripe", "payments stripe: secret_key is required", "Caddyfile:4"},
+		{"payments stripe {\n\t\t\t\tapi_base http://127.0.0.1:12111\n\t\t\t}", "payments stripe: secret_key is required", "Caddyfile:4"},
+		{"payments stripe {\n\t\t\t\tsecret_key {$SECKILL_UNSET_STRIPE_KEY}\n\t\t\t}", "payments stripe secret_key has no value", "Caddyfile:5"},
+		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\tapi_base ftp://stripe\n\t\t\t}", `api_base "ftp://stripe" is not an http(s) URL`, "Caddyfile:6"},
+		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\tapi_base stripe.example\n\t\t\t}", `api_base "stripe.example" is not an http(s) URL`, "Caddyfile:6"},
+		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\tsecret_key l\n\t\t\t}", "payments stripe: secret_key is given twice", "Caddyfile:6"},
+		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\twebhook_secret w\n\t\t\t}", `payments stripe: unknown option "webhook_secret"`, "Caddyfile:6"},
+		{"payments stripe sk_live_x", `payments stripe: unexpected "sk_live_x"`, "Caddyfile:4"},
 	} {
 		t.Run(tc.payments, func(t *testing.T) {
 			_, err := adapt(t, "{\n\tseckill {\n\t\torders sqlite o.db {\n\t\t\t"+tc.payments+"\n\t\t}\n\t}\n}\n")

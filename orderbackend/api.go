@@ -1,10 +1,12 @@
 package orderbackend
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"time"
@@ -74,7 +76,11 @@ var (
 	errAPIExpired      = &apiError{status: http.StatusConflict, code: "expired", msg: "the payment window has closed; the order is cancelled"}
 	errAPIPaid         = &apiError{status: http.StatusConflict, code: "paid", msg: "a paid order cannot be cancelled"}
 	errAPIDeclined     = &apiError{status: http.StatusPaymentRequired, code: "payment_declined", msg: "the payment was declined"}
-	errAPIInternal     = &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error"}
+	errAPIBadPayBody   = &apiError{status: http.StatusBadRequest, code: "bad_request",
+		msg: `the body must be empty or {"payment_method":"<id>"}: an id of 1 to 255 letters, digits and _`}
+	errAPINeedsMethod = &apiError{status: http.StatusBadRequest, code: "payment_method_required",
+		msg: `the payment provider needs the buyer's payment method: {"payment_method":"<id>"}`}
+	errAPIInternal = &apiError{status: http.StatusInternalServerError, code: "internal", msg: "internal error"}
 )
 
 // orderJSON is an order as the API shows it.
@@ -183,8 +189,17 @@ func (a *API) authenticate(r *http.Request) (string, *apiError) {
 // succeeds after the window closed is refunded. No row lock is held while the provider works.
 func (a *API) pay(w http.ResponseWriter, r *http.Request, o Order) {
 	ctx := r.Context()
+	method, ok := readPayBody(r)
+	if !ok {
+		a.fail(w, errAPIBadPayBody)
+		return
+	}
 	if o.Status == StatusPaid {
 		a.reply(w, http.StatusOK, toJSON(o))
+		return
+	}
+	if req, ok := a.opts.Payments.(PaymentMethodRequirer); ok && req.RequiresPaymentMethod() && method == "" {
+		a.fail(w, errAPINeedsMethod)
 		return
 	}
 	p, err := a.repo.StartPayment(ctx, o.ID, a.opts.Now())
@@ -200,7 +215,7 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request, o Order) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, a.opts.ChargeTimeout)
-	res, err := a.opts.Payments.Charge(cctx, ChargeRequest{Key: p.Key, Order: o, Amount: p.Amount})
+	res, err := a.opts.Payments.Charge(cctx, ChargeRequest{Key: p.Key, Order: o, Amount: p.Amount, PaymentMethod: method})
 	cancel()
 	if err != nil {
 		// The outcome is unknown: the attempt stays open; a retry charges under the same key,
@@ -239,6 +254,49 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request, o Order) {
 		a.opts.OnChange()
 	}
 	a.reply(w, http.StatusOK, toJSON(paid))
+}
+
+// maxPayBody bounds the pay call's body: {"payment_method":"<id>"} is far shorter.
+const maxPayBody = 4 << 10
+
+// readPayBody reads the pay call's optional body {"payment_method":"<id>"}: the method ("" for an
+// empty body or an absent field), and false for anything else (other fields, a malformed id).
+func readPayBody(r *http.Request) (string, bool) {
+	b, err := io.ReadAll(io.LimitReader(r.Body, maxPayBody+1))
+	if err != nil || len(b) > maxPayBody {
+		return "", false
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return "", true
+	}
+	var body struct {
+		PaymentMethod *string `json:"payment_method"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil || dec.More() {
+		return "", false
+	}
+	if body.PaymentMethod == nil {
+		return "", true
+	}
+	return *body.PaymentMethod, validPaymentMethod(*body.PaymentMethod)
+}
+
+// validPaymentMethod accepts a provider's token: 1 to 255 letters, digits and '_' (Stripe's pm_…).
+func validPaymentMethod(s string) bool {
+	if len(s) == 0 || len(s) > 255 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // replyOrder answers with the order as it is now.

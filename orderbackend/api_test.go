@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 var apiScenarios = []scenario{
 	{"OrderAPI", testOrderAPI},
 	{"LatePaymentRefunded", testLatePaymentRefunded},
+	{"PayBody", testPayBody},
 }
 
 var testSecret = []byte("0123456789abcdef0123456789abcdef")
@@ -203,5 +206,85 @@ func testLatePaymentRefunded(t *testing.T, e *env) {
 	}
 	if got, _ := e.repo.Order(ctx, o.ID); got.Status != StatusPending {
 		t.Errorf("order is %s, want still pending for the sweeper", got.Status)
+	}
+}
+
+// methodRecorder is a recorder that, like Stripe, needs the buyer's payment method, and keeps the
+// one each charge carried.
+type methodRecorder struct {
+	*recorder
+	mu      sync.Mutex
+	methods []string
+}
+
+func (m *methodRecorder) RequiresPaymentMethod() bool { return true }
+
+func (m *methodRecorder) Charge(ctx context.Context, c ChargeRequest) (ChargeResult, error) {
+	m.mu.Lock()
+	m.methods = append(m.methods, c.PaymentMethod)
+	m.mu.Unlock()
+	return m.recorder.Charge(ctx, c)
+}
+
+// postBody sends a pay call with a body and decodes the answer.
+func postBody(t *testing.T, srv *httptest.Server, path, tok, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&b); err != nil {
+		t.Fatal(err)
+	}
+	code, _ := b["code"].(string)
+	return resp.StatusCode, code
+}
+
+// The pay call's body: anything but {"payment_method":"<id>"} (or nothing) is 400 and records no
+// attempt; a provider that needs a method gets 400 payment_method_required without one, and the
+// method of a good body reaches the provider.
+func testPayBody(t *testing.T, e *env) {
+	e.openActivity(t, "sale", 1, 1, time.Minute)
+	pay := &methodRecorder{recorder: newRecorder()}
+	_, srv := e.startBackend(t, pay, 0)
+	e.admit(t, "sale", "u1", 1)
+	eventually(t, "u1 pending", func() bool { return e.result(t, "sale", "u1").Code == resultPending })
+	o1, t1 := e.result(t, "sale", "u1").OrderID, token(t, "u1")
+	path := "/orders/" + o1 + "/pay"
+	for _, c := range []struct {
+		body, code string
+	}{
+		{`{"payment_method":"pm_1","amount":1}`, "bad_request"},
+		{`{"payment_method":"pm 1"}`, "bad_request"},
+		{`{"payment_method":""}`, "bad_request"},
+		{`{"payment_method":"` + strings.Repeat("p", 256) + `"}`, "bad_request"},
+		{`{"payment_method":1}`, "bad_request"},
+		{`{"payment_method":"pm_1"} {}`, "bad_request"},
+		{`[1]`, "bad_request"},
+		{strings.Repeat(" ", 5000), "bad_request"},
+		{``, "payment_method_required"},
+		{`{}`, "payment_method_required"},
+	} {
+		if status, code := postBody(t, srv, path, t1, c.body); status != 400 || code != c.code {
+			t.Errorf("pay with %.40q = %d %s; want 400 %s", c.body, status, code, c.code)
+		}
+	}
+	if ps, err := e.repo.Payments(context.Background(), "sale"); err != nil || len(ps) != 0 || pay.Charged(o1) != 0 {
+		t.Fatalf("refused bodies recorded %v (%v) or charged %d", ps, err, pay.Charged(o1))
+	}
+	if status, code := postBody(t, srv, path, t1, `{"payment_method":"pm_1QyZ2aB7WZ01zgkW"}`); status != 200 || code != "paid" {
+		t.Fatalf("pay = %d %s", status, code)
+	}
+	pay.mu.Lock()
+	defer pay.mu.Unlock()
+	if len(pay.methods) != 1 || pay.methods[0] != "pm_1QyZ2aB7WZ01zgkW" {
+		t.Errorf("methods charged %q", pay.methods)
 	}
 }

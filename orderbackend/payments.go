@@ -36,6 +36,15 @@ type ChargeRequest struct {
 	Key    string      // the idempotency key (Payment.Key)
 	Order  Order       // the order paid for
 	Amount money.Price // what to take: the order's amount
+	// PaymentMethod is the buyer's means of payment from the pay call's body (for Stripe a
+	// PaymentMethod id made by Stripe.js on the shop's page); "" when the body named none.
+	PaymentMethod string
+}
+
+// PaymentMethodRequirer is a provider that cannot charge without ChargeRequest.PaymentMethod: the
+// order API answers a pay call without one 400 payment_method_required before recording anything.
+type PaymentMethodRequirer interface {
+	RequiresPaymentMethod() bool
 }
 
 // ChargeOutcome is what a provider said about an attempt.

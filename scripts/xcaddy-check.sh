@@ -16,7 +16,7 @@ xcaddy build "$caddy_version" --with "github.com/caddy-seckill/caddy-seckill@v0.
 mods=$("$out/caddy" list-modules)
 status=0
 for m in seckill http.handlers.seckill http.handlers.seckill_orders admin.api.seckill \
-	seckill.stores.memory seckill.stores.local seckill.stores.redis seckill.payments.mock; do
+	seckill.stores.memory seckill.stores.local seckill.stores.redis seckill.payments.mock seckill.payments.stripe; do
 	if grep -qx "$m" <<<"$mods"; then
 		echo "xcaddy build: module $m present"
 	else

@@ -132,6 +132,25 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// TestPaymentsFlag: an unknown provider, a Stripe key variable that is empty and a Stripe API base
+// that is not a URL stop run before it connects to anything.
+func TestPaymentsFlag(t *testing.T) {
+	t.Setenv("SECKILL_TEST_STRIPE_KEY", "")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-payments", "paypal"}, `-payments "paypal": want mock or stripe`},
+		{[]string{"-payments", "stripe", "-stripe-secret-env", "SECKILL_TEST_STRIPE_KEY"}, "secret_key is empty"},
+		{[]string{"-payments", "stripe", "-stripe-secret-env", "PATH", "-stripe-api-base", "stripe.example"}, `api_base "stripe.example" is not an http(s) URL`},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(context.Background(), append([]string{"run"}, c.args...), &out, &errOut); code != exitError || !strings.Contains(errOut.String(), c.want) {
+			t.Errorf("run %q = %d, %q; want %d, %q", c.args, code, errOut.String(), exitError, c.want)
+		}
+	}
+}
+
 // saleWithWins starts a private redis-server holding the open activity phone-1001 (5 items, limit
 // 1, split into buckets when buckets > 1) and one win for each of users, as the edge would have
 // left them for the order backend.

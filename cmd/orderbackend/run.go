@@ -12,11 +12,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 	"github.com/caddy-seckill/caddy-seckill/payments/mockpay"
+	"github.com/caddy-seckill/caddy-seckill/payments/stripepay"
 )
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
@@ -45,17 +47,34 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	c.register(fs)
 	prices := listings{}
 	prices.register(fs)
-	provider := fs.String("payments", env("SECKILL_PAYMENTS", "mock"), "payment provider: mock (accepts every charge, takes no money: a demo) [SECKILL_PAYMENTS]")
+	provider := fs.String("payments", env("SECKILL_PAYMENTS", "mock"), "payment provider: mock (accepts every charge, takes no money: a demo) "+
+		"or stripe (pay calls carry {\"payment_method\":\"pm_...\"}) [SECKILL_PAYMENTS]")
+	stripeKeyEnv := fs.String("stripe-secret-env", "STRIPE_SECRET_KEY", "name of the environment variable holding the Stripe secret key (-payments stripe)")
+	stripeBase := fs.String("stripe-api-base", env("STRIPE_API_BASE", ""), "Stripe API base URL (-payments stripe); default "+stripepay.DefaultAPIBase+" [STRIPE_API_BASE]")
 	if err := fs.Parse(args); err != nil {
-		return exitError
-	}
-	if *provider != "mock" {
-		_, _ = fmt.Fprintf(stderr, "orderbackend: -payments %q: want mock\n", *provider)
 		return exitError
 	}
 	log, err := zap.NewProduction()
 	if err != nil {
 		_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+		return exitError
+	}
+	var payments orderbackend.Payments
+	switch *provider {
+	case "mock":
+		payments = new(mockpay.Provider)
+	case "stripe":
+		m := stripepay.Module{SecretKey: os.Getenv(*stripeKeyEnv), APIBase: *stripeBase}
+		if err := m.Provision(caddy.Context{}); err != nil {
+			_, _ = fmt.Fprintf(stderr, "orderbackend: -payments stripe (key from $%s): %v\n", *stripeKeyEnv, err)
+			return exitError
+		}
+		if payments, err = m.OpenPayments(log); err != nil {
+			_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+			return exitError
+		}
+	default:
+		_, _ = fmt.Fprintf(stderr, "orderbackend: -payments %q: want mock or stripe\n", *provider)
 		return exitError
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit
@@ -96,7 +115,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 
 	b, err := orderbackend.New(orderbackend.Config{
 		Store: store, Repo: repo, Auth: orderbackend.JWT(verifier), Name: *name, Logger: log,
-		Payments: new(mockpay.Provider),
+		Payments: payments,
 		Consumer: orderbackend.ConsumerOptions{MaxDeliveries: *maxDeliv, ClaimIdle: *claimIdle, Linger: *linger, Listing: prices.listing},
 	})
 	if err != nil {
