@@ -3,8 +3,6 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -35,27 +33,13 @@ type NoMoneyTaker interface {
 	TakesNoMoney() bool
 }
 
-// paymentsNames lists the registered payments modules, for the error about an unknown one.
-func paymentsNames() string {
-	var names []string
-	for _, info := range caddy.GetModules(paymentsNamespace) {
-		names = append(names, string(info.ID.Name()))
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
-}
-
 // parsePayments parses "payments <name> ..." of the orders block with the named provider module's
 // own Caddyfile syntax (its UnmarshalCaddyfile) and returns the module's JSON.
 func parsePayments(d *caddyfile.Dispenser) (json.RawMessage, error) {
 	if !d.NextArg() {
-		return nil, d.Errf("seckill: orders payments: want a provider: one of %s", paymentsNames())
+		return nil, d.Errf("seckill: orders payments: want a provider: one of %s", moduleNames(paymentsNamespace))
 	}
-	name := d.Val()
-	if _, err := caddy.GetModule(paymentsNamespace + "." + name); err != nil {
-		return nil, d.Errf("seckill: orders: unknown payments provider %q: want one of %s", name, paymentsNames())
-	}
-	unm, err := caddyfile.UnmarshalModule(d, paymentsNamespace+"."+name)
+	name, unm, err := unmarshalGuest(d, paymentsNamespace, "seckill: orders: unknown payments provider %q: want one of %s")
 	if err != nil {
 		return nil, err
 	}

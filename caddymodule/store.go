@@ -3,8 +3,6 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
@@ -104,27 +102,13 @@ func storeDirective(m StoreModule) string {
 	return "store " + storeName(m)
 }
 
-// storeNames lists the registered store modules, for the error about an unknown one.
-func storeNames() string {
-	var names []string
-	for _, info := range caddy.GetModules(storeNamespace) {
-		names = append(names, string(info.ID.Name()))
-	}
-	slices.Sort(names)
-	return strings.Join(names, ", ")
-}
-
 // parseStore parses "store <name> ..." of the global seckill block with the named store module's
 // own Caddyfile syntax (its UnmarshalCaddyfile) and returns the module's JSON and the module.
 func parseStore(d *caddyfile.Dispenser) (json.RawMessage, StoreModule, error) {
 	if !d.NextArg() {
 		return nil, nil, d.ArgErr()
 	}
-	name := d.Val()
-	if _, err := caddy.GetModule(storeNamespace + "." + name); err != nil {
-		return nil, nil, d.Errf("seckill: unknown store %q: want one of %s", name, storeNames())
-	}
-	unm, err := caddyfile.UnmarshalModule(d, storeNamespace+"."+name)
+	name, unm, err := unmarshalGuest(d, storeNamespace, "seckill: unknown store %q: want one of %s")
 	if err != nil {
 		return nil, nil, err
 	}
