@@ -5,8 +5,8 @@
 //
 // builds a Caddy with the seckill app and handler (package caddymodule), the admission stores
 // they choose from (the guest modules seckill.stores.memory, .local and .redis), the payment
-// providers of the embedded order backend (seckill.payments.mock, which package caddymodule
-// registers as its default) and the `caddy seckill` command (package caddymodule/seckillcmd).
+// providers of the embedded order backend (seckill.payments.mock, the default, and .stripe)
+// and the `caddy seckill` command (package caddymodule/seckillcmd).
 package seckill
 
 import (
@@ -20,4 +20,8 @@ import (
 	// seckill.stores.redis.
 	_ "github.com/caddy-seckill/caddy-seckill/admission/localstore"
 	_ "github.com/caddy-seckill/caddy-seckill/admission/redisstore"
+
+	// Register the payment providers seckill.payments.mock and seckill.payments.stripe.
+	_ "github.com/caddy-seckill/caddy-seckill/payments/mockpay"
+	_ "github.com/caddy-seckill/caddy-seckill/payments/stripepay"
 )

@@ -10,9 +10,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
-	// The default provider, seckill.payments.mock, and Stripe are always there.
-	_ "github.com/caddy-seckill/caddy-seckill/payments/mockpay"
-	_ "github.com/caddy-seckill/caddy-seckill/payments/stripepay"
 )
 
 // paymentsNamespace is the namespace of the payment provider guest modules: seckill.payments.mock

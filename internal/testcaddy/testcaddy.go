@@ -20,12 +20,15 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	// What a test Caddy runs: the standard modules (and the Caddyfile adapter), the seckill app
-	// and handlers, and the store modules, as the root package registers them for a Caddy build.
+	// and handlers, and the store and payment modules, as the root package registers them for a
+	// Caddy build.
 	_ "github.com/caddyserver/caddy/v2/modules/standard"
 
 	_ "github.com/caddy-seckill/caddy-seckill/admission/localstore"
 	_ "github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	_ "github.com/caddy-seckill/caddy-seckill/caddymodule"
+	_ "github.com/caddy-seckill/caddy-seckill/payments/mockpay"
+	_ "github.com/caddy-seckill/caddy-seckill/payments/stripepay"
 )
 
 // JWTSecret is the HS256 secret of every test sale.
