@@ -14,7 +14,7 @@ import (
 )
 
 // TestBodyTimeout trickles a chunked body, one byte every 200 ms, over a raw connection to the
-// path call (which reads its body) and to the order API (which reads none, so net/http reads it
+// path call and the demo sign-in (which read their bodies) and to the order API (which reads none, so net/http reads it
 // before answering): each gets its answer once body_timeout has passed, and the connection is
 // closed, however long the client would go on trickling.
 func TestBodyTimeout(t *testing.T) {
@@ -23,7 +23,7 @@ func TestBodyTimeout(t *testing.T) {
 	base := startCaddy(t, jwtBlock+"captcha off\nbody_timeout 1s\n"+
 		ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db"))+
 		activityBlock("slow", 10, 1, now.Add(-time.Minute), now.Add(time.Hour), 0),
-		route+"route /orders/* {\n\tseckill_orders\n}\n")
+		route+"route /orders/* {\n\tseckill_orders\n}\nroute /demo/token {\n\tseckill_demo_signin\n}\n")
 	addr := strings.TrimPrefix(base, "http://")
 	tok := token(t, "alice")
 
@@ -33,6 +33,7 @@ func TestBodyTimeout(t *testing.T) {
 	}{
 		{"the path call reads the body", "/seckill/slow/path", http.StatusRequestTimeout},
 		{"the order API reads none", "/orders/o-1/pay", http.StatusNotFound},
+		{"the demo sign-in reads the body", "/demo/token", http.StatusRequestTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := trickle(t, addr, tc.path, tok)

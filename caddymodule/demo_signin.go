@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -39,6 +40,8 @@ type DemoSignin struct {
 	userClaim string // when not sub, the user goes in this claim too
 	logger    *zap.Logger
 	now       func() time.Time
+	// bodyTimeout is the app's body_timeout: a sign-in's body must arrive within it like the API's.
+	bodyTimeout time.Duration
 }
 
 // Limits of the demo sign-in.
@@ -138,6 +141,7 @@ func (h *DemoSignin) Provision(ctx caddy.Context) error {
 			"hmac_secret and an HS256, HS384 or HS512 algorithm")
 	}
 	h.mint = *app.mint
+	h.bodyTimeout = app.bodyTimeout
 	if c := app.JWT.UserClaim; c != "" && c != "sub" {
 		h.userClaim = c
 	}
@@ -168,7 +172,8 @@ func (h *DemoSignin) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyht
 		return answerError(errorsAuto, w, r, apiError(http.StatusMethodNotAllowed, codeMethodNotAllowed,
 			r.Method+" is not allowed here; use POST"))
 	}
-	user, e := readDemoUser(r)
+	armBodyDeadline(w, r, h.bodyTimeout)
+	user, e := readDemoUser(w, r, h.bodyTimeout)
 	if e != nil {
 		return answerError(errorsAuto, w, r, e)
 	}
@@ -190,12 +195,17 @@ func (h *DemoSignin) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyht
 	return nil
 }
 
-// readDemoUser reads {"user": "..."} and checks the user id.
-func readDemoUser(r *http.Request) (string, *Error) {
+// readDemoUser reads {"user": "..."} and checks the user id. The body must arrive by the deadline
+// ServeHTTP armed (408 otherwise), which is lifted once it is read.
+func readDemoUser(w http.ResponseWriter, r *http.Request, timeout time.Duration) (string, *Error) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, demoMaxBody+1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return "", errBodyTimeout(timeout)
+	}
 	if err != nil {
 		return "", errBadRequest("the request body could not be read")
 	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
 	if len(body) > demoMaxBody {
 		return "", errTooLarge
 	}
