@@ -23,6 +23,7 @@ func init() {
 //	GET  {prefix}/{order_id}          the order (owner only)
 //	POST {prefix}/{order_id}/pay      200 paid, or 409 expired
 //	POST {prefix}/{order_id}/cancel   200 cancelled, or 409 paid
+//	POST {prefix}/webhooks/{provider} the payment provider's signed notifications (no token)
 //
 // Tokens are checked by the app's jwt configuration, like the seckill handler's. Another user's
 // order is answered 404 not_found, exactly like a missing one. Refusals are JSON {"code",
