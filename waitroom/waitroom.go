@@ -199,10 +199,16 @@ type Status struct {
 	AdmittedAt, Until time.Time
 }
 
-// Refresh bounds: a poll every second at most, and at least every 15 s while waiting.
+// Refresh bounds: a poll every second at most, and at least every 15 s while waiting. A turn due
+// in less than minRefresh is an exception: the buyer is told to ask again just after it
+// (RefreshMargin), so that a page polling at refresh_ms is not a second behind a script that
+// polls all the time.
 const (
 	minRefresh = time.Second
 	maxRefresh = 15 * time.Second
+	// RefreshMargin is how long after a turn due within a second the buyer is told to ask again:
+	// enough for the clocks of the gateways of a sale (each reads the store's) and the trip.
+	RefreshMargin = 20 * time.Millisecond
 )
 
 // Status derives the buyer's status from the place the store read, for a sale starting at start.
@@ -226,13 +232,23 @@ func (r *Room) Status(p Place, start time.Time, closed bool) Status {
 		s.State = Waiting
 		s.Ahead = max(p.Rank-r.served(p, start), 0)
 		s.ETA = at.Sub(now)
-		s.Refresh = clamp(s.ETA/4, minRefresh, maxRefresh)
+		s.Refresh = refreshFor(s.ETA)
 	default: // an early joiner before the start
 		s.State = Waiting
 		s.ETA = max(start.Sub(now), 0) + time.Duration(float64(p.EarlyCount)*r.intervalMS/2*float64(time.Millisecond))
-		s.Refresh = clamp(start.Sub(now)/4, minRefresh, maxRefresh)
+		// The place is drawn at the start: ask again just after it.
+		s.Refresh = refreshFor(max(start.Sub(now), 0))
 	}
 	return s
+}
+
+// refreshFor returns when to ask again about an event due in d: a quarter of the wait, 1 s to
+// 15 s, but just after the event when it is due within a second.
+func refreshFor(d time.Duration) time.Duration {
+	if d < minRefresh {
+		return d + RefreshMargin
+	}
+	return clamp(d/4, minRefresh, maxRefresh)
 }
 
 // admittedAt returns the place's admission time, and false before the lottery is drawn.

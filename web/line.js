@@ -7,8 +7,10 @@ import { backoffDelay } from "./backoff.js";
 import { lineAheadText, lineEtaText, linePlaceText, lineSessionText } from "./messages.js";
 
 // A little spread on the gateway's refresh_ms, so that pages that joined together do not poll in
-// the same millisecond.
+// the same millisecond. Not below a second: the gateway then names the moment just after this
+// buyer's own turn, which no other page shares.
 const LINE_JITTER_MS = 200;
+const LINE_JITTER_FROM_MS = 1000;
 
 /** lineMethods are the Sale methods of the waiting room. */
 export const lineMethods = {
@@ -67,7 +69,7 @@ export const lineMethods = {
       this.lineJoined = true;
       this.lineFailures = 0;
       this.showLine(a);
-      next = a.refresh_ms > 0 ? a.refresh_ms + Math.random() * LINE_JITTER_MS : 0;
+      next = a.refresh_ms > 0 ? a.refresh_ms + lineJitter(a.refresh_ms) : 0;
     } catch (err) {
       if (gen !== this.lineGen) {
         return;
@@ -171,3 +173,8 @@ export const lineMethods = {
     e.lineEta.hidden = eta === "";
   },
 };
+
+/** lineJitter is the spread added to a refresh_ms: none when the turn is due within a second. */
+function lineJitter(refreshMs) {
+  return refreshMs < LINE_JITTER_FROM_MS ? 0 : Math.random() * LINE_JITTER_MS;
+}
