@@ -19,7 +19,7 @@ import (
 )
 
 // ledgerSecret is the secret key the gateways give payments stripe; the ledger refuses any other.
-const ledgerSecret = "sk_test_chaos_ledger"
+const ledgerSecret = "sk_test_chaosledger"
 
 // ledger is a Stripe that remembers: an HTTP server speaking the part of Stripe's REST API that
 // payments/stripepay uses — PaymentIntents created and confirmed at once (POST
