@@ -115,6 +115,9 @@ type Config struct {
 	Opens   time.Duration // the line opens this long before the start
 	Admit   ratelimit.Rate
 	Session time.Duration // how long an admitted buyer may take to buy
+	// ProofBits is the proof of work a join costs (pow.go): 0 for none, else MinProofBits to
+	// MaxProofBits leading zero bits.
+	ProofBits int
 }
 
 // ParseAdmit parses an admission rate "<n>/<period>" such as "200/s" or "6000/m".
@@ -153,6 +156,8 @@ func New(cfg Config) (*Room, error) {
 		return nil, fmt.Errorf("session %s: want %s to %s", cfg.Session, MinSession, MaxSession)
 	case cfg.Admit.Events <= 0 || cfg.Admit.Period <= 0:
 		return nil, fmt.Errorf("admit %d/%s: want a positive rate", cfg.Admit.Events, cfg.Admit.Period)
+	case cfg.ProofBits != 0 && (cfg.ProofBits < MinProofBits || cfg.ProofBits > MaxProofBits):
+		return nil, fmt.Errorf("proof_of_work %d: want %d to %d bits", cfg.ProofBits, MinProofBits, MaxProofBits)
 	}
 	perSecond := float64(cfg.Admit.Events) * float64(time.Second) / float64(cfg.Admit.Period)
 	if perSecond > MaxAdmitPerSecond {

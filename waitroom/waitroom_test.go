@@ -37,7 +37,10 @@ func TestNewDefaultsAndBounds(t *testing.T) {
 		{Opens: 8 * 24 * time.Hour, Admit: one},
 		{Admit: one, Session: time.Millisecond},
 		{Admit: one, Session: 25 * time.Hour},
+		{Admit: one, ProofBits: -1},
+		{Admit: one, ProofBits: 29},
 		{Admit: one, Session: time.Minute, Opens: time.Minute},
+		{Admit: one, Session: time.Minute, ProofBits: 28},
 	} {
 		_, err := waitroom.New(bad)
 		if (err == nil) != (bad.Session == time.Minute) {

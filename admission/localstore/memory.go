@@ -47,6 +47,8 @@ type Memory struct {
 	subsMu sync.Mutex
 	subs   map[*restockSub]struct{}
 
+	spent proofSpent // the waiting rooms' spent proofs of work (pow.go)
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close: ends blocking reads and subscriptions
