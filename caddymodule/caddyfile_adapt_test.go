@@ -90,6 +90,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"orders settle_after word", global("orders sqlite a.db {\nsettle_after soon\n}"), `orders settle_after "soon"`},
 		{"orders claim_idle negative", global("orders sqlite a.db {\nclaim_idle -1s\n}"), "is negative"},
 		{"orders max_deliveries", global("orders sqlite a.db {\nmax_deliveries 0\n}"), `max_deliveries "0": want a whole number of at least 1`},
+		{"orders partitions zero", global("orders postgres x {\npartitions 0\n}"), `orders partitions "0": want a whole number from 1 (not partitioned) to 1024`},
+		{"orders partitions sqlite", global("orders sqlite a.db {\npartitions 8\n}"), "seckill: orders sqlite: partitions is a postgres option (SQLite has one table), at Caddyfile:4"},
 		{"orders option twice", global("orders sqlite a.db {\nsweep_every 1s\nsweep_every 2s\n}"), "orders sweep_every is given twice"},
 		{"orders consumer_name args", global("orders sqlite a.db {\nconsumer_name a b\n}"), "wrong argument count"},
 		{"unknown option", global("stock 5"), `unrecognized option "stock"`},

@@ -1,11 +1,13 @@
 package caddymodule
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-seckill/caddy-seckill/internal/caddyfileargs"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
 // parseOrders parses the orders option of the global seckill block. Syntax:
@@ -17,6 +19,7 @@ import (
 //		max_deliveries <n>          # tries of a failing win before the dead letters; default 5
 //		claim_idle     <duration>   # take over another consumer's wins after; default 30s
 //		payments       <provider> ...  # the payment provider, with its own syntax; default mock
+//		partitions     <n>          # postgres: hash partitions of orders by user; default 8 for a new database
 //	}]
 func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
 	var typ, dsn string
@@ -42,6 +45,12 @@ func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
 			o.ClaimIdle, err = caddyfileargs.PositiveDurationArg(d, "orders claim_idle")
 		case "payments":
 			o.PaymentsRaw, err = parsePayments(d)
+		case "partitions":
+			if typ != ordersPostgres {
+				return d.Errf("seckill: orders %s: partitions is a postgres option (SQLite has one table)", typ)
+			}
+			o.Partitions, err = caddyfileargs.IntArg(d, "orders partitions", 1, orderbackend.MaxPartitions,
+				fmt.Sprintf("want a whole number from 1 (not partitioned) to %d", orderbackend.MaxPartitions))
 		default:
 			err = d.Errf("seckill: unrecognized orders option %q", opt)
 		}

@@ -18,6 +18,7 @@ func TestCaddyfileOptionTwice(t *testing.T) {
 		jwtBare  = "{\n\tseckill {\n\t\tjwt {\n%s\n\t\t}\n\t}\n}\n"
 		captcha  = "{\n\tseckill {\n\t\tcaptcha on {\n%s\n\t\t}\n\t}\n}\n"
 		orders   = "{\n\tseckill {\n\t\torders sqlite o.db {\n%s\n\t\t}\n\t}\n}\n"
+		ordersPG = "{\n\tseckill {\n\t\torders postgres x {\n%s\n\t\t}\n\t}\n}\n"
 		activity = "{\n\tseckill {\n\t\tactivity a {\n%s\n\t\t}\n\t}\n}\n"
 		handler  = ":8080 {\n\tseckill {\n%s\n\t}\n}\n"
 		ordersH  = ":8080 {\n\tseckill_orders {\n%s\n\t}\n}\n"
@@ -61,6 +62,7 @@ func TestCaddyfileOptionTwice(t *testing.T) {
 		{orders, "consumer_name c", "seckill: orders consumer_name"},
 		{orders, "max_deliveries 3", "seckill: orders max_deliveries"},
 		{orders, "claim_idle 1m", "seckill: orders claim_idle"},
+		{ordersPG, "partitions 4", "seckill: orders partitions"},
 		{orders, "payments mock", "seckill: orders payments"},
 		{activity, "stock 1", "seckill: activity a: stock"},
 		{activity, "limit 1", "seckill: activity a: limit"},

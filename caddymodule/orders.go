@@ -124,7 +124,7 @@ func (o *ordersRunner) start(ctx context.Context, check func(context.Context, or
 	if o.cfg.Type == ordersSQLite {
 		repo, err = orderbackend.NewSQLiteOptions(ctx, o.cfg.DSN, orderbackend.SQLiteOptions{SyncFull: o.syncFull})
 	} else {
-		repo, err = orderbackend.OpenRepository(ctx, o.cfg.Type, o.cfg.DSN)
+		repo, err = orderbackend.OpenRepositoryWith(ctx, o.cfg.Type, o.cfg.DSN, orderbackend.PostgresOptions{Partitions: o.cfg.Partitions})
 	}
 	if err != nil {
 		where := o.cfg.Type

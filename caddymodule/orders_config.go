@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
 // OrdersConfig runs the order backend (package orderbackend) inside the Caddy process: the wins
@@ -47,6 +49,12 @@ type OrdersConfig struct {
 	// seckill.payments chosen by its "provider" key; default {"provider": "mock"}, which takes no
 	// money (the demo's).
 	PaymentsRaw json.RawMessage `json:"payments,omitempty" caddy:"namespace=seckill.payments inline_key=provider"`
+
+	// Partitions is, for postgres, the number of hash partitions (by user_id) of the orders and
+	// payments tables: 1 is plain tables; unset, a new database gets 8 and an existing one keeps
+	// what it has. A number other than an existing database's is refused at start: `caddy
+	// seckill partition` changes it.
+	Partitions int `json:"partitions,omitempty"`
 }
 
 // Order database types.
@@ -98,6 +106,10 @@ func (c *OrdersConfig) validate() error {
 		return fmt.Errorf("orders: claim_idle %s is negative", time.Duration(c.ClaimIdle))
 	case c.MaxDeliveries < 0:
 		return fmt.Errorf("orders: max_deliveries %d is negative", c.MaxDeliveries)
+	case c.Partitions != 0 && c.Type != ordersPostgres:
+		return fmt.Errorf("orders %s: partitions is a postgres option", c.Type)
+	case c.Partitions < 0 || c.Partitions > orderbackend.MaxPartitions:
+		return fmt.Errorf("orders: partitions %d: want 1 to %d", c.Partitions, orderbackend.MaxPartitions)
 	case strings.ContainsAny(c.ConsumerName, " \t\r\n"):
 		return fmt.Errorf("orders: consumer_name %q must not contain spaces", c.ConsumerName)
 	}

@@ -74,10 +74,33 @@ func (a *App) ReconcileDirect(ctx context.Context, activity string) (ReconcileAn
 		return ReconcileAnswer{}, fmt.Errorf("%s: %w", storeDirective(store), err)
 	}
 	defer func() { _ = st.Close() }()
-	repo, err := orderbackend.OpenRepository(ctx, orders.Type, orders.DSN)
+	repo, err := orderbackend.OpenRepositoryWith(ctx, orders.Type, orders.DSN, orderbackend.PostgresOptions{Partitions: orders.Partitions})
 	if err != nil {
 		return ReconcileAnswer{}, fmt.Errorf("orders %s: %w", orders.Type, err)
 	}
 	defer func() { _ = repo.Close() }()
 	return reconcile(ctx, st, repo, activity)
+}
+
+// PartitionDirect is the partition command (package seckillcmd): it rewrites the orders option's
+// PostgreSQL database into n hash partitions by user (orderbackend.Repartition, one transaction,
+// every order kept) on a configuration that no Caddy loaded. Run it with the sale stopped; then set
+// the orders option's partitions to n (or leave it unset).
+func (a *App) PartitionDirect(ctx context.Context, n int) (orderbackend.PartitionReport, error) {
+	if a.Orders == nil {
+		return orderbackend.PartitionReport{}, errors.New("the seckill app has no orders option: nothing to partition " +
+			"(for a standalone order backend, use `orderbackend partition`)")
+	}
+	orders, err := a.Orders.resolve(caddy.NewReplacer())
+	if err != nil {
+		return orderbackend.PartitionReport{}, err
+	}
+	if orders.Type != ordersPostgres {
+		return orderbackend.PartitionReport{}, fmt.Errorf("orders %s: partitions are a postgres feature", orders.Type)
+	}
+	rep, err := orderbackend.Repartition(ctx, orders.DSN, n)
+	if err != nil {
+		return rep, fmt.Errorf("orders postgres: %w", err)
+	}
+	return rep, nil
 }

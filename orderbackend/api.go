@@ -141,10 +141,9 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, aerr)
 		return
 	}
-	o, err := a.repo.Order(r.Context(), id)
-	if err == nil && o.User != user {
-		err = ErrNotFound // someone else's order is not there for this caller
-	}
+	// The buyer from the token picks the order's partition; someone else's order is not there for
+	// this caller (ErrNotFound).
+	o, err := a.repo.BuyerOrder(r.Context(), user, id)
 	if err != nil {
 		a.fail(w, a.dbError("read order", err))
 		return
@@ -207,10 +206,10 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request, o Order) {
 		a.fail(w, errAPINeedsMethod)
 		return
 	}
-	p, err := a.repo.StartPayment(ctx, o.ID, a.opts.Now())
+	p, err := a.repo.BuyerStartPayment(ctx, o.User, o.ID, a.opts.Now())
 	switch {
 	case errors.Is(err, ErrNotPending): // paid meanwhile
-		a.replyOrder(w, r, o.ID)
+		a.replyOrder(w, r, o)
 		return
 	case errors.Is(err, ErrExpired):
 		a.fail(w, errAPIExpired)
@@ -309,8 +308,8 @@ func validPaymentMethod(s string) bool {
 }
 
 // replyOrder answers with the order as it is now.
-func (a *API) replyOrder(w http.ResponseWriter, r *http.Request, id string) {
-	o, err := a.repo.Order(r.Context(), id)
+func (a *API) replyOrder(w http.ResponseWriter, r *http.Request, was Order) {
+	o, err := a.repo.BuyerOrder(r.Context(), was.User, was.ID)
 	if err != nil {
 		a.fail(w, a.dbError("read order", err))
 		return
@@ -319,7 +318,7 @@ func (a *API) replyOrder(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 func (a *API) cancel(w http.ResponseWriter, r *http.Request, o Order) {
-	c, err := a.repo.Cancel(r.Context(), o.ID, a.opts.Now())
+	c, err := a.repo.BuyerCancel(r.Context(), o.User, o.ID, a.opts.Now())
 	switch {
 	case err == nil:
 		if o.Status == StatusPending {

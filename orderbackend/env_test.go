@@ -32,7 +32,8 @@ type env struct {
 	log    *zap.Logger
 	client *redis.Client
 
-	buckets int // split activities into this many stock buckets (at most one per item)
+	buckets    int // split activities into this many stock buckets (at most one per item)
+	partitions int // PostgresOptions.Partitions of the repositories it opens
 }
 
 var dbSeq atomic.Int64
@@ -51,7 +52,13 @@ func newMemorySQLite(t *testing.T) *env {
 // newRedisPostgres: production, with a private redis-server and a fresh database in pg.
 func newRedisPostgres(t *testing.T, pg *testsrv.Postgres) *env {
 	t.Helper()
-	e := &env{kind: "redis+postgres", pg: pg, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
+	return newRedisPostgresPartitions(t, pg, 0)
+}
+
+// newRedisPostgresPartitions is newRedisPostgres with a fresh database of n partitions (0: the default).
+func newRedisPostgresPartitions(t *testing.T, pg *testsrv.Postgres, n int) *env {
+	t.Helper()
+	e := &env{kind: "redis+postgres", pg: pg, partitions: n, log: zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))}
 	e.redis = testsrv.StartRedis(t)
 	e.client = redis.NewClient(&redis.Options{Addr: e.redis.Addr})
 	t.Cleanup(func() { _ = e.client.Close() })
@@ -72,7 +79,7 @@ func (e *env) openRepo(t *testing.T) Repository {
 	if e.pg != nil {
 		kind = "postgres"
 	}
-	r, err := OpenRepository(context.Background(), kind, e.dsn)
+	r, err := OpenRepositoryWith(context.Background(), kind, e.dsn, PostgresOptions{Partitions: e.partitions})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,17 @@ const migrationLockKey = 0x5ec_0b_01
 
 // NewPostgres connects to dsn and applies the migrations, so it fails if the database cannot be
 // reached at start. Later outages surface as ErrUnavailable and the pool reconnects by itself.
+// A new database gets DefaultPartitions partitions, an existing one keeps its own.
 func NewPostgres(ctx context.Context, dsn string) (*Postgres, error) {
+	return NewPostgresWith(ctx, dsn, PostgresOptions{})
+}
+
+// NewPostgresWith is NewPostgres with schema options: an existing database whose partitions
+// differ from opts.Partitions is refused with a *PartitionsChangedError (ErrPartitionsChanged).
+func NewPostgresWith(ctx context.Context, dsn string, opts PostgresOptions) (*Postgres, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse dsn: %w", err)
@@ -39,14 +49,16 @@ func NewPostgres(ctx context.Context, dsn string) (*Postgres, error) {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
 	p := &Postgres{pool: pool}
-	if err := p.migrate(ctx); err != nil {
+	if err := p.migrate(ctx, opts.Partitions); err != nil {
 		pool.Close()
 		return nil, err
 	}
 	return p, nil
 }
 
-func (p *Postgres) migrate(ctx context.Context) error {
+// migrate applies the migrations not yet applied, then checks (or, on a database it just created,
+// sets) the partitions, all under one advisory lock.
+func (p *Postgres) migrate(ctx context.Context, partitions int) error {
 	ms, err := migrations("postgres")
 	if err != nil {
 		return err
@@ -64,6 +76,7 @@ func (p *Postgres) migrate(ctx context.Context) error {
 		version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return pgErr("postgres: create schema_migrations", err)
 	}
+	fresh := false // this call made the database: it may take any number of partitions
 	for _, m := range ms {
 		var n int
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM schema_migrations WHERE version = $1", m.version).Scan(&n); err != nil {
@@ -83,8 +96,13 @@ func (p *Postgres) migrate(ctx context.Context) error {
 		if err != nil {
 			return pgErr("postgres: migration "+m.version, err)
 		}
+		fresh = fresh || m.version == ms[0].version
 	}
-	return nil
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error { return pgCheckPartitions(ctx, tx, fresh, partitions) })
+	if errors.Is(err, ErrPartitionsChanged) {
+		return err
+	}
+	return pgErr("postgres: partitions", err)
 }
 
 // Close closes the pool.
@@ -127,6 +145,11 @@ func (p *Postgres) EnsureStock(ctx context.Context, activity string, total int64
 }
 
 const pgOrderCols = `id, reservation_id, activity, user_id, qty, status, created_at, expires_at, paid_at, cancelled_at, payment_ref, amount, currency, title`
+
+// pgOrderColsOf is pgOrderCols qualified by a table alias, for joins.
+func pgOrderColsOf(alias string) string {
+	return alias + "." + strings.ReplaceAll(pgOrderCols, ", ", ", "+alias+".")
+}
 
 func scanPGOrder(row pgx.Row) (Order, error) {
 	var (
@@ -189,14 +212,19 @@ func (p *Postgres) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOut
 			// The insert's EXISTS runs the update first (an uncorrelated one-time filter), and
 			// inserts nothing unless the guard let the update through.
 			a := pgOrderArrays(ns)
+			// The guard row (order_keys) of each win goes in first; an order is inserted only for
+			// a guard row this statement made, so a reservation never gets two orders whatever
+			// partitions they would fall in.
 			tag, err := tx.Exec(ctx, `WITH taken AS (
-					UPDATE stock SET "left" = "left" - $8 WHERE activity = $1 AND "left" >= $8 RETURNING 1)
+					UPDATE stock SET "left" = "left" - $8 WHERE activity = $1 AND "left" >= $8 RETURNING 1),
+				t AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::timestamptz[],
+				            $9::bigint[], $10::text[], $11::text[]) AS t (i, r, u, q, c, e, m, cu, ti)),
+				k AS (INSERT INTO order_keys (activity, reservation_id, order_id, user_id)
+					SELECT $1, r, i, u FROM t WHERE EXISTS (SELECT FROM taken)
+					ON CONFLICT DO NOTHING RETURNING order_id)
 				INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at, amount, currency, title)
 				SELECT i, r, $1, u, q, 'pending_payment', c, e, m, cu, ti
-				FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::timestamptz[],
-				            $9::bigint[], $10::text[], $11::text[]) AS t (i, r, u, q, c, e, m, cu, ti)
-				WHERE EXISTS (SELECT FROM taken)
-				ON CONFLICT (activity, reservation_id) DO NOTHING`,
+				FROM t WHERE i IN (SELECT order_id FROM k)`,
 				act, a.ids, a.resvs, a.users, a.qtys, a.created, a.expires, take, a.amounts, a.currencies, a.titles)
 			if err != nil {
 				return err
@@ -235,7 +263,8 @@ func (p *Postgres) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOut
 				}
 				return err
 			})
-			b.Queue(`SELECT `+pgOrderCols+` FROM orders WHERE activity = $1 AND reservation_id = ANY($2)`, act, resvs).
+			b.Queue(`SELECT `+pgOrderColsOf("o")+` FROM order_keys k JOIN orders o ON o.user_id = k.user_id AND o.id = k.order_id
+				WHERE k.activity = $1 AND k.reservation_id = ANY($2)`, act, resvs).
 				Query(func(rows pgx.Rows) error {
 					for rows.Next() {
 						o, err := scanPGOrder(rows)
@@ -262,11 +291,13 @@ func (p *Postgres) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOut
 					}
 					return nil
 				})
-			b.Queue(`INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at, amount, currency, title)
+			b.Queue(`WITH t AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[],
+				            $7::timestamptz[], $8::bigint[], $9::text[], $10::text[]) AS t (i, r, u, q, c, e, m, cu, ti)),
+				k AS (INSERT INTO order_keys (activity, reservation_id, order_id, user_id) SELECT $1, r, i, u FROM t
+					ON CONFLICT DO NOTHING RETURNING order_id)
+				INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at, amount, currency, title)
 				SELECT i, r, $1, u, q, 'pending_payment', c, e, m, cu, ti
-				FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[], $6::timestamptz[], $7::timestamptz[],
-				            $8::bigint[], $9::text[], $10::text[]) AS t (i, r, u, q, c, e, m, cu, ti)
-				ON CONFLICT (activity, reservation_id) DO NOTHING`,
+				FROM t WHERE i IN (SELECT order_id FROM k)`,
 				act, a.ids, a.resvs, a.users, a.qtys, a.created, a.expires, a.amounts, a.currencies, a.titles).
 				Exec(func(tag pgconn.CommandTag) error {
 					if tag.RowsAffected() != int64(len(plan.inserts)) {
@@ -315,9 +346,19 @@ func pgOrderArrays(ns []NewOrder) pgArrays {
 	return a
 }
 
-// Order implements Repository.
+// Order implements Repository: the buyer is found in the guard table, then only their partition
+// is read.
 func (p *Postgres) Order(ctx context.Context, id string) (Order, error) {
-	o, err := scanPGOrder(p.pool.QueryRow(ctx, `SELECT `+pgOrderCols+` FROM orders WHERE id = $1`, id))
+	user, err := pgOrderUser(ctx, p.pool, id)
+	if err != nil {
+		return Order{}, pgErrKeep("postgres: order "+id, err)
+	}
+	return p.BuyerOrder(ctx, user, id)
+}
+
+// BuyerOrder implements Repository: one partition, the buyer's.
+func (p *Postgres) BuyerOrder(ctx context.Context, user, id string) (Order, error) {
+	o, err := scanPGOrder(p.pool.QueryRow(ctx, `SELECT `+pgOrderCols+` FROM orders WHERE user_id = $1 AND id = $2`, user, id))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, fmt.Errorf("order %s: %w", id, ErrNotFound)
 	}
@@ -326,28 +367,49 @@ func (p *Postgres) Order(ctx context.Context, id string) (Order, error) {
 
 // OrderByReservation implements Repository.
 func (p *Postgres) OrderByReservation(ctx context.Context, activity, reservationID string) (Order, error) {
-	o, err := scanPGOrder(p.pool.QueryRow(ctx, `SELECT `+pgOrderCols+` FROM orders WHERE activity = $1 AND reservation_id = $2`,
-		activity, reservationID))
+	var id, user string
+	err := p.pool.QueryRow(ctx, `SELECT order_id, user_id FROM order_keys WHERE activity = $1 AND reservation_id = $2`,
+		activity, reservationID).Scan(&id, &user)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, fmt.Errorf("reservation %s: %w", reservationID, ErrNotFound)
 	}
-	return o, pgErr("postgres: order of reservation "+reservationID, err)
+	if err != nil {
+		return Order{}, pgErr("postgres: order of reservation "+reservationID, err)
+	}
+	return p.BuyerOrder(ctx, user, id)
+}
+
+// pgErrKeep is pgErr for errors that may already be this package's answers (ErrNotFound).
+func pgErrKeep(op string, err error) error {
+	if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotPending) || errors.Is(err, ErrExpired) {
+		return err
+	}
+	return pgErr(op, err)
 }
 
 // Cancel implements Repository.
 func (p *Postgres) Cancel(ctx context.Context, id string, now time.Time) (Order, error) {
+	user, err := pgOrderUser(ctx, p.pool, id)
+	if err != nil {
+		return Order{}, pgErrKeep("postgres: cancel order "+id, err)
+	}
+	return p.BuyerCancel(ctx, user, id, now)
+}
+
+// BuyerCancel implements Repository: one partition, the buyer's.
+func (p *Postgres) BuyerCancel(ctx context.Context, user, id string, now time.Time) (Order, error) {
 	var o Order
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		var err error
-		o, err = scanPGOrder(tx.QueryRow(ctx, `UPDATE orders SET status = 'cancelled', cancelled_at = $2
-			WHERE id = $1 AND status = 'pending_payment' RETURNING `+pgOrderCols, id, now))
+		o, err = scanPGOrder(tx.QueryRow(ctx, `UPDATE orders SET status = 'cancelled', cancelled_at = $3
+			WHERE user_id = $1 AND id = $2 AND status = 'pending_payment' RETURNING `+pgOrderCols, user, id, now))
 		if err != nil {
 			return err
 		}
 		return pgGiveBack(ctx, tx, []Order{o}, now)
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
-		o, err := p.Order(ctx, id)
+		o, err := p.BuyerOrder(ctx, user, id)
 		if err != nil {
 			return Order{}, err
 		}
@@ -359,7 +421,8 @@ func (p *Postgres) Cancel(ctx context.Context, id string, now time.Time) (Order,
 	return o, pgErr("postgres: cancel order "+id, err)
 }
 
-// CancelExpired implements Repository.
+// CancelExpired implements Repository. It is one of the scans meant to read every partition (by
+// the partial index on expires_at each partition has).
 func (p *Postgres) CancelExpired(ctx context.Context, now time.Time, limit int) ([]Order, error) {
 	var out []Order
 	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
@@ -368,11 +431,10 @@ func (p *Postgres) CancelExpired(ctx context.Context, now time.Time, limit int) 
 		// updating right now is left to that payment. Locking re-reads the row, so one a payment
 		// just committed no longer matches.
 		rows, err := tx.Query(ctx, `UPDATE orders o SET status = 'cancelled', cancelled_at = $1
-			FROM (SELECT id FROM orders WHERE status = 'pending_payment' AND expires_at <= $1
+			FROM (SELECT user_id, id FROM orders WHERE status = 'pending_payment' AND expires_at <= $1
 			      ORDER BY expires_at LIMIT $2 FOR UPDATE SKIP LOCKED) c
-			WHERE o.id = c.id AND o.status = 'pending_payment'
-			RETURNING o.id, o.reservation_id, o.activity, o.user_id, o.qty, o.status, o.created_at, o.expires_at,
-			          o.paid_at, o.cancelled_at, o.payment_ref, o.amount, o.currency, o.title`, now, limit)
+			WHERE o.user_id = c.user_id AND o.id = c.id AND o.status = 'pending_payment'
+			RETURNING `+pgOrderColsOf("o"), now, limit)
 		if err != nil {
 			return err
 		}
@@ -402,8 +464,8 @@ func pgGiveBack(ctx context.Context, tx pgx.Tx, orders []Order, now time.Time) e
 		if _, err := tx.Exec(ctx, `UPDATE stock SET "left" = "left" + $2 WHERE activity = $1`, o.Activity, o.Qty); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO outbox (activity, reservation_id, kind, created_at) VALUES ($1, $2, 'release', $3)`,
-			o.Activity, o.ReservationID, now); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (activity, reservation_id, order_id, user_id, kind, created_at)
+			VALUES ($1, $2, $3, $4, 'release', $5)`, o.Activity, o.ReservationID, o.ID, o.User, now); err != nil {
 			return err
 		}
 	}
@@ -412,9 +474,9 @@ func pgGiveBack(ctx context.Context, tx pgx.Tx, orders []Order, now time.Time) e
 
 // Outbox implements Repository.
 func (p *Postgres) Outbox(ctx context.Context, limit int) ([]OutboxEntry, error) {
-	rows, err := p.pool.Query(ctx, `SELECT b.id, b.kind, b.activity, b.reservation_id, o.id, o.user_id, b.created_at
-		FROM outbox b JOIN orders o ON o.activity = b.activity AND o.reservation_id = b.reservation_id
-		ORDER BY b.id LIMIT $1`, limit)
+	// The rows name their order and buyer (migration 0004): no join over the orders' partitions.
+	rows, err := p.pool.Query(ctx, `SELECT id, kind, activity, reservation_id, order_id, user_id, created_at
+		FROM outbox ORDER BY id LIMIT $1`, limit)
 	if err != nil {
 		return nil, pgErr("postgres: read outbox", err)
 	}

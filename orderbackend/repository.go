@@ -50,6 +50,11 @@ type Repository interface {
 	// Order returns one order by id (ErrNotFound).
 	Order(ctx context.Context, id string) (Order, error)
 
+	// BuyerOrder is Order for the order's buyer, as the order API knows them from the token:
+	// another user's order is ErrNotFound. On a partitioned PostgreSQL it reads the buyer's
+	// partition only.
+	BuyerOrder(ctx context.Context, user, id string) (Order, error)
+
 	// OrderByReservation returns the order a reservation became (ErrNotFound).
 	OrderByReservation(ctx context.Context, activity, reservationID string) (Order, error)
 
@@ -59,6 +64,10 @@ type Repository interface {
 	// else a new attempt numbered after the last, for the order's amount. A paid order returns
 	// ErrNotPending; a cancelled or expired one ErrExpired; an unknown one ErrNotFound.
 	StartPayment(ctx context.Context, orderID string, now time.Time) (Payment, error)
+
+	// BuyerStartPayment is StartPayment for the order's buyer (another user's order is
+	// ErrNotFound), in the buyer's partition only.
+	BuyerStartPayment(ctx context.Context, user, orderID string, now time.Time) (Payment, error)
 
 	// SettlePayment records a provider's outcome of the attempt with this key, in one transaction.
 	// Succeeded pays the order (and queues the buyer's result update in the outbox) if it is
@@ -94,6 +103,10 @@ type Repository interface {
 	// stock and writes the release to the outbox, in one transaction. A cancelled order is
 	// returned as is; a paid one returns ErrNotPending.
 	Cancel(ctx context.Context, id string, now time.Time) (Order, error)
+
+	// BuyerCancel is Cancel for the order's buyer (another user's order is ErrNotFound), in the
+	// buyer's partition only.
+	BuyerCancel(ctx context.Context, user, id string, now time.Time) (Order, error)
 
 	// CancelExpired cancels up to limit pending orders whose window closed at or before now,
 	// exactly like Cancel, and returns them. Concurrent callers never cancel one order twice.
@@ -142,10 +155,19 @@ type TxStatsReporter interface {
 // OpenRepository opens the repository named by kind ("postgres" or "sqlite") with its data source:
 // a PostgreSQL URL or key=value DSN, or an SQLite file path. Migrations are applied.
 func OpenRepository(ctx context.Context, kind, dsn string) (Repository, error) {
+	return OpenRepositoryWith(ctx, kind, dsn, PostgresOptions{})
+}
+
+// OpenRepositoryWith is OpenRepository with PostgreSQL's schema options; SQLite has no
+// partitions, and refuses a Partitions other than 0 or 1.
+func OpenRepositoryWith(ctx context.Context, kind, dsn string, opts PostgresOptions) (Repository, error) {
 	switch kind {
 	case "postgres", "postgresql":
-		return NewPostgres(ctx, dsn)
+		return NewPostgresWith(ctx, dsn, opts)
 	case "sqlite", "sqlite3":
+		if opts.Partitions > 1 {
+			return nil, fmt.Errorf("open order repository: sqlite has no partitions (%d asked): partitions is a postgres option", opts.Partitions)
+		}
 		return NewSQLite(ctx, dsn)
 	}
 	return nil, fmt.Errorf("open order repository: unknown kind %q (want postgres or sqlite)", kind)

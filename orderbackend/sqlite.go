@@ -482,3 +482,29 @@ func (s *SQLite) OutboxLen(ctx context.Context, activity string) (int64, error) 
 	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM outbox WHERE activity = ?`, activity).Scan(&n)
 	return n, sqliteErr("sqlite: outbox length of "+activity, err)
 }
+
+// BuyerOrder implements Repository. SQLite has no partitions; an order's buyer never changes, so
+// checking it before the call is as good as inside it.
+func (s *SQLite) BuyerOrder(ctx context.Context, user, id string) (Order, error) {
+	o, err := s.Order(ctx, id)
+	if err == nil && o.User != user {
+		return Order{}, fmt.Errorf("order %s of another user: %w", id, ErrNotFound)
+	}
+	return o, err
+}
+
+// BuyerCancel implements Repository.
+func (s *SQLite) BuyerCancel(ctx context.Context, user, id string, now time.Time) (Order, error) {
+	if _, err := s.BuyerOrder(ctx, user, id); err != nil {
+		return Order{}, err
+	}
+	return s.Cancel(ctx, id, now)
+}
+
+// BuyerStartPayment implements Repository.
+func (s *SQLite) BuyerStartPayment(ctx context.Context, user, orderID string, now time.Time) (Payment, error) {
+	if _, err := s.BuyerOrder(ctx, user, orderID); err != nil {
+		return Payment{}, err
+	}
+	return s.StartPayment(ctx, orderID, now)
+}

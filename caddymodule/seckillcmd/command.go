@@ -24,7 +24,7 @@ import (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "seckill",
-		Usage: "token|status|reconcile|watch ...",
+		Usage: "token|status|reconcile|watch|partition ...",
 		Short: "Flash-sale tools: mint test tokens, show activities, check the invariants, watch the sale",
 		Long: `
 Tools for caddy-seckill.
@@ -53,7 +53,12 @@ Tools for caddy-seckill.
       a live view of every activity (remaining, admits/s, wins, order backlog, dead letters; a
       waiting room's line: joined, waiting, admitted/s), the breaker and the refusals by funnel layer, redrawn every interval from the running Caddy's
       admin API (/seckill/stats and /metrics); q or Ctrl-C quits. Not on a terminal it prints a
-      frame per interval; --once prints one frame (two readings an interval apart) and exits.`,
+      frame per interval; --once prints one frame (two readings an interval apart) and exits.
+
+  caddy seckill partition --config <file> [--adapter <name>] --partitions <n>
+      rewrites the orders and payments tables of the orders postgres database into n hash
+      partitions by user (1: not partitioned), in one transaction that keeps every order; run it
+      with the sale and Caddy stopped, then set the orders option's partitions to n.`,
 		CobraFunc: func(cmd *cobra.Command) {
 			token := &cobra.Command{
 				Use:   "token --user <id> [--secret <s> | --config <file> [--adapter <name>]] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]",
@@ -104,7 +109,17 @@ Tools for caddy-seckill.
 			watch.Flags().Duration("interval", time.Second, "How often the view is refreshed")
 			watch.Flags().Bool("once", false, "Print one frame and exit")
 
-			cmd.AddCommand(token, status, rec, watch)
+			part := &cobra.Command{
+				Use:   "partition --config <file> [--adapter <name>] --partitions <n>",
+				Short: "Rewrites the order database into n hash partitions by user",
+				Args:  cobra.NoArgs,
+				RunE:  caddycmd.WrapCommandFuncForCobra(cmdPartition),
+			}
+			part.Flags().StringP("config", "c", "", "Configuration file: its orders postgres database; required")
+			part.Flags().StringP("adapter", "a", "", "Name of config adapter to apply")
+			part.Flags().Int("partitions", 0, "The number of partitions wanted, 1 (not partitioned) to 1024; required")
+
+			cmd.AddCommand(token, status, rec, watch, part)
 		},
 	})
 }

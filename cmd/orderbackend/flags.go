@@ -28,6 +28,7 @@ type common struct {
 	keyPrefix     string
 	autoPipeline  bool
 	db            string
+	partitions    int
 }
 
 func env(name, def string) string {
@@ -69,6 +70,10 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.replicasAck, "redis-replicas-ack", envInt("SECKILL_REDIS_REPLICAS_ACK", 0),
 		"releases and reads of the wins queue wait (Redis WAIT, 100ms) until this many replicas have them, else are retried, as the gateway's store redis { replicas_ack } [SECKILL_REDIS_REPLICAS_ACK]")
 	fs.StringVar(&c.db, "db", env("SECKILL_ORDERS_DB", ""), "order database: postgres://... or sqlite:PATH [SECKILL_ORDERS_DB]")
+	fs.IntVar(&c.partitions, "partitions", envInt("SECKILL_ORDERS_PARTITIONS", 0),
+		fmt.Sprintf("postgres: hash partitions of orders and payments by user, 1 (not partitioned) to %d; 0 is %d for a new database and "+
+			"what an existing one has; another number than an existing database's is refused: `orderbackend partition` changes it [SECKILL_ORDERS_PARTITIONS]",
+			orderbackend.MaxPartitions, orderbackend.DefaultPartitions))
 }
 
 // open connects to the store and the order database (applying migrations).
@@ -78,6 +83,9 @@ func (c *common) open(ctx context.Context) (admission.Store, orderbackend.Reposi
 	}
 	kind, dsn, err := parseDB(c.db)
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.checkPartitions(kind); err != nil {
 		return nil, nil, err
 	}
 	// redisclient: the consumer goes on reading a failed-over Cluster master's stream on its
@@ -95,12 +103,23 @@ func (c *common) open(ctx context.Context) (admission.Store, orderbackend.Reposi
 		_ = client.Close()
 		return nil, nil, err
 	}
-	repo, err := orderbackend.OpenRepository(ctx, kind, dsn)
+	repo, err := orderbackend.OpenRepositoryWith(ctx, kind, dsn, orderbackend.PostgresOptions{Partitions: c.partitions})
 	if err != nil {
 		_ = store.Close()
 		return nil, nil, err
 	}
 	return store, repo, nil
+}
+
+// checkPartitions checks -partitions before anything is opened.
+func (c *common) checkPartitions(kind string) error {
+	switch {
+	case c.partitions < 0 || c.partitions > orderbackend.MaxPartitions:
+		return fmt.Errorf("-partitions %d: want 1 to %d (0: the default)", c.partitions, orderbackend.MaxPartitions)
+	case c.partitions > 1 && kind != "postgres":
+		return fmt.Errorf("-partitions %d: partitions is a postgres option (SQLite has one table)", c.partitions)
+	}
+	return nil
 }
 
 // parseDB splits "postgres://..." / "postgresql://..." / "sqlite:PATH" into a repository kind and

@@ -4,6 +4,7 @@
 //
 //	orderbackend run -redis 10.0.0.5:6379 -db postgres://shop@db/orders -listen :8081 [-metrics-listen 127.0.0.1:9181]
 //	orderbackend reconcile -redis 10.0.0.5:6379 -db postgres://shop@db/orders [-activity phone-1001]
+//	orderbackend partition -db postgres://shop@db/orders -partitions 16
 //
 // Every flag can also come from the environment (SECKILL_REDIS_ADDR, SECKILL_REDIS_PASSWORD,
 // SECKILL_ORDERS_DB, SECKILL_JWT_SECRET ...); see -h of each subcommand.
@@ -42,6 +43,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdRun(ctx, args[1:], stderr)
 	case "reconcile":
 		return cmdReconcile(ctx, args[1:], stdout, stderr)
+	case "partition":
+		return cmdPartition(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -55,6 +58,9 @@ func usage(w io.Writer) {
 	_, _ = fmt.Fprint(w, `usage:
   orderbackend run [flags]         consume wins, serve the order API, sweep and relay
   orderbackend reconcile [flags]   check the invariants of every (or one) activity; exit 1 on a violation
+  orderbackend partition -db postgres://... -partitions N
+                                   rewrite the orders and payments into N hash partitions by user (1: none),
+                                   in one transaction, every order kept; with the backends stopped
 Run "orderbackend <subcommand> -h" for its flags.
 `)
 }

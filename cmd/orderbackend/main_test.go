@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
 // TestRunAndReconcile runs the command as an operator would, against a private redis-server and
@@ -176,4 +178,47 @@ func saleWithWins(t *testing.T, buckets int, users ...string) (*testsrv.Redis, *
 		}
 	}
 	return srv, store
+}
+
+// TestPartitionSubcommand: `orderbackend partition` rewrites an unpartitioned database, keeps its
+// orders, and `run`'s -partitions must then match.
+func TestPartitionSubcommand(t *testing.T) {
+	pg := testsrv.StartPostgres(t)
+	dsn := pg.Database(t, "obpart")
+	ctx := context.Background()
+	repo, err := orderbackend.NewPostgresWith(ctx, dsn, orderbackend.PostgresOptions{Partitions: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.EnsureStock(ctx, "a", 5); err != nil {
+		t.Fatal(err)
+	}
+	o, _, err := repo.CreateOrder(ctx, orderbackend.NewOrder{ID: orderbackend.NewOrderID(), Activity: "a", ReservationID: "r1",
+		User: "u1", Qty: 1, CreatedAt: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = repo.Close()
+	var stdout, stderr strings.Builder
+	if code := run(ctx, []string{"partition", "-db", dsn, "-partitions", "8"}, &stdout, &stderr); code != exitOK ||
+		!strings.Contains(stdout.String(), "partitions: 1 -> 8; 1 orders") {
+		t.Fatalf("partition = %d: %s %s", code, stdout.String(), stderr.String())
+	}
+	stderr.Reset()
+	if code := run(ctx, []string{"partition", "-db", "sqlite:x.db", "-partitions", "8"}, &stdout, &stderr); code != exitError ||
+		!strings.Contains(stderr.String(), "postgres feature") {
+		t.Fatalf("partition of sqlite = %d: %s", code, stderr.String())
+	}
+	var ce *orderbackend.PartitionsChangedError
+	if _, err := orderbackend.OpenRepositoryWith(ctx, "postgres", dsn, orderbackend.PostgresOptions{Partitions: 2}); !errors.As(err, &ce) || ce.Have != 8 {
+		t.Fatalf("partitions 2 after partition 8: %v", err)
+	}
+	r, err := orderbackend.OpenRepositoryWith(ctx, "postgres", dsn, orderbackend.PostgresOptions{Partitions: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = r.Close() }()
+	if got, err := r.BuyerOrder(ctx, "u1", o.ID); err != nil || got.ID != o.ID {
+		t.Fatalf("order after partition = %+v, %v", got, err)
+	}
 }
