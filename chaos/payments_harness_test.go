@@ -335,22 +335,26 @@ func (e *env) moneyEnd(d *driver, l *ledger) orderbackend.Report {
 	e.t.Helper()
 	t := e.t
 	repo := e.orders()
-	var open []string
-	settled := waitFor(t, "the sweeper settling every payment attempt", e.mode.drain, func() bool {
+	began := time.Now()
+	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
 		ps, err := repo.Payments(ctx, e.act.id)
-		if err != nil {
-			return false
-		}
-		open = open[:0]
+		cancel()
+		var open []string
 		for _, p := range ps {
 			if p.Status == orderbackend.PaymentStarted || p.Status == orderbackend.PaymentRefundDue {
 				open = append(open, p.Key+" "+string(p.Status))
 			}
 		}
-		return len(open) == 0
-	})
+		if err == nil && len(open) == 0 {
+			break
+		}
+		if time.Since(began) > e.mode.drain {
+			t.Fatalf("the sweeper did not settle every payment attempt within %s (error %v); open: %v", e.mode.drain, err, open)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	settled := time.Since(began)
 	rep, _ := e.verify(d)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
