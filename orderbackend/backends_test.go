@@ -40,5 +40,6 @@ func allScenarios() []scenario {
 	all = append(all, consumerScenarios...)
 	all = append(all, apiScenarios...)
 	all = append(all, paymentScenarios...)
+	all = append(all, archiveScenarios...)
 	return all
 }
