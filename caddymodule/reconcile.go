@@ -104,3 +104,35 @@ func (a *App) PartitionDirect(ctx context.Context, n int) (orderbackend.Partitio
 	}
 	return rep, nil
 }
+
+// ErrReconcileFails is ArchiveDirect's answer for a sale whose invariants do not hold: archiving
+// would freeze a disagreement that must be looked at first.
+var ErrReconcileFails = errors.New("reconcile does not hold")
+
+// ArchiveDirect is the archive command (package seckillcmd) on a configuration that no Caddy
+// loaded: it opens the store (ExistingOpener, as ReconcileDirect) and the order database, checks
+// that reconcile holds for the activity, and moves its orders to the archive tables in batches of
+// batch (orderbackend.Repository.Archive).
+func (a *App) ArchiveDirect(ctx context.Context, activity string, batch int) (orderbackend.ArchiveReport, error) {
+	ans, err := a.ReconcileDirect(ctx, activity)
+	if err != nil {
+		return orderbackend.ArchiveReport{}, err
+	}
+	if !ans.OK {
+		var b []byte
+		for _, r := range ans.Reports {
+			b = append(b, r.String()...)
+		}
+		return orderbackend.ArchiveReport{}, fmt.Errorf("archive %s: %w; nothing archived:\n%s", activity, ErrReconcileFails, b)
+	}
+	orders, err := a.Orders.resolve(caddy.NewReplacer())
+	if err != nil {
+		return orderbackend.ArchiveReport{}, err
+	}
+	repo, err := orderbackend.OpenRepositoryWith(ctx, orders.Type, orders.DSN, orderbackend.PostgresOptions{Partitions: orders.Partitions})
+	if err != nil {
+		return orderbackend.ArchiveReport{}, fmt.Errorf("orders %s: %w", orders.Type, err)
+	}
+	defer func() { _ = repo.Close() }()
+	return repo.Archive(ctx, activity, batch)
+}

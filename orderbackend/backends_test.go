@@ -41,5 +41,6 @@ func allScenarios() []scenario {
 	all = append(all, apiScenarios...)
 	all = append(all, paymentScenarios...)
 	all = append(all, notifyScenarios...)
+	all = append(all, archiveScenarios...)
 	return all
 }

@@ -360,6 +360,10 @@ func (p *Postgres) Order(ctx context.Context, id string) (Order, error) {
 func (p *Postgres) BuyerOrder(ctx context.Context, user, id string) (Order, error) {
 	o, err := scanPGOrder(p.pool.QueryRow(ctx, `SELECT `+pgOrderCols+` FROM orders WHERE user_id = $1 AND id = $2`, user, id))
 	if errors.Is(err, pgx.ErrNoRows) {
+		// An archived sale's order (Archive) is read from the archive.
+		o, err = pgArchivedOrder(ctx, p, user, id)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
 		return Order{}, fmt.Errorf("order %s: %w", id, ErrNotFound)
 	}
 	return o, pgErr("postgres: order "+id, err)
@@ -514,7 +518,9 @@ func (p *Postgres) Stock(ctx context.Context, activity string) (Stock, error) {
 
 // Orders implements Repository.
 func (p *Postgres) Orders(ctx context.Context, activity string) ([]Order, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+pgOrderCols+` FROM orders WHERE activity = $1 ORDER BY created_at, id`, activity)
+	// With the archived ones (Archive): reconcile counts every order of the sale.
+	rows, err := p.pool.Query(ctx, `SELECT `+pgOrderCols+` FROM orders WHERE activity = $1
+		UNION ALL SELECT `+pgOrderCols+` FROM orders_archive WHERE activity = $1 ORDER BY created_at, id`, activity)
 	if err != nil {
 		return nil, pgErr("postgres: orders of "+activity, err)
 	}

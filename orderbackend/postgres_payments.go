@@ -219,7 +219,8 @@ func (p *Postgres) Payments(ctx context.Context, activity string) ([]Payment, er
 	return p.queryPayments(ctx, "postgres: payments of "+activity, `SELECT p.key, p.order_id, p.attempt, p.amount,
 		p.currency, p.status, p.provider_ref, p.created_at, p.updated_at
 		FROM payments p JOIN orders o ON o.user_id = p.user_id AND o.id = p.order_id WHERE o.activity = $1
-		ORDER BY p.created_at, p.key`, activity)
+		UNION ALL SELECT `+pgPaymentCols+` FROM payments_archive WHERE activity = $1
+		ORDER BY created_at, key`, activity)
 }
 
 func (p *Postgres) queryPayments(ctx context.Context, op, query string, args ...any) ([]Payment, error) {

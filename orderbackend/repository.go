@@ -123,6 +123,15 @@ type Repository interface {
 	// Orders returns every order of an activity, for reconciliation.
 	Orders(ctx context.Context, activity string) ([]Order, error)
 
+	// Archive moves a finished sale's orders and their payment attempts to the archive tables, in
+	// transactions of up to batch orders (DefaultArchiveBatch when <= 0), and reports the counts
+	// before and after. A sale with a pending order, an attempt to settle or refund, or an outbox
+	// row is refused with ErrNotFinished; the caller checks reconcile first (the archive command
+	// does). Archived orders are still read by Order, BuyerOrder, OrderByReservation, Orders and
+	// Payments, and never written again. A second run moves nothing; an interrupted one is
+	// finished by the next.
+	Archive(ctx context.Context, activity string, batch int) (ArchiveReport, error)
+
 	// OutboxLen counts the activity's outbox rows not yet relayed.
 	OutboxLen(ctx context.Context, activity string) (int64, error)
 

@@ -325,6 +325,10 @@ func (s *SQLite) insertOrders(ctx context.Context, tx *sql.Tx, ins []NewOrder) e
 func (s *SQLite) Order(ctx context.Context, id string) (Order, error) {
 	o, err := scanSQLiteOrder(s.fixed.order.QueryRowContext(ctx, id))
 	if errors.Is(err, sql.ErrNoRows) {
+		// An archived sale's order (Archive) is read from the archive.
+		o, err = scanSQLiteOrder(s.r.QueryRowContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders_archive WHERE id = ?`, id))
+	}
+	if errors.Is(err, sql.ErrNoRows) {
 		return Order{}, fmt.Errorf("order %s: %w", id, ErrNotFound)
 	}
 	return o, sqliteErr("sqlite: order "+id, err)
@@ -333,6 +337,10 @@ func (s *SQLite) Order(ctx context.Context, id string) (Order, error) {
 // OrderByReservation implements Repository.
 func (s *SQLite) OrderByReservation(ctx context.Context, activity, reservationID string) (Order, error) {
 	o, err := scanSQLiteOrder(s.fixed.orderByReservation.QueryRowContext(ctx, activity, reservationID))
+	if errors.Is(err, sql.ErrNoRows) {
+		o, err = scanSQLiteOrder(s.r.QueryRowContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders_archive
+			WHERE activity = ? AND reservation_id = ?`, activity, reservationID))
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return Order{}, fmt.Errorf("reservation %s: %w", reservationID, ErrNotFound)
 	}
@@ -460,7 +468,9 @@ func (s *SQLite) Stock(ctx context.Context, activity string) (Stock, error) {
 
 // Orders implements Repository.
 func (s *SQLite) Orders(ctx context.Context, activity string) ([]Order, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE activity = ? ORDER BY created_at, id`, activity)
+	// With the archived ones (Archive): reconcile counts every order of the sale.
+	rows, err := s.r.QueryContext(ctx, `SELECT `+sqliteOrderCols+` FROM orders WHERE activity = ?1
+		UNION ALL SELECT `+sqliteOrderCols+` FROM orders_archive WHERE activity = ?1 ORDER BY created_at, id`, activity)
 	if err != nil {
 		return nil, sqliteErr("sqlite: orders of "+activity, err)
 	}

@@ -185,7 +185,9 @@ func (s *SQLite) OpenPayments(ctx context.Context, startedBefore time.Time, limi
 func (s *SQLite) Payments(ctx context.Context, activity string) ([]Payment, error) {
 	return s.queryPayments(ctx, "sqlite: payments of "+activity, `SELECT p.key, p.order_id, p.attempt, p.amount,
 		p.currency, p.status, p.provider_ref, p.created_at, p.updated_at
-		FROM payments p JOIN orders o ON o.id = p.order_id WHERE o.activity = ? ORDER BY p.created_at, p.key`, activity)
+		FROM payments p JOIN orders o ON o.id = p.order_id WHERE o.activity = ?1
+		UNION ALL SELECT `+sqlitePaymentCols+` FROM payments_archive WHERE activity = ?1
+		ORDER BY created_at, key`, activity)
 }
 
 func (s *SQLite) queryPayments(ctx context.Context, op, query string, args ...any) ([]Payment, error) {

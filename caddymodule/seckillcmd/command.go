@@ -19,12 +19,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "seckill",
-		Usage: "token|status|reconcile|watch|partition ...",
+		Usage: "token|status|reconcile|watch|partition|archive ...",
 		Short: "Flash-sale tools: mint test tokens, show activities, check the invariants, watch the sale",
 		Long: `
 Tools for caddy-seckill.
@@ -58,7 +59,14 @@ Tools for caddy-seckill.
   caddy seckill partition --config <file> [--adapter <name>] --partitions <n>
       rewrites the orders and payments tables of the orders postgres database into n hash
       partitions by user (1: not partitioned), in one transaction that keeps every order; run it
-      with the sale and Caddy stopped, then set the orders option's partitions to n.`,
+      with the sale and Caddy stopped, then set the orders option's partitions to n.
+
+  caddy seckill archive <activity> --config <file> [--adapter <name>] [--batch 1000]
+      moves a finished sale's orders and payment attempts from the hot tables to the archive
+      tables, in transactions of --batch orders, once reconcile holds and no order is pending;
+      prints the counts before and after. Reconcile and the order API read archived orders. A
+      second run moves nothing; an interrupted run is finished by the next. Needs a store it can
+      open (redis, or a store local folder no Caddy holds).`,
 		CobraFunc: func(cmd *cobra.Command) {
 			token := &cobra.Command{
 				Use:   "token --user <id> [--secret <s> | --config <file> [--adapter <name>]] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]",
@@ -119,7 +127,17 @@ Tools for caddy-seckill.
 			part.Flags().StringP("adapter", "a", "", "Name of config adapter to apply")
 			part.Flags().Int("partitions", 0, "The number of partitions wanted, 1 (not partitioned) to 1024; required")
 
-			cmd.AddCommand(token, status, rec, watch, part)
+			arch := &cobra.Command{
+				Use:   "archive <activity> --config <file> [--adapter <name>] [--batch 1000]",
+				Short: "Moves a finished sale's orders to the archive tables",
+				Args:  cobra.ExactArgs(1),
+				RunE:  caddycmd.WrapCommandFuncForCobra(cmdArchive),
+			}
+			arch.Flags().StringP("config", "c", "", "Configuration file: its store and orders settings; required")
+			arch.Flags().StringP("adapter", "a", "", "Name of config adapter to apply")
+			arch.Flags().Int("batch", orderbackend.DefaultArchiveBatch, "Orders moved per transaction")
+
+			cmd.AddCommand(token, status, rec, watch, part, arch)
 		},
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 
+	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
@@ -38,6 +39,38 @@ func cmdPartition(fl caddycmd.Flags) (int, error) {
 	rep, err := app.PartitionDirect(ctx, n)
 	if err != nil {
 		return caddy.ExitCodeFailedStartup, err
+	}
+	fmt.Print(rep.String())
+	return caddy.ExitCodeSuccess, nil
+}
+
+// cmdArchive moves a finished sale's orders to the archive tables (caddymodule.App.ArchiveDirect).
+func cmdArchive(fl caddycmd.Flags) (int, error) {
+	activity := fl.Arg(0)
+	if !admission.ValidActivityID(activity) {
+		return exitCannotCheck, fmt.Errorf("activity id %q is not valid", activity)
+	}
+	file := fl.String("config")
+	if file == "" {
+		return exitCannotCheck, errors.New("--config is required: the configuration whose store and order database hold the sale")
+	}
+	batch := fl.Int("batch")
+	if batch < 1 {
+		return exitCannotCheck, fmt.Errorf("--batch %d: want at least 1", batch)
+	}
+	cfg, _, _, err := caddycmd.LoadConfig(file, fl.String("adapter"))
+	if err != nil {
+		return exitCannotCheck, err
+	}
+	app, err := seckillAppOf(cfg)
+	if err != nil {
+		return exitCannotCheck, fmt.Errorf("%s: %w", file, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	rep, err := app.ArchiveDirect(ctx, activity, batch)
+	if err != nil {
+		return 1, err
 	}
 	fmt.Print(rep.String())
 	return caddy.ExitCodeSuccess, nil

@@ -5,6 +5,7 @@
 //	orderbackend run -redis 10.0.0.5:6379 -db postgres://shop@db/orders -listen :8081 [-metrics-listen 127.0.0.1:9181]
 //	orderbackend reconcile -redis 10.0.0.5:6379 -db postgres://shop@db/orders [-activity phone-1001]
 //	orderbackend partition -db postgres://shop@db/orders -partitions 16
+//	orderbackend archive -redis 10.0.0.5:6379 -db postgres://shop@db/orders -activity phone-1001
 //
 // Every flag can also come from the environment (SECKILL_REDIS_ADDR, SECKILL_REDIS_PASSWORD,
 // SECKILL_ORDERS_DB, SECKILL_JWT_SECRET ...); see -h of each subcommand.
@@ -45,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmdReconcile(ctx, args[1:], stdout, stderr)
 	case "partition":
 		return cmdPartition(ctx, args[1:], stdout, stderr)
+	case "archive":
+		return cmdArchive(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
 		return exitOK
@@ -61,6 +64,8 @@ func usage(w io.Writer) {
   orderbackend partition -db postgres://... -partitions N
                                    rewrite the orders and payments into N hash partitions by user (1: none),
                                    in one transaction, every order kept; with the backends stopped
+  orderbackend archive -activity ID [flags]
+                                   move a finished sale's orders to the archive tables once reconcile holds
 Run "orderbackend <subcommand> -h" for its flags.
 `)
 }

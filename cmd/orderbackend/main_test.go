@@ -88,7 +88,30 @@ func runAndReconcile(t *testing.T, buckets int) {
 		t.Fatalf("pay = %d", resp.StatusCode)
 	}
 
+	// Bob's order is pending: the sale is not finished, archive refuses it.
 	var out, errOut bytes.Buffer
+	if code := run(ctx, append([]string{"archive", "-activity", "phone-1001"}, common...), &out, &errOut); code != exitError ||
+		!strings.Contains(errOut.String(), "not finished") {
+		t.Fatalf("archive with a pending order = %d: %s%s", code, out.String(), errOut.String())
+	}
+	// Bob gives up.
+	bres, err := store.GetResult(ctx, "phone-1001", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	btok, err := jwtauth.Mint(jwtauth.MintConfig{Secret: []byte(secret), Subject: "bob"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ = http.NewRequest("POST", fmt.Sprintf("http://127.0.0.1:%d/orders/%s/cancel", port, bres.OrderID), nil)
+	req.Header.Set("Authorization", "Bearer "+btok)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("cancel = %d", resp.StatusCode)
+	}
 	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		out.Reset()
 		if code := run(ctx, append([]string{"reconcile"}, common...), &out, &errOut); code == exitOK {
@@ -101,6 +124,33 @@ func runAndReconcile(t *testing.T, buckets int) {
 	if !strings.Contains(out.String(), "OK: every invariant holds") ||
 		!strings.Contains(out.String(), "money:    charges 1 (199.00), refunds 0 (0.00), charged unpaid 0, unsettled payments 0") {
 		t.Errorf("reconcile output:\n%s", out.String())
+	}
+	// The sale is finished and reconciled: archive moves both orders, the API still reads them,
+	// reconcile still holds, and a second run moves nothing.
+	out.Reset()
+	if code := run(ctx, append([]string{"archive", "-activity", "phone-1001"}, common...), &out, &errOut); code != exitOK ||
+		!strings.Contains(out.String(), "orders hot 2 -> 0, archived 0 -> 2; moved 2 orders and 1 payment attempts in 1 batches") {
+		t.Fatalf("archive = %d: %s%s", code, out.String(), errOut.String())
+	}
+	req, _ = http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/orders/%s", port, res.OrderID), nil)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		t.Fatal(err)
+	}
+	body = nil
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != 200 || body["code"] != "paid" || body["order_id"] != res.OrderID {
+		t.Fatalf("GET archived order = %d %v", resp.StatusCode, body)
+	}
+	out.Reset()
+	if code := run(ctx, append([]string{"reconcile"}, common...), &out, &errOut); code != exitOK {
+		t.Fatalf("reconcile after archive = %d:\n%s%s", code, out.String(), errOut.String())
+	}
+	out.Reset()
+	if code := run(ctx, append([]string{"archive", "-activity", "phone-1001"}, common...), &out, &errOut); code != exitOK ||
+		!strings.Contains(out.String(), "nothing to archive (2 orders archived, 0 in the hot table)") {
+		t.Fatalf("second archive = %d: %s%s", code, out.String(), errOut.String())
 	}
 	stop()
 	if code := <-exited; code != exitOK {
