@@ -3,7 +3,6 @@ package caddymodule_test
 import (
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -153,17 +152,6 @@ func TestWaitingRoom(t *testing.T) {
 			t.Errorf(`rejected_total{layer="waiting_room"} = %v, want at least 4`, got)
 		}
 	})
-}
-
-// TestWaitingRoomStoreLocal: store local keeps no line, so a waiting room is a config error that
-// names the activity and the store.
-func TestWaitingRoomStoreLocal(t *testing.T) {
-	now := time.Now()
-	err := loadCaddyfile(t, caddyfile(t, freePort(t), "store local "+t.TempDir()+"\nurl_secret 0123456789abcdef0123456789abcdef\n"+
-		jwtBlock+"captcha off\n"+roomBlock("wr", 1, now.Add(-time.Minute), now.Add(time.Hour), ""), route))
-	if err == nil || !strings.Contains(err.Error(), "activity wr: waiting_room needs store memory or redis") {
-		t.Fatalf("load: %v; want the waiting room refused with store local", err)
-	}
 }
 
 // TestWaitingRoomTwoGateways joins the same users through two gateways on one Redis, many at

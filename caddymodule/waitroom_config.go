@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/waitroom"
@@ -13,8 +14,9 @@ import (
 // WaitingRoomConfig puts a waiting room in front of an activity's buy step (package waitroom):
 // buyers join a line at {prefix}/{activity}/queue, those who joined before the start are shuffled
 // by a lottery at the start, later ones line up behind them, and the buy path is handed only to a
-// buyer whose turn has come, for Session. Store memory or redis (the line is shared by every
-// gateway of a Redis sale).
+// buyer whose turn has come, for Session. The store keeps the line (LineKeeper): memory (lost
+// with the process), local (on disk: a restart keeps every place) or redis (shared by every
+// gateway of the sale).
 type WaitingRoomConfig struct {
 	// Opens is how long before the start the line opens; default 15m.
 	Opens caddy.Duration `json:"opens,omitempty"`
@@ -25,6 +27,14 @@ type WaitingRoomConfig struct {
 
 	// Session is how long an admitted buyer may take to fetch the buy path and buy; default 2m.
 	Session caddy.Duration `json:"session,omitempty"`
+
+	at caddyfile.Token // the waiting_room line of a Caddyfile, for errors found once it is read
+}
+
+// noLine is the refusal of a waiting room in a store that keeps no line.
+func (c *WaitingRoomConfig) noLine(id string, m StoreModule) error {
+	return fmt.Errorf("activity %s: waiting_room needs a store that keeps a line (store memory, local or redis); "+
+		"%s keeps none: remove waiting_room or change the store", id, storeDirective(m))
 }
 
 // room validates the settings and returns the room they describe.
@@ -47,7 +57,8 @@ func (c *WaitingRoomConfig) room() (*waitroom.Room, error) {
 }
 
 // provisionRooms returns the waiting rooms of the configured activities, by id. A waiting room
-// needs a store that keeps a line (waitroom.Line): store memory or redis.
+// needs a store that keeps a line (waitroom.Line); Provision checked that the module says it
+// does (LineKeeper), and this checks the store it opened.
 func provisionRooms(acts map[string]*ActivityConfig, st admission.Store, m StoreModule) (map[string]*waitroom.Room, waitroom.Line, error) {
 	rooms := map[string]*waitroom.Room{}
 	line, _ := st.(waitroom.Line)
@@ -60,8 +71,7 @@ func provisionRooms(acts map[string]*ActivityConfig, st admission.Store, m Store
 			return nil, nil, fmt.Errorf("activity %s: waiting_room: %w", id, err)
 		}
 		if line == nil {
-			return nil, nil, fmt.Errorf("activity %s: waiting_room needs store memory or redis; %s keeps no line: "+
-				"remove waiting_room or change the store", id, storeDirective(m))
+			return nil, nil, c.WaitingRoom.noLine(id, m)
 		}
 		rooms[id] = r
 	}
