@@ -13,6 +13,7 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
+	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 func init() { caddy.RegisterModule(noLineStore{}) }
@@ -141,5 +142,87 @@ func TestWaitingRoomStoreLocal(t *testing.T) {
 	out := string(c.Get("/metrics", "").Raw)
 	if got := metricValue(t, out, `caddy_seckill_waiting_room_length{activity="wr"}`); got != 4 {
 		t.Errorf("line length after the restart: %v, want 4", got)
+	}
+}
+
+// TestWaitingRoomSentinelFailover: the line lives in the activity's hash tag, so a Sentinel
+// failover moves it with the stock: after the master is SIGKILLed and its replica promoted,
+// every place and every admission time is as it was, the line goes on admitting in order, a
+// newcomer lines up behind, and the pre-queue keeps its joiners. The replica has every join before
+// the kill (WaitStreaming): a join is not covered by replicas_ack (docs/admission.md), and this
+// test is about the line moving, not about the replication window.
+func TestWaitingRoomSentinelFailover(t *testing.T) {
+	sn := testsrv.StartSentinel(t, testsrv.WithDownAfter(time.Second))
+	now := time.Now()
+	const session = 2 * time.Minute
+	seckill := jwtBlock + "captcha off\nurl_secret shared-url-secret\nstore redis {\n\taddress " +
+		strings.Join(sn.Addrs(), " ") + "\n\tsentinel " + testsrv.SentinelMaster + "\n}\n" +
+		roomBlock("fo", 5, now.Add(-time.Minute), now.Add(time.Hour), "admit 4/s") +
+		roomBlock("pre", 5, now.Add(time.Hour), now.Add(2*time.Hour), "opens 2h")
+	base := startCaddy(t, seckill, route+"metrics /metrics\n")
+	c := newClient(t, base)
+	const users = 16
+	tokens := make([]string, users+1)
+	for i := range tokens {
+		tokens[i] = token(t, fmt.Sprint("user", i))
+	}
+	admittedAt := map[int64]int64{} // position → admission time, once told
+	for i := range users {
+		r := c.Post("/seckill/fo/queue", tokens[i], "")
+		if r.Status != http.StatusOK || r.Num("position") != int64(i+1) {
+			t.Fatalf("user%d joins: %s; want position %d", i, r, i+1)
+		}
+		if r.Str("state") == "admitted" {
+			admittedAt[int64(i+1)] = r.Num("admitted_until_ms") - session.Milliseconds()
+		}
+		if i < 4 {
+			expect(t, fmt.Sprint("user", i, " joins the pre-queue"), c.Post("/seckill/pre/queue", tokens[i], ""), http.StatusOK, "ok")
+		}
+	}
+	before := tallies(t, []string{"fo", "pre"})
+
+	old := sn.Master()
+	for _, r := range sn.Servers {
+		if r != old {
+			if err := r.WaitStreaming(old, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	old.Kill()
+	promoted, took := sn.WaitFailover(old, 30*time.Second)
+	t.Logf("failover from %s to %s in %s", old.Addr, promoted.Addr, took)
+
+	// Every place is where it was, and every admission told stays; the others come an interval
+	// apart, in the order of the positions.
+	times := make([]int64, users+1)
+	for p := int64(1); p <= users; p++ {
+		var r response
+		eventually(t, fmt.Sprintf("position %d admitted after the failover", p), func() (bool, string) {
+			r = c.Get("/seckill/fo/queue", tokens[p-1])
+			return r.Status == http.StatusOK && r.Str("state") == "admitted", r.String()
+		})
+		if r.Num("position") != p {
+			t.Fatalf("user%d after the failover: %s; want position %d", p-1, r, p)
+		}
+		times[p] = r.Num("admitted_until_ms") - session.Milliseconds()
+		if at, ok := admittedAt[p]; ok && times[p] != at {
+			t.Errorf("position %d admitted at %d after the failover, %d before", p, times[p], at)
+		}
+		if p > 1 && times[p]-times[p-1] < 250-1 {
+			t.Errorf("positions %d and %d admitted %d ms apart; want 250 (admit 4/s)", p-1, p, times[p]-times[p-1])
+		}
+	}
+	if after := tallies(t, []string{"fo", "pre"}); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("the lines after the failover: %v; before: %v", after, before)
+	}
+	for i := range 4 {
+		if r := c.Get("/seckill/pre/queue", tokens[i]); r.Str("state") != "waiting" || r.Num("position") != 0 {
+			t.Errorf("user%d in the pre-queue after the failover: %s", i, r)
+		}
+	}
+	r := c.Post("/seckill/fo/queue", tokens[users], "")
+	if r.Num("position") != users+1 {
+		t.Errorf("a newcomer after the failover: %s; want position %d", r, users+1)
 	}
 }
