@@ -282,12 +282,3 @@ func tallies(t *testing.T, acts []string) map[string][2]int64 {
 	}
 	return out
 }
-
-func positionOf(taken map[int64]int, user int) int64 {
-	for p, u := range taken {
-		if u == user {
-			return p
-		}
-	}
-	return 0
-}
