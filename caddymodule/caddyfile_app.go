@@ -1,6 +1,9 @@
 package caddymodule
 
 import (
+	"maps"
+	"slices"
+
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -93,6 +96,12 @@ func (a *App) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		return caddyfileargs.ErrAt(storeAt, "seckill: store %s needs a url_secret (%s): add `url_secret "+
 			"{env.SECKILL_URL_SECRET}` to the seckill block, the variable set to 32 random bytes or more",
 			storeName(store), n.NeedsURLSecret())
+	}
+	// Provision checks this too; here the error points at the waiting_room line.
+	for _, id := range slices.Sorted(maps.Keys(a.Activities)) {
+		if room := a.Activities[id].WaitingRoom; room != nil && !keepsLine(store) {
+			return caddyfileargs.ErrAt(room.at, "seckill: %v", room.noLine(id, store))
+		}
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ func parseWaitingRoom(d *caddyfile.Dispenser, what string) (*WaitingRoomConfig, 
 	if err := caddyfileargs.NoArg(d); err != nil {
 		return nil, err
 	}
-	c := new(WaitingRoomConfig)
+	c := &WaitingRoomConfig{at: d.Token()}
 	what += "waiting_room "
 	return c, caddyfileargs.ParseBlock(d, "seckill", what, func(opt string) (err error) {
 		// Each value is checked at its line, with the bounds the JSON's are checked with: the

@@ -225,8 +225,12 @@ func (c *ActivityConfig) validateBuckets(id string) error {
 }
 
 // validateStore checks what the activity needs of the store: buckets need a store that splits
-// the stock (StockSplitter: store redis, over its shards).
+// the stock (StockSplitter: store redis, over its shards), a waiting room one that keeps a line
+// (LineKeeper).
 func (c *ActivityConfig) validateStore(id string, m StoreModule) error {
+	if c.WaitingRoom != nil && !keepsLine(m) {
+		return c.WaitingRoom.noLine(id, m)
+	}
 	if s, ok := m.(StockSplitter); c.Buckets > 1 && (!ok || !s.SplitsStock()) {
 		return fmt.Errorf("activity %s: buckets %d needs store redis (it spreads the stock over Redis "+
 			"shards); %s keeps an activity in one place: remove buckets", id, c.Buckets, storeDirective(m))

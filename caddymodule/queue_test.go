@@ -1,14 +1,15 @@
 package caddymodule_test
 
 import (
+	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+	"github.com/caddy-seckill/caddy-seckill/waitroom"
 )
 
 // roomBlock is the Caddyfile block of an activity with a waiting room.
@@ -69,12 +70,16 @@ func TestWaitingRoom(t *testing.T) {
 		t.Fatalf("bob joining again: %s; want his place 2 kept", r)
 	}
 	// The buy step: alice may, bob may not, carol (not in line) may not; nothing is sold to them.
+	wrBefore := tallies(t, []string{"wr"})
 	bobRefused := c.Post("/seckill/wr/path", bob, "")
 	expect(t, "bob's path while waiting", bobRefused, http.StatusForbidden, "not_admitted")
 	expect(t, "carol's path outside the line", c.Post("/seckill/wr/path", carol, ""), http.StatusForbidden, "not_admitted")
 	expect(t, "carol's place", c.Get("/seckill/wr/queue", carol), http.StatusNotFound, "not_in_line")
 	if n := remaining(t, "wr"); n != 1 {
 		t.Fatalf("remaining %d after refusals, want 1", n)
+	}
+	if after := tallies(t, []string{"wr"}); fmt.Sprint(after) != fmt.Sprint(wrBefore) {
+		t.Fatalf("the line after the refused paths: %v; before: %v", after, wrBefore)
 	}
 	alicePath := buyPath(t, c, "wr", alice)
 	expect(t, "alice buys", c.Post(alicePath, alice, ""), http.StatusAccepted, "queued")
@@ -108,6 +113,8 @@ func TestWaitingRoom(t *testing.T) {
 	expect(t, "path in the pre-queue", c.Post("/seckill/early/path", alice, ""), http.StatusForbidden, "not_started")
 
 	t.Run("bad input", func(t *testing.T) {
+		acts := []string{"wr", "brief", "early", "later", "over"}
+		before := tallies(t, acts)
 		for _, tc := range []struct {
 			name, method, path, tok string
 			status                  int
@@ -122,8 +129,14 @@ func TestWaitingRoom(t *testing.T) {
 			{"bad token poll", http.MethodGet, "/seckill/brief/queue", "a.b.c", http.StatusUnauthorized, "unauthorized"},
 			{"wrong method", http.MethodPut, "/seckill/brief/queue", alice, http.StatusMethodNotAllowed, "method_not_allowed"},
 			{"a segment more", http.MethodPost, "/seckill/brief/queue/x", alice, http.StatusNotFound, "not_found"},
+			{"path in the pre-queue", http.MethodPost, "/seckill/early/path", alice, http.StatusForbidden, "not_started"},
+			{"path outside the line", http.MethodPost, "/seckill/brief/path", bob, http.StatusForbidden, "not_admitted"},
 		} {
 			expect(t, tc.name, c.Do(tc.method, tc.path, tc.tok, nil), tc.status, tc.code)
+		}
+		// Every line is as it was: the store's own count.
+		if after := tallies(t, acts); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("the lines after the bad requests: %v; before: %v", after, before)
 		}
 		// None of them took a place.
 		expect(t, "alice's place in later", c.Get("/seckill/later/queue", alice), http.StatusNotFound, "not_in_line")
@@ -155,27 +168,19 @@ func TestWaitingRoom(t *testing.T) {
 	})
 }
 
-// TestWaitingRoomStoreLocal: store local keeps no line, so a waiting room is a config error that
-// names the activity and the store.
-func TestWaitingRoomStoreLocal(t *testing.T) {
-	now := time.Now()
-	err := loadCaddyfile(t, caddyfile(t, freePort(t), "store local "+t.TempDir()+"\nurl_secret 0123456789abcdef0123456789abcdef\n"+
-		jwtBlock+"captcha off\n"+roomBlock("wr", 1, now.Add(-time.Minute), now.Add(time.Hour), ""), route))
-	if err == nil || !strings.Contains(err.Error(), "activity wr: waiting_room needs store memory or redis") {
-		t.Fatalf("load: %v; want the waiting room refused with store local", err)
-	}
-}
-
 // TestWaitingRoomTwoGateways joins the same users through two gateways on one Redis, many at
-// once: one place each, positions 1..n with no gap or repeat, the same on both gateways.
+// once: one place each, positions 1..n with no gap or repeat, the same on both gateways, and the
+// admissions, once everyone's turn has come, never more than admit per second plus one: each an
+// interval after the last.
 func TestWaitingRoomTwoGateways(t *testing.T) {
 	bin := buildCaddy(t)
 	rd := testsrv.StartRedis(t)
 	now := time.Now()
+	const perSecond, session = 20, 2 * time.Minute
 	seckill := jwtBlock + "captcha off\nurl_secret shared-url-secret\nstore redis " + rd.Addr + "\n" +
-		roomBlock("duo", 5, now.Add(-time.Minute), now.Add(time.Hour), "admit 1/h")
+		roomBlock("duo", 5, now.Add(-time.Minute), now.Add(time.Hour), fmt.Sprintf("admit %d/s", perSecond))
 	bases := []string{startCaddy(t, seckill, route), startCaddyProcess(t, bin, seckill, route, "duo")}
-	const users, workers = 60, 4
+	const users, workers = 60, 8
 	tokens := make([]string, users)
 	for i := range tokens {
 		tokens[i] = token(t, fmt.Sprint("user", i))
@@ -222,21 +227,58 @@ func TestWaitingRoomTwoGateways(t *testing.T) {
 			t.Fatalf("position %d is skipped: %v", p, taken)
 		}
 	}
-	// Both gateways read the same line.
-	for _, b := range bases {
-		c := newClient(t, b)
-		r := c.Get("/seckill/duo/queue", tokens[0])
-		if want := positionOf(taken, 0); r.Num("position") != want {
-			t.Errorf("user0 on %s: %s; want position %d", b, r, want)
+	// Everyone's turn comes within users/perSecond seconds; each gateway tells the same
+	// admission time, in the order of the positions, an interval apart.
+	clients := []*client{newClient(t, bases[0]), newClient(t, bases[1])}
+	admittedAt := make([]int64, users+1) // by position
+	for p := int64(1); p <= users; p++ {
+		u := taken[p]
+		var at [2]int64
+		for g, c := range clients {
+			eventually(t, fmt.Sprintf("user%d admitted on gateway %d", u, g), func() (bool, string) {
+				r := c.Get("/seckill/duo/queue", tokens[u])
+				at[g] = r.Num("admitted_until_ms") - session.Milliseconds()
+				return r.Str("state") == "admitted" && r.Num("position") == p, r.String()
+			})
 		}
+		if at[0] != at[1] {
+			t.Fatalf("user%d (position %d) admitted at %d on one gateway, %d on the other", u, p, at[0], at[1])
+		}
+		admittedAt[p] = at[0]
 	}
+	interval := int64(1000 / perSecond)
+	most := 0
+	for p := int64(2); p <= users; p++ {
+		// Times are whole milliseconds: an interval less one for the rounding.
+		if gap := admittedAt[p] - admittedAt[p-1]; gap < interval-1 {
+			t.Errorf("positions %d and %d admitted %d ms apart; want at least %d (admit %d/s)", p-1, p, gap, interval, perSecond)
+		}
+		n := 0
+		for q := p; q <= users && admittedAt[q] < admittedAt[p]+1000; q++ {
+			n++
+		}
+		most = max(most, n)
+	}
+	if most > perSecond+1 {
+		t.Errorf("%d admissions within one second; want at most %d + 1", most, perSecond)
+	}
+	t.Logf("%d users, one place each; at most %d admitted in any second (admit %d/s)", users, most, perSecond)
 }
 
-func positionOf(taken map[int64]int, user int) int64 {
-	for p, u := range taken {
-		if u == user {
-			return p
-		}
+// tallies reads the store's count of each activity's line (its length and early joiners).
+func tallies(t *testing.T, acts []string) map[string][2]int64 {
+	t.Helper()
+	line, ok := app(t).Guard().Store().(waitroom.Line)
+	if !ok {
+		t.Fatal("the store keeps no line")
 	}
-	return 0
+	out := map[string][2]int64{}
+	for _, a := range acts {
+		tl, err := line.Tally(context.Background(), a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[a] = [2]int64{tl.Length, tl.EarlyCount}
+	}
+	return out
 }

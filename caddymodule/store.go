@@ -58,6 +58,23 @@ type StockSplitter interface {
 	SplitsStock() bool
 }
 
+// LineKeeper is a store module whose store keeps a waiting room's line (its opened store is a
+// waitroom.Line): store memory and local keep the node's own, store redis one shared by every
+// gateway. An activity with a waiting_room needs one; a store module without it is refused when the
+// Caddyfile adapts and at Provision, before anything is opened.
+type LineKeeper interface {
+	KeepsLine() bool
+}
+
+// keepsLine reports whether the store module m keeps a line; nil is the default, store memory.
+func keepsLine(m StoreModule) bool {
+	if m == nil {
+		return true
+	}
+	k, ok := m.(LineKeeper)
+	return ok && k.KeepsLine()
+}
+
 // SaleForgetter is a store module of this process (memory, local) that can lose a sale the
 // embedded order database still has orders of; the app then refuses to start, with this advice.
 type SaleForgetter interface {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/waitroom"
@@ -14,8 +15,9 @@ import (
 // WaitingRoomConfig puts a waiting room in front of an activity's buy step (package waitroom):
 // buyers join a line at {prefix}/{activity}/queue, those who joined before the start are shuffled
 // by a lottery at the start, later ones line up behind them, and the buy path is handed only to a
-// buyer whose turn has come, for Session. Store memory or redis (the line is shared by every
-// gateway of a Redis sale).
+// buyer whose turn has come, for Session. The store keeps the line (LineKeeper): memory (lost
+// with the process), local (on disk: a restart keeps every place) or redis (shared by every
+// gateway of the sale).
 type WaitingRoomConfig struct {
 	// Opens is how long before the start the line opens; default 15m.
 	Opens caddy.Duration `json:"opens,omitempty"`
@@ -31,6 +33,14 @@ type WaitingRoomConfig struct {
 	// (1 to 28; 2^bits hashes on average): GET {prefix}/{activity}/queue/challenge hands out a
 	// signed challenge, the join's body carries its answer. 0 (the default) asks none.
 	ProofOfWork int `json:"proof_of_work,omitempty"`
+
+	at caddyfile.Token // the waiting_room line of a Caddyfile, for errors found once it is read
+}
+
+// noLine is the refusal of a waiting room in a store that keeps no line.
+func (c *WaitingRoomConfig) noLine(id string, m StoreModule) error {
+	return fmt.Errorf("activity %s: waiting_room needs a store that keeps a line (store memory, local or redis); "+
+		"%s keeps none: remove waiting_room or change the store", id, storeDirective(m))
 }
 
 // powSpender is the spent set of proofs of work a store keeps for proof_of_work (redisstore in
@@ -61,7 +71,8 @@ func (c *WaitingRoomConfig) room() (*waitroom.Room, error) {
 
 // provisionRooms returns the waiting rooms of the configured activities, by id, the store's line
 // and its spent set of proofs of work. A waiting room needs a store that keeps a line
-// (waitroom.Line): store memory or redis; proof_of_work also a spent set (powSpender).
+// (waitroom.Line); Provision checked that the module says it does (LineKeeper), and this checks the
+// store it opened. proof_of_work also needs a spent set (powSpender).
 func provisionRooms(acts map[string]*ActivityConfig, st admission.Store, m StoreModule) (map[string]*waitroom.Room, waitroom.Line, powSpender, error) {
 	rooms := map[string]*waitroom.Room{}
 	line, _ := st.(waitroom.Line)
@@ -75,8 +86,7 @@ func provisionRooms(acts map[string]*ActivityConfig, st admission.Store, m Store
 			return nil, nil, nil, fmt.Errorf("activity %s: waiting_room: %w", id, err)
 		}
 		if line == nil {
-			return nil, nil, nil, fmt.Errorf("activity %s: waiting_room needs store memory or redis; %s keeps no line: "+
-				"remove waiting_room or change the store", id, storeDirective(m))
+			return nil, nil, nil, c.WaitingRoom.noLine(id, m)
 		}
 		if r.Config().ProofBits > 0 && spender == nil {
 			return nil, nil, nil, fmt.Errorf("activity %s: waiting_room proof_of_work needs a store that keeps spent proofs; "+

@@ -39,6 +39,9 @@ func (*MemoryModule) PoolKey() string { return "memory" }
 // OpenStore returns a new memory store.
 func (*MemoryModule) OpenStore() (admission.Store, error) { return NewMemory(MemoryOptions{}), nil }
 
+// KeepsLine reports that the store keeps a waiting room's line: this process's, lost with it.
+func (*MemoryModule) KeepsLine() bool { return true }
+
 // ForgottenSaleAdvice is what to do when the order database holds orders of a sale this store
 // does not know.
 func (*MemoryModule) ForgottenSaleAdvice() string {
@@ -206,6 +209,10 @@ func fsyncWord(always bool) string {
 	}
 	return fsyncNo
 }
+
+// KeepsLine reports that the store keeps a waiting room's line, on disk like the rest of the sale:
+// a restart keeps every place.
+func (m *Module) KeepsLine() bool { return true }
 
 // NeedsURLSecret says why the buy paths need a configured secret.
 func (m *Module) NeedsURLSecret() string {

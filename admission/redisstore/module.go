@@ -241,6 +241,10 @@ func (m *Module) NeedsURLSecret() string { return "every node must sign buy path
 // SplitsStock reports that activities may be split into stock buckets over the shards.
 func (m *Module) SplitsStock() bool { return true }
 
+// KeepsLine reports that the store keeps a waiting room's line, in the activity's hash tag, shared
+// by every gateway.
+func (m *Module) KeepsLine() bool { return true }
+
 // warnEvictionPolicy logs a warning when Redis may evict keys under memory pressure: the store's
 // keys (stock, buyers, reservations) must never go, or a sale oversells, loses wins or cannot give
 // unpaid items back (a release of an evicted reservation is answered not found and dropped). A
