@@ -5,7 +5,7 @@ GO        ?= go
 PKGS      ?= ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: run test deps lint bench bench-load build xcaddy-check fuzz chaos bench-goals bench-wrk
+.PHONY: run test deps lint bench bench-load build xcaddy-check fuzz chaos bench-goals bench-wrk bench-wrk-queue
 
 # bin/caddy is built as Caddy's releases are (its .goreleaser.yml): no cgo, -trimpath, and
 # -ldflags "-s -w", which drops the symbol table and DWARF (stack traces and pprof still name
@@ -46,6 +46,12 @@ bench-load:
 # local and store memory (docs/BENCHMARKS.md); STORES, FSYNC, REPEATS, DURATION, SLICE tune it.
 bench-wrk:
 	GO=$(GO) ./scripts/bench-wrk.sh
+
+# A waiting buyer's poll of the waiting room under wrk beside respond receiving the same polls, for
+# store memory and store redis (a private redis-server) (docs/BENCHMARKS.md); STORES, REPEATS,
+# DURATION, USERS tune it.
+bench-wrk-queue:
+	GO=$(GO) ./scripts/bench-wrk-queue.sh
 
 # Every variant the goals of docs/BENCHMARKS.md are measured on, one after the other (~15 min).
 bench-goals:

@@ -179,6 +179,9 @@ func TestDashboardQueries(t *testing.T) {
 		if isBucketPanel(p) {
 			continue // store memory has no buckets: TestDashboardBucketPanels
 		}
+		if isRoomPanel(p) {
+			continue // this sale has no waiting room: TestDashboardRoomPanels
+		}
 		if len(p.Targets) == 0 {
 			t.Errorf("panel %q has no query", p.Title)
 		}
@@ -238,6 +241,78 @@ func checkPanelSeries(t *testing.T, prom *testsrv.Prometheus, p dashboardPanel, 
 	}
 }
 
+// roomMetricPrefix starts the metrics of the waiting rooms (activities with a waiting_room only).
+const roomMetricPrefix = "caddy_seckill_waiting_room_"
+
+// isRoomPanel reports whether a panel shows the waiting rooms.
+func isRoomPanel(p dashboardPanel) bool {
+	for _, tg := range p.Targets {
+		if strings.Contains(tg.Expr, roomMetricPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestDashboardRoomPanels runs a sale with a waiting room (admit 2/s, sessions of a second) while
+// a private Prometheus scrapes the gateway: buyers join (one of them twice, one refused for a
+// missing proof of work in another room), are admitted and let their sessions end; then every
+// query of the waiting room's panels must return series.
+func TestDashboardRoomPanels(t *testing.T) {
+	panels, _ := readDashboard(t)
+	var roomPanels []dashboardPanel
+	for _, p := range panels {
+		if isRoomPanel(p) {
+			roomPanels = append(roomPanels, p)
+		}
+	}
+	if len(roomPanels) < 4 {
+		t.Fatalf("%d waiting room panels in %s, want the line, admitted/s, sessions ended/s and joins", len(roomPanels), dashboardJSON)
+	}
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		roomBlock("dashr", 50, now.Add(-time.Minute), now.Add(time.Hour), "admit 2/s\nsession 1s")+
+		roomBlock("dashp", 50, now.Add(-time.Minute), now.Add(time.Hour), "proof_of_work 4"), route+"metrics /metrics\n")
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := testsrv.StartPrometheus(t, time.Second, "/metrics", u.Host)
+	c := newClient(t, base)
+	for i := range 8 {
+		expect(t, "join", c.Post("/seckill/dashr/queue", token(t, fmt.Sprint("r", i)), ""), http.StatusOK, "ok")
+	}
+	expect(t, "join again", c.Post("/seckill/dashr/queue", token(t, "r0"), ""), http.StatusOK, "ok")
+	expect(t, "join without a proof", c.Post("/seckill/dashp/queue", token(t, "p0"), ""), http.StatusForbidden, "pow_required")
+	eventually(t, "prometheus saw the line move", func() (bool, string) {
+		for _, q := range []string{
+			`caddy_seckill_waiting_room_admitted{activity="dashr"} >= 8`,
+			`caddy_seckill_waiting_room_sessions_ended{activity="dashr"} >= 8`,
+		} {
+			if res, err := prom.Query(q); err != nil || len(res) == 0 {
+				return false, fmt.Sprintf("%s: %v %v", q, res, err)
+			}
+		}
+		return true, ""
+	})
+	time.Sleep(3 * time.Second) // rates need two samples
+	subst := strings.NewReplacer(`$activity`, "dashr|dashp", `$__rate_interval`, "30s")
+	for _, p := range roomPanels {
+		checkPanelSeries(t, prom, p, subst)
+	}
+	for q, want := range map[string]float64{
+		`max by (activity) (caddy_seckill_waiting_room_length{activity="dashr"})`:                                                                             8,
+		`sum(caddy_seckill_waiting_room_joins_total{activity="dashr",result="joined"})`:                                                                       8,
+		`sum(caddy_seckill_waiting_room_joins_total{activity="dashp",result="pow_required"})`:                                                                 1,
+		`max by (activity) (caddy_seckill_waiting_room_length{activity="dashr"}) - max by (activity) (caddy_seckill_waiting_room_admitted{activity="dashr"})`: 0,
+	} {
+		res, err := prom.Query(q)
+		if err != nil || len(res) != 1 || res[0].Float() != want {
+			t.Errorf("%s = %v (%v), want %v", q, res, err, want)
+		}
+	}
+}
+
 func isBucketPanel(p dashboardPanel) bool {
 	for _, tg := range p.Targets {
 		if strings.Contains(tg.Expr, bucketMetricPrefix) {
@@ -265,8 +340,10 @@ func TestDashboardBucketPanels(t *testing.T) {
 		t.Fatalf("%d bucket panels in %s, want the stock and the transfers", len(bucketPanels), dashboardJSON)
 	}
 	srv := testsrv.StartRedis(t)
+	now := time.Now()
 	s := startSale(t, jwtBlock+"captcha off\nurl_secret u\nstore redis "+srv.Addr+"\n"+
-		ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db"))+bucketSale("dashb", 40, 1, 8))
+		ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders.db"))+bucketSale("dashb", 40, 1, 8)+
+		roomBlock("dashr", 5, now.Add(-time.Minute), now.Add(time.Hour), ""))
 	u, err := url.Parse(s.Client.Base)
 	if err != nil {
 		t.Fatal(err)
@@ -313,6 +390,8 @@ func TestDashboardBucketPanels(t *testing.T) {
 			}
 		}
 	}
+	// A join, so that the waiting room's join counter has a series.
+	expect(t, "join dashr", s.Client.Post("/seckill/dashr/queue", token(t, "joiner"), ""), http.StatusOK, "ok")
 	addExported(s.Client)
 	addExported(startSale(t, jwtBlock+"captcha off\nurl_secret u\nstore local "+t.TempDir()+"\n"+
 		ordersOption("sqlite "+filepath.Join(t.TempDir(), "orders-local.db"))+saleBlock("dashl", 5)).Client)
@@ -349,7 +428,7 @@ func TestDashboardBucketPanels(t *testing.T) {
 }
 
 // TestDashboardLayout checks what Grafana needs of the dashboard without a Grafana: the four rows
-// of the issue in order and the stock buckets' row, unique panel ids and titles, every panel on the 24-column grid and on the
+// of the issue in order, the stock buckets' row and the waiting room's, unique panel ids and titles, every panel on the 24-column grid and on the
 // datasource variable, and the activity variable (multi-select, with All).
 func TestDashboardLayout(t *testing.T) {
 	b, err := os.ReadFile(dashboardJSON)
@@ -400,8 +479,8 @@ func TestDashboardLayout(t *testing.T) {
 			t.Errorf("panel %q: not on the datasource variable", p.Title)
 		}
 	}
-	if got := strings.Join(rows, ","); got != "Sale,Funnel,Health,Orders,Stock buckets" {
-		t.Errorf("rows %s, want Sale,Funnel,Health,Orders,Stock buckets", got)
+	if got, want := strings.Join(rows, ","), "Sale,Funnel,Health,Orders,Stock buckets,Waiting room"; got != want {
+		t.Errorf("rows %s, want %s", got, want)
 	}
 	vars := map[string]bool{}
 	for _, v := range d.Templating.List {

@@ -34,9 +34,10 @@ type watchReading struct {
 	admitted   map[string]float64 // caddy_seckill_requests_total{call="buy",code="queued"} by activity
 	rejected   map[string]float64 // caddy_seckill_rejected_total by layer
 	backlog    map[string]float64 // caddy_seckill_orders_backlog by activity; nil without orders
-	// The waiting rooms, by activity (only activities with one): caddy_seckill_waiting_room_length
-	// and caddy_seckill_waiting_room_admitted, read from the store at the scrape.
-	line, lineAdmitted map[string]float64
+	// The waiting rooms, by activity (only activities with one): caddy_seckill_waiting_room_length,
+	// _admitted and _sessions_ended, read from the store at the scrape; and the joins this node
+	// refused (caddy_seckill_waiting_room_joins_total but joined and again).
+	line, lineAdmitted, lineEnded, joinsRefused map[string]float64
 }
 
 // watchFrame is what one screen shows: the latest reading and the rates since the one before.
@@ -46,6 +47,7 @@ type watchFrame struct {
 	admitsPerS     map[string]float64 // nil on the first reading
 	rejectsPerS    map[string]float64
 	lineAdmitsPerS map[string]float64 // the waiting rooms' admissions per second
+	refusedPerS    map[string]float64 // the waiting rooms' refused joins per second
 	err            error              // the last poll failed: the frame shows cur as it was, and the error
 }
 
@@ -92,6 +94,13 @@ func watchPoll(addr string) (watchReading, error) {
 		return out
 	}
 	r.line, r.lineAdmitted = gauge("caddy_seckill_waiting_room_length"), gauge("caddy_seckill_waiting_room_admitted")
+	r.lineEnded = gauge("caddy_seckill_waiting_room_sessions_ended")
+	r.joinsRefused = map[string]float64{}
+	for _, m := range fams["caddy_seckill_waiting_room_joins_total"].GetMetric() {
+		if l := labels(m); l["result"] != "joined" && l["result"] != "again" {
+			r.joinsRefused[l["activity"]] += m.GetCounter().GetValue()
+		}
+	}
 	if f, ok := fams["caddy_seckill_orders_backlog"]; ok {
 		r.backlog = map[string]float64{}
 		for _, m := range f.GetMetric() {
@@ -143,6 +152,7 @@ func watchNext(addr string, prev, cur watchReading) watchFrame {
 	}
 	f.admitsPerS, f.rejectsPerS = rate(cur.admitted, prev.admitted), rate(cur.rejected, prev.rejected)
 	f.lineAdmitsPerS = rate(cur.lineAdmitted, prev.lineAdmitted)
+	f.refusedPerS = rate(cur.joinsRefused, prev.joinsRefused)
 	return f
 }
 
@@ -151,7 +161,7 @@ func watchNext(addr string, prev, cur watchReading) watchFrame {
 const watchRow = 63
 
 // watchRoomRow is the width of the waiting room table's row without its activity column.
-const watchRoomRow = 40
+const watchRoomRow = 59
 
 // render lays the frame out for a terminal width columns wide; no line is longer than width.
 func (f watchFrame) render(width int) []string {
@@ -218,7 +228,8 @@ func (f watchFrame) render(width int) []string {
 			add("  sold %d wins %d backlog %s dead %d %s", a.Sold, a.Wins, backlog(a.ID), a.Dead, flag(a))
 		}
 	}
-	// The waiting rooms: everyone who joined, those still waiting, and the line's pace.
+	// The waiting rooms: everyone who joined, those still waiting, the line's pace, the sessions
+	// over and the joins refused.
 	rw := max(idw, len("WAITING_ROOM"))
 	header := false
 	for _, a := range c.activities {
@@ -230,17 +241,19 @@ func (f watchFrame) render(width int) []string {
 			header = true
 			add("")
 			if width >= rw+watchRoomRow {
-				add("%-*s %8s %8s %11s %9s", rw, "WAITING_ROOM", "LINE", "WAITING", "ADMITTED/S", "ADMITTED")
+				add("%-*s %8s %8s %11s %9s %7s %10s", rw, "WAITING_ROOM", "LINE", "WAITING", "ADMITTED/S", "ADMITTED", "ENDED", "REFUSED/S")
 			} else {
 				add("WAITING_ROOM")
 			}
 		}
 		in := c.lineAdmitted[a.ID]
 		if width >= rw+watchRoomRow {
-			add("%-*s %8.0f %8.0f %11s %9.0f", rw, clip(a.ID, rw), n, max(n-in, 0), rate(f.lineAdmitsPerS, a.ID), in)
+			add("%-*s %8.0f %8.0f %11s %9.0f %7.0f %10s", rw, clip(a.ID, rw), n, max(n-in, 0), rate(f.lineAdmitsPerS, a.ID), in,
+				c.lineEnded[a.ID], rate(f.refusedPerS, a.ID))
 		} else {
 			add("%s  line %.0f waiting %.0f", a.ID, n, max(n-in, 0))
 			add("  admitted/s %s (%.0f)", rate(f.lineAdmitsPerS, a.ID), in)
+			add("  ended %.0f refused/s %s", c.lineEnded[a.ID], rate(f.refusedPerS, a.ID))
 		}
 	}
 	add("")

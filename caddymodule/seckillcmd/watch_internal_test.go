@@ -16,7 +16,8 @@ import (
 func TestWatchRender(t *testing.T) {
 	at := time.Date(2026, 12, 1, 20, 0, 1, 0, time.UTC)
 	prev := watchReading{at: at.Add(-time.Second), admitted: map[string]float64{"phone-1001": 10},
-		rejected: map[string]float64{"sold_out_flag": 100}, lineAdmitted: map[string]float64{"phone-1001": 500}}
+		rejected: map[string]float64{"sold_out_flag": 100}, lineAdmitted: map[string]float64{"phone-1001": 500},
+		joinsRefused: map[string]float64{"phone-1001": 10}}
 	cur := watchReading{at: at, store: "redis", breaker: "closed",
 		activities: []caddymodule.AdminActivity{
 			{ID: "phone-1001", Stock: 100, Remaining: 37, Sold: 63, Wins: 63, Dead: 1},
@@ -25,9 +26,12 @@ func TestWatchRender(t *testing.T) {
 		admitted: map[string]float64{"phone-1001": 60, "tv-2002": 5},
 		rejected: map[string]float64{"sold_out_flag": 1100, "jwt": 3},
 		backlog:  map[string]float64{"phone-1001": 4},
-		// phone-1001 has a waiting room (tv-2002 none): 1234 joined, 700 let through, 200 in the last second.
+		// phone-1001 has a waiting room (tv-2002 none): 1234 joined, 700 let through, 200 in the
+		// last second, 650 sessions over, 25 joins refused in the last second.
 		line:         map[string]float64{"phone-1001": 1234},
 		lineAdmitted: map[string]float64{"phone-1001": 700},
+		lineEnded:    map[string]float64{"phone-1001": 650},
+		joinsRefused: map[string]float64{"phone-1001": 35},
 	}
 	f := watchNext("127.0.0.1:2019", prev, cur)
 	for _, width := range []int{20, 40, 71, 72, 80, 120, 200} {
@@ -70,12 +74,13 @@ func TestWatchRender(t *testing.T) {
 		}
 		switch {
 		case width >= len("WAITING_ROOM")+watchRoomRow:
-			want := regexp.MustCompile(`(?m)^phone-1001 +1234 +534 +200\.0 +700$`)
+			want := regexp.MustCompile(`(?m)^phone-1001 +1234 +534 +200\.0 +700 +650 +25\.0$`)
 			if !want.MatchString(text) {
 				t.Errorf("width %d: no waiting room row for phone-1001 in\n%s", width, text)
 			}
 		case width >= 40:
-			if !strings.Contains(text, "phone-1001  line 1234 waiting 534") || !strings.Contains(text, "admitted/s 200.0 (700)") {
+			if !strings.Contains(text, "phone-1001  line 1234 waiting 534") || !strings.Contains(text, "admitted/s 200.0 (700)") ||
+				!strings.Contains(text, "ended 650 refused/s 25.0") {
 				t.Errorf("width %d: no narrow waiting room lines in\n%s", width, text)
 			}
 		}

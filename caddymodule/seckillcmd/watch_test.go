@@ -250,8 +250,8 @@ func TestWatch(t *testing.T) {
 }
 
 // TestWatchWaitingRoom: for an activity with a waiting room, watch shows its line as the
-// gateway's metrics count it: everyone who joined, those still waiting, and those let through;
-// an activity without one gets no such row.
+// gateway's metrics count it: everyone who joined, those still waiting, those let through, the
+// sessions over and the joins refused per second; an activity without one gets no such row.
 func TestWatchWaitingRoom(t *testing.T) {
 	bin := testcaddy.BuildCaddy(t)
 	now := time.Now()
@@ -267,11 +267,11 @@ func TestWatchWaitingRoom(t *testing.T) {
 	if err != nil {
 		t.Fatalf("watch --once: %v\n%s", err, out)
 	}
-	row := regexp.MustCompile(`(?m)^room +3 +2 +0\.0 +1$`)
+	row := regexp.MustCompile(`(?m)^room +3 +2 +0\.0 +1 +0 +0\.0$`)
 	if !strings.Contains(string(out), "WAITING_ROOM") || !row.Match(out) {
-		t.Errorf("watch --once: want the row room 3 joined, 2 waiting, 0.0/s, 1 admitted:\n%s", out)
+		t.Errorf("watch --once: want the row room 3 joined, 2 waiting, 0.0/s, 1 admitted, 0 ended, 0.0 refused/s:\n%s", out)
 	}
-	if regexp.MustCompile(`(?m)^plain +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9]+$`).Match(out) {
+	if regexp.MustCompile(`(?m)^plain +[0-9]+ +[0-9]+ +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9.]+$`).Match(out) {
 		t.Errorf("watch --once shows a waiting room for plain, which has none:\n%s", out)
 	}
 }
