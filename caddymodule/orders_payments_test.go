@@ -19,7 +19,11 @@ func TestOrdersPaymentsBad(t *testing.T) {
 		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\tapi_base ftp://stripe\n\t\t\t}", `api_base "ftp://stripe" is not an http(s) URL`, "Caddyfile:6"},
 		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\tapi_base stripe.example\n\t\t\t}", `api_base "stripe.example" is not an http(s) URL`, "Caddyfile:6"},
 		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\tsecret_key l\n\t\t\t}", "payments stripe: secret_key is given twice", "Caddyfile:6"},
-		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\twebhook_secret w\n\t\t\t}", `payments stripe: unknown option "webhook_secret"`, "Caddyfile:6"},
+		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\twebhook_key w\n\t\t\t}", `payments stripe: unknown option "webhook_key"`, "Caddyfile:6"},
+		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\twebhook_secret w\n\t\t\t\twebhook_secret v\n\t\t\t}", "payments stripe: webhook_secret is given twice", "Caddyfile:7"},
+		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\twebhook_secret\n\t\t\t}", "payments stripe webhook_secret has no value", "Caddyfile:6"},
+		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\twebhook_tolerance 0s\n\t\t\t}", "payments stripe webhook_tolerance must be positive", "Caddyfile:6"},
+		{"payments stripe {\n\t\t\t\tsecret_key k\n\t\t\t\twebhook_tolerance soon\n\t\t\t}", `payments stripe webhook_tolerance "soon"`, "Caddyfile:6"},
 		{"payments stripe sk_live_x", `payments stripe: unexpected "sk_live_x"`, "Caddyfile:4"},
 	} {
 		t.Run(tc.payments, func(t *testing.T) {
