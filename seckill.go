@@ -21,7 +21,9 @@ import (
 	_ "github.com/caddy-seckill/caddy-seckill/admission/localstore"
 	_ "github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 
-	// Register the payment providers seckill.payments.mock and seckill.payments.stripe.
+	// Register the payment providers seckill.payments.mock, seckill.payments.stripe and
+	// seckill.payments.webhook.
 	_ "github.com/caddy-seckill/caddy-seckill/payments/mockpay"
 	_ "github.com/caddy-seckill/caddy-seckill/payments/stripepay"
+	_ "github.com/caddy-seckill/caddy-seckill/payments/webhookpay"
 )

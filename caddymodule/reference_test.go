@@ -30,6 +30,7 @@ var referenceBlocks = []struct {
 	{"orders", "caddyfile_orders.go", "", "parseOrders"},
 	{"payments mock", "../payments/mockpay/module.go", "Module", "UnmarshalCaddyfile"},
 	{"payments stripe", "../payments/stripepay/module.go", "Module", "UnmarshalCaddyfile"},
+	{"payments webhook", "../payments/webhookpay/module.go", "Module", "UnmarshalCaddyfile"},
 	{"rate_limit", "caddyfile_ratelimit.go", "", "parseRateLimit"},
 	{"activity", "caddyfile_activity.go", "", "parseActivity"},
 	{"waiting_room", "caddyfile_waitroom.go", "", "parseWaitingRoom"},

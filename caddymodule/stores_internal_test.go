@@ -6,4 +6,5 @@ import (
 	_ "github.com/caddy-seckill/caddy-seckill/admission/redisstore"
 	_ "github.com/caddy-seckill/caddy-seckill/payments/mockpay"
 	_ "github.com/caddy-seckill/caddy-seckill/payments/stripepay"
+	_ "github.com/caddy-seckill/caddy-seckill/payments/webhookpay"
 )

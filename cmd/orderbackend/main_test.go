@@ -184,15 +184,20 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// TestPaymentsFlag: an unknown provider, a Stripe key variable that is empty and a Stripe API base
-// that is not a URL stop run before it connects to anything.
+// TestPaymentsFlag: an unknown provider, a Stripe key variable that is empty, a Stripe API base
+// that is not a URL, a negative webhook tolerance, and a webhook provider without a URL or with
+// a short secret stop run before it connects to anything.
 func TestPaymentsFlag(t *testing.T) {
 	t.Setenv("SECKILL_TEST_STRIPE_KEY", "")
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{[]string{"-payments", "paypal"}, `-payments "paypal": want mock or stripe`},
+		{[]string{"-payments", "paypal"}, `-payments "paypal": want mock, stripe or webhook`},
+		{[]string{"-payments", "stripe", "-stripe-secret-env", "PATH", "-stripe-webhook-tolerance", "-1s"}, "webhook_tolerance -1s is negative"},
+		{[]string{"-payments", "webhook", "-webhook-secret-env", "PATH"}, `url "" is not an absolute http(s) URL`},
+		{[]string{"-payments", "webhook", "-webhook-url", "https://pay.shop.example/seckill", "-webhook-secret-env", "SECKILL_TEST_STRIPE_KEY"},
+			"secret (\"\"): 0 bytes: want at least 16"},
 		{[]string{"-payments", "stripe", "-stripe-secret-env", "SECKILL_TEST_STRIPE_KEY"}, "secret_key is empty"},
 		{[]string{"-payments", "stripe", "-stripe-secret-env", "PATH", "-stripe-api-base", "stripe.example"}, `api_base "stripe.example" is not an http(s) URL`},
 	} {

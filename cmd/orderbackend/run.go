@@ -19,6 +19,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 	"github.com/caddy-seckill/caddy-seckill/payments/mockpay"
 	"github.com/caddy-seckill/caddy-seckill/payments/stripepay"
+	"github.com/caddy-seckill/caddy-seckill/payments/webhookpay"
 )
 
 func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
@@ -47,10 +48,18 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	c.register(fs)
 	prices := listings{}
 	prices.register(fs)
-	provider := fs.String("payments", env("SECKILL_PAYMENTS", "mock"), "payment provider: mock (accepts every charge, takes no money: a demo) "+
-		"or stripe (pay calls carry {\"payment_method\":\"pm_...\"}) [SECKILL_PAYMENTS]")
+	provider := fs.String("payments", env("SECKILL_PAYMENTS", "mock"), "payment provider: mock (accepts every charge, takes no money: a demo), "+
+		"stripe (pay calls carry {\"payment_method\":\"pm_...\"}) or webhook (the shop's payment service at -webhook-url, "+
+		"confirming by signed notifications) [SECKILL_PAYMENTS]")
 	stripeKeyEnv := fs.String("stripe-secret-env", "STRIPE_SECRET_KEY", "name of the environment variable holding the Stripe secret key (-payments stripe)")
 	stripeBase := fs.String("stripe-api-base", env("STRIPE_API_BASE", ""), "Stripe API base URL (-payments stripe); default "+stripepay.DefaultAPIBase+" [STRIPE_API_BASE]")
+	stripeWhsecEnv := fs.String("stripe-webhook-secret-env", "STRIPE_WEBHOOK_SECRET", "name of the environment variable holding the signing secret "+
+		"of the Stripe webhook endpoint that points at /orders/webhooks/stripe (-payments stripe); unset refuses Stripe's notifications")
+	stripeTolerance := fs.Duration("stripe-webhook-tolerance", stripepay.DefaultWebhookTolerance, "how old a Stripe webhook's signature may be (-payments stripe)")
+	webhookURL := fs.String("webhook-url", env("SECKILL_WEBHOOK_URL", ""), "the shop's payment service (-payments webhook) [SECKILL_WEBHOOK_URL]")
+	webhookSecretEnv := fs.String("webhook-secret-env", "SECKILL_WEBHOOK_SECRET", "name of the environment variable holding the secret that signs "+
+		"every message with the shop's payment service, 16 bytes or more (-payments webhook)")
+	webhookTolerance := fs.Duration("webhook-tolerance", webhookpay.DefaultTolerance, "how far a signature's time may be from this clock (-payments webhook)")
 	if err := fs.Parse(args); err != nil {
 		return exitError
 	}
@@ -64,9 +73,20 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 	case "mock":
 		payments = new(mockpay.Provider)
 	case "stripe":
-		m := stripepay.Module{SecretKey: os.Getenv(*stripeKeyEnv), APIBase: *stripeBase}
+		m := stripepay.Module{SecretKey: os.Getenv(*stripeKeyEnv), APIBase: *stripeBase,
+			WebhookSecret: os.Getenv(*stripeWhsecEnv), WebhookTolerance: caddy.Duration(*stripeTolerance)}
 		if err := m.Provision(caddy.Context{}); err != nil {
-			_, _ = fmt.Fprintf(stderr, "orderbackend: -payments stripe (key from $%s): %v\n", *stripeKeyEnv, err)
+			_, _ = fmt.Fprintf(stderr, "orderbackend: -payments stripe (key from $%s, webhook secret from $%s): %v\n", *stripeKeyEnv, *stripeWhsecEnv, err)
+			return exitError
+		}
+		if payments, err = m.OpenPayments(log); err != nil {
+			_, _ = fmt.Fprintln(stderr, "orderbackend:", err)
+			return exitError
+		}
+	case "webhook":
+		m := webhookpay.Module{URL: *webhookURL, Secret: os.Getenv(*webhookSecretEnv), Tolerance: caddy.Duration(*webhookTolerance)}
+		if err := m.Provision(caddy.Context{}); err != nil {
+			_, _ = fmt.Fprintf(stderr, "orderbackend: -payments webhook (-webhook-url, secret from $%s): %v\n", *webhookSecretEnv, err)
 			return exitError
 		}
 		if payments, err = m.OpenPayments(log); err != nil {
@@ -74,7 +94,7 @@ func cmdRun(ctx context.Context, args []string, stderr io.Writer) int {
 			return exitError
 		}
 	default:
-		_, _ = fmt.Fprintf(stderr, "orderbackend: -payments %q: want mock or stripe\n", *provider)
+		_, _ = fmt.Fprintf(stderr, "orderbackend: -payments %q: want mock, stripe or webhook\n", *provider)
 		return exitError
 	}
 	defer log.Sync() //nolint:errcheck // nothing to do about a failed flush at exit

@@ -3,6 +3,7 @@ package stripepay
 import (
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -25,8 +26,14 @@ type Module struct {
 	// APIBase is the Stripe API's base URL; DefaultAPIBase when empty (another for stripe-mock or
 	// a staging proxy).
 	APIBase string `json:"api_base,omitempty"`
+	// WebhookSecret is the signing secret (whsec_…) of the Stripe webhook endpoint that points
+	// at {orders prefix}/webhooks/stripe; placeholders are expanded at Provision. Empty: Stripe's
+	// notifications are refused (400 bad_signature).
+	WebhookSecret string `json:"webhook_secret,omitempty"`
+	// WebhookTolerance is how old a notification's signature may be; default 5m (Stripe's).
+	WebhookTolerance caddy.Duration `json:"webhook_tolerance,omitempty"`
 
-	key string // SecretKey expanded
+	key, whsec string // SecretKey and WebhookSecret expanded
 }
 
 // CaddyModule returns the Caddy module information.
@@ -42,6 +49,13 @@ func (m *Module) Provision(caddy.Context) error {
 	}
 	if err := checkAPIBase(m.APIBase); err != nil {
 		return fmt.Errorf("payments stripe: %w", err)
+	}
+	m.whsec = caddy.NewReplacer().ReplaceAll(m.WebhookSecret, "")
+	if m.WebhookSecret != "" && m.whsec == "" {
+		return fmt.Errorf("payments stripe: webhook_secret is empty (%q): set that variable, or remove the option", m.WebhookSecret)
+	}
+	if m.WebhookTolerance < 0 {
+		return fmt.Errorf("payments stripe: webhook_tolerance %s is negative", time.Duration(m.WebhookTolerance))
 	}
 	return nil
 }
@@ -60,15 +74,17 @@ func checkAPIBase(s string) error {
 
 // OpenPayments returns a Provider with the configured key and API base.
 func (m *Module) OpenPayments(logger *zap.Logger) (orderbackend.Payments, error) {
-	return New(m.key, m.APIBase, logger), nil
+	return New(m.key, m.APIBase, logger, WithWebhook(m.whsec, time.Duration(m.WebhookTolerance))), nil
 }
 
 // UnmarshalCaddyfile reads the provider's Caddyfile syntax, inside the global seckill block's
 // orders block. Syntax:
 //
 //	payments stripe {
-//		secret_key <key>    # required; e.g. {env.STRIPE_SECRET_KEY} (read at start)
-//		api_base   <url>    # default https://api.stripe.com
+//		secret_key        <key>       # required; e.g. {env.STRIPE_SECRET_KEY} (read at start)
+//		api_base          <url>       # default https://api.stripe.com
+//		webhook_secret    <secret>    # the webhook endpoint's signing secret, e.g. {env.STRIPE_WEBHOOK_SECRET}
+//		webhook_tolerance <duration>  # how old a webhook's signature may be; default 5m
 //	}
 func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // the module name
@@ -87,8 +103,12 @@ func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 					err = d.Errf("seckill: payments stripe: %v", cerr)
 				}
 			}
+		case "webhook_secret":
+			m.WebhookSecret, err = caddyfileargs.SecretArg(d, "payments stripe webhook_secret")
+		case "webhook_tolerance":
+			m.WebhookTolerance, err = caddyfileargs.PositiveDurationArg(d, "payments stripe webhook_tolerance")
 		default:
-			err = d.Errf("seckill: payments stripe: unknown option %q: want secret_key or api_base", opt)
+			err = d.Errf("seckill: payments stripe: unknown option %q: want secret_key, api_base, webhook_secret or webhook_tolerance", opt)
 		}
 		return err
 	})

@@ -31,6 +31,9 @@ const MetadataKey = "seckill_key"
 type Provider struct {
 	client *stripe.Client
 	log    *zap.Logger
+
+	webhookSecret    string        // the webhook endpoint's signing secret (whsec_…); "" takes no notifications
+	webhookTolerance time.Duration // how old a notification's signature may be
 }
 
 var (
@@ -38,9 +41,24 @@ var (
 	_ orderbackend.PaymentMethodRequirer = (*Provider)(nil)
 )
 
+// Option configures a Provider.
+type Option func(*Provider)
+
+// WithWebhook makes the Provider take Stripe's webhooks (ParseNotification) signed with secret,
+// the endpoint's signing secret (whsec_…), refusing signatures older than tolerance
+// (DefaultWebhookTolerance when 0).
+func WithWebhook(secret string, tolerance time.Duration) Option {
+	return func(p *Provider) {
+		if tolerance <= 0 {
+			tolerance = DefaultWebhookTolerance
+		}
+		p.webhookSecret, p.webhookTolerance = secret, tolerance
+	}
+}
+
 // New returns a Provider calling the Stripe API at apiBase ("" for DefaultAPIBase) with the
 // secret key.
-func New(secretKey, apiBase string, log *zap.Logger) *Provider {
+func New(secretKey, apiBase string, log *zap.Logger, opts ...Option) *Provider {
 	if apiBase == "" {
 		apiBase = DefaultAPIBase
 	}
@@ -55,7 +73,12 @@ func New(secretKey, apiBase string, log *zap.Logger) *Provider {
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 		MaxNetworkRetries: &retries,
 	})
-	return &Provider{client: stripe.NewClient(secretKey, stripe.WithBackends(backends)), log: log}
+	p := &Provider{client: stripe.NewClient(secretKey, stripe.WithBackends(backends)), log: log,
+		webhookTolerance: DefaultWebhookTolerance}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
 // RequiresPaymentMethod implements orderbackend.PaymentMethodRequirer: a PaymentIntent is
