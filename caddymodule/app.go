@@ -94,6 +94,7 @@ type App struct {
 	acts          *activities
 	rooms         map[string]*waitroom.Room // activity id -> its waiting room (queue.go)
 	line          waitroom.Line             // the store's line; nil when it keeps none
+	spender       powSpender                // the store's spent proofs of work; nil when it keeps none
 	roomMetrics   *roomMetrics
 	metrics       *metrics
 	poolKeys      []string
@@ -239,7 +240,7 @@ func (a *App) open() error {
 		shownByID[id] = shown{reveal: time.Duration(act.Reveal), price: act.Price, title: act.Title}
 	}
 	a.acts = newActivities(b.guard, shownByID)
-	if a.rooms, a.line, err = provisionRooms(a.Activities, b.store, store); err != nil {
+	if a.rooms, a.line, a.spender, err = provisionRooms(a.Activities, b.store, store); err != nil {
 		return err
 	}
 	storeMetrics, _ := b.store.(prometheus.Collector) // a store's own metrics, if it has any

@@ -86,6 +86,8 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"orders unknown option", global("orders sqlite a.db {\nsweep 1s\n}"), `unrecognized orders option "sweep"`},
 		{"orders sweep_every word", global("orders sqlite a.db {\nsweep_every often\n}"), `orders sweep_every "often"`},
 		{"orders sweep_every zero", global("orders sqlite a.db {\nsweep_every 0s\n}"), "orders sweep_every must be positive"},
+		{"orders settle_after zero", global("orders sqlite a.db {\nsettle_after 0s\n}"), "orders settle_after must be positive"},
+		{"orders settle_after word", global("orders sqlite a.db {\nsettle_after soon\n}"), `orders settle_after "soon"`},
 		{"orders claim_idle negative", global("orders sqlite a.db {\nclaim_idle -1s\n}"), "is negative"},
 		{"orders max_deliveries", global("orders sqlite a.db {\nmax_deliveries 0\n}"), `max_deliveries "0": want a whole number of at least 1`},
 		{"orders partitions zero", global("orders postgres x {\npartitions 0\n}"), `orders partitions "0": want a whole number from 1 (not partitioned) to 1024`},

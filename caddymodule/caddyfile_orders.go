@@ -14,6 +14,7 @@ import (
 //
 //	orders sqlite|postgres <file or dsn> [{
 //		sweep_every    <duration>   # look for unpaid orders past pay_within; default 1s
+//		settle_after   <duration>   # ask the provider about a payment left without outcome after; default 1m
 //		consumer_name  <name>       # distinct per process; default the host name
 //		max_deliveries <n>          # tries of a failing win before the dead letters; default 5
 //		claim_idle     <duration>   # take over another consumer's wins after; default 30s
@@ -33,6 +34,8 @@ func parseOrders(d *caddyfile.Dispenser) (*OrdersConfig, error) {
 		switch opt {
 		case "sweep_every":
 			o.SweepEvery, err = caddyfileargs.PositiveDurationArg(d, "orders sweep_every")
+		case "settle_after":
+			o.SettleAfter, err = caddyfileargs.PositiveDurationArg(d, "orders settle_after")
 		case "consumer_name":
 			o.ConsumerName, err = caddyfileargs.OneArg(d)
 		case "max_deliveries":

@@ -58,6 +58,7 @@ func TestCaddyfileOptionTwice(t *testing.T) {
 		{captcha, "max_fetches 3", "seckill: captcha max_fetches"},
 		{captcha, "issue_rate 6/m", "seckill: captcha issue_rate"},
 		{orders, "sweep_every 1s", "seckill: orders sweep_every"},
+		{orders, "settle_after 1m", "seckill: orders settle_after"},
 		{orders, "consumer_name c", "seckill: orders consumer_name"},
 		{orders, "max_deliveries 3", "seckill: orders max_deliveries"},
 		{orders, "claim_idle 1m", "seckill: orders claim_idle"},

@@ -81,7 +81,7 @@ const (
 	layerJWT                       // 401, or 503 when the verifier cannot work (JWKS down)
 	layerUserLimit                 // 429: the user's bucket, local or distributed
 	layerHashedURL                 // 404 bad_path, no store call
-	layerWaitingRoom               // 403 not_admitted, 404 not_in_line: the waiting room (queue.go)
+	layerWaitingRoom               // 403 not_admitted, 404 not_in_line, the pow_* refusals: the waiting room (queue.go)
 	layerCaptchaLimit              // 429: the user's captcha issuance bucket
 	layerCaptcha                   // 403 captcha_invalid, 404 image, 503 captcha store down
 	layerBadRequest                // 400 / 408 / 413 bad_request: the Idempotency-Key or the body

@@ -135,6 +135,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return q.result()
 	case callQueue:
 		return q.queue()
+	case callChallenge:
+		return q.challenge()
 	}
 	return q.fail(errNotFound)
 }

@@ -150,7 +150,8 @@ func (o *ordersRunner) start(ctx context.Context, check func(context.Context, or
 			ClaimIdle:     time.Duration(o.cfg.ClaimIdle),
 			Listing:       o.listing,
 		},
-		Sweeper:  orderbackend.SweeperOptions{Every: time.Duration(o.cfg.SweepEvery)},
+		Sweeper: orderbackend.SweeperOptions{Every: time.Duration(o.cfg.SweepEvery),
+			SettleAfter: time.Duration(o.cfg.SettleAfter)},
 		Discover: discoverEvery,
 		Logger:   o.logger,
 	})

@@ -27,6 +27,11 @@ type OrdersConfig struct {
 	// SweepEvery is how often orders whose payment window closed are looked for; default 1s.
 	SweepEvery caddy.Duration `json:"sweep_every,omitempty"`
 
+	// SettleAfter is how long a payment attempt may stay without outcome (a crash, a provider
+	// that did not answer) before the sweeper asks the provider about it by its key; a charge
+	// call is bounded by half of it. Default 1m.
+	SettleAfter caddy.Duration `json:"settle_after,omitempty"`
+
 	// ConsumerName is this process's name in every activity's consumer group. Keep it stable
 	// across restarts (a restarted process first re-reads its own unacknowledged wins) and
 	// distinct per process; default the host name.
@@ -95,6 +100,8 @@ func (c *OrdersConfig) validate() error {
 		return fmt.Errorf("orders sqlite: file %q must not contain '?' (connection options are set by the backend)", c.DSN)
 	case c.SweepEvery < 0:
 		return fmt.Errorf("orders: sweep_every %s is negative", time.Duration(c.SweepEvery))
+	case c.SettleAfter < 0:
+		return fmt.Errorf("orders: settle_after %s is negative", time.Duration(c.SettleAfter))
 	case c.ClaimIdle < 0:
 		return fmt.Errorf("orders: claim_idle %s is negative", time.Duration(c.ClaimIdle))
 	case c.MaxDeliveries < 0:

@@ -28,7 +28,34 @@ type queueAnswer struct {
 // Redis must cost a poll about a second (then 503 busy), as it costs a buy.
 const lineTimeout = admitTimeout
 
+// challengeAnswer is the answer of the challenge call: a proof of work to solve before joining.
+type challengeAnswer struct {
+	Code      string `json:"code"`
+	Challenge string `json:"challenge"`
+	Bits      int    `json:"bits"`
+	ExpiresMS int64  `json:"expires_ms"`
+}
+
+// joinBody is the join's body when the room asks a proof of work.
+type joinBody struct {
+	Challenge string `json:"challenge"`
+	Answer    string `json:"answer"`
+}
+
+// The proof-of-work codes of the public contract (docs/api.md).
+const (
+	codePowRequired = "pow_required"
+	codePowInvalid  = "pow_invalid"
+	codePowExpired  = "pow_expired"
+	codePowSpent    = "pow_spent"
+)
+
 var (
+	errNoPow       = sharedError(layerRoute, http.StatusNotFound, codeNotFound, "this waiting room asks no proof of work")
+	errPowRequired = sharedError(layerWaitingRoom, http.StatusForbidden, codePowRequired,
+		"joining costs a proof of work: GET .../queue/challenge, then POST {challenge, answer}")
+	errPowSpent = sharedError(layerWaitingRoom, http.StatusConflict, codePowSpent,
+		"this challenge was answered already: GET .../queue/challenge for a new one")
 	errNoRoom      = sharedError(layerRoute, http.StatusNotFound, codeNotFound, "this activity has no waiting room")
 	errNotInLine   = sharedError(layerWaitingRoom, http.StatusNotFound, codeNotInLine, "you are not in the line: join it with POST")
 	errNotJoined   = sharedError(layerWaitingRoom, http.StatusForbidden, codeNotAdmitted, "join the waiting room first (POST .../queue)")
@@ -53,7 +80,11 @@ func (q *request) queue() error {
 	var p waitroom.Place
 	var err error
 	if q.r.Method == http.MethodPost {
-		if e := q.joinable(room); e != nil {
+		e := q.joinable(room)
+		if e == nil {
+			e = q.proofOfWork(ctx, room)
+		}
+		if e != nil {
 			q.h.app.roomMetrics.join(q.act.ID, e.Code)
 			return q.fail(e)
 		}
@@ -78,6 +109,70 @@ func (q *request) queue() error {
 		ans.AdmittedUntilMS = s.Until.UnixMilli()
 	}
 	return q.ok(http.StatusOK, codeOK, ans)
+}
+
+// challenge hands out a proof-of-work challenge for the caller to join the activity's line: signed,
+// bound to the activity and the caller, and stateless (nothing is stored until it is answered).
+func (q *request) challenge() error {
+	room := q.h.app.rooms[q.act.ID]
+	if room == nil {
+		return q.fail(errNoRoom)
+	}
+	bits := room.Config().ProofBits
+	if bits == 0 {
+		return q.fail(errNoPow)
+	}
+	if e := q.authenticate(); e != nil {
+		return q.fail(e)
+	}
+	if e := q.limitUser(userBucketResult); e != nil {
+		return q.fail(e)
+	}
+	c, err := waitroom.NewChallenge(waitroom.ProofKey(q.act.Salt), q.act.ID, q.user, bits, q.now)
+	if err != nil {
+		q.h.logger.Error("proof of work challenge", zap.String("activity", q.act.ID), zap.Error(err))
+		return q.fail(errBusyAt(layerWaitingRoom, time.Second))
+	}
+	q.w.Header().Set("Cache-Control", "no-store")
+	return q.ok(http.StatusOK, codeOK, challengeAnswer{Code: codeOK, Challenge: c.Token, Bits: c.Bits,
+		ExpiresMS: c.Expires.UnixMilli()})
+}
+
+// proofOfWork checks the join's proof of work, when the room asks one, and spends it: an answer
+// joins once. A refused proof changes nothing but the spent set.
+func (q *request) proofOfWork(ctx context.Context, room *waitroom.Room) *Error {
+	bits := room.Config().ProofBits
+	if bits == 0 {
+		return nil
+	}
+	b, e := q.readBody()
+	if e != nil {
+		return e
+	}
+	var body joinBody
+	if len(b) > 0 {
+		if err := decodeJSON(b, &body); err != nil {
+			return errBadRequest(err.Error())
+		}
+	}
+	if body.Challenge == "" && body.Answer == "" {
+		return errPowRequired
+	}
+	t, err := waitroom.CheckProof(waitroom.ProofKey(q.act.Salt), q.act.ID, q.user, bits, body.Challenge, body.Answer, q.now)
+	switch {
+	case errors.Is(err, waitroom.ErrProofExpired):
+		return refuseAt(layerWaitingRoom, http.StatusForbidden, codePowExpired, err.Error())
+	case err != nil:
+		return refuseAt(layerWaitingRoom, http.StatusForbidden, codePowInvalid, err.Error())
+	}
+	fresh, err := q.h.app.spender.SpendProof(ctx, q.act.ID, t.ID, t.Expires)
+	switch {
+	case err != nil:
+		return q.lineError(err)
+	case !fresh:
+		return errPowSpent
+	}
+	return nil
 }
 
 // joinable refuses a join outside the line's hours: before it opens, after the end, or once

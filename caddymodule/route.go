@@ -11,14 +11,15 @@ import (
 type callKind uint8
 
 const (
-	callStatus  callKind = iota + 1 // GET    {prefix}/{activity}
-	callCaptcha                     // POST   {prefix}/{activity}/captcha
-	callImage                       // GET    {prefix}/{activity}/captcha/{id}.png
-	callAudio                       // GET    {prefix}/{activity}/captcha/{id}.wav
-	callPath                        // POST   {prefix}/{activity}/path
-	callBuy                         // POST   {prefix}/{activity}/buy/{hash}
-	callResult                      // GET    {prefix}/{activity}/result
-	callQueue                       // POST or GET {prefix}/{activity}/queue (queue.go)
+	callStatus    callKind = iota + 1 // GET    {prefix}/{activity}
+	callCaptcha                       // POST   {prefix}/{activity}/captcha
+	callImage                         // GET    {prefix}/{activity}/captcha/{id}.png
+	callAudio                         // GET    {prefix}/{activity}/captcha/{id}.wav
+	callPath                          // POST   {prefix}/{activity}/path
+	callBuy                           // POST   {prefix}/{activity}/buy/{hash}
+	callResult                        // GET    {prefix}/{activity}/result
+	callQueue                         // POST or GET {prefix}/{activity}/queue (queue.go)
+	callChallenge                     // GET    {prefix}/{activity}/queue/challenge (queue.go)
 )
 
 // call is a parsed request path.
@@ -77,6 +78,8 @@ func parseCall(prefix, path string) (call, bool) {
 		if c.kind == 0 || !validArg(c.arg) {
 			return call{}, false
 		}
+	case n == 3 && seg[1] == "queue" && seg[2] == "challenge":
+		c.kind = callChallenge
 	case n == 3 && seg[1] == "buy":
 		if !validArg(seg[2]) {
 			return call{}, false
@@ -104,7 +107,7 @@ func validArg(s string) bool {
 // methods returns the methods a call answers, as the Allow header lists them.
 func (k callKind) methods() string {
 	switch k {
-	case callStatus, callImage, callAudio, callResult:
+	case callStatus, callImage, callAudio, callResult, callChallenge:
 		return "GET, HEAD"
 	case callQueue:
 		return "GET, HEAD, POST"
@@ -115,7 +118,7 @@ func (k callKind) methods() string {
 // allows reports whether the call answers method.
 func (k callKind) allows(method string) bool {
 	switch k {
-	case callStatus, callImage, callAudio, callResult:
+	case callStatus, callImage, callAudio, callResult, callChallenge:
 		return method == http.MethodGet || method == http.MethodHead
 	case callQueue:
 		return method == http.MethodGet || method == http.MethodHead || method == http.MethodPost
@@ -142,6 +145,8 @@ func (k callKind) String() string {
 		return "result"
 	case callQueue:
 		return "queue"
+	case callChallenge:
+		return "queue_challenge"
 	}
 	return "unknown"
 }

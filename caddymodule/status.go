@@ -40,6 +40,8 @@ type statusAnswer struct {
 type roomAnswer struct {
 	OpensMS   int64 `json:"opens_ms"`   // when the line opens (Unix ms): start - opens
 	SessionMS int64 `json:"session_ms"` // how long an admitted buyer may take to buy
+	// ProofBits is the proof of work a join costs (proof_of_work), absent when none.
+	ProofBits int `json:"proof_of_work,omitempty"`
 }
 
 // priceAnswer is an activity's price as the status call shows it: exact in minor units for
@@ -77,7 +79,8 @@ func (q *request) status() error {
 	}
 	var room *roomAnswer
 	if r := q.h.app.rooms[a.ID]; r != nil {
-		room = &roomAnswer{OpensMS: r.Opens(a.Start).UnixMilli(), SessionMS: r.Config().Session.Milliseconds()}
+		room = &roomAnswer{OpensMS: r.Opens(a.Start).UnixMilli(), SessionMS: r.Config().Session.Milliseconds(),
+			ProofBits: r.Config().ProofBits}
 	}
 	return q.ok(http.StatusOK, codeOK, statusAnswer{
 		Code:         codeOK,

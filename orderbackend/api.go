@@ -35,8 +35,9 @@ type APIOptions struct {
 //	GET  /orders/{id}         the order (owner only)
 //	POST /orders/{id}/pay     200 {"code":"paid"}, 202 {"code":"payment_pending"}, 402, or 409 {"code":"expired"}
 //	POST /orders/{id}/cancel  200 {"code":"cancelled"} or 409 {"code":"paid"}
+//	POST /orders/webhooks/{provider}  a provider's signed notification (Notifier), no token
 //
-// Every call needs the buyer's bearer token. Another user's order is answered exactly like a
+// Every other call needs the buyer's bearer token. Another user's order is answered exactly like a
 // missing one (404 not_found), so order ids cannot be probed. Bodies are {"code","message",...}
 // like the edge's.
 type API struct {
@@ -117,6 +118,10 @@ func toJSON(o Order) orderJSON {
 
 // ServeHTTP implements http.Handler.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if provider, ok := strings.CutPrefix(r.URL.Path, "/orders/webhooks/"); ok {
+		a.notify(w, r, provider) // no buyer's token: the provider's signature authenticates
+		return
+	}
 	id, action, ok := splitOrderPath(r.URL.Path)
 	if !ok {
 		a.fail(w, errAPINotFound)
@@ -224,8 +229,12 @@ func (a *API) pay(w http.ResponseWriter, r *http.Request, o Order) {
 		return
 	}
 	if res.Outcome == ChargePending {
-		a.reply(w, http.StatusAccepted, map[string]string{"code": "payment_pending", "order_id": o.ID,
-			"message": "the provider confirms the payment later; poll the order"})
+		body := map[string]string{"code": "payment_pending", "order_id": o.ID,
+			"message": "the provider confirms the payment later; poll the order"}
+		if res.NextURL != "" {
+			body["next_url"] = res.NextURL // where the buyer pays
+		}
+		a.reply(w, http.StatusAccepted, body)
 		return
 	}
 	// The request may be gone; the outcome must still be stored.

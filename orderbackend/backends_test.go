@@ -40,6 +40,7 @@ func allScenarios() []scenario {
 	all = append(all, consumerScenarios...)
 	all = append(all, apiScenarios...)
 	all = append(all, paymentScenarios...)
+	all = append(all, notifyScenarios...)
 	all = append(all, archiveScenarios...)
 	return all
 }

@@ -30,6 +30,9 @@ type Metrics struct {
 	// PaymentErrors counts provider calls of the settlement that failed (a lookup of an attempt
 	// without outcome, a refund due): each is tried again at the next sweep.
 	PaymentErrors atomic.Int64
+	// Notifications counts the payment providers' notifications by provider and result or
+	// reason (the order API's POST /orders/webhooks/{provider}).
+	Notifications NotificationCounts
 }
 
 // MetricsSnapshot is a copy of the counters. The Tx fields are the repository's (TxStats, when it

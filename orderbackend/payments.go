@@ -61,6 +61,9 @@ const (
 type ChargeResult struct {
 	Outcome ChargeOutcome
 	Ref     string // the provider's id of the charge, when it has one
+	// NextURL is where the buyer completes a ChargePending payment (the provider's page), when
+	// the provider has one; the pay call answers it as next_url.
+	NextURL string
 }
 
 // PaymentStatus is the state of a payment attempt: started (recorded, no outcome yet), then

@@ -84,48 +84,90 @@ func (p *Postgres) SettlePayment(ctx context.Context, key string, outcome Charge
 		o   Order
 	)
 	// The key names the order, and the guard table its buyer: the attempt and the order are read
-	// in that buyer's partition only. Lock the order, then the attempt.
+	// in that buyer's partition only.
 	orderID, user, err := p.keyOwner(ctx, key)
 	if err != nil {
 		return Payment{}, Order{}, err
 	}
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		var err error
-		if o, err = pgLockOrder(ctx, tx, user, orderID); err != nil {
-			return err
-		}
-		pay, err = scanPGPayment(tx.QueryRow(ctx, `SELECT `+pgPaymentCols+` FROM payments WHERE user_id = $1 AND key = $2 FOR UPDATE`, user, key))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("payment %s: %w", key, ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		status, pays := settled(pay, o, outcome, now)
-		if status == pay.Status {
-			return nil
-		}
-		if pays {
-			if o, err = scanPGOrder(tx.QueryRow(ctx, `UPDATE orders SET status = 'paid', paid_at = $3, payment_ref = $4
-				WHERE user_id = $1 AND id = $2 RETURNING `+pgOrderCols, user, o.ID, now, key)); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO outbox (activity, reservation_id, order_id, user_id, kind, created_at)
-				VALUES ($1, $2, $3, $4, 'paid', $5)`, o.Activity, o.ReservationID, o.ID, o.User, now); err != nil {
-				return err
-			}
-		}
-		if ref == "" {
-			ref = pay.ProviderRef
-		}
-		pay, err = scanPGPayment(tx.QueryRow(ctx, `UPDATE payments SET status = $3, provider_ref = $4, updated_at = $5
-			WHERE user_id = $1 AND key = $2 RETURNING `+pgPaymentCols, user, key, string(status), ref, now))
+		pay, o, _, err = pgSettleTx(ctx, tx, user, orderID, key, outcome, ref, now)
 		return err
 	})
 	if errors.Is(err, ErrNotFound) {
 		return Payment{}, Order{}, err
 	}
 	return pay, o, pgErr("postgres: settle payment "+key, err)
+}
+
+// pgSettleTx records an outcome of the attempt with this key of order orderID inside tx, locking
+// the order, then the attempt: SettlePayment's rules. paid says whether this call paid the order.
+func pgSettleTx(ctx context.Context, tx pgx.Tx, user, orderID, key string, outcome ChargeOutcome, ref string, now time.Time) (pay Payment, o Order, paid bool, err error) {
+	o, err = pgLockOrder(ctx, tx, user, orderID)
+	if err != nil {
+		return Payment{}, Order{}, false, err
+	}
+	pay, err = scanPGPayment(tx.QueryRow(ctx, `SELECT `+pgPaymentCols+` FROM payments WHERE user_id = $1 AND key = $2 FOR UPDATE`, user, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, Order{}, false, fmt.Errorf("payment %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return Payment{}, Order{}, false, err
+	}
+	status, pays := settled(pay, o, outcome, now)
+	if status == pay.Status {
+		return pay, o, false, nil
+	}
+	if pays {
+		if o, err = scanPGOrder(tx.QueryRow(ctx, `UPDATE orders SET status = 'paid', paid_at = $3, payment_ref = $4
+			WHERE user_id = $1 AND id = $2 RETURNING `+pgOrderCols, user, o.ID, now, key)); err != nil {
+			return Payment{}, Order{}, false, err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (activity, reservation_id, order_id, user_id, kind, created_at)
+			VALUES ($1, $2, $3, $4, 'paid', $5)`, o.Activity, o.ReservationID, o.ID, o.User, now); err != nil {
+			return Payment{}, Order{}, false, err
+		}
+	}
+	if ref == "" {
+		ref = pay.ProviderRef
+	}
+	pay, err = scanPGPayment(tx.QueryRow(ctx, `UPDATE payments SET status = $3, provider_ref = $4, updated_at = $5
+		WHERE user_id = $1 AND key = $2 RETURNING `+pgPaymentCols, user, key, string(status), ref, now))
+	return pay, o, pays, err
+}
+
+// NotifyPayment implements Repository. The order row is locked before the event is inserted, so
+// two deliveries of one event run one after the other and the second finds the first's row.
+func (p *Postgres) NotifyPayment(ctx context.Context, n Notification, now time.Time) (NotifyResult, error) {
+	if err := n.check(); err != nil {
+		return NotifyResult{}, err
+	}
+	orderID, user, err := p.keyOwner(ctx, n.Key)
+	if err != nil {
+		return NotifyResult{}, err
+	}
+	var res NotifyResult
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := pgLockOrder(ctx, tx, user, orderID); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO payment_events (provider, event_id, payment_key, outcome, received_at)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (provider, event_id) DO NOTHING`,
+			n.Provider, n.EventID, n.Key, string(n.Outcome), now)
+		if err != nil {
+			return err
+		}
+		outcome, ref := n.Outcome, n.Ref
+		if tag.RowsAffected() == 0 {
+			res.Duplicate, outcome, ref = true, ChargePending, "" // read only: a replay changes nothing
+		}
+		res.Payment, res.Order, res.Paid, err = pgSettleTx(ctx, tx, user, orderID, n.Key, outcome, ref, now)
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return NotifyResult{}, err
+	}
+	return res, pgErr("postgres: notification "+n.Provider+" "+n.EventID, err)
 }
 
 // keyOwner finds the order and the buyer of a payment key (ErrNotFound): the key is the order id

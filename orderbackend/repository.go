@@ -78,6 +78,15 @@ type Repository interface {
 	// attempt and its order as they are afterwards; an unknown key ErrNotFound.
 	SettlePayment(ctx context.Context, key string, outcome ChargeOutcome, providerRef string, now time.Time) (Payment, Order, error)
 
+	// NotifyPayment stores a provider's notification about the attempt n.Key, in one transaction:
+	// the event is recorded in payment_events under (n.Provider, n.EventID) and its outcome
+	// applied with SettlePayment's rules (a success pays the pending order in its window or
+	// becomes PaymentRefundDue, which the sweeper refunds; an attempt with money never changes;
+	// nothing un-pays or cancels an order). An event already stored is a replay: Duplicate, and
+	// nothing changes. An unknown key is ErrNotFound and a notification without provider, event
+	// id or key, or with another outcome, ErrBadNotification; neither stores anything.
+	NotifyPayment(ctx context.Context, n Notification, now time.Time) (NotifyResult, error)
+
 	// MarkRefunded records that a PaymentRefundDue attempt's money was given back (the provider
 	// confirmed the refund); a refunded attempt is returned as is, any other status is
 	// ErrNotRefundable.

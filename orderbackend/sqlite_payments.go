@@ -75,39 +75,77 @@ func (s *SQLite) SettlePayment(ctx context.Context, key string, outcome ChargeOu
 	)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		var err error
-		pay, err = scanSQLitePayment(tx.QueryRowContext(ctx, `SELECT `+sqlitePaymentCols+` FROM payments WHERE key = ?`, key))
-		if errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("payment %s: %w", key, ErrNotFound)
-		}
-		if err != nil {
-			return err
-		}
-		if o, err = txOrder(ctx, tx, pay.OrderID); err != nil {
-			return err
-		}
-		status, pays := settled(pay, o, outcome, now)
-		if status == pay.Status {
-			return nil
-		}
-		if pays {
-			if o, err = scanSQLiteOrder(tx.StmtContext(ctx, s.fixed.payOrder).QueryRowContext(ctx, o.ID, now.UnixMilli(), key)); err != nil {
-				return err
-			}
-			if _, err := tx.StmtContext(ctx, s.fixed.paidOutbox).ExecContext(ctx, o.Activity, o.ReservationID, now.UnixMilli()); err != nil {
-				return err
-			}
-		}
-		if ref == "" {
-			ref = pay.ProviderRef
-		}
-		pay, err = scanSQLitePayment(tx.QueryRowContext(ctx, `UPDATE payments SET status = ?2, provider_ref = ?3, updated_at = ?4
-			WHERE key = ?1 RETURNING `+sqlitePaymentCols, key, string(status), ref, now.UnixMilli()))
+		pay, o, _, err = s.settleTx(ctx, tx, key, outcome, ref, now)
 		return err
 	})
 	if errors.Is(err, ErrNotFound) {
 		return Payment{}, Order{}, err
 	}
 	return pay, o, sqliteErr("sqlite: settle payment "+key, err)
+}
+
+// settleTx records an outcome of the attempt with this key inside a write transaction (which is
+// exclusive on SQLite): SettlePayment's rules. paid says whether this call paid the order.
+func (s *SQLite) settleTx(ctx context.Context, tx *sql.Tx, key string, outcome ChargeOutcome, ref string, now time.Time) (pay Payment, o Order, paid bool, err error) {
+	pay, err = scanSQLitePayment(tx.QueryRowContext(ctx, `SELECT `+sqlitePaymentCols+` FROM payments WHERE key = ?`, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return Payment{}, Order{}, false, fmt.Errorf("payment %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return Payment{}, Order{}, false, err
+	}
+	o, err = txOrder(ctx, tx, pay.OrderID)
+	if err != nil {
+		return Payment{}, Order{}, false, err
+	}
+	status, pays := settled(pay, o, outcome, now)
+	if status == pay.Status {
+		return pay, o, false, nil
+	}
+	if pays {
+		if o, err = scanSQLiteOrder(tx.StmtContext(ctx, s.fixed.payOrder).QueryRowContext(ctx, o.ID, now.UnixMilli(), key)); err != nil {
+			return Payment{}, Order{}, false, err
+		}
+		if _, err := tx.StmtContext(ctx, s.fixed.paidOutbox).ExecContext(ctx, o.Activity, o.ReservationID, now.UnixMilli()); err != nil {
+			return Payment{}, Order{}, false, err
+		}
+	}
+	if ref == "" {
+		ref = pay.ProviderRef
+	}
+	pay, err = scanSQLitePayment(tx.QueryRowContext(ctx, `UPDATE payments SET status = ?2, provider_ref = ?3, updated_at = ?4
+		WHERE key = ?1 RETURNING `+sqlitePaymentCols, key, string(status), ref, now.UnixMilli()))
+	return pay, o, pays, err
+}
+
+// NotifyPayment implements Repository.
+func (s *SQLite) NotifyPayment(ctx context.Context, n Notification, now time.Time) (NotifyResult, error) {
+	if err := n.check(); err != nil {
+		return NotifyResult{}, err
+	}
+	var res NotifyResult
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		var seen int
+		err := tx.QueryRowContext(ctx, `SELECT 1 FROM payment_events WHERE provider = ? AND event_id = ?`, n.Provider, n.EventID).Scan(&seen)
+		switch {
+		case err == nil:
+			res.Duplicate = true
+			res.Payment, res.Order, _, err = s.settleTx(ctx, tx, n.Key, ChargePending, "", now) // reads, changes nothing
+			return err
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		if res.Payment, res.Order, res.Paid, err = s.settleTx(ctx, tx, n.Key, n.Outcome, n.Ref, now); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO payment_events (provider, event_id, payment_key, outcome, received_at)
+			VALUES (?, ?, ?, ?, ?)`, n.Provider, n.EventID, n.Key, string(n.Outcome), now.UnixMilli())
+		return err
+	})
+	if errors.Is(err, ErrNotFound) {
+		return NotifyResult{}, err
+	}
+	return res, sqliteErr("sqlite: notification "+n.Provider+" "+n.EventID, err)
 }
 
 // MarkRefunded implements Repository.

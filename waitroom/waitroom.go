@@ -115,6 +115,9 @@ type Config struct {
 	Opens   time.Duration // the line opens this long before the start
 	Admit   ratelimit.Rate
 	Session time.Duration // how long an admitted buyer may take to buy
+	// ProofBits is the proof of work a join costs (pow.go): 0 for none, else MinProofBits to
+	// MaxProofBits leading zero bits.
+	ProofBits int
 }
 
 // ParseAdmit parses an admission rate "<n>/<period>" such as "200/s" or "6000/m".
@@ -153,6 +156,8 @@ func New(cfg Config) (*Room, error) {
 		return nil, fmt.Errorf("session %s: want %s to %s", cfg.Session, MinSession, MaxSession)
 	case cfg.Admit.Events <= 0 || cfg.Admit.Period <= 0:
 		return nil, fmt.Errorf("admit %d/%s: want a positive rate", cfg.Admit.Events, cfg.Admit.Period)
+	case cfg.ProofBits != 0 && (cfg.ProofBits < MinProofBits || cfg.ProofBits > MaxProofBits):
+		return nil, fmt.Errorf("proof_of_work %d: want %d to %d bits", cfg.ProofBits, MinProofBits, MaxProofBits)
 	}
 	perSecond := float64(cfg.Admit.Events) * float64(time.Second) / float64(cfg.Admit.Period)
 	if perSecond > MaxAdmitPerSecond {
@@ -199,10 +204,16 @@ type Status struct {
 	AdmittedAt, Until time.Time
 }
 
-// Refresh bounds: a poll every second at most, and at least every 15 s while waiting.
+// Refresh bounds: a poll every second at most, and at least every 15 s while waiting. A turn due
+// in less than minRefresh is an exception: the buyer is told to ask again just after it
+// (RefreshMargin), so that a page polling at refresh_ms is not a second behind a script that
+// polls all the time.
 const (
 	minRefresh = time.Second
 	maxRefresh = 15 * time.Second
+	// RefreshMargin is how long after a turn due within a second the buyer is told to ask again:
+	// enough for the clocks of the gateways of a sale (each reads the store's) and the trip.
+	RefreshMargin = 20 * time.Millisecond
 )
 
 // Status derives the buyer's status from the place the store read, for a sale starting at start.
@@ -226,13 +237,23 @@ func (r *Room) Status(p Place, start time.Time, closed bool) Status {
 		s.State = Waiting
 		s.Ahead = max(p.Rank-r.served(p, start), 0)
 		s.ETA = at.Sub(now)
-		s.Refresh = clamp(s.ETA/4, minRefresh, maxRefresh)
+		s.Refresh = refreshFor(s.ETA)
 	default: // an early joiner before the start
 		s.State = Waiting
 		s.ETA = max(start.Sub(now), 0) + time.Duration(float64(p.EarlyCount)*r.intervalMS/2*float64(time.Millisecond))
-		s.Refresh = clamp(start.Sub(now)/4, minRefresh, maxRefresh)
+		// The place is drawn at the start: ask again just after it.
+		s.Refresh = refreshFor(max(start.Sub(now), 0))
 	}
 	return s
+}
+
+// refreshFor returns when to ask again about an event due in d: a quarter of the wait, 1 s to
+// 15 s, but just after the event when it is due within a second.
+func refreshFor(d time.Duration) time.Duration {
+	if d < minRefresh {
+		return d + RefreshMargin
+	}
+	return clamp(d/4, minRefresh, maxRefresh)
 }
 
 // admittedAt returns the place's admission time, and false before the lottery is drawn.

@@ -37,7 +37,10 @@ func TestNewDefaultsAndBounds(t *testing.T) {
 		{Opens: 8 * 24 * time.Hour, Admit: one},
 		{Admit: one, Session: time.Millisecond},
 		{Admit: one, Session: 25 * time.Hour},
+		{Admit: one, ProofBits: -1},
+		{Admit: one, ProofBits: 29},
 		{Admit: one, Session: time.Minute, Opens: time.Minute},
+		{Admit: one, Session: time.Minute, ProofBits: 28},
 	} {
 		_, err := waitroom.New(bad)
 		if (err == nil) != (bad.Session == time.Minute) {
@@ -80,9 +83,13 @@ func TestStatus(t *testing.T) {
 		{"early rank 0 at the start", waitroom.Place{Now: at(0), Early: true, Rank: 0, EarlyCount: 10},
 			false, waitroom.Status{State: waitroom.Admitted, Position: 1, AdmittedAt: at(0), Until: at(time.Minute), Refresh: 15 * time.Second}},
 		{"early rank 5 at 250 ms", waitroom.Place{Now: at(250 * time.Millisecond), Early: true, Rank: 5, EarlyCount: 10},
-			false, waitroom.Status{State: waitroom.Waiting, Position: 6, Ahead: 2, ETA: 250 * time.Millisecond, Refresh: time.Second}},
+			false, waitroom.Status{State: waitroom.Waiting, Position: 6, Ahead: 2, ETA: 250 * time.Millisecond, Refresh: 270 * time.Millisecond}},
 		{"late behind everyone", waitroom.Place{Now: at(time.Second), Rank: 12, Offset: 1200, EarlyCount: 10, LateAdmitted: 1},
-			false, waitroom.Status{State: waitroom.Waiting, Position: 13, Ahead: 1, ETA: 200 * time.Millisecond, Refresh: time.Second}},
+			false, waitroom.Status{State: waitroom.Waiting, Position: 13, Ahead: 1, ETA: 200 * time.Millisecond, Refresh: 220 * time.Millisecond}},
+		{"late, two seconds to go", waitroom.Place{Now: at(time.Second), Rank: 30, Offset: 3000, EarlyCount: 10},
+			false, waitroom.Status{State: waitroom.Waiting, Position: 31, Ahead: 20, ETA: 2 * time.Second, Refresh: time.Second}},
+		{"early, the draw 400 ms away", waitroom.Place{Now: at(-400 * time.Millisecond), Early: true, Rank: -1, EarlyCount: 10},
+			false, waitroom.Status{State: waitroom.Waiting, ETA: 900 * time.Millisecond, Refresh: 420 * time.Millisecond}},
 		{"session over", waitroom.Place{Now: at(2 * time.Minute), Rank: 12, Offset: 1200, EarlyCount: 10, LateAdmitted: 3},
 			false, waitroom.Status{State: waitroom.Expired, Position: 13, AdmittedAt: at(1200 * time.Millisecond), Until: at(time.Minute + 1200*time.Millisecond)}},
 		{"sold out while waiting", waitroom.Place{Now: at(time.Second), Rank: 12, Offset: 1200, EarlyCount: 10},

@@ -110,9 +110,18 @@ export class Api {
     return (await this.call("GET", `${this.actURL}/result`, { auth: true, cache: "no-store" })).body;
   }
 
-  /** joinLine is POST {base}/{activity}/queue: a place in the waiting room's line (kept if taken). */
-  async joinLine() {
-    return (await this.call("POST", `${this.actURL}/queue`, { auth: true })).body;
+  /**
+   * joinLine is POST {base}/{activity}/queue: a place in the waiting room's line (kept if taken);
+   * proof is {challenge, answer} when the room asks a proof of work.
+   */
+  async joinLine(proof) {
+    const opts = proof ? { auth: true, json: proof } : { auth: true };
+    return (await this.call("POST", `${this.actURL}/queue`, opts)).body;
+  }
+
+  /** lineChallenge is GET {base}/{activity}/queue/challenge: a proof of work to join with. */
+  async lineChallenge() {
+    return (await this.call("GET", `${this.actURL}/queue/challenge`, { auth: true, cache: "no-store" })).body;
   }
 
   /** placeInLine is GET {base}/{activity}/queue: the caller's place in the line. */

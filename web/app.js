@@ -77,7 +77,9 @@ export class Sale {
     this.dueChecked = false;
     this.announced = new Set();
     this.tickTimer = 0;
-    this.room = null; // {opens} of the activity's waiting room (when its line opens); null without one
+    // {opens, pow} of the activity's waiting room (when its line opens, whether a join costs a
+    // proof of work); null without one
+    this.room = null;
     this.line = null; // the buyer's place {state, position, ahead, etaAt, until} (line.js)
     this.lineJoined = false;
     this.lineCalling = false;
@@ -193,7 +195,7 @@ export class Sale {
       remaining: Number.isFinite(b.remaining) ? b.remaining : null,
     };
     const room = b.waiting_room;
-    this.room = Number.isFinite(room?.opens_ms) ? { opens: room.opens_ms } : null;
+    this.room = Number.isFinite(room?.opens_ms) ? { opens: room.opens_ms, pow: room.proof_of_work > 0 } : null;
     if (typeof b.captcha === "boolean") {
       this.captchaOn = b.captcha;
     }

@@ -4,11 +4,14 @@
 // Methods of Sale (see app.js).
 
 import { backoffDelay } from "./backoff.js";
+import { solveChallenge } from "./pow.js";
 import { lineAheadText, lineEtaText, linePlaceText, lineSessionText } from "./messages.js";
 
 // A little spread on the gateway's refresh_ms, so that pages that joined together do not poll in
-// the same millisecond.
+// the same millisecond. Not below a second: the gateway then names the moment just after this
+// buyer's own turn, which no other page shares.
 const LINE_JITTER_MS = 200;
+const LINE_JITTER_FROM_MS = 1000;
 
 /** lineMethods are the Sale methods of the waiting room. */
 export const lineMethods = {
@@ -60,14 +63,14 @@ export const lineMethods = {
     const gen = this.lineGen;
     let next = 0;
     try {
-      const a = this.lineJoined ? await this.api.placeInLine() : await this.api.joinLine();
+      const a = this.lineJoined ? await this.api.placeInLine() : await this.api.joinLine(await this.lineProof());
       if (gen !== this.lineGen) {
         return; // signed out meanwhile
       }
       this.lineJoined = true;
       this.lineFailures = 0;
       this.showLine(a);
-      next = a.refresh_ms > 0 ? a.refresh_ms + Math.random() * LINE_JITTER_MS : 0;
+      next = a.refresh_ms > 0 ? a.refresh_ms + lineJitter(a.refresh_ms) : 0;
     } catch (err) {
       if (gen !== this.lineGen) {
         return;
@@ -80,6 +83,15 @@ export const lineMethods = {
     if (next > 0 && this.inLine()) {
       this.lineLater(next);
     }
+  },
+
+  /** lineProof solves a fresh challenge when the room asks a proof of work to join; else null. */
+  async lineProof() {
+    if (!this.room?.pow) {
+      return null;
+    }
+    const c = await this.api.lineChallenge();
+    return { challenge: c.challenge, answer: await solveChallenge(c.challenge, c.bits) };
   },
 
   /** showLine keeps the gateway's answer, with its instants on the sale's clock, and says a change. */
@@ -134,6 +146,13 @@ export const lineMethods = {
       case "not_found": // the activity has no waiting room any more: buy as without one
         this.room = null;
         return 0;
+      case "pow_required": // the room asks a proof of work now (a reload of the gateway)
+        this.room.pow = true;
+        return 100;
+      case "pow_expired": // slow to solve, or a stale challenge: solve a fresh one
+      case "pow_spent":
+      case "pow_invalid":
+        return 100;
     }
     this.lineFailures = (this.lineFailures ?? 0) + 1;
     this.say(err.code, " Your place in the line is kept; asking again shortly.");
@@ -171,3 +190,8 @@ export const lineMethods = {
     e.lineEta.hidden = eta === "";
   },
 };
+
+/** lineJitter is the spread added to a refresh_ms: none when the turn is due within a second. */
+function lineJitter(refreshMs) {
+  return refreshMs < LINE_JITTER_FROM_MS ? 0 : Math.random() * LINE_JITTER_MS;
+}

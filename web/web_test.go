@@ -753,6 +753,7 @@ func TestWaitingRoom(t *testing.T) {
 		{id: "line", stock: 5, limit: 1, start: start, room: "admit 1/15s"},
 		{id: "tiny", stock: 1, limit: 1, start: start, room: "admit 1/m"},
 		{id: "brief", stock: 5, limit: 1, start: start, room: "session 2s"},
+		{id: "toll", stock: 5, limit: 1, start: start, room: "proof_of_work 12"},
 	}})
 	st, body := g.call(t, http.MethodGet, "/seckill/line", "", nil)
 	if room, _ := body["waiting_room"].(map[string]any); st != http.StatusOK || room == nil {
@@ -866,4 +867,26 @@ func TestWaitingRoom(t *testing.T) {
 		t.Errorf("eve's hint = %q", got)
 	}
 	eve.shot("expired")
+
+	// Gina's room asks a proof of work: her page fetches a challenge, solves it (web/pow.js) and
+	// joins with the answer.
+	gina := newTab(t, "gina", phone, recordRequests)
+	gina.do(chromedp.Navigate(g.pageURL(t, "toll", "gina")))
+	gina.waitFor("gina in the line", `["waiting", "admitted"].includes(document.getElementById("line").dataset.state)`, 30*time.Second)
+	challenges := requests(gina, "/queue/challenge")
+	if len(challenges) != 1 || challenges[0].Status != http.StatusOK {
+		t.Errorf("gina's challenge requests = %+v, want one 200", challenges)
+	}
+	var joins []request
+	for _, r := range requests(gina, "/toll/queue") {
+		if r.Method == "POST" {
+			joins = append(joins, r)
+		}
+	}
+	if len(joins) != 1 || joins[0].Status != http.StatusOK {
+		t.Errorf("gina's queue requests = %+v, want a join answered 200", joins)
+	}
+	if st, body := g.call(t, http.MethodGet, "/seckill/toll/queue", "gina", nil); st != http.StatusOK || body["position"] != float64(1) {
+		t.Errorf("gina's place: %d %v, want position 1", st, body)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -69,6 +70,18 @@ func appendChange(b []byte, c *memChange) ([]byte, error) {
 		b = binary.AppendUvarint(b, uint64(c.idx))
 		b = binary.AppendVarint(b, c.pend.deliveries)
 		return appendString(b, c.reason), nil
+	case changeJoin:
+		b = appendString(b, c.act)
+		b = appendString(b, c.user)
+		early := uint64(0)
+		if c.early {
+			early = 1
+		}
+		b = binary.AppendUvarint(b, early)
+		b = binary.AppendUvarint(b, math.Float64bits(c.at))
+		return binary.AppendUvarint(b, math.Float64bits(c.interval)), nil
+	case changeDraw:
+		return appendString(b, c.act), nil
 	}
 	return b, fmt.Errorf("unknown change kind %d", c.kind)
 }
@@ -126,6 +139,18 @@ func decodeChange(k changeKind, data []byte) (memChange, error) {
 		c.idx = int(d.uvarint())
 		c.pend.deliveries = d.varint()
 		c.reason = d.string()
+	case changeJoin:
+		c.act, c.user = d.string(), d.string()
+		switch d.uvarint() {
+		case 0:
+		case 1:
+			c.early = true
+		default:
+			d.err = true
+		}
+		c.at, c.interval = math.Float64frombits(d.uvarint()), math.Float64frombits(d.uvarint())
+	case changeDraw:
+		c.act = d.string()
 	default:
 		return c, fmt.Errorf("%w: unknown kind %d", errRingChange, k)
 	}

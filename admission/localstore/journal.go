@@ -3,8 +3,9 @@ package localstore
 import "github.com/caddy-seckill/caddy-seckill/admission"
 
 // memJournal receives every change a Memory makes to its state, in the order it makes them
-// and while it holds the activity's lock, so that the changes of one activity arrive in the order
-// they happened. Store persists them; a plain Memory has none.
+// and while it holds the activity's lock (the line's lock for the waiting room's line, which
+// Delete takes too), so that the changes of one activity arrive in the order they happened. Store
+// persists them; a plain Memory has none.
 type memJournal interface {
 	record(c memChange)
 	// recordAll records the changes of one operation at once: a commit holds all of them or none,
@@ -27,11 +28,14 @@ const (
 	changeNext                          // group's next undelivered entry index is now idx
 	changeAck                           // group's PEL record for entry idx is gone
 	changeDead                          // group's PEL record for entry idx moved to the dead letters
+	changeJoin                          // user took a place in the line: early with draw at, or late at offset at (then interval)
+	changeDraw                          // the line's early joiners were ranked by their draws
 )
 
 // memChange is one state change; only the fields its kind names are set.
 type memChange struct {
 	kind      changeKind
+	early     bool // changeJoin: an early joiner (in the padding after kind: costs no byte)
 	act       string
 	def       admission.Activity
 	user      string
@@ -42,6 +46,9 @@ type memChange struct {
 	result    admission.Result
 	pend      memPending // consumer, deliveries, at; for changeDead: deliveries
 	reason    string
+	// changeJoin: the early joiner's draw, or the late joiner's admission offset in ms after the
+	// start and the interval the line moved at then (the next late joiner's offset follows it).
+	at, interval float64
 }
 
 // journal hands c to the store's journal, if it has one. The caller holds the activity's lock.

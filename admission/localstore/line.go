@@ -17,9 +17,11 @@ import (
 // memLine is an activity's waiting-room line, with the scores of redisstore's line_join.lua: an
 // early joiner's lottery draw, a late joiner's admission offset. The early joiners are ranked
 // once, by draw, when the start has passed (or the first late joiner comes), and keep that rank;
-// late joiners are appended, so no call walks the line.
+// late joiners are appended, so no call walks the line. With a journal (Store), every place
+// taken and the draw are recorded under mu, and a load rebuilds the line from them (loadLine).
 type memLine struct {
 	mu     sync.Mutex
+	gone   bool // the activity was deleted (Delete sets it under mu): a join that waited is refused
 	places map[string]*memPlace
 	early  []*memPlace // by draw (then user) once drawn
 	drawn  bool        // the early joiners are ranked
@@ -71,6 +73,11 @@ func (s *Memory) Join(ctx context.Context, activity, user string, t waitroom.Ter
 	now := s.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.gone {
+		// Deleted after lineStart found it: the delete is journaled, and a join recorded after it
+		// would be a place in no activity.
+		return waitroom.Place{}, fmt.Errorf("join line %s: activity %s: %w", activity, activity, admission.ErrUnknownActivity)
+	}
 	if l.places == nil {
 		l.places = make(map[string]*memPlace)
 	}
@@ -80,8 +87,9 @@ func (s *Memory) Join(ctx context.Context, activity, user string, t waitroom.Ter
 		if now.UnixMilli() < start.UnixMilli() && !l.drawn {
 			p.early, p.draw = true, t.Draw
 			l.early = append(l.early, p)
+			s.journal(memChange{kind: changeJoin, act: activity, user: user, early: true, at: t.Draw})
 		} else {
-			l.draw()
+			s.drawLine(activity, l)
 			if len(l.late) == 0 {
 				l.tat = float64(len(l.early)) * t.IntervalMS
 			}
@@ -89,10 +97,11 @@ func (s *Memory) Join(ctx context.Context, activity, user string, t waitroom.Ter
 			l.tat = p.offset + t.IntervalMS
 			p.rank = int64(len(l.early) + len(l.late))
 			l.late = append(l.late, p.offset)
+			s.journal(memChange{kind: changeJoin, act: activity, user: user, at: p.offset, interval: t.IntervalMS})
 		}
 		l.places[user] = p
 	}
-	out := l.place(p, now, start)
+	out := s.linePlace(activity, l, p, now, start)
 	out.Joined = !ok
 	return out, nil
 }
@@ -113,7 +122,7 @@ func (s *Memory) Place(ctx context.Context, activity, user string) (waitroom.Pla
 	if !ok {
 		return waitroom.Place{}, fmt.Errorf("line place %s: %w", activity, waitroom.ErrNotInLine)
 	}
-	return l.place(p, now, start), nil
+	return s.linePlace(activity, l, p, now, start), nil
 }
 
 // Tally implements waitroom.Line.
@@ -135,11 +144,12 @@ func (s *Memory) Tally(ctx context.Context, activity string, lags ...time.Durati
 	return t, nil
 }
 
-// place is p as the store reads it at now; the caller holds l.mu.
-func (l *memLine) place(p *memPlace, now, start time.Time) waitroom.Place {
+// linePlace is p as the store reads it at now, in activity act's line l, which it ranks once the
+// start has passed; the caller holds l.mu.
+func (s *Memory) linePlace(act string, l *memLine, p *memPlace, now, start time.Time) waitroom.Place {
 	since := now.UnixMilli() - start.UnixMilli()
 	if since >= 0 {
-		l.draw()
+		s.drawLine(act, l)
 	}
 	out := waitroom.Place{Now: time.UnixMilli(now.UnixMilli()), Early: p.early, Rank: p.rank, Offset: p.offset,
 		EarlyCount: int64(len(l.early)), LateAdmitted: l.lateAdmitted(since)}
@@ -149,12 +159,20 @@ func (l *memLine) place(p *memPlace, now, start time.Time) waitroom.Place {
 	return out
 }
 
-// draw ranks the early joiners by their draws, once: Redis's order of equal scores (the user's
-// bytes) breaks ties. The caller holds l.mu.
-func (l *memLine) draw() {
+// drawLine ranks the early joiners of act's line l, once, and journals that it did: a line drawn
+// stays drawn after a restart, even if a forced redefinition moved the start later, so that no
+// early joiner comes in among ranks already told. The caller holds l.mu.
+func (s *Memory) drawLine(act string, l *memLine) {
 	if l.drawn {
 		return
 	}
+	l.draw()
+	s.journal(memChange{kind: changeDraw, act: act})
+}
+
+// draw ranks the early joiners by their draws: Redis's order of equal scores (the user's bytes)
+// breaks ties. The caller holds l.mu.
+func (l *memLine) draw() {
 	slices.SortFunc(l.early, func(a, b *memPlace) int {
 		return cmp.Or(cmp.Compare(a.draw, b.draw), cmp.Compare(a.user, b.user))
 	})
@@ -170,4 +188,78 @@ func (l *memLine) lateAdmitted(upto int64) int64 {
 		return 0
 	}
 	return int64(sort.Search(len(l.late), func(i int) bool { return l.late[i] > float64(upto) }))
+}
+
+// lineRow is one place as the line table keeps it (changeJoin's fields).
+type lineRow struct {
+	user         string
+	early        bool
+	at, interval float64
+}
+
+// load rebuilds line l from its rows, in any order, and whether it was drawn: early joiners by
+// their draws, late joiners in the order of their offsets, which is their join order (each offset
+// follows the last by an interval), and the next late joiner's offset after the last one's.
+func (l *memLine) load(rows []lineRow, drawn bool) error {
+	l.places = make(map[string]*memPlace, len(rows))
+	type latePlace struct {
+		p        *memPlace
+		interval float64
+	}
+	var late []latePlace
+	for _, r := range rows {
+		if _, dup := l.places[r.user]; dup {
+			return fmt.Errorf("user %q holds two places", r.user)
+		}
+		p := &memPlace{user: r.user, early: r.early}
+		switch {
+		case r.early && !(r.at >= 0 && r.at < 1):
+			return fmt.Errorf("user %q: draw %v out of [0, 1)", r.user, r.at)
+		case r.early:
+			p.draw = r.at
+			l.early = append(l.early, p)
+		case !(r.interval > 0):
+			return fmt.Errorf("user %q: interval %v ms", r.user, r.interval)
+		default:
+			p.offset = r.at
+			late = append(late, latePlace{p, r.interval})
+		}
+		l.places[r.user] = p
+	}
+	slices.SortFunc(late, func(a, b latePlace) int { return cmp.Compare(a.p.offset, b.p.offset) })
+	for i, lp := range late {
+		if i > 0 && !(lp.p.offset > late[i-1].p.offset) {
+			return fmt.Errorf("users %q and %q share the offset %v", late[i-1].p.user, lp.p.user, lp.p.offset)
+		}
+		lp.p.rank = int64(len(l.early) + i)
+		l.late = append(l.late, lp.p.offset)
+	}
+	if n := len(late); n > 0 {
+		l.tat = late[n-1].p.offset + late[n-1].interval
+	}
+	if drawn || len(late) > 0 {
+		l.draw()
+	}
+	return nil
+}
+
+var _ waitroom.Line = (*Store)(nil)
+
+// Join implements waitroom.Line: the place is answered once it is safe from a crash (in the ring,
+// or committed), so a place told to a buyer is there after a restart.
+func (s *Store) Join(ctx context.Context, activity, user string, t waitroom.Terms) (waitroom.Place, error) {
+	return call(s, ctx, func(m *Memory) (waitroom.Place, error) { return m.Join(ctx, activity, user, t) },
+		func(err error) error { return fmt.Errorf("join line %s: %w", activity, err) })
+}
+
+// Place implements waitroom.Line.
+func (s *Store) Place(ctx context.Context, activity, user string) (waitroom.Place, error) {
+	return call(s, ctx, func(m *Memory) (waitroom.Place, error) { return m.Place(ctx, activity, user) },
+		func(err error) error { return fmt.Errorf("line place %s: %w", activity, err) })
+}
+
+// Tally implements waitroom.Line.
+func (s *Store) Tally(ctx context.Context, activity string, lags ...time.Duration) (waitroom.Tally, error) {
+	return call(s, ctx, func(m *Memory) (waitroom.Tally, error) { return m.Tally(ctx, activity, lags...) },
+		func(err error) error { return fmt.Errorf("line tally %s: %w", activity, err) })
 }

@@ -10,3 +10,8 @@ import (
 func TestMemoryLineConformance(t *testing.T) {
 	linetest.Run(t, func(t *testing.T) linetest.Store { return localstore.NewMemory(localstore.MemoryOptions{}) })
 }
+
+// TestLocalLineConformance: the durable store keeps the line as Memory does.
+func TestLocalLineConformance(t *testing.T) {
+	linetest.Run(t, func(t *testing.T) linetest.Store { return openLocal(t) })
+}

@@ -13,14 +13,17 @@ import (
 // loadLocal rebuilds mem's state from the database: what a restart replays.
 func loadLocal(db *sql.DB, mem *Memory) error {
 	acts := map[string]*memActivity{}
-	err := eachRow(db, `SELECT id, stock, lim, start_ms, end_ms, pay_ms, salt FROM activities`, func(rows *sql.Rows) error {
+	drawn := map[string]bool{}
+	err := eachRow(db, `SELECT id, stock, lim, start_ms, end_ms, pay_ms, salt, line_drawn FROM activities`, func(rows *sql.Rows) error {
 		var d admission.Activity
 		var start, end, pay int64
-		if err := rows.Scan(&d.ID, &d.Stock, &d.Limit, &start, &end, &pay, &d.Salt); err != nil {
+		var lineDrawn bool
+		if err := rows.Scan(&d.ID, &d.Stock, &d.Limit, &start, &end, &pay, &d.Salt, &lineDrawn); err != nil {
 			return err
 		}
 		d.Start, d.End, d.PayWithin = time.UnixMilli(start), time.UnixMilli(end), time.Duration(pay)*time.Millisecond
 		acts[d.ID] = newMemActivity(d)
+		drawn[d.ID] = lineDrawn
 		return nil
 	})
 	if err != nil {
@@ -206,6 +209,29 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 	})
 	if err != nil {
 		return fmt.Errorf("dead letters: %w", err)
+	}
+
+	lines := map[*memActivity][]lineRow{}
+	err = eachRow(db, `SELECT activity, user, early, at, interval_ms FROM line`, func(rows *sql.Rows) error {
+		var act string
+		var r lineRow
+		if err := rows.Scan(&act, &r.user, &r.early, &r.at, &r.interval); err != nil {
+			return err
+		}
+		a, err := find("line", act)
+		if err != nil {
+			return err
+		}
+		lines[a] = append(lines[a], r)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("line: %w", err)
+	}
+	for id, a := range acts {
+		if err := a.line.load(lines[a], drawn[id]); err != nil {
+			return fmt.Errorf("line of %s: %w", id, err)
+		}
 	}
 
 	// A buyer above the limit is no damage: a forced redefinition may lower the limit, and its

@@ -13,6 +13,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/internal/proc"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
+	"github.com/caddy-seckill/caddy-seckill/waitroom"
 )
 
 // The helper process: tests re-execute their own binary with SECKILL_LOCAL_HELPER set, so that
@@ -38,6 +39,8 @@ func TestLocalHelperProcess(t *testing.T) {
 		err = helperRush(dir, os.Getenv(helperSyncEnv) == "1")
 	case "ringstall":
 		err = helperRingStall(dir)
+	case "line":
+		err = helperLine(dir, os.Getenv(helperSyncEnv) == "1")
 	default:
 		err = fmt.Errorf("unknown helper mode %q", mode)
 	}
@@ -91,6 +94,17 @@ type actDump struct {
 	Seq                                 uint64
 	Groups                              map[string]groupDump
 	Dead                                []entryDump
+	// The waiting room's line, left out when empty (the dumps of earlier versions have none).
+	Line      map[string]placeDump `json:",omitempty"`
+	LineDrawn bool                 `json:",omitempty"`
+	LineLate  []float64            `json:",omitempty"`
+	LineNext  float64              `json:",omitempty"`
+}
+
+type placeDump struct {
+	Early        bool
+	Draw, Offset float64
+	Rank         int64
 }
 
 type entryDump struct {
@@ -136,6 +150,16 @@ func dumpMemory(m *Memory) localDump {
 		for _, w := range a.dead {
 			d.Dead = append(d.Dead, entryDump{ID: w.ID, User: w.User, RequestID: w.RequestID, Reason: w.Reason, Qty: w.Qty, AtMS: w.At.UnixMilli(), Deliveries: w.Deliveries})
 		}
+		l := &a.line
+		l.mu.Lock()
+		for u, p := range l.places {
+			if d.Line == nil {
+				d.Line = map[string]placeDump{}
+			}
+			d.Line[u] = placeDump{Early: p.early, Draw: p.draw, Offset: p.offset, Rank: p.rank}
+		}
+		d.LineDrawn, d.LineLate, d.LineNext = l.drawn, l.late, l.tat
+		l.mu.Unlock()
 		a.mu.Unlock()
 		out[id] = d
 	}
@@ -271,6 +295,9 @@ func scenario(s admission.Store, clock *fakeClock) error {
 	}
 	if _, err := win("d", "v2", 1, "r2"); err != nil {
 		return err
+	}
+	if l, ok := s.(waitroom.Line); ok {
+		return lineScenario(s, l, clock)
 	}
 	return nil
 }

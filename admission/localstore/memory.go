@@ -47,6 +47,8 @@ type Memory struct {
 	subsMu sync.Mutex
 	subs   map[*restockSub]struct{}
 
+	spent proofSpent // the waiting rooms' spent proofs of work (pow.go)
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 	done      chan struct{} // closed by Close: ends blocking reads and subscriptions
@@ -254,7 +256,11 @@ func (s *Memory) Delete(ctx context.Context, id string, force bool) error {
 	// Journal, then unpublish, before unlocking: a caller that finds the activity gone must find
 	// its delete journaled (its answer waits for that commit), and one that finds it deleted
 	// looks it up again and must not find it a second time.
+	// The line's lock too: a join records its place under it, so none is recorded after the delete.
+	a.line.mu.Lock()
 	s.journal(memChange{kind: changeDelete, act: id})
+	a.line.gone = true
+	a.line.mu.Unlock()
 	s.setActivity(id, nil)
 	a.deleted = true
 	close(a.gone)

@@ -15,6 +15,9 @@ import (
 // (commit 9407f72) and version 2 (commit 55de599) running scenario: closed/ after Close (the WAL
 // folded in), killed/ by SIGKILL (TestLocalReopenAfterKill's child: the commits still in
 // seckill.db-wal). dump.json is the child's state (dumpMemory) before the close or the kill.
+// local-v3 was written by version 3 (commit 3b50b98) with FsyncAlways, which keeps no ring
+// (a killed ring-mode folder holds a 16 MiB ring): closed/ after Close, killed/ a copy of the
+// folder taken while the store was open after the scenario, as a SIGKILL leaves it.
 
 // oldFolder copies the folder name of schema version v into a new temporary folder and returns it
 // with the state dumped before.
@@ -43,8 +46,8 @@ func oldFolder(t *testing.T, v, name string) (dir, dump string) {
 }
 
 // localLayout reads the schema version of dir's database and the first column of its wins table
-// ("activity" in version 1, "seq" in version 2, none in version 3), or win_log's when there is
-// no wins table.
+// ("activity" in version 1, "seq" in version 2, none from version 3 on), or win_log's when there
+// is no wins table; "+line" follows when the database has the line table (version 4).
 func localLayout(t *testing.T, dir string) (version, first string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", filepath.Join(dir, localDBName))
@@ -55,26 +58,35 @@ func localLayout(t *testing.T, dir string) (version, first string) {
 	if err := db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&version); err != nil {
 		t.Fatal(err)
 	}
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE name = 'line'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	line := ""
+	if n == 1 {
+		line = "+line"
+	}
 	for _, table := range []string{"wins", "win_log"} {
 		err := db.QueryRow(`SELECT name FROM pragma_table_info('` + table + `') WHERE cid = 0`).Scan(&first)
 		if err == nil {
-			return version, table + "." + first
+			return version, table + "." + first + line
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			t.Fatal(err)
 		}
 	}
-	return version, ""
+	return version, line
 }
 
 // layouts is the first column each schema version's wins table starts with (localLayout).
-var layouts = map[string]string{"1": "wins.activity", "2": "wins.seq", localSchemaVersion: "win_log.seq"}
+var layouts = map[string]string{"1": "wins.activity", "2": "wins.seq", "3": "win_log.seq", localSchemaVersion: "win_log.seq+line"}
 
-// TestLocalMigrate opens folders written by schema versions 1 and 2: the open migrates them to
-// this version and loads the very state the old store had, which then carries on (new wins after
-// the migrated ones, replays, releases, redeliveries) and survives another close.
+// TestLocalMigrate opens folders written by schema versions 1, 2 and 3: the open migrates them
+// to this version and loads the very state the old store had, which then carries on (new wins
+// after the migrated ones, replays, releases, redeliveries, and from version 3 a waiting-room
+// line) and survives another close.
 func TestLocalMigrate(t *testing.T) {
-	for _, v := range []string{"1", "2"} {
+	for _, v := range []string{"1", "2", "3"} {
 		for _, name := range []string{"closed", "killed"} {
 			t.Run("v"+v+"/"+name, func(t *testing.T) {
 				dir, want := oldFolder(t, v, name)
@@ -98,7 +110,13 @@ func TestLocalMigrate(t *testing.T) {
 					t.Fatalf("state after the migration:\n%s\nversion %s's:\n%s", got, v, want)
 				}
 				checkAfterReopen(t, s, clock)
+				if err := lineScenario(s, s, clock); err != nil {
+					t.Fatalf("a line in the migrated store: %v", err)
+				}
 				after := dumpJSON(t, s.cur.Load().mem)
+				if !strings.Contains(after, `"LineDrawn":true`) {
+					t.Fatalf("no line in the state after the line scenario: %s", after)
+				}
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
@@ -119,7 +137,7 @@ func TestLocalMigrate(t *testing.T) {
 // version): the open fails naming the folder, the database is left at its version with its wins,
 // and once the cause is gone the next open migrates it.
 func TestLocalMigrateFails(t *testing.T) {
-	for _, v := range []string{"1", "2"} {
+	for _, v := range []string{"1", "2", "3"} {
 		t.Run("v"+v, func(t *testing.T) {
 			dir, want := oldFolder(t, v, "closed")
 			path := filepath.Join(dir, localDBName)

@@ -15,9 +15,9 @@ import (
 )
 
 // localSchemaVersion is the layout below. A database of version 1 (a row per win, keyed by
-// activity and index) or 2 (a row per win, keyed by seq) is migrated at open (migrateLocal); any
-// other version is refused.
-const localSchemaVersion = "3"
+// activity and index), 2 (a row per win, keyed by seq) or 3 (no waiting-room line) is migrated at
+// open (migrateLocal); any other version is refused.
+const localSchemaVersion = "4"
 
 // localDBName is the database file in the store's folder (with its -wal and -shm files).
 const localDBName = "seckill.db"
@@ -30,13 +30,16 @@ const localDBName = "seckill.db"
 // at load. So a commit's wins go to the end of one table and nowhere else: one win_log row holds
 // them all, packed (winlog.go), keyed by seq, the writer's count of wins at the first of
 // them. The load reads the rows in seq order, in which each activity's wins come in index order.
+// line holds the waiting room's places (changeJoin), and activities.line_drawn whether the early
+// joiners were ranked (changeDraw); the ranks follow from them at load (memLine.load).
 const localSchema = `
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE activities (
 	id TEXT PRIMARY KEY, stock INTEGER NOT NULL, lim INTEGER NOT NULL,
-	start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, pay_ms INTEGER NOT NULL, salt TEXT NOT NULL
+	start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, pay_ms INTEGER NOT NULL, salt TEXT NOT NULL,
+	line_drawn INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
-` + localWinLogTable + `
+` + localWinLogTable + localLineTable + `
 CREATE TABLE released (activity TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (activity, id)) WITHOUT ROWID;
 CREATE TABLE results (
 	activity TEXT NOT NULL, user TEXT NOT NULL, code TEXT NOT NULL, reservation_id TEXT NOT NULL,
@@ -51,6 +54,22 @@ CREATE TABLE pending (
 ) WITHOUT ROWID;
 CREATE TABLE dead (activity TEXT NOT NULL, idx INTEGER NOT NULL, deliveries INTEGER NOT NULL, reason TEXT NOT NULL);
 CREATE INDEX dead_activity ON dead (activity);
+`
+
+// localLineTable is the waiting room's line: a row per place, the early joiner's draw or the late
+// joiner's offset in at, and the interval the line moved at when a late joiner came.
+const localLineTable = `
+CREATE TABLE line (
+	activity TEXT NOT NULL, user TEXT NOT NULL, early INTEGER NOT NULL, at REAL NOT NULL, interval_ms REAL NOT NULL,
+	PRIMARY KEY (activity, user)
+) WITHOUT ROWID;
+`
+
+// localMigrateV3 adds the line to a version-3 database: its table, empty, and every activity's
+// line not drawn (there was none to draw).
+const localMigrateV3 = localLineTable + `
+ALTER TABLE activities ADD COLUMN line_drawn INTEGER NOT NULL DEFAULT 0;
+UPDATE meta SET value = '4' WHERE key = 'schema_version';
 `
 
 // localWinsColumns are the columns of version 2's wins table, a row per win.
@@ -130,8 +149,8 @@ func openLocalDB(dir string, fsyncAlways bool) (*sql.DB, error) {
 	return db, nil
 }
 
-// migrateLocal brings a database of version 1 or 2 to this version in one transaction: a crash or
-// an error in the middle leaves the old version, which the next open migrates again.
+// migrateLocal brings a database of version 1, 2 or 3 to this version in one transaction: a crash
+// or an error in the middle leaves the old version, which the next open migrates again.
 func migrateLocal(db *sql.DB, version string) (err error) {
 	tx, err := db.Begin()
 	if err != nil {
@@ -147,8 +166,13 @@ func migrateLocal(db *sql.DB, version string) (err error) {
 			return fmt.Errorf("to version 2: %w", err)
 		}
 	}
-	if err := migrateLocalV2(tx); err != nil {
-		return fmt.Errorf("to version 3: %w", err)
+	if version == "1" || version == "2" {
+		if err := migrateLocalV2(tx); err != nil {
+			return fmt.Errorf("to version 3: %w", err)
+		}
+	}
+	if _, err := tx.Exec(localMigrateV3); err != nil {
+		return fmt.Errorf("to version 4: %w", err)
 	}
 	return tx.Commit()
 }
@@ -191,7 +215,7 @@ func migrateLocalV2(tx *sql.Tx) error {
 	if err := row.flush(insert); err != nil {
 		return err
 	}
-	_, err = tx.Exec(`DROP TABLE wins; UPDATE meta SET value = '` + localSchemaVersion + `' WHERE key = 'schema_version';`)
+	_, err = tx.Exec(`DROP TABLE wins; UPDATE meta SET value = '3' WHERE key = 'schema_version';`)
 	return err
 }
 
@@ -216,7 +240,7 @@ func checkLocalHeader(path string) error {
 	return nil
 }
 
-// checkLocalDB runs SQLite's quick_check and returns the schema version: this one, 1 or 2.
+// checkLocalDB runs SQLite's quick_check and returns the schema version: this one, 1, 2 or 3.
 func checkLocalDB(db *sql.DB) (string, error) {
 	var mode string
 	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
@@ -250,8 +274,8 @@ func checkLocalDB(db *sql.DB) (string, error) {
 	if err := db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v); err != nil {
 		return "", fmt.Errorf("schema version: %w", err)
 	}
-	if v != localSchemaVersion && v != "1" && v != "2" {
-		return "", fmt.Errorf("schema version %q, this build reads %q (and migrates \"1\" and \"2\")", v, localSchemaVersion)
+	if v != localSchemaVersion && v != "1" && v != "2" && v != "3" {
+		return "", fmt.Errorf("schema version %q, this build reads %q (and migrates \"1\" to \"3\")", v, localSchemaVersion)
 	}
 	return v, nil
 }

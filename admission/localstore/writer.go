@@ -139,6 +139,9 @@ const (
 	stmtDelGroups
 	stmtDelPending
 	stmtDelDead
+	stmtDelLine
+	stmtJoin
+	stmtDraw
 	stmtWinLogUpdate
 	stmtWinLogDelete
 	stmtMeta
@@ -168,6 +171,9 @@ var localStmtText = [localStmtCount]string{
 	stmtDelGroups:    `DELETE FROM groups WHERE activity = ?`,
 	stmtDelPending:   `DELETE FROM pending WHERE activity = ?`,
 	stmtDelDead:      `DELETE FROM dead WHERE activity = ?`,
+	stmtDelLine:      `DELETE FROM line WHERE activity = ?`,
+	stmtJoin:         `INSERT INTO line (activity, user, early, at, interval_ms) VALUES (?, ?, ?, ?, ?)`,
+	stmtDraw:         `UPDATE activities SET line_drawn = 1 WHERE id = ?`,
 	stmtWinLogUpdate: `UPDATE win_log SET n = ?, data = ? WHERE seq = ?`,
 	stmtWinLogDelete: `DELETE FROM win_log WHERE seq = ?`,
 	stmtMeta:         localSetMeta,
@@ -651,7 +657,7 @@ func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 		return exec(stmtDefine, d.ID, d.Stock, d.Limit, d.Start.UnixMilli(), d.End.UnixMilli(), d.PayWithin.Milliseconds(), d.Salt)
 	case changeDelete:
 		delete(w.next, c.act)
-		for i := stmtDelActivity; i <= stmtDelDead; i++ {
+		for i := stmtDelActivity; i <= stmtDelLine; i++ {
 			if err := exec(i, c.act); err != nil {
 				return err
 			}
@@ -684,6 +690,10 @@ func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 			return err
 		}
 		return exec(stmtDead, c.act, c.idx, c.pend.deliveries, c.reason)
+	case changeJoin:
+		return exec(stmtJoin, c.act, c.user, c.early, c.at, c.interval)
+	case changeDraw:
+		return exec(stmtDraw, c.act)
 	}
 	return fmt.Errorf("unknown change kind %d", c.kind)
 }

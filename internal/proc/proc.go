@@ -170,14 +170,24 @@ func (p *Proc) exitedEarly() error {
 	return fmt.Errorf("%w before it was ready: %w", ErrExited, p.err)
 }
 
-// Dial is a ready check: addr accepts a TCP connection.
+// Dial is a ready check: addr accepts a TCP connection. A connection to itself does not count: a
+// free port is in the ephemeral range, so a dial to it while nothing listens yet can be given that
+// very port as its own and connect to itself (TCP simultaneous open), which both passes for
+// readiness and takes the port from the server about to bind it.
 func Dial(addr string) func() error {
 	return func() error {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
 			return err
 		}
-		return c.Close()
+		self := c.LocalAddr().String() == c.RemoteAddr().String()
+		if err := c.Close(); err != nil {
+			return err
+		}
+		if self {
+			return fmt.Errorf("dial %s: connected to itself, nothing listens", addr)
+		}
+		return nil
 	}
 }
 

@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ConcurrentLate", testConcurrentLate},
 		{"Tally", testTally},
 		{"DeleteDropsLine", testDelete},
+		{"SpentProofs", testSpentProofs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

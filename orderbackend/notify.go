@@ -1,0 +1,222 @@
+package orderbackend
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Notification is a payment provider's verified report (a webhook event) about one payment
+// attempt: what Notifier.ParseNotification reads and Repository.NotifyPayment stores.
+type Notification struct {
+	Provider string        // the provider's name, as in the notification path: "stripe", "webhook"
+	EventID  string        // the provider's id of the event, unique per provider: a replay has the same
+	Key      string        // the attempt's idempotency key (Payment.Key)
+	Outcome  ChargeOutcome // succeeded, failed or pending (pending is stored and changes nothing)
+	Ref      string        // the provider's id of the charge, when it has one
+}
+
+// NotifyResult is what NotifyPayment did: the attempt and its order as they are afterwards, and
+// whether the event had been stored before (a replay, which changed nothing).
+type NotifyResult struct {
+	Payment   Payment
+	Order     Order
+	Duplicate bool
+	Paid      bool // this notification paid the order
+}
+
+// Errors of notifications; ErrBadSignature (a signature missing, wrong or outside the provider's
+// tolerance) is shared with forwarded winners.
+var (
+	// ErrBadNotification: a notification whose signature is valid but whose content is not one
+	// (no event id, no payment key, an unknown outcome), or a body that is not the provider's format.
+	ErrBadNotification = errors.New("malformed payment notification")
+	// ErrIgnoredNotification: a valid notification of an event the backend has no use for (a
+	// foreign event type, a payment not made by this backend); it is answered 200 and not stored.
+	ErrIgnoredNotification = errors.New("payment notification ignored")
+)
+
+// maxNotifyField bounds a notification's ids.
+const maxNotifyField = 255
+
+// check refuses a notification NotifyPayment cannot store.
+func (n Notification) check() error {
+	for name, v := range map[string]string{"provider": n.Provider, "event id": n.EventID, "payment key": n.Key} {
+		if v == "" || len(v) > maxNotifyField {
+			return fmt.Errorf("%w: %s %q: want 1 to %d bytes", ErrBadNotification, name, v, maxNotifyField)
+		}
+	}
+	switch n.Outcome {
+	case ChargeSucceeded, ChargeFailed, ChargePending:
+		return nil
+	}
+	return fmt.Errorf("%w: outcome %q: want succeeded, failed or pending", ErrBadNotification, n.Outcome)
+}
+
+// Notifier is a payment provider that reports outcomes by signed HTTP notifications (Stripe's
+// webhooks, payments/webhookpay). The order API serves POST /orders/webhooks/{NotifyProvider()}
+// for it, without a buyer's token: the signature is the authentication.
+type Notifier interface {
+	// NotifyProvider is the provider's name in the notification path and in payment_events.
+	NotifyProvider() string
+	// ParseNotification verifies a notification's signature over its body at now and reads it:
+	// ErrBadSignature (missing, wrong, or older or newer than the provider's tolerance),
+	// ErrBadNotification (signed but not understood) or ErrIgnoredNotification (an event type or
+	// a payment that is not this backend's).
+	ParseNotification(h http.Header, body []byte, now time.Time) (Notification, error)
+}
+
+// maxNotifyBody bounds a notification's body; Stripe's PaymentIntent events are a few KB.
+const maxNotifyBody = 512 << 10
+
+// The answers of the notification endpoint (docs/api.md, "Payment notifications").
+var (
+	errNotifyUnknownProvider = &apiError{status: http.StatusNotFound, code: "not_found",
+		msg: "no payment provider of this name takes notifications here"}
+	errNotifyTooLarge = &apiError{status: http.StatusRequestEntityTooLarge, code: "too_large",
+		msg: "the notification is larger than 512 KiB"}
+	errNotifyBadSignature = &apiError{status: http.StatusBadRequest, code: "bad_signature",
+		msg: "the signature is missing, wrong, or outside the tolerance"}
+	errNotifyBad = &apiError{status: http.StatusBadRequest, code: "bad_notification",
+		msg: "the notification is not understood"}
+	errNotifyUnknownPayment = &apiError{status: http.StatusNotFound, code: "unknown_payment",
+		msg: "no payment attempt has this key"}
+)
+
+// notify serves POST /orders/webhooks/{provider}: it verifies the provider's signature and stores
+// the outcome (NotifyPayment), answering 200 only once it is stored, so a provider that gets no
+// 2xx delivers again. A replay is 200 duplicate; a refusal changes nothing. A success that can
+// no longer pay its order becomes refund_due and the sweeper refunds it (the one refund path).
+func (a *API) notify(w http.ResponseWriter, r *http.Request, provider string) {
+	n, ok := a.opts.Payments.(Notifier)
+	if !ok || n.NotifyProvider() != provider {
+		// Not counted under the path's name: any caller could make up labels.
+		a.opts.Metrics.Notifications.refused("unknown", "unknown_provider")
+		a.fail(w, errNotifyUnknownProvider)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		a.opts.Metrics.Notifications.refused(provider, "method")
+		a.fail(w, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", msg: "use POST"})
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxNotifyBody+1))
+	if err != nil {
+		a.opts.Metrics.Notifications.refused(provider, "bad_notification")
+		a.fail(w, &apiError{status: http.StatusBadRequest, code: "bad_request", msg: "the body could not be read"})
+		return
+	}
+	if len(body) > maxNotifyBody {
+		a.opts.Metrics.Notifications.refused(provider, "too_large")
+		a.fail(w, errNotifyTooLarge)
+		return
+	}
+	now := a.opts.Now()
+	note, err := n.ParseNotification(r.Header, body, now)
+	switch {
+	case errors.Is(err, ErrIgnoredNotification):
+		a.opts.Metrics.Notifications.received(provider, "ignored")
+		a.opts.Logger.Debug("payment notification ignored", zap.String("provider", provider), zap.Error(err))
+		a.reply(w, http.StatusOK, map[string]string{"code": "ignored", "message": err.Error()})
+		return
+	case errors.Is(err, ErrBadSignature):
+		a.opts.Metrics.Notifications.refused(provider, "bad_signature")
+		a.opts.Logger.Warn("payment notification refused: bad signature", zap.String("provider", provider), zap.Error(err))
+		a.fail(w, errNotifyBadSignature)
+		return
+	case err != nil:
+		a.opts.Metrics.Notifications.refused(provider, "bad_notification")
+		a.opts.Logger.Warn("payment notification refused", zap.String("provider", provider), zap.Error(err))
+		a.fail(w, errNotifyBad)
+		return
+	}
+	note.Provider = provider
+	res, err := a.repo.NotifyPayment(r.Context(), note, now)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		a.opts.Metrics.Notifications.refused(provider, "unknown_payment")
+		a.opts.Logger.Warn("payment notification of an unknown attempt", zap.String("provider", provider),
+			zap.String("event", note.EventID), zap.String("payment", note.Key))
+		a.fail(w, errNotifyUnknownPayment)
+		return
+	case errors.Is(err, ErrBadNotification):
+		a.opts.Metrics.Notifications.refused(provider, "bad_notification")
+		a.fail(w, errNotifyBad)
+		return
+	case err != nil:
+		a.opts.Metrics.Notifications.refused(provider, "unstored")
+		a.fail(w, a.dbError("store payment notification", err)) // 5xx: the provider delivers again
+		return
+	}
+	code := "stored"
+	if res.Duplicate {
+		code = "duplicate"
+	}
+	a.opts.Metrics.Notifications.received(provider, code)
+	p, o := res.Payment, res.Order
+	if res.Paid {
+		a.opts.Metrics.Paid.Add(1)
+		a.opts.OnChange()
+	}
+	a.opts.Logger.Info("payment notification", zap.String("provider", provider), zap.String("event", note.EventID),
+		zap.String("payment", p.Key), zap.String("outcome", string(note.Outcome)), zap.String("status", string(p.Status)),
+		zap.Bool("duplicate", res.Duplicate))
+	a.reply(w, http.StatusOK, map[string]string{"code": code, "payment_key": p.Key, "payment_status": string(p.Status),
+		"order_status": string(o.Status)})
+}
+
+// NotificationCounts counts the notification endpoint's answers by provider: received (stored,
+// duplicate, ignored) and refused (by reason: bad_signature, bad_notification, unknown_payment,
+// unknown_provider, too_large, method, unstored). The zero value is ready.
+type NotificationCounts struct {
+	mu    sync.Mutex
+	recv  map[[2]string]int64
+	refus map[[2]string]int64
+}
+
+// NotificationCount is one counter of NotificationCounts.
+type NotificationCount struct {
+	Provider string
+	Label    string // the result (received) or the reason (refused)
+	N        int64
+}
+
+func (c *NotificationCounts) received(provider, result string) { c.add(&c.recv, provider, result) }
+func (c *NotificationCounts) refused(provider, reason string)  { c.add(&c.refus, provider, reason) }
+
+func (c *NotificationCounts) add(m *map[[2]string]int64, provider, label string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if *m == nil {
+		*m = map[[2]string]int64{}
+	}
+	(*m)[[2]string{provider, label}]++
+}
+
+// Snapshot returns the received and refused counts, sorted by provider and label.
+func (c *NotificationCounts) Snapshot() (received, refused []NotificationCount) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return sortedCounts(c.recv), sortedCounts(c.refus)
+}
+
+func sortedCounts(m map[[2]string]int64) []NotificationCount {
+	out := make([]NotificationCount, 0, len(m))
+	for k, n := range m {
+		out = append(out, NotificationCount{Provider: k[0], Label: k[1], N: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Provider != out[j].Provider {
+			return out[i].Provider < out[j].Provider
+		}
+		return out[i].Label < out[j].Label
+	})
+	return out
+}
