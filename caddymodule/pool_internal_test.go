@@ -74,9 +74,11 @@ func TestReconcileMissingLocalFolder(t *testing.T) {
 func TestStoreModules(t *testing.T) {
 	var names []string
 	for _, info := range caddy.GetModules(storeNamespace) {
-		names = append(names, string(info.ID))
 		if _, ok := info.New().(StoreModule); !ok {
 			t.Errorf("%s is not a StoreModule", info.ID)
+		}
+		if !strings.HasPrefix(info.ID.Name(), "test") { // the tests' own (waitroom_store_test.go)
+			names = append(names, string(info.ID))
 		}
 	}
 	if got := strings.Join(names, " "); got != "seckill.stores.local seckill.stores.memory seckill.stores.redis" {
