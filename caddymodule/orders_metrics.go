@@ -10,7 +10,8 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
-// registerOrdersMetrics registers the order backend's counters on reg.
+// registerOrdersMetrics registers the order backend's counters, its backlog and its payment
+// notifications on reg.
 func registerOrdersMetrics(reg prometheus.Registerer, runner *ordersRunner) error {
 	// The backend outlives configurations, so the counters keep counting across reloads; before
 	// the backend first starts they read zero.
@@ -26,7 +27,14 @@ func registerOrdersMetrics(reg prometheus.Registerer, runner *ordersRunner) erro
 		}
 		return nil
 	}
-	for _, c := range []prometheus.Collector{orderbackend.NewCollector(snapshot), orderbackend.NewBacklogCollector(backlog)} {
+	notifications := func() (received, refused []orderbackend.NotificationCount) {
+		if st := runner.state(); st != nil {
+			return st.backend.Notifications()
+		}
+		return nil, nil
+	}
+	for _, c := range []prometheus.Collector{orderbackend.NewCollector(snapshot), orderbackend.NewBacklogCollector(backlog),
+		orderbackend.NewNotificationCollector(notifications)} {
 		if err := reg.Register(c); err != nil {
 			var dup prometheus.AlreadyRegisteredError
 			if errors.As(err, &dup) {

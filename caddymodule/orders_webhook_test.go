@@ -155,4 +155,25 @@ func TestOrdersWebhook(t *testing.T) {
 	eventually(t, "reconcile", func() (bool, string) { return s.ReconcileOK(t) })
 	_, rec := s.AdminCall(t, http.MethodGet, "/seckill/reconcile", "")
 	t.Logf("reconcile: %s", rec)
+
+	// The notifications are counted on the gateway's /metrics, a provider named by the caller
+	// under "unknown" (bounded labels), and the counters not hit yet at 0.
+	expect(t, "a made-up provider", c.Post("/orders/webhooks/made-up", "", body), http.StatusNotFound, "not_found")
+	mt := string(c.Get("/metrics", "").Raw)
+	for series, want := range map[string]float64{
+		`caddy_seckill_orders_notifications_total{provider="webhook",result="stored"}`:                   2,
+		`caddy_seckill_orders_notifications_total{provider="webhook",result="duplicate"}`:                2,
+		`caddy_seckill_orders_notifications_total{provider="webhook",result="ignored"}`:                  0,
+		`caddy_seckill_orders_notifications_refused_total{provider="webhook",reason="bad_signature"}`:    3,
+		`caddy_seckill_orders_notifications_refused_total{provider="webhook",reason="unknown_payment"}`:  1,
+		`caddy_seckill_orders_notifications_refused_total{provider="webhook",reason="bad_notification"}`: 0,
+		`caddy_seckill_orders_notifications_refused_total{provider="unknown",reason="unknown_provider"}`: 1,
+	} {
+		if got := metricValue(t, mt, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if strings.Contains(mt, "made-up") {
+		t.Error("/metrics carries the caller's provider name")
+	}
 }

@@ -60,6 +60,11 @@ func NewAPI(repo Repository, opts APIOptions) (*API, error) {
 	if opts.OnChange == nil {
 		opts.OnChange = func() {}
 	}
+	provider := ""
+	if n, ok := opts.Payments.(Notifier); ok {
+		provider = n.NotifyProvider()
+	}
+	opts.Metrics.Notifications.expect(provider)
 	return &API{repo: repo, opts: opts}, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -97,7 +98,7 @@ func (a *API) notify(w http.ResponseWriter, r *http.Request, provider string) {
 	n, ok := a.opts.Payments.(Notifier)
 	if !ok || n.NotifyProvider() != provider {
 		// Not counted under the path's name: any caller could make up labels.
-		a.opts.Metrics.Notifications.refused("unknown", "unknown_provider")
+		a.opts.Metrics.Notifications.refused(NotifyUnknownProvider, notifyRefusedUnknown)
 		a.fail(w, errNotifyUnknownProvider)
 		return
 	}
@@ -172,9 +173,25 @@ func (a *API) notify(w http.ResponseWriter, r *http.Request, provider string) {
 		"order_status": string(o.Status)})
 }
 
-// NotificationCounts counts the notification endpoint's answers by provider: received (stored,
-// duplicate, ignored) and refused (by reason: bad_signature, bad_notification, unknown_payment,
-// unknown_provider, too_large, method, unstored). The zero value is ready.
+// NotifyUnknownProvider is the provider label of notifications posted to a path that names no
+// provider of this backend: the path's name is the caller's, so it is never a label.
+const NotifyUnknownProvider = "unknown"
+
+// notifyResults and notifyRefusals are every label value of NotificationCounts: the results of
+// the notifications received (answered 200) and the reasons of those refused (4xx or 5xx). With
+// the provider (one per backend, or NotifyUnknownProvider) they bound the exported series.
+var (
+	notifyResults  = [...]string{"stored", "duplicate", "ignored"}
+	notifyRefusals = [...]string{"bad_signature", "bad_notification", "unknown_payment", "too_large", "method", "unstored"}
+)
+
+// notifyRefusedUnknown is the one reason counted under NotifyUnknownProvider.
+const notifyRefusedUnknown = "unknown_provider"
+
+// NotificationCounts counts the notification endpoint's answers by provider: received (by
+// result: stored, duplicate, ignored) and refused (by reason: bad_signature, bad_notification,
+// unknown_payment, too_large, method, unstored; unknown_provider under NotifyUnknownProvider).
+// The zero value is ready.
 type NotificationCounts struct {
 	mu    sync.Mutex
 	recv  map[[2]string]int64
@@ -190,6 +207,28 @@ type NotificationCount struct {
 
 func (c *NotificationCounts) received(provider, result string) { c.add(&c.recv, provider, result) }
 func (c *NotificationCounts) refused(provider, reason string)  { c.add(&c.refus, provider, reason) }
+
+// expect sets provider's counters that do not exist yet to 0, and the unknown provider's: a
+// series that appears at 1 has no increase() in Prometheus, so a first refusal would go unseen.
+func (c *NotificationCounts) expect(provider string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	zero := func(m *map[[2]string]int64, provider string, labels ...string) {
+		if *m == nil {
+			*m = map[[2]string]int64{}
+		}
+		for _, l := range labels {
+			if _, ok := (*m)[[2]string{provider, l}]; !ok {
+				(*m)[[2]string{provider, l}] = 0
+			}
+		}
+	}
+	zero(&c.refus, NotifyUnknownProvider, notifyRefusedUnknown)
+	if provider != "" {
+		zero(&c.recv, provider, notifyResults[:]...)
+		zero(&c.refus, provider, notifyRefusals[:]...)
+	}
+}
 
 func (c *NotificationCounts) add(m *map[[2]string]int64, provider, label string) {
 	c.mu.Lock()
@@ -219,4 +258,51 @@ func sortedCounts(m map[[2]string]int64) []NotificationCount {
 		return out[i].Label < out[j].Label
 	})
 	return out
+}
+
+// Notifications returns the counts of the payment notifications the order API answered (see
+// NotificationCounts.Snapshot), for NewNotificationCollector.
+func (b *Backend) Notifications() (received, refused []NotificationCount) {
+	return b.metrics.Notifications.Snapshot()
+}
+
+// The notification counters as Prometheus names them, beside the backend's other
+// caddy_seckill_orders_* counters. Their labels are bounded: the provider is the backend's own
+// or NotifyUnknownProvider, the result and the reason are fixed words.
+const (
+	notificationsHelp        = "Payment notifications the order API answered 200, by provider and result: stored (an outcome recorded), duplicate (a replay, nothing changed), ignored (an event type or payment not the backend's)."
+	notificationsRefusedHelp = "Payment notifications the order API refused, changing nothing, by provider and reason: bad_signature (a wrong or rotated secret, a clock skew, a forgery), bad_notification, unknown_payment, too_large, method, unstored (a database error, answered 5xx: the provider delivers again); unknown_provider under provider \"unknown\"."
+)
+
+var (
+	notificationsDesc = prometheus.NewDesc("caddy_seckill_orders_notifications_total", notificationsHelp,
+		[]string{"provider", "result"}, nil)
+	notificationsRefusedDesc = prometheus.NewDesc("caddy_seckill_orders_notifications_refused_total", notificationsRefusedHelp,
+		[]string{"provider", "reason"}, nil)
+)
+
+// NewNotificationCollector exports caddy_seckill_orders_notifications_total{provider,result} and
+// caddy_seckill_orders_notifications_refused_total{provider,reason}, read from counts on every
+// scrape (Backend.Notifications), for the embedded and the standalone backend alike.
+func NewNotificationCollector(counts func() (received, refused []NotificationCount)) prometheus.Collector {
+	return notificationCollector(counts)
+}
+
+type notificationCollector func() (received, refused []NotificationCount)
+
+// Describe implements prometheus.Collector.
+func (notificationCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- notificationsDesc
+	ch <- notificationsRefusedDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c notificationCollector) Collect(ch chan<- prometheus.Metric) {
+	received, refused := c()
+	for _, n := range received {
+		ch <- prometheus.MustNewConstMetric(notificationsDesc, prometheus.CounterValue, float64(n.N), n.Provider, n.Label)
+	}
+	for _, n := range refused {
+		ch <- prometheus.MustNewConstMetric(notificationsRefusedDesc, prometheus.CounterValue, float64(n.N), n.Provider, n.Label)
+	}
 }

@@ -12,14 +12,15 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
-// metricsServer serves /metrics (the order counters, the Go runtime and the process) and
-// /debug/pprof/ on the operators' listener. It has a mux of its own: the order API faces clients
-// and must serve neither.
+// metricsServer serves /metrics (the order counters and payment notifications, the Go runtime
+// and the process) and /debug/pprof/ on the operators' listener. It has a mux of its own: the
+// order API faces clients and must serve neither.
 func metricsServer(b *orderbackend.Backend) *http.Server {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		orderbackend.NewCollector(b.Metrics),
 		orderbackend.NewBacklogCollector(b.Backlog),
+		orderbackend.NewNotificationCollector(b.Notifications),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
+	"github.com/caddy-seckill/caddy-seckill/payments/webhookpay"
 )
 
 // get fetches url and returns its status and body.
@@ -107,6 +108,83 @@ func TestMetricsListen(t *testing.T) {
 	if c, err := net.DialTimeout("tcp", metricsAddr, time.Second); err == nil {
 		_ = c.Close()
 		t.Error("the metrics listener outlived the process's run")
+	}
+}
+
+// TestMetricsListenNotifications runs the command with -payments webhook and -metrics-listen:
+// notifications refused at the order API (unsigned, an unknown attempt, a provider that is not
+// the backend's, named by the caller) are counted on the operators' listener under the embedded
+// backend's names, the made-up provider as "unknown", and the received ones read 0 from the start.
+func TestMetricsListenNotifications(t *testing.T) {
+	srv, _ := saleWithWins(t, 0)
+	const secret = "a-shop-webhook-secret-0123456789"
+	t.Setenv("TEST_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	t.Setenv("TEST_WEBHOOK_SECRET", secret)
+	apiAddr, metricsAddr := freeAddr(t), freeAddr(t)
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	exited := make(chan int, 1)
+	var runErr bytes.Buffer
+	go func() {
+		exited <- run(runCtx, []string{"run", "-listen", apiAddr, "-metrics-listen", metricsAddr,
+			"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test",
+			"-payments", "webhook", "-webhook-url", "https://pay.shop.example/seckill", "-webhook-secret-env", "TEST_WEBHOOK_SECRET",
+			"-redis", srv.Addr, "-db", "sqlite:" + filepath.Join(t.TempDir(), "orders.db")}, &bytes.Buffer{}, &runErr)
+	}()
+
+	post := func(path, body, signature string) int {
+		req, err := http.NewRequest(http.MethodPost, "http://"+apiAddr+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if signature != "" {
+			req.Header.Set(webhookpay.SignatureHeader, signature)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+	event := `{"id":"evt_1","key":"no-such-order-1","outcome":"succeeded","ref":"pay_1"}`
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if code := post("/orders/webhooks/webhook", event, ""); code == http.StatusBadRequest {
+			break // unsigned: refused, counted once
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the order API never answered an unsigned notification 400 (last %d); run: %s", code, runErr.String())
+		}
+	}
+	if code := post("/orders/webhooks/webhook", event, webhookpay.Sign([]byte(secret), time.Now(), []byte(event))); code != http.StatusNotFound {
+		t.Errorf("a signed notification of an unknown attempt = %d, want 404", code)
+	}
+	if code := post("/orders/webhooks/made-up", event, ""); code != http.StatusNotFound {
+		t.Errorf("a provider that is not the backend's = %d, want 404", code)
+	}
+
+	code, metrics := get(t, "http://"+metricsAddr+"/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("GET /metrics = %d", code)
+	}
+	for _, want := range []string{
+		`caddy_seckill_orders_notifications_refused_total{provider="webhook",reason="bad_signature"} 1`,
+		`caddy_seckill_orders_notifications_refused_total{provider="webhook",reason="unknown_payment"} 1`,
+		`caddy_seckill_orders_notifications_refused_total{provider="webhook",reason="too_large"} 0`,
+		`caddy_seckill_orders_notifications_refused_total{provider="unknown",reason="unknown_provider"} 1`,
+		`caddy_seckill_orders_notifications_total{provider="webhook",result="stored"} 0`,
+		`caddy_seckill_orders_notifications_total{provider="webhook",result="duplicate"} 0`,
+		`caddy_seckill_orders_notifications_total{provider="webhook",result="ignored"} 0`,
+	} {
+		if !strings.Contains(metrics, "\n"+want+"\n") {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(metrics, "made-up") {
+		t.Error("/metrics carries the caller's provider name")
+	}
+	stop()
+	if code := <-exited; code != exitOK {
+		t.Fatalf("run exited %d: %s", code, runErr.String())
 	}
 }
 
