@@ -1,6 +1,10 @@
 package caddymodule_test
 
 import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -38,6 +42,77 @@ func TestOrdersPaymentsBad(t *testing.T) {
 			_, err := adapt(t, "{\n\tseckill {\n\t\torders sqlite o.db {\n\t\t\t"+tc.payments+"\n\t\t}\n\t}\n}\n")
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.line) {
 				t.Fatalf("error %v; want %q at %s", err, tc.want, tc.line)
+			}
+		})
+	}
+}
+
+// TestMockPaymentsWarning runs Caddy with the embedded order backend and reads its log: payments
+// mock (the default) on a listener of every interface logs the warning naming that listener;
+// bound to loopback it does not, and neither does a provider that takes money on every interface.
+func TestMockPaymentsWarning(t *testing.T) {
+	const warning = "the payment provider takes no money"
+	for _, tc := range []struct {
+		name, bind, payments string
+		warned               bool
+	}{
+		{"mock on every interface", "", "", true},
+		{"mock on loopback", "bind 127.0.0.1", "", false},
+		{"webhook on every interface", "", "\tpayments webhook {\n\t\turl https://pay.shop.example\n\t\tsecret 0123456789abcdef\n\t}\n", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			port, dir := freePort(t), t.TempDir()
+			logFile := filepath.Join(dir, "caddy.log")
+			orders := "orders sqlite " + filepath.Join(dir, "orders.db") + " {\n" + tc.payments + "}\n"
+			runCaddyfile(t, fmt.Sprintf(`{
+	admin off
+	auto_https off
+	persist_config off
+	storage file_system %s
+	log {
+		output file %s
+		level WARN
+	}
+	seckill {
+%s
+		captcha off
+%s
+	}
+}
+
+http://:%d {
+	%s
+%s
+}
+`, dir, logFile, jwtBlock, orders, port, tc.bind, ordersSite))
+			// The warning is logged at the app's start, before caddy.Load returns.
+			b, err := os.ReadFile(logFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var warned []map[string]any
+			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				var e map[string]any
+				if line == "" || json.Unmarshal([]byte(line), &e) != nil {
+					continue
+				}
+				if msg, _ := e["msg"].(string); strings.HasPrefix(msg, warning) {
+					warned = append(warned, e)
+				}
+			}
+			if !tc.warned {
+				if len(warned) != 0 {
+					t.Fatalf("warned %v", warned)
+				}
+				return
+			}
+			if len(warned) != 1 {
+				t.Fatalf("%d warnings %q, want 1; log:\n%s", len(warned), warning, b)
+			}
+			e := warned[0]
+			if e["level"] != "warn" || e["provider"] != "seckill.payments.mock" ||
+				fmt.Sprint(e["listen"]) != fmt.Sprintf("[:%d]", port) {
+				t.Errorf("warning %v: want level warn, provider seckill.payments.mock, listen [:%d]", e, port)
 			}
 		})
 	}
