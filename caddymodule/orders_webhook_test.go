@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddy-seckill/caddy-seckill/caddymodule"
 	"github.com/caddy-seckill/caddy-seckill/payments/webhookpay"
 )
 
@@ -155,6 +156,19 @@ func TestOrdersWebhook(t *testing.T) {
 	eventually(t, "reconcile", func() (bool, string) { return s.ReconcileOK(t) })
 	_, rec := s.AdminCall(t, http.MethodGet, "/seckill/reconcile", "")
 	t.Logf("reconcile: %s", rec)
+	// The admin API's reconcile shows the money: alice's charge paid her order, bob's was
+	// refunded, none stands unpaid.
+	var ans caddymodule.ReconcileAnswer
+	if err := json.Unmarshal(rec, &ans); err != nil {
+		t.Fatalf("reconcile answer: %v", err)
+	}
+	money := map[string][5]int64{}
+	for _, r := range ans.Reports {
+		money[r.Activity] = [5]int64{r.Charges, r.ChargedAmount, r.Refunds, r.RefundedAmount, r.ChargedUnpaid + r.UnsettledPayments}
+	}
+	if money["whpaid"] != [5]int64{1, 1999, 0, 0, 0} || money["whlate"] != [5]int64{1, 500, 1, 500, 0} {
+		t.Errorf("reconcile money (charges, charged, refunds, refunded, unpaid+unsettled) = %v", money)
+	}
 
 	// The notifications are counted on the gateway's /metrics, a provider named by the caller
 	// under "unknown" (bounded labels), and the counters not hit yet at 0.
