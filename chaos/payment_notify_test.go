@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -13,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,10 +39,12 @@ type delivery struct {
 	gateway int
 	status  int // 0: no answer
 	err     string
+	cause   error  // why there was no answer
 	code    string // the answer's code: stored, duplicate, ignored, or the refusal's
 	payment string // payment_status in a 2xx answer
 	order   string // order_status in a 2xx answer
 	redone  int    // deliveries of it again after no answer or a 5xx, as Stripe does
+	lost    bool   // a try was sent and got no answer (not a refused connection)
 }
 
 // notifier delivers Stripe's webhooks to the gateways, as Stripe does: signed with the
@@ -78,7 +82,7 @@ func (n *notifier) post(ctx context.Context, gw int, body []byte, h http.Header)
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	res, err := n.hc.Do(req)
 	if err != nil {
-		d.err = err.Error()
+		d.err, d.cause = err.Error(), err
 		return d
 	}
 	raw, err := io.ReadAll(res.Body)
@@ -103,13 +107,15 @@ func (n *notifier) post(ctx context.Context, gw int, body []byte, h http.Header)
 // until an answer that is not a 5xx, as Stripe does (again after 200 ms), and records it.
 func (n *notifier) send(ctx context.Context, ev ledgerEvent, kind string, gw int, sign func([]byte) http.Header) delivery {
 	var d delivery
+	lost := false
 	for tries := 0; ; tries++ {
 		var h http.Header
 		if sign != nil {
 			h = sign(ev.Body)
 		}
 		d = n.post(ctx, gw, ev.Body, h)
-		d.event, d.kind, d.redone = ev.ID, kind, tries
+		lost = lost || (d.status == 0 && !errors.Is(d.cause, syscall.ECONNREFUSED))
+		d.event, d.kind, d.redone, d.lost = ev.ID, kind, tries, lost
 		if (d.status != 0 && d.status < 500) || ctx.Err() != nil {
 			break
 		}
@@ -321,7 +327,9 @@ func (e *env) unchanged(what string, a, b moneyState) {
 // (0) succeeded in the window: paid; (1) payment_failed or canceled, then the buyer's second
 // attempt is paid, and the first attempt's events (and a later canceled) come again after it:
 // the order stays paid; (2) succeeded once the order was swept: refunded exactly once;
-// (3) succeeded at once (200), its notification changes nothing. Forged, old, unsigned,
+// (3) succeeded at once (200), its notification changes nothing. Gateway 2 is SIGKILLed and
+// restarted while the storm of groups 0, 1 and 3 is in flight; a delivery without an answer is
+// delivered again, as Stripe does. Forged, old, unsigned,
 // malformed, unknown and foreign notifications are sent on a quiet database (nothing may
 // change), then alongside the storm, and every stored event is replayed at the end (nothing
 // may change). Then the money end.
@@ -411,7 +419,9 @@ func TestPaymentNotifications(t *testing.T) {
 	phase("quiet refusals")
 
 	// The storm: groups 0, 1 and 3 at once, each winner in its own goroutine, with a second
-	// round of the refusals alongside.
+	// round of the refusals alongside; gateway 2 is SIGKILLed once the first answers came.
+	stormFrom := len(nt.deliveries())
+	stormBegan := time.Now()
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -488,6 +498,13 @@ func TestPaymentNotifications(t *testing.T) {
 			expectOrder("group 3 "+pm.user, ds, string(orderbackend.StatusPaid))
 		}()
 	}
+
+	waitFor(t, "the storm's first answers", time.Minute, func() bool { return len(nt.deliveries()) >= stormFrom+copies })
+	killedAt := time.Now()
+	gws[1].kill()
+	gws[1].restart()
+	restartTook := time.Since(killedAt)
+	phase("gateway 2 killed and restarted")
 
 	// Group 2: once the window closed and the sweeper cancelled the orders, the success.
 	late := map[string]bool{}
@@ -615,11 +632,27 @@ func TestPaymentNotifications(t *testing.T) {
 	phase("replayed after the end")
 
 	counts := map[string]int{}
-	redeliveries := 0
+	redeliveries, again, lost := 0, 0, 0
 	for _, dl := range nt.deliveries() {
 		counts[fmt.Sprintf("%d %s", dl.status, dl.code)]++
 		redeliveries += dl.redone
+		if dl.redone > 0 {
+			again++
+		}
+		if dl.lost {
+			lost++
+		}
 	}
+	repaid := 0
+	p.mu.Lock()
+	for _, pm := range p.payments {
+		for _, c := range pm.calls {
+			if c.status == 0 && c.sent.Before(killedAt.Add(restartTook)) && c.got.After(killedAt) {
+				repaid++
+			}
+		}
+	}
+	p.mu.Unlock()
 	keys := make([]string, 0, len(counts))
 	for k := range counts {
 		keys = append(keys, k)
@@ -629,7 +662,8 @@ func TestPaymentNotifications(t *testing.T) {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 	}
-	t.Logf("winners per group (paid by notification, failed then repaid, succeeded after the sweep, answered at once): %d, %d, %d, %d; first pay calls answered %s after they began; late group swept %s after; deliveries %d (%s), %d events, %d bad or foreign sent, %d delivered again after no answer or a 5xx; done after (since the gateways were up): %s",
+	t.Logf("winners per group (paid by notification, failed then repaid, succeeded after the sweep, answered at once): %d, %d, %d, %d; first pay calls answered %s after they began; late group swept %s after; deliveries %d (%s), %d events, %d bad or foreign sent, gateway 2 killed %s after the storm began, restarted in %s: %d deliveries without an answer delivered again (%d times in all; %d of them had lost an answer, the others found the port closed), %d pay calls without an answer; done after (since the gateways were up): %s",
 		len(byGroup[0]), len(byGroup[1]), len(byGroup[2]), len(byGroup[3]), firstPaid.Round(time.Millisecond), swept.Round(time.Millisecond),
-		len(nt.deliveries()), strings.Join(parts, ", "), len(perEvent), refused, redeliveries, strings.Join(phases, ", "))
+		len(nt.deliveries()), strings.Join(parts, ", "), len(perEvent), refused, killedAt.Sub(stormBegan).Round(time.Millisecond), restartTook.Round(time.Millisecond),
+		again, redeliveries, lost, repaid, strings.Join(phases, ", "))
 }
