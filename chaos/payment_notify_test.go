@@ -342,7 +342,7 @@ func TestPaymentNotifications(t *testing.T) {
 	act := newActivity("pay-notify", n, 2)
 	e := newEnv(t, act)
 	l := startLedger(t)
-	cfg := payConfig{payWithin: 15 * time.Second, settleAfter: 4 * time.Second,
+	cfg := payConfig{payWithin: 20 * time.Second, settleAfter: 4 * time.Second,
 		webhookSecret: ledgerWebhookSecret, webhookTolerance: time.Minute}
 	gws := []*gateway{e.startPayGateway("gateway-1", l, cfg), e.startPayGateway("gateway-2", l, cfg)}
 	start := time.Now()
@@ -380,7 +380,7 @@ func TestPaymentNotifications(t *testing.T) {
 		gmu.Lock()
 		group[pm.order] = i % noteGroups
 		gmu.Unlock()
-		if left := time.Until(pm.payBefore); left < 9*time.Second {
+		if left := time.Until(pm.payBefore); left < 12*time.Second {
 			t.Errorf("the order of %s came %s before its window closed: too late for the scenario", pm.user, left)
 		}
 		return time.Now()
