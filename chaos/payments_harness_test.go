@@ -31,10 +31,28 @@ const (
 type payConfig struct {
 	payWithin   time.Duration // the activity's pay_within
 	settleAfter time.Duration // orders settle_after (the charge call is bounded by half of it)
+	// webhookSecret, when set, is payments stripe's webhook_secret: the gateway takes Stripe's
+	// signed notifications on /orders/webhooks/stripe, signatures older than webhookTolerance
+	// refused.
+	webhookSecret    string
+	webhookTolerance time.Duration
+}
+
+// webhookLines is the payments stripe block's webhook options of c (none without a secret).
+func (c payConfig) webhookLines() string {
+	if c.webhookSecret == "" {
+		return ""
+	}
+	s := "\n\t\t\t\twebhook_secret " + c.webhookSecret
+	if c.webhookTolerance > 0 {
+		s += "\n\t\t\t\twebhook_tolerance " + c.webhookTolerance.String()
+	}
+	return s
 }
 
 // startPayGateway runs a gateway with the embedded order backend on the scenario's PostgreSQL,
-// charging through the real payments stripe module pointed at the ledger, and the order API.
+// charging through the real payments stripe module pointed at the ledger (and taking its signed
+// notifications when c has a webhook secret), and the order API.
 func (e *env) startPayGateway(name string, l *ledger, c payConfig) *gateway {
 	e.t.Helper()
 	port, err := testsrv.FreePort()
@@ -65,7 +83,7 @@ func (e *env) startPayGateway(name string, l *ledger, c payConfig) *gateway {
 			claim_idle 2s
 			payments stripe {
 				secret_key %s
-				api_base %s
+				api_base %s%s
 			}
 		}
 		activity %s {
@@ -89,7 +107,7 @@ http://:%d {
 		seckill_orders
 	}
 }
-`, strings.Join(e.redisAddrs(), " "), jwtSecret, urlSecret, e.dsn, name, c.settleAfter, ledgerSecret, l.url(),
+`, strings.Join(e.redisAddrs(), " "), jwtSecret, urlSecret, e.dsn, name, c.settleAfter, ledgerSecret, l.url(), c.webhookLines(),
 		a.id, a.stock, a.limit, a.start.UTC().Format(time.RFC3339), a.end.UTC().Format(time.RFC3339), c.payWithin, payPrice, port)
 	if err := os.WriteFile(cfg, []byte(caddyfile), 0o600); err != nil {
 		e.t.Fatal(err)

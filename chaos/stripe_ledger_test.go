@@ -56,6 +56,11 @@ type ledger struct {
 	behave      func(order string) chargeBehaviour // nil: every charge succeeds and is answered at once
 	afterCharge func(key string)
 
+	// events are the webhook events of the PaymentIntents' changes after their creation
+	// (stripe_ledger_events_test.go), by PaymentIntent, not yet taken for delivery.
+	events  map[string][]ledgerEvent
+	emitted int
+
 	// Counts of what reached it.
 	creates, replays, conflicts, searches, refundCalls int
 }
@@ -68,6 +73,9 @@ type ledgerIntent struct {
 	SucceedAt                        time.Time // zero: succeeded at creation
 	Cancelled                        bool
 	Refunds                          []string
+	// Failed: the payment failed while processing (Stripe's payment_intent.payment_failed); the
+	// PaymentIntent is back to requires_payment_method and took no money.
+	Failed bool
 }
 
 // ledgerRefund is one refund.
@@ -86,7 +94,8 @@ type idemEntry struct {
 
 func startLedger(t *testing.T) *ledger {
 	t.Helper()
-	l := &ledger{t: t, intents: map[string]*ledgerIntent{}, refunds: map[string]*ledgerRefund{}, idem: map[string]*idemEntry{}}
+	l := &ledger{t: t, intents: map[string]*ledgerIntent{}, refunds: map[string]*ledgerRefund{}, idem: map[string]*idemEntry{},
+		events: map[string][]ledgerEvent{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -329,6 +338,8 @@ func (pi *ledgerIntent) status(now time.Time) string {
 	switch {
 	case pi.Cancelled:
 		return "canceled"
+	case pi.Failed:
+		return "requires_payment_method"
 	case !pi.SucceedAt.IsZero() && now.Before(pi.SucceedAt):
 		return "processing"
 	}
@@ -365,6 +376,7 @@ func (l *ledger) cancelIntent(id string) (int, []byte) {
 			"You cannot cancel this PaymentIntent because it has a status of "+st+".")
 	}
 	pi.Cancelled = true
+	l.emit(pi, "payment_intent.canceled", time.Now())
 	return http.StatusOK, l.intentJSON(pi, time.Now())
 }
 
