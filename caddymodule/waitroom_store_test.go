@@ -152,9 +152,8 @@ func TestWaitingRoomStoreLocal(t *testing.T) {
 // every place and every admission time is as it was, the line goes on admitting in order, a
 // newcomer lines up behind, the pre-queue keeps its joiners, and the admitted buyers buying at
 // once on the promoted master win exactly the stock (the waiting newcomer none). The replica has
-// every join before
-// the kill (WaitStreaming): a join is not covered by replicas_ack (docs/admission.md), and this
-// test is about the line moving, not about the replication window.
+// every join before the kill (WaitStreaming): a join is not covered by replicas_ack
+// (docs/admission.md), and this test is about the line moving, not about the replication window.
 func TestWaitingRoomSentinelFailover(t *testing.T) {
 	sn := testsrv.StartSentinel(t, testsrv.WithDownAfter(time.Second))
 	now := time.Now()
