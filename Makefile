@@ -78,5 +78,6 @@ fuzz:
 	GO=$(GO) ./scripts/fuzz.sh ./caddymodule/ FuzzCaddyfile $(FUZZTIME) $(FUZZMINIMIZETIME)
 	GO=$(GO) ./scripts/fuzz.sh ./caddymodule/ FuzzPathBody $(FUZZTIME) $(FUZZMINIMIZETIME)
 	GO=$(GO) ./scripts/fuzz.sh ./caddymodule/ FuzzBuyBody $(FUZZTIME) $(FUZZMINIMIZETIME)
+	GO=$(GO) ./scripts/fuzz.sh ./caddymodule/ FuzzJoinBody $(FUZZTIME) $(FUZZMINIMIZETIME)
 	GO=$(GO) ./scripts/fuzz.sh ./caddymodule/ FuzzAdminActivityBody $(FUZZTIME) $(FUZZMINIMIZETIME)
 	GO=$(GO) ./scripts/fuzz.sh ./admission/ FuzzResultJSON $(FUZZTIME) $(FUZZMINIMIZETIME)

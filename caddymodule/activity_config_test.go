@@ -36,6 +36,13 @@ func TestActivityConfigJSON(t *testing.T) {
 		{"price no currency", `{"stock": 5, "start_in": "30s", ` + end + `, "price": {"amount": 100}}`, `activity a: price: currency "" is not`},
 		{"title control", `{"stock": 5, "start_in": "30s", ` + end + `, "title": "a\u0007b"}`, "activity a: title: contains a control character"},
 		{"title long", `{"stock": 5, "start_in": "30s", ` + end + `, "title": "` + strings.Repeat("é", 101) + `"}`, "activity a: title: 202 bytes is longer than 200"},
+		{"waiting_room defaults", `{"stock": 5, "start_in": "30s", ` + end + `, "waiting_room": {}}`, ""},
+		{"waiting_room", `{"stock": 5, "start_in": "30s", ` + end + `, "waiting_room": {"opens": "15m", "admit": "200/s", "session": "2m", "proof_of_work": 18}}`, ""},
+		{"waiting_room opens negative", `{"stock": 5, "start_in": "30s", ` + end + `, "waiting_room": {"opens": "-1m"}}`, "activity a: waiting_room: opens -1m0s is negative"},
+		{"waiting_room opens too long", `{"stock": 5, "start_in": "30s", ` + end + `, "waiting_room": {"opens": "200h"}}`, "activity a: waiting_room: opens 200h0m0s: want 1s to 168h0m0s"},
+		{"waiting_room admit", `{"stock": 5, "start_in": "30s", ` + end + `, "waiting_room": {"admit": "fast"}}`, `activity a: waiting_room: admit "fast"`},
+		{"waiting_room session", `{"stock": 5, "start_in": "30s", ` + end + `, "waiting_room": {"session": "100ms"}}`, "activity a: waiting_room: session 100ms: want 1s to 24h0m0s"},
+		{"waiting_room proof_of_work", `{"stock": 5, "start_in": "30s", ` + end + `, "waiting_room": {"proof_of_work": 29}}`, "activity a: waiting_room: proof_of_work 29: want 1 to 28 bits"},
 		{"end before start", `{"stock": 5, "start": "2037-01-01T00:00:00Z", ` + end + `}`, "activity a: end 2036-01-01T00:00:00Z is not after start 2037-01-01T00:00:00Z"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/internal/testcaddy"
+	"github.com/caddy-seckill/caddy-seckill/waitroom"
 )
 
 // The targets below drive request bodies through a Caddy running in this process, over loopback,
@@ -34,10 +35,10 @@ var documented = map[int][]string{
 	http.StatusAccepted:              {"queued"},
 	http.StatusBadRequest:            {"bad_request"},
 	http.StatusUnauthorized:          {"unauthorized"},
-	http.StatusForbidden:             {"not_started", "ended", "captcha_invalid"},
-	http.StatusNotFound:              {"bad_path", "not_found"},
+	http.StatusForbidden:             {"not_started", "ended", "captcha_invalid", "not_admitted", "pow_required", "pow_invalid", "pow_expired"},
+	http.StatusNotFound:              {"bad_path", "not_found", "not_in_line"},
 	http.StatusMethodNotAllowed:      {"method_not_allowed"},
-	http.StatusConflict:              {"limit_reached"},
+	http.StatusConflict:              {"limit_reached", "pow_spent"},
 	http.StatusGone:                  {"sold_out"},
 	http.StatusRequestEntityTooLarge: {"bad_request"},
 	http.StatusTooManyRequests:       {"rate_limited"},
@@ -432,4 +433,211 @@ func FuzzAdminActivityBody(f *testing.F) {
 			t.Fatalf("%s: %s stored %+v (was %+v)", what, r, after, before)
 		}
 	})
+}
+
+// joinBits is the proof of work FuzzJoinBody's room asks: low, so that an input costs a few
+// dozen hashes to solve.
+const joinBits = 4
+
+// FuzzJoinBody posts arbitrary bodies, with arbitrary Content-Types, to POST /seckill/{a}/queue of
+// two rooms: one with proof_of_work, whose body is {challenge, answer}, and one without, which
+// reads no body. In a body "$CH" and "$ANS" stand for a live challenge issued to the caller and its
+// answer, "$OLD" and "$OLDANS" for a genuine challenge of the caller past its expiry, "$WEAK" and
+// "$WEAKANS" for one asking fewer bits than the room and "$OTHER" for another user's, so that
+// the fuzzer reaches every answer docs/api.md gives. The caller is a new user, or (holder) one
+// who already holds a place. Every answer must be the documented one the body calls for: a
+// refusal changes neither the line nor the activity nor the spent set (the live challenge then
+// still joins), a join takes exactly the next place (a holder keeps its own) and spends its
+// answer.
+func FuzzJoinBody(f *testing.F) {
+	now := time.Now()
+	base := startCaddy(f, jwtBlock+"captcha off\n"+
+		roomBlock("fzq", 10, now.Add(-time.Minute), now.Add(24*time.Hour), fmt.Sprintf("admit 1/h\nproof_of_work %d", joinBits))+
+		roomBlock("fzo", 10, now.Add(-time.Minute), now.Add(24*time.Hour), "admit 1/h"), route)
+	hc := newClient(f, base).HTTP
+	for _, s := range []string{
+		`{"challenge":"$CH","answer":"$ANS"}`,
+		` {"answer":"$ANS","challenge":"$CH"} ` + "\n",
+		`{"CHALLENGE":"$CH","Answer":"$ANS"}`,
+		`{"challenge":"$CH","answer":"$ANS","challenge":"$CH"}`,
+		`{"challenge":"$CH","answer":"$ANS","extra":[1,{}]}`,
+		`{"challenge":"$CH","answer":"0$ANS"}`,
+		`{"challenge":"$CH","answer":"$ANS0"}`,
+		`{"challenge":"$CH","answer":" $ANS"}`,
+		`{"challenge":"$CH","answer":"-1"}`,
+		`{"challenge":"$CH","answer":"99999999999999999999"}`,
+		`{"challenge":"$CH","answer":"999999999999999999999"}`,
+		`{"challenge":"$CH","answer":""}`,
+		`{"challenge":"$CH"}`,
+		`{"answer":"$ANS"}`,
+		`{"challenge":"","answer":""}`,
+		`{"challenge":"$CH","answer":$ANS}`,
+		`{"challenge":["$CH"],"answer":"$ANS"}`,
+		`{"challenge":"$CH","answer":"$ANS"}{}`,
+		`{"challenge":"$CH","answer":"$ANS"`,
+		`{"challenge":"$CH.","answer":"$ANS"}`,
+		`{"challenge":"x$CH","answer":"$ANS"}`,
+		`{"challenge":"$OLD","answer":"$OLDANS"}`,
+		`{"challenge":"$OLD","answer":"x"}`,
+		`{"challenge":"$WEAK","answer":"$WEAKANS"}`,
+		`{"challenge":"$OTHER","answer":"$ANS"}`,
+		`{"challenge":"1.4.AAAA.BBBB","answer":"1"}`,
+		`{"challenge":"...","answer":"1"}`,
+		"", " ", "\n", "{}", "null", "[]", "0", `"$CH"`, "{", "\xff", "\xef\xbb\xbf{}",
+		"challenge=$CH&answer=$ANS",
+		"{\"challenge\":\"\xff\",\"answer\":\"1\"}",
+	} {
+		f.Add([]byte(s), "application/json", true, false)
+	}
+	for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+		"application/json; charset=utf-16", "application/xml", "*/*", "\u00e9"} {
+		f.Add([]byte(`{"challenge":"$CH","answer":"$ANS"}`), ct, true, false)
+		f.Add([]byte(`{"challenge":"$CH","answer":"$ANS"}`), ct, false, false)
+	}
+	f.Add([]byte(`{"challenge":"$CH","answer":"$ANS"}`), "application/json", true, true)
+	f.Add([]byte(`{"challenge":"$CH","answer":"1"}`), "application/json", true, true)
+	f.Add([]byte(""), "", true, true)
+	for _, s := range []string{"", "{", "null", "\xff", `{"challenge":"$CH","answer":"$ANS"}`} {
+		f.Add([]byte(s), "application/json", false, false)
+		f.Add([]byte(s), "application/json", false, true)
+	}
+
+	var users int                 // so that each input has a user who holds no place yet
+	holders := map[string]int64{} // room -> its holder's position, once the holder joined
+	f.Fuzz(func(t *testing.T, raw []byte, contentType string, pow, holder bool) {
+		if !sendable(contentType) {
+			t.Skip("Go's HTTP client cannot send this header value")
+		}
+		c := fuzzClient(t, base, hc)
+		act := "fzo"
+		if pow {
+			act = "fzq"
+		}
+		users++
+		user := fmt.Sprintf("q%d", users)
+		if holder {
+			user = "holder"
+		}
+		tok := token(t, user)
+		key := func() []byte {
+			s, ok := snapshot(t, act)
+			if !ok {
+				t.Fatalf("activity %s is gone", act)
+			}
+			return waitroom.ProofKey(s.Salt)
+		}()
+		// proof returns a fresh, solved proof of the caller for act.
+		proof := func() (challenge, answer string) {
+			r := c.Get("/seckill/"+act+"/queue/challenge", tok)
+			expect(t, "challenge", r, http.StatusOK, "ok")
+			return r.Str("challenge"), waitroom.Solve(r.Str("challenge"), joinBits)
+		}
+		if holder && holders[act] == 0 {
+			body := ""
+			if pow {
+				body = proofBody(proof())
+			}
+			r := c.Post("/seckill/"+act+"/queue", tok, body)
+			expect(t, "the holder joins", r, http.StatusOK, "ok")
+			holders[act] = r.Num("position")
+		}
+
+		var live, liveAns, old string
+		body := raw
+		if pow {
+			live, liveAns = proof()
+			mint := func(who string, bits int, at time.Time) (string, string) {
+				ch, err := waitroom.NewChallenge(key, act, who, bits, at)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ch.Token, waitroom.Solve(ch.Token, bits)
+			}
+			var oldAns string
+			old, oldAns = mint(user, joinBits, time.Now().Add(-waitroom.ProofTTL-time.Second))
+			weak, weakAns := mint(user, joinBits-1, time.Now())
+			other, _ := mint("someone-else", joinBits, time.Now())
+			body = []byte(strings.NewReplacer("$CH", live, "$ANS", liveAns, "$OLDANS", oldAns, "$OLD", old,
+				"$WEAKANS", weakAns, "$WEAK", weak, "$OTHER", other).Replace(string(raw)))
+		}
+		line := tallies(t, []string{act})[act]
+		before, _ := snapshot(t, act)
+
+		var hdr []string
+		if contentType != "" {
+			hdr = []string{"Content-Type", contentType}
+		}
+		r := c.Do(http.MethodPost, "/seckill/"+act+"/queue", tok, bytes.NewReader(body), hdr...)
+		checkDocumented(t, "join", r)
+		what := fmt.Sprintf("%s joins %s with body %q (Content-Type %q)", user, act, body, contentType)
+
+		// What docs/api.md says this join gets: a room without proof_of_work reads no body; one
+		// with it wants {challenge, answer}, the challenge issued to the caller, still valid, asking
+		// the room's bits, and an answer of 1 to 20 digits that solves it.
+		var req struct {
+			Challenge string `json:"challenge"`
+			Answer    string `json:"answer"`
+		}
+		code, status := "ok", http.StatusOK
+		if pow {
+			switch {
+			case len(body) == 0:
+				code, status = "pow_required", http.StatusForbidden
+			case json.Unmarshal(body, &req) != nil:
+				code, status = "bad_request", http.StatusBadRequest
+			case req.Challenge == "" && req.Answer == "":
+				code, status = "pow_required", http.StatusForbidden
+			case req.Challenge == old:
+				// The one well-signed challenge refused for its age, whatever the answer.
+				code, status = "pow_expired", http.StatusForbidden
+			case req.Challenge == live && digits(req.Answer) && waitroom.ProofBits(live, req.Answer) >= joinBits:
+			default:
+				code, status = "pow_invalid", http.StatusForbidden
+			}
+		}
+		expect(t, what, r, status, code)
+
+		afterLine := tallies(t, []string{act})[act]
+		if after, _ := snapshot(t, act); !reflect.DeepEqual(after, before) {
+			t.Fatalf("%s changed the activity: %+v, was %+v", what, after, before)
+		}
+		if code != "ok" {
+			if afterLine != line {
+				t.Fatalf("%s answered %s but changed the line: %v, was %v", what, r, afterLine, line)
+			}
+			if !holder {
+				expect(t, what+": the caller's place", c.Get("/seckill/"+act+"/queue", tok), http.StatusNotFound, "not_in_line")
+			}
+			if pow && req.Challenge == live {
+				// The refusal did not spend the live challenge: it still joins.
+				r2 := c.Post("/seckill/"+act+"/queue", tok, proofBody(live, liveAns))
+				expect(t, what+", then the live challenge solved", r2, http.StatusOK, "ok")
+			}
+			return
+		}
+		switch {
+		case holder:
+			if r.Num("position") != holders[act] || afterLine != line {
+				t.Fatalf("%s: %s; the holder's place is %d and the line must stay %v, is %v", what, r, holders[act], line, afterLine)
+			}
+		case r.Num("position") != line[0]+1 || afterLine[0] != line[0]+1:
+			t.Fatalf("%s: %s took the line from %v to %v; want the next place, %d", what, r, line, afterLine, line[0]+1)
+		}
+		if pow {
+			expect(t, what+", again", c.Post("/seckill/"+act+"/queue", tok, proofBody(live, req.Answer)), http.StatusConflict, "pow_spent")
+		}
+	})
+}
+
+// digits reports whether s is an answer of the proof of work's form: 1 to 20 decimal digits.
+func digits(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }

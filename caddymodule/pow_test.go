@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +154,67 @@ func TestProofOfWorkConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "Caddyfile:") {
 			t.Errorf("%q: %v; want an error at its line with %q", tc.opt, err, tc.want)
 		}
+	}
+}
+
+// TestWaitingRoomProofExpired answers a challenge past its validity through Caddy: 403
+// pow_expired (funnel layer waiting_room, counted), the line, the activity and the caller's place
+// as they were. A challenge lives waitroom.ProofTTL (2 minutes) and the handler's clock is the
+// wall's, so rather than wait the test issues the caller's challenges at earlier moments itself,
+// signed with the room's key (derived from the activity's salt, as the handler derives it); one
+// issued within the validity joins, which shows the key is the handler's, and its expiry is the
+// only difference.
+func TestWaitingRoomProofExpired(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\n"+
+		roomBlock("old", 5, now.Add(-time.Minute), now.Add(time.Hour), "admit 1/h\nproof_of_work 6"), route+"metrics /metrics\n")
+	c := newClient(t, base)
+	alice := token(t, "alice")
+	s, ok := snapshot(t, "old")
+	if !ok {
+		t.Fatal("activity old is not in the store")
+	}
+	key := waitroom.ProofKey(s.Salt)
+	issued := func(at time.Time) string {
+		ch, err := waitroom.NewChallenge(key, "old", "alice", 6, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return proofBody(ch.Token, waitroom.Solve(ch.Token, 6))
+	}
+
+	line := tallies(t, []string{"old"})
+	for _, ago := range []time.Duration{waitroom.ProofTTL + time.Millisecond, waitroom.ProofTTL + time.Minute, 24 * time.Hour} {
+		r := c.Post("/seckill/old/queue", alice, issued(time.Now().Add(-ago)))
+		expect(t, fmt.Sprintf("a challenge issued %s ago", ago), r, http.StatusForbidden, "pow_expired")
+		if !strings.Contains(r.Str("message"), "expired") {
+			t.Errorf("a challenge issued %s ago: %s; want a message saying it expired", ago, r)
+		}
+	}
+	if after := tallies(t, []string{"old"}); fmt.Sprint(after) != fmt.Sprint(line) {
+		t.Fatalf("the line after expired challenges: %v; before: %v", after, line)
+	}
+	if after, _ := snapshot(t, "old"); !reflect.DeepEqual(after, s) {
+		t.Fatalf("the activity after expired challenges: %+v; before: %+v", after, s)
+	}
+	expect(t, "alice's place after expired challenges", c.Get("/seckill/old/queue", alice), http.StatusNotFound, "not_in_line")
+
+	// The same key, issued a minute and a half ago: still valid, it joins.
+	r := c.Post("/seckill/old/queue", alice, issued(time.Now().Add(-waitroom.ProofTTL+30*time.Second)))
+	if r.Status != http.StatusOK || r.Num("position") != 1 {
+		t.Fatalf("a challenge issued 90 s ago: %s; want alice joined at 1", r)
+	}
+
+	out := string(c.Get("/metrics", "").Raw)
+	for series, want := range map[string]float64{
+		`caddy_seckill_waiting_room_joins_total{activity="old",result="pow_expired"}`: 3,
+		`caddy_seckill_waiting_room_joins_total{activity="old",result="joined"}`:      1,
+	} {
+		if got := metricValue(t, out, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
+	}
+	if got := metricValue(t, out, `caddy_seckill_rejected_total{layer="waiting_room"}`); got < 3 {
+		t.Errorf(`rejected_total{layer="waiting_room"} = %v, want at least 3`, got)
 	}
 }

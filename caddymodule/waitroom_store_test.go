@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
+	"github.com/caddy-seckill/caddy-seckill/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -148,9 +150,10 @@ func TestWaitingRoomStoreLocal(t *testing.T) {
 // TestWaitingRoomSentinelFailover: the line lives in the activity's hash tag, so a Sentinel
 // failover moves it with the stock: after the master is SIGKILLed and its replica promoted,
 // every place and every admission time is as it was, the line goes on admitting in order, a
-// newcomer lines up behind, and the pre-queue keeps its joiners. The replica has every join before
-// the kill (WaitStreaming): a join is not covered by replicas_ack (docs/admission.md), and this
-// test is about the line moving, not about the replication window.
+// newcomer lines up behind, the pre-queue keeps its joiners, and the admitted buyers buying at
+// once on the promoted master win exactly the stock (the waiting newcomer none). The replica has
+// every join before the kill (WaitStreaming): a join is not covered by replicas_ack
+// (docs/admission.md), and this test is about the line moving, not about the replication window.
 func TestWaitingRoomSentinelFailover(t *testing.T) {
 	sn := testsrv.StartSentinel(t, testsrv.WithDownAfter(time.Second))
 	now := time.Now()
@@ -224,5 +227,38 @@ func TestWaitingRoomSentinelFailover(t *testing.T) {
 	r := c.Post("/seckill/fo/queue", tokens[users], "")
 	if r.Num("position") != users+1 {
 		t.Errorf("a newcomer after the failover: %s; want position %d", r, users+1)
+	}
+
+	// On the promoted master the line still gates the buy step and the stock holds: every
+	// admitted buyer buys at once, the stock's count win, the others are told sold_out; the
+	// newcomer, still waiting, is not let through.
+	s, _ := snapshot(t, "fo")
+	buy := func(i int) response {
+		path := "/seckill/fo/buy/" + hashedurl.Sign([]byte("shared-url-secret"), "fo", fmt.Sprint("user", i), s.Salt)
+		return c.Post(path, tokens[i], "")
+	}
+	expect(t, "the newcomer's buy, waiting", buy(users), http.StatusForbidden, "not_admitted")
+	codes := make([]string, users)
+	var wg sync.WaitGroup
+	for i := range users {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = buy(i).Code()
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for i, code := range codes {
+		switch code {
+		case "queued":
+			wins++
+		case "sold_out":
+		default:
+			t.Errorf("user%d's buy after the failover: %q; want queued or sold_out", i, code)
+		}
+	}
+	if n := remaining(t, "fo"); wins != 5 || n != 0 {
+		t.Errorf("after the failover %d buyers won 5 items, %d remain; want 5 wins and none left", wins, n)
 	}
 }
