@@ -259,13 +259,6 @@ func (adminAPI) reconcile(w http.ResponseWriter, r *http.Request, app *App) erro
 // archive is the archive command's call when the store can be read only through this process
 // (store memory, or a store local folder it holds).
 func (adminAPI) archive(w http.ResponseWriter, r *http.Request, app *App, id string) error {
-	if app.orders == nil {
-		return apiErr(http.StatusConflict, errors.New("the seckill app has no orders configured: nothing to archive in this process"))
-	}
-	st := app.orders.state()
-	if st == nil {
-		return apiErr(http.StatusServiceUnavailable, errors.New("the order backend has not started"))
-	}
 	batch := orderbackend.DefaultArchiveBatch
 	if b := r.URL.Query().Get("batch"); b != "" {
 		n, err := strconv.Atoi(b)
@@ -273,6 +266,13 @@ func (adminAPI) archive(w http.ResponseWriter, r *http.Request, app *App, id str
 			return apiErr(http.StatusBadRequest, fmt.Errorf("batch %q: want a number of orders of at least 1", b))
 		}
 		batch = n
+	}
+	if app.orders == nil {
+		return apiErr(http.StatusConflict, errors.New("the seckill app has no orders configured: nothing to archive in this process"))
+	}
+	st := app.orders.state()
+	if st == nil {
+		return apiErr(http.StatusServiceUnavailable, errors.New("the order backend has not started"))
 	}
 	// Not the request's context: Caddy's admin server cancels it once its read timeout (10s) has
 	// passed, and a big sale takes longer. An archive that ends early is resumed by the next one.
