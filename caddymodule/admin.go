@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
+	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 )
 
 func init() {
@@ -30,6 +31,9 @@ func init() {
 //	PUT    /seckill/activities/{id}[?force=1]  create or redefine (force: even while running)
 //	DELETE /seckill/activities/{id}[?force=1]  delete (force: even while running)
 //	POST   /seckill/activities/{id}/release    give a reservation back: {"reservation_id": "..."}
+//	POST   /seckill/activities/{id}/archive[?batch=n]
+//	                                           move a finished, reconciled sale's orders to the
+//	                                           archive tables (embedded order backend only)
 //	GET    /seckill/stats                      breaker state and every activity's counters
 //	GET    /seckill/reconcile[?activity={id}]  the invariants across store and order database
 //	                                           (embedded order backend only)
@@ -122,6 +126,11 @@ func (a adminAPI) serve(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		return a.release(w, r, app, seg[1])
+	case len(seg) == 3 && seg[0] == "activities" && admission.ValidActivityID(seg[1]) && seg[2] == "archive":
+		if err := allow(r, http.MethodPost); err != nil {
+			return err
+		}
+		return a.archive(w, r, app, seg[1])
 	}
 	return apiErr(http.StatusNotFound, fmt.Errorf("no admin route %s", r.URL.Path))
 }
@@ -245,6 +254,38 @@ func (adminAPI) reconcile(w http.ResponseWriter, r *http.Request, app *App) erro
 		return storeErr(err)
 	}
 	return writeAdmin(w, http.StatusOK, ans)
+}
+
+// archive is the archive command's call when the store can be read only through this process
+// (store memory, or a store local folder it holds).
+func (adminAPI) archive(w http.ResponseWriter, r *http.Request, app *App, id string) error {
+	batch := orderbackend.DefaultArchiveBatch
+	if b := r.URL.Query().Get("batch"); b != "" {
+		n, err := strconv.Atoi(b)
+		if err != nil || n < 1 {
+			return apiErr(http.StatusBadRequest, fmt.Errorf("batch %q: want a number of orders of at least 1", b))
+		}
+		batch = n
+	}
+	if app.orders == nil {
+		return apiErr(http.StatusConflict, errors.New("the seckill app has no orders configured: nothing to archive in this process"))
+	}
+	st := app.orders.state()
+	if st == nil {
+		return apiErr(http.StatusServiceUnavailable, errors.New("the order backend has not started"))
+	}
+	// Not the request's context: Caddy's admin server cancels it once its read timeout (10s) has
+	// passed, and a big sale takes longer. An archive that ends early is resumed by the next one.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), time.Hour)
+	defer cancel()
+	rep, err := archive(ctx, app.backend.guard, st.repo, id, batch)
+	switch {
+	case errors.Is(err, ErrReconcileFails), errors.Is(err, orderbackend.ErrNotFinished):
+		return apiErr(http.StatusConflict, err)
+	case err != nil:
+		return storeErr(err)
+	}
+	return writeAdmin(w, http.StatusOK, rep)
 }
 
 // snapshots reads every activity from the store, sorted by id.

@@ -101,6 +101,9 @@ func TestAdminAPI(t *testing.T) {
 		{http.MethodPost, "/seckill/activities/adm/release", `{"reservation_id":"nope"}`, http.StatusNotFound},
 		{http.MethodPost, "/seckill/stats", "", http.StatusMethodNotAllowed},
 		{http.MethodGet, "/seckill/nothing", "", http.StatusNotFound},
+		{http.MethodGet, "/seckill/activities/adm/archive", "", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/seckill/activities/adm/archive?batch=0", "", http.StatusBadRequest},
+		{http.MethodPost, "/seckill/activities/adm/archive", "", http.StatusConflict}, // no orders in this sale
 		{http.MethodDelete, "/seckill/activities/adm", "", http.StatusConflict},
 	} {
 		if status, body := call(tc.method, tc.path, tc.body); status != tc.status {

@@ -51,35 +51,47 @@ var ErrNotOpenable = errors.New("the store can be read only through the running 
 // ErrNotOpenable for a store only the running Caddy can read, and an error wrapping
 // admission.ErrInUse for one the running Caddy holds: the command then asks that Caddy.
 func (a *App) ReconcileDirect(ctx context.Context, activity string) (ReconcileAnswer, error) {
+	var ans ReconcileAnswer
+	err := a.direct(ctx, func(st admission.Store, repo orderbackend.Repository) error {
+		var err error
+		ans, err = reconcile(ctx, st, repo, activity)
+		return err
+	})
+	return ans, err
+}
+
+// direct opens the app's store outside the running Caddy and its order database, runs fn on
+// them and closes both (ReconcileDirect, ArchiveDirect).
+func (a *App) direct(ctx context.Context, fn func(admission.Store, orderbackend.Repository) error) error {
 	cctx, cancel := caddy.NewContext(caddy.Context{Context: ctx})
 	defer cancel()
 	store, err := a.loadStoreModule(cctx)
 	if err != nil {
-		return ReconcileAnswer{}, err
+		return err
 	}
 	opener, ok := store.(ExistingOpener)
 	if !ok {
-		return ReconcileAnswer{}, ErrNotOpenable
+		return ErrNotOpenable
 	}
 	if a.Orders == nil {
-		return ReconcileAnswer{}, errors.New("the seckill app has no orders option: reconcile needs the order " +
-			"database (for a standalone order backend, use `orderbackend reconcile`)")
+		return errors.New("the seckill app has no orders option: reconcile and archive need the order " +
+			"database (for a standalone order backend, use `orderbackend reconcile` or `orderbackend archive`)")
 	}
 	orders, err := a.Orders.resolve(caddy.NewReplacer())
 	if err != nil {
-		return ReconcileAnswer{}, err
+		return err
 	}
 	st, err := opener.OpenExisting()
 	if err != nil {
-		return ReconcileAnswer{}, fmt.Errorf("%s: %w", storeDirective(store), err)
+		return fmt.Errorf("%s: %w", storeDirective(store), err)
 	}
 	defer func() { _ = st.Close() }()
 	repo, err := orderbackend.OpenRepositoryWith(ctx, orders.Type, orders.DSN, orderbackend.PostgresOptions{Partitions: orders.Partitions})
 	if err != nil {
-		return ReconcileAnswer{}, fmt.Errorf("orders %s: %w", orders.Type, err)
+		return fmt.Errorf("orders %s: %w", orders.Type, err)
 	}
 	defer func() { _ = repo.Close() }()
-	return reconcile(ctx, st, repo, activity)
+	return fn(st, repo)
 }
 
 // PartitionDirect is the partition command (package seckillcmd): it rewrites the orders option's
@@ -105,16 +117,30 @@ func (a *App) PartitionDirect(ctx context.Context, n int) (orderbackend.Partitio
 	return rep, nil
 }
 
-// ErrReconcileFails is ArchiveDirect's answer for a sale whose invariants do not hold: archiving
-// would freeze a disagreement that must be looked at first.
+// ErrReconcileFails is the archive's answer (ArchiveDirect, POST
+// /seckill/activities/{id}/archive) for a sale whose invariants do not hold: archiving would
+// freeze a disagreement that must be looked at first.
 var ErrReconcileFails = errors.New("reconcile does not hold")
 
 // ArchiveDirect is the archive command (package seckillcmd) on a configuration that no Caddy
-// loaded: it opens the store (ExistingOpener, as ReconcileDirect) and the order database, checks
-// that reconcile holds for the activity, and moves its orders to the archive tables in batches of
-// batch (orderbackend.Repository.Archive).
+// loaded: it opens the store and the order database as ReconcileDirect does (and answers
+// ErrNotOpenable or admission.ErrInUse as it does, for the command to ask the running Caddy), and
+// archives the activity (archive).
 func (a *App) ArchiveDirect(ctx context.Context, activity string, batch int) (orderbackend.ArchiveReport, error) {
-	ans, err := a.ReconcileDirect(ctx, activity)
+	var rep orderbackend.ArchiveReport
+	err := a.direct(ctx, func(st admission.Store, repo orderbackend.Repository) error {
+		var err error
+		rep, err = archive(ctx, st, repo, activity, batch)
+		return err
+	})
+	return rep, err
+}
+
+// archive checks that reconcile holds for the activity and then moves its orders to the archive
+// tables in batches of batch (orderbackend.Repository.Archive, which refuses a sale with work
+// left: orderbackend.ErrNotFinished).
+func archive(ctx context.Context, store admission.Store, repo orderbackend.Repository, activity string, batch int) (orderbackend.ArchiveReport, error) {
+	ans, err := reconcile(ctx, store, repo, activity)
 	if err != nil {
 		return orderbackend.ArchiveReport{}, err
 	}
@@ -125,14 +151,5 @@ func (a *App) ArchiveDirect(ctx context.Context, activity string, batch int) (or
 		}
 		return orderbackend.ArchiveReport{}, fmt.Errorf("archive %s: %w; nothing archived:\n%s", activity, ErrReconcileFails, b)
 	}
-	orders, err := a.Orders.resolve(caddy.NewReplacer())
-	if err != nil {
-		return orderbackend.ArchiveReport{}, err
-	}
-	repo, err := orderbackend.OpenRepositoryWith(ctx, orders.Type, orders.DSN, orderbackend.PostgresOptions{Partitions: orders.Partitions})
-	if err != nil {
-		return orderbackend.ArchiveReport{}, fmt.Errorf("orders %s: %w", orders.Type, err)
-	}
-	defer func() { _ = repo.Close() }()
 	return repo.Archive(ctx, activity, batch)
 }

@@ -61,12 +61,14 @@ Tools for caddy-seckill.
       partitions by user (1: not partitioned), in one transaction that keeps every order; run it
       with the sale and Caddy stopped, then set the orders option's partitions to n.
 
-  caddy seckill archive <activity> --config <file> [--adapter <name>] [--batch 1000]
+  caddy seckill archive <activity> --config <file> [--adapter <name>] [--address <admin>] [--batch 1000]
       moves a finished sale's orders and payment attempts from the hot tables to the archive
       tables, in transactions of --batch orders, once reconcile holds and no order is pending;
       prints the counts before and after. Reconcile and the order API read archived orders. A
-      second run moves nothing; an interrupted run is finished by the next. Needs a store it can
-      open (redis, or a store local folder no Caddy holds).`,
+      second run moves nothing; an interrupted run is finished by the next. With store redis, or a
+      store local folder no Caddy holds, it opens the store and the database itself; with store
+      memory or a store local folder the running Caddy holds, that Caddy archives through its
+      admin API (the config's admin address, or --address).`,
 		CobraFunc: func(cmd *cobra.Command) {
 			token := &cobra.Command{
 				Use:   "token --user <id> [--secret <s> | --config <file> [--adapter <name>]] [--alg HS256] [--ttl 15m] [--issuer <iss>] [--audience <aud>]",
@@ -128,13 +130,14 @@ Tools for caddy-seckill.
 			part.Flags().Int("partitions", 0, "The number of partitions wanted, 1 (not partitioned) to 1024; required")
 
 			arch := &cobra.Command{
-				Use:   "archive <activity> --config <file> [--adapter <name>] [--batch 1000]",
+				Use:   "archive <activity> --config <file> [--adapter <name>] [--address <admin>] [--batch 1000]",
 				Short: "Moves a finished sale's orders to the archive tables",
 				Args:  cobra.ExactArgs(1),
 				RunE:  caddycmd.WrapCommandFuncForCobra(cmdArchive),
 			}
 			arch.Flags().StringP("config", "c", "", "Configuration file: its store and orders settings; required")
 			arch.Flags().StringP("adapter", "a", "", "Name of config adapter to apply")
+			arch.Flags().String("address", "", "Address of the administration API listener (store memory, or a store local folder Caddy holds)")
 			arch.Flags().Int("batch", orderbackend.DefaultArchiveBatch, "Orders moved per transaction")
 
 			cmd.AddCommand(token, status, rec, watch, part, arch)

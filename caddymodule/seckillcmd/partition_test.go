@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/caddy-seckill/caddy-seckill/internal/testcaddy"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 	"github.com/caddy-seckill/caddy-seckill/orderbackend"
@@ -50,6 +52,23 @@ func TestPartitionCommand(t *testing.T) {
 	r, err := orderbackend.NewPostgresWith(ctx, dsn, orderbackend.PostgresOptions{Partitions: 4})
 	if err != nil {
 		t.Fatal(err)
+	}
+	_ = r.Close()
+
+	// A gateway configured with another number refuses to start, naming both numbers and the
+	// command; nothing is rewritten.
+	err = testcaddy.LoadCaddyfile(t, testcaddy.Caddyfile(t, testcaddy.FreePort(t), testcaddy.JWTBlock+"captcha off\n"+
+		"orders postgres \""+dsn+"\" {\n\tpartitions 8\n}\n"+testcaddy.SaleBlock("a", 5), testcaddy.OrdersSite))
+	if err == nil {
+		_ = caddy.Stop()
+		t.Fatal("a gateway with partitions 8 started on a database of 4")
+	}
+	if msg := err.Error(); !strings.Contains(msg, "orders postgres") || !strings.Contains(msg, "has 4 partition(s) and the configuration asks for 8") ||
+		!strings.Contains(msg, "caddy seckill partition --config <file> --partitions 8") {
+		t.Fatalf("start with partitions 8 on a database of 4: %v", err)
+	}
+	if r, err = orderbackend.NewPostgresWith(ctx, dsn, orderbackend.PostgresOptions{Partitions: 4}); err != nil {
+		t.Fatalf("after the refused start: %v", err)
 	}
 	_ = r.Close()
 }
