@@ -118,8 +118,8 @@ func TestMemoryEntryIndex(t *testing.T) {
 		ms, seq, _ := parseEntryID(ids[10])
 		for _, id := range []string{"", "x", "5", "1-2-3", "-1", fmt.Sprintf("%d-0%d", ms, seq), fmt.Sprintf("+%d-%d", ms, seq),
 			fmt.Sprintf("%d-%d", ms, seq+1000), fmt.Sprintf("%d-%d", ms-1_000_000, seq), fmt.Sprintf("%d-0", ms+1_000_000)} {
-			if i, ok := a.entryIndex(id); ok && a.entries[i].id != id {
-				t.Errorf("%s: entryIndex(%q) found entry %d, %q", name, id, i, a.entries[i].id)
+			if i, ok := a.entryIndex(id); ok && a.entries.id(i) != id {
+				t.Errorf("%s: entryIndex(%q) found entry %d, %q", name, id, i, a.entries.id(i))
 			} else if ok {
 				t.Errorf("%s: entryIndex(%q) found entry %d; no win has that id", name, id, i)
 			}
