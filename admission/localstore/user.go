@@ -68,16 +68,17 @@ type memAnswer struct {
 // userTable maps user ids to their memUsers.
 type userTable struct {
 	seed   maphash.Seed
-	index  map[uint64]uint32 // hash of a user id → 1 + position of the first user with that hash
-	blocks [][]memUser       // position p is blocks[p/memUserBlock][p%memUserBlock]
-	n      uint32            // users so far
+	hash   func(maphash.Seed, string) uint64 // maphash.String; tests make ids collide
+	index  map[uint64]uint32                 // hash of a user id → 1 + position of the first user with that hash
+	blocks [][]memUser                       // position p is blocks[p/memUserBlock][p%memUserBlock]
+	n      uint32                            // users so far
 	names  byteArena
 	exts   [][]memUserExt // memUserExt i is exts[i/memUserBlock][i%memUserBlock]
 	nExt   uint32
 }
 
 func newUserTable() userTable {
-	return userTable{seed: maphash.MakeSeed(), index: make(map[uint64]uint32)}
+	return userTable{seed: maphash.MakeSeed(), hash: maphash.String, index: make(map[uint64]uint32)}
 }
 
 // at returns the user at position p.
@@ -87,7 +88,7 @@ func (t *userTable) at(p uint32) *memUser {
 
 // find returns user name's state, or nil.
 func (t *userTable) find(name string) *memUser {
-	for p := t.index[maphash.String(t.seed, name)]; p != 0; {
+	for p := t.index[t.hash(t.seed, name)]; p != 0; {
 		u := t.at(p - 1)
 		if t.names.string(u.name) == name {
 			return u
@@ -105,7 +106,7 @@ func (t *userTable) add(name string) *memUser {
 	p := t.n
 	t.n++
 	u := t.at(p)
-	h := maphash.String(t.seed, name)
+	h := t.hash(t.seed, name)
 	*u = memUser{name: t.names.add(name), next: t.index[h]}
 	t.index[h] = p + 1
 	return u
