@@ -10,6 +10,7 @@
 #   STORES="local" FSYNC=always scripts/bench-wrk.sh
 #   BIN=/tmp/build scripts/bench-wrk.sh           # prebuilt caddy and seckill-bench in /tmp/build
 #   PERF=/tmp/perf scripts/bench-wrk.sh           # also where the gateway's CPU goes, by perf
+#   GATEWAY_ENV=GODEBUG=gctrace=1 KEEP=1 scripts/bench-wrk.sh   # the gateway's GC in its caddy.log
 #
 # "gw CPU/req" is the gateway process's CPU time (user + system, /proc) over the wrk run divided
 # by the requests answered; the last column adds the machine's idle share during each run and its
@@ -25,6 +26,7 @@ GO=${GO:-go}
 STORES=${STORES:-local memory}
 FSYNC=${FSYNC:-}            # store local's fsync; empty for the default (no)
 PERF=${PERF:-}              # a folder for perf profiles of the gateway; empty: none
+GATEWAY_ENV=${GATEWAY_ENV:-} # NAME=VALUE words added to the gateway's environment, e.g. GODEBUG=gctrace=1
 REPEATS=${REPEATS:-3}
 DURATION=${DURATION:-3s}
 CONNS=${CONNS:-64}
@@ -73,6 +75,7 @@ cleanup() {
 	local rc=$?
 	if [ -n "$child" ]; then kill "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
 	stop_gateway
+	if [ -n "${KEEP:-}" ]; then echo "bench-wrk: kept $work" >&2; return; fi
 	if [ "$rc" -eq 0 ] || ! compgen -G "$work/*/caddy.log" >/dev/null; then
 		rm -rf "$work"
 	else
@@ -159,7 +162,8 @@ for store in $STORES; do
 	"$work/seckill-bench" gateway-config -store "$store" "${fsync[@]}" -listen "127.0.0.1:$PORT" -admin-listen "127.0.0.1:$ADMIN_PORT" \
 		-jwt-secret "$secret" -activities "$ACTIVITIES" -stock "$stock" > "$dir/Caddyfile"
 	check_ports
-	(cd "$dir" && exec "${pdeath[@]}" "$work/caddy" run --config Caddyfile --adapter caddyfile > caddy.log 2>&1) &
+	# shellcheck disable=SC2086 # GATEWAY_ENV is split into its words on purpose
+	(cd "$dir" && exec "${pdeath[@]}" env $GATEWAY_ENV "$work/caddy" run --config Caddyfile --adapter caddyfile > caddy.log 2>&1) &
 	pid=$!
 	# Ready when every activity answers: Caddy starts its apps in no fixed order, so the server may
 	# answer while the activities are still being defined (a 404 for the later ones meanwhile).

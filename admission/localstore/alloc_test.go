@@ -4,6 +4,7 @@ package localstore
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -49,5 +50,29 @@ func TestLocalSoldOutAllocationFree(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("sold-out admission allocates %.1f times", n)
+	}
+}
+
+// TestMemoryWinAllocationFree: a new user's win allocates nothing of its own (the user, its
+// entry and their strings go into blocks and arena chunks that thousands of wins share), so the
+// sale's growing state adds no objects for the collector to track (docs/admission.md).
+func TestMemoryWinAllocationFree(t *testing.T) {
+	s := newMemory(t, nil)
+	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1))
+	ctx := context.Background()
+	const runs = 20_000
+	users := make([]string, runs+1) // AllocsPerRun calls once more to warm up
+	for i := range users {
+		users[i] = "user-" + strconv.Itoa(i)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(runs, func() {
+		d, err := s.Admit(ctx, admission.Request{Activity: "a", User: users[i], Qty: 1, RequestID: "0f8fad5b-d9cb-469f-a165-70867728950e"})
+		if err != nil || d.Outcome != admission.Won {
+			t.Fatalf("admit = %+v, %v", d, err)
+		}
+		i++
+	}); n != 0 {
+		t.Errorf("a new user's win allocates %.1f times", n)
 	}
 }

@@ -254,7 +254,7 @@ func checkRush(t *testing.T, s *Store, log *rushLog, round, said int) {
 	held := map[string]int64{}
 	entries := map[reqKey]int{}
 	var sold int64
-	for _, e := range a.entries {
+	for _, e := range a.entries.all() {
 		entries[reqKey{e.user, e.requestID}]++
 		if _, ok := a.released[e.id]; !ok {
 			held[e.user] += e.qty
@@ -262,7 +262,7 @@ func checkRush(t *testing.T, s *Store, log *rushLog, round, said int) {
 		}
 	}
 	perUser := map[string]int{}
-	for _, e := range a.entries {
+	for _, e := range a.entries.all() {
 		perUser[e.user]++
 	}
 	if a.stock != rushStock-sold || a.stock < 0 {
@@ -294,8 +294,8 @@ func checkRush(t *testing.T, s *Store, log *rushLog, round, said int) {
 			t.Errorf("round %d: %s was answered limit_reached, but only %d wins of theirs are on disk", round, u, perUser[u])
 		}
 	}
-	if log.soldOut && len(a.entries) < rushStock {
-		t.Errorf("round %d: sold_out was answered, but only %d wins are on disk", round, len(a.entries))
+	if log.soldOut && a.entries.len() < rushStock {
+		t.Errorf("round %d: sold_out was answered, but only %d wins are on disk", round, a.entries.len())
 	}
 	g := a.groups["orders"]
 	for id := range log.acked {
@@ -317,7 +317,7 @@ func checkRush(t *testing.T, s *Store, log *rushLog, round, said int) {
 			t.Errorf("round %d: dead-lettered entry %s is not in the dead letters", round, id)
 		}
 	}
-	entriesN, pendingN := len(a.entries), len(g.pending)
+	entriesN, pendingN := a.entries.len(), len(g.pending)
 	a.mu.Unlock()
 
 	// Through the API: every answered win replays its first answer.

@@ -43,8 +43,8 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 			return err
 		}
 		idx, e := w.idx, w.entry
-		if idx != len(a.entries) {
-			return fmt.Errorf("wins of %s: entry %d follows %d", w.act, idx, len(a.entries)-1)
+		if idx != a.entries.len() {
+			return fmt.Errorf("wins of %s: entry %d follows %d", w.act, idx, a.entries.len()-1)
 		}
 		ms, seq, ok := parseEntryID(e.id)
 		if !ok || ms < a.lastMS || (ms == a.lastMS && idx > 0 && seq <= a.seq) {
@@ -52,9 +52,9 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 		}
 		a.lastMS, a.seq = ms, seq
 		e.idMS, e.idSeq = ms, seq
-		a.entries = append(a.entries, e)
+		a.entries.add(e)
 		u := a.user(e.user)
-		a.addAnswer(u, idx, w.remaining)
+		a.loadWin(u, idx, w.remaining)
 		a.take(u, e.qty)
 		a.stock -= e.qty
 		return nil
@@ -88,7 +88,7 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 		if !ok {
 			return fmt.Errorf("released %s/%s: no such win", act, id)
 		}
-		e := a.entries[i]
+		e := a.entries.at(i)
 		a.released[id] = struct{}{}
 		a.stock += e.qty
 		a.give(e.user, e.qty)
@@ -112,20 +112,20 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 		if err != nil {
 			return err
 		}
-		if n < 0 || n > len(a.entries) {
-			return fmt.Errorf("result %s/%s: set after %d wins of %d", act, user, n, len(a.entries))
+		if n < 0 || n > a.entries.len() {
+			return fmt.Errorf("result %s/%s: set after %d wins of %d", act, user, n, a.entries.len())
 		}
 		if resvs != "" {
 			if err := json.Unmarshal([]byte(resvs), &r.Reservations); err != nil {
 				return fmt.Errorf("result %s/%s: reservations: %w", act, user, err)
 			}
 		}
-		u := a.user(user)
+		var list []admission.Result
 		if resvs != "" {
-			u.resvs = r.Reservations
+			list = r.Reservations
 		}
 		r.Reservations = nil
-		u.result, u.hasResult = r, true
+		a.setResult(a.user(user), r, list)
 		if after[a] == nil {
 			after[a] = map[string]int{}
 		}
@@ -136,11 +136,15 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 		return fmt.Errorf("results: %w", err)
 	}
 	for _, a := range acts {
-		for i, e := range a.entries {
+		for i, e := range a.entries.all() {
 			if n, ok := after[a][e.user]; ok && i < n {
 				continue
 			}
-			a.user(e.user).fold(admission.Result{Code: "queued", ReservationID: e.id}, true)
+			u := a.user(e.user)
+			if u.simple && u.first.entry == i {
+				continue // its one win's record is folded already (loadWin)
+			}
+			a.fold(u, admission.Result{Code: "queued", ReservationID: e.id}, true)
 		}
 	}
 
@@ -154,8 +158,8 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 		if err != nil {
 			return err
 		}
-		if next < 0 || next > len(a.entries) {
-			return fmt.Errorf("group %s/%s: next entry %d of %d", act, name, next, len(a.entries))
+		if next < 0 || next > a.entries.len() {
+			return fmt.Errorf("group %s/%s: next entry %d of %d", act, name, next, a.entries.len())
 		}
 		a.groups[name] = &memGroup{next: next, pending: make(map[int]*memPending)}
 		return nil
@@ -199,7 +203,7 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 		if err != nil {
 			return err
 		}
-		if idx < 0 || idx >= len(a.entries) {
+		if idx < 0 || idx >= a.entries.len() {
 			return fmt.Errorf("dead %s: no entry %d", act, idx)
 		}
 		w := a.win(idx, deliveries)
@@ -275,7 +279,7 @@ func (s *Memory) entryCounts() map[string]int {
 	next := make(map[string]int, len(acts))
 	for id, a := range acts {
 		a.mu.Lock()
-		next[id] = len(a.entries)
+		next[id] = a.entries.len()
 		a.mu.Unlock()
 	}
 	return next

@@ -137,7 +137,7 @@ func dumpMemory(m *Memory) localDump {
 			d.Released = append(d.Released, r)
 		}
 		slices.Sort(d.Released)
-		for _, e := range a.entries {
+		for _, e := range a.entries.all() {
 			d.Entries = append(d.Entries, entryDump{ID: e.id, User: e.user, RequestID: e.requestID, Qty: e.qty, AtMS: e.atMS})
 		}
 		for name, g := range a.groups {

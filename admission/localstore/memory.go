@@ -59,17 +59,16 @@ type Memory struct {
 type memActivity struct {
 	gone chan struct{} // closed when the activity is deleted: ends blocking reads
 
-	mu        sync.Mutex
-	deleted   bool
-	def       admission.Activity
-	stock     int64
-	users     map[string]*memUser // user → held items, answers and results (user.go)
-	userBlock []memUser           // where the next new users are carved from (newUser)
-	holders   int64               // users holding items: HLEN :buyers
-	released  map[string]struct{} // released reservation ids (:released)
+	mu       sync.Mutex
+	deleted  bool
+	def      admission.Activity
+	stock    int64
+	users    userTable           // user → held items, answers and results (user.go)
+	holders  int64               // users holding items: HLEN :buyers
+	released map[string]struct{} // released reservation ids (:released)
 
 	// The wins queue (:orders stream). A reservation id is its win's entry id, as in Redis.
-	entries []memEntry
+	entries entryTable
 	lastMS  int64 // last id's milliseconds and sequence: ids only grow
 	seq     uint64
 	groups  map[string]*memGroup
@@ -135,7 +134,7 @@ func newMemActivity(a admission.Activity) *memActivity {
 		gone:     make(chan struct{}),
 		def:      a,
 		stock:    a.Stock,
-		users:    make(map[string]*memUser),
+		users:    newUserTable(),
 		released: make(map[string]struct{}),
 		groups:   make(map[string]*memGroup),
 	}
@@ -213,7 +212,7 @@ func (s *Memory) Activity(ctx context.Context, id string) (admission.Snapshot, e
 		Remaining: a.stock,
 		Sold:      a.def.Stock - a.stock,
 		Buyers:    a.holders,
-		Queued:    int64(len(a.entries)),
+		Queued:    int64(a.entries.len()),
 		Dead:      int64(len(a.dead)),
 	}, nil
 }
@@ -281,7 +280,7 @@ func (s *Memory) Admit(ctx context.Context, r admission.Request) (admission.Deci
 	}
 	defer a.mu.Unlock()
 
-	u := a.users[r.User] // nil for a new user
+	u := a.findUser(r.User) // nil for a new user
 	if u != nil {
 		if d, ok := a.answer(u, r.RequestID); ok {
 			d.Replayed = true
@@ -307,32 +306,29 @@ func (s *Memory) Admit(ctx context.Context, r admission.Request) (admission.Deci
 
 	a.stock -= r.Qty
 	if u == nil {
-		u = a.newUser()
-		a.users[r.User] = u
+		u = a.users.add(r.User)
 	}
 	a.take(u, r.Qty)
 	id := a.append(now, r)
-	a.addAnswer(u, len(a.entries)-1, a.stock)
-	u.fold(admission.Result{Code: "queued", ReservationID: id}, true)
+	a.recordWin(u, a.entries.len()-1, a.stock)
 	d := admission.Decision{Outcome: admission.Won, ReservationID: id, Remaining: a.stock}
 	if s.jnl != nil {
-		s.jnl.record(memChange{kind: changeWin, act: r.Activity, idx: len(a.entries) - 1, entry: a.entries[len(a.entries)-1], remaining: a.stock})
+		s.jnl.record(memChange{kind: changeWin, act: r.Activity, idx: a.entries.len() - 1, entry: a.entries.at(a.entries.len() - 1), remaining: a.stock})
 	}
 	return d, nil
 }
 
-// nextID returns a new entry id shaped like a Redis stream id, "<ms>-<seq>", strictly greater than
+// nextID appends a new entry id shaped like a Redis stream id, "<ms>-<seq>", strictly greater than
 // every earlier one even if the clock steps back.
-func (a *memActivity) nextID(now time.Time) string {
+func (a *memActivity) nextID(dst []byte, now time.Time) []byte {
 	if ms := now.UnixMilli(); ms > a.lastMS {
 		a.lastMS, a.seq = ms, 0
 	} else {
 		a.seq++
 	}
-	var buf [41]byte // two uint64s and a dash: one allocation, the string
-	b := strconv.AppendInt(buf[:0], a.lastMS, 10)
-	b = append(b, '-')
-	return string(strconv.AppendUint(b, a.seq, 10))
+	dst = strconv.AppendInt(dst, a.lastMS, 10)
+	dst = append(dst, '-')
+	return strconv.AppendUint(dst, a.seq, 10)
 }
 
 // Release implements Store.
@@ -359,7 +355,7 @@ func (s *Memory) Release(ctx context.Context, activity, reservationID string) (b
 		a.mu.Unlock()
 		return false, nil
 	}
-	e := a.entries[i]
+	e := a.entries.at(i)
 	a.released[reservationID] = struct{}{}
 	s.journal(memChange{kind: changeRelease, act: activity, entry: e})
 	a.stock += e.qty
@@ -399,11 +395,11 @@ func (s *Memory) Holders(ctx context.Context, activity string) ([]string, error)
 	}
 	defer a.mu.Unlock()
 	users := make([]string, 0, a.holders)
-	for name, u := range a.users {
+	a.users.each(func(name string, u *memUser) {
 		if u.held > 0 {
-			users = append(users, name)
+			users = append(users, string([]byte(name))) // a copy: name is a view of the store's arena
 		}
-	}
+	})
 	return users, nil
 }
 
@@ -427,13 +423,13 @@ func (s *Memory) SetResult(ctx context.Context, activity, user string, r admissi
 	}
 	defer a.mu.Unlock()
 	u := a.user(user)
-	u.fold(r, false)
+	a.fold(u, r, false)
 	if s.jnl != nil {
 		// The folded record, with the user's Reservations, so a load needs no fold of its own
 		// except for the wins that came after it (see loadLocal).
-		top := u.result
-		top.Reservations = slices.Clone(u.resvs)
-		s.jnl.record(memChange{kind: changeResult, act: activity, user: user, result: top, idx: len(a.entries)})
+		top, resvs, _ := a.result(u)
+		top.Reservations = slices.Clone(resvs)
+		s.jnl.record(memChange{kind: changeResult, act: activity, user: user, result: top, idx: a.entries.len()})
 	}
 	return nil
 }
@@ -475,11 +471,16 @@ func (s *Memory) readResult(ctx context.Context, op, activity, user string, read
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	defer a.mu.Unlock()
-	u := a.users[user]
-	if u == nil || !u.hasResult {
+	var top admission.Result
+	var resvs []admission.Result
+	ok := false
+	if u := a.findUser(user); u != nil {
+		top, resvs, ok = a.result(u)
+	}
+	if !ok {
 		return fmt.Errorf("%s %s/%s: %w", op, activity, user, admission.ErrNotFound)
 	}
-	read(u.result, u.resvs)
+	read(top, resvs)
 	return nil
 }
 

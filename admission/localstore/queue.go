@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
@@ -44,16 +45,18 @@ type memPending struct {
 	at         time.Time // last delivery, on the store's clock
 }
 
-// append adds a win to the queue and wakes blocked readers; it returns the entry id. The caller
-// holds a.mu.
+// append adds a win to the queue and wakes blocked readers; it returns the entry id, a view of the
+// queue's arena. The caller holds a.mu.
 func (a *memActivity) append(now time.Time, r admission.Request) string {
-	id := a.nextID(now)
-	a.entries = append(a.entries, memEntry{id: id, user: r.User, qty: r.Qty, requestID: r.RequestID, atMS: now.UnixMilli(), idMS: a.lastMS, idSeq: a.seq})
+	var buf [41]byte // two uint64s and a dash
+	id := a.nextID(buf[:0], now)
+	// The id's bytes are copied into the arena at once: a view of buf does not outlive add.
+	a.entries.add(memEntry{id: unsafe.String(&id[0], len(id)), user: r.User, qty: r.Qty, requestID: r.RequestID, atMS: now.UnixMilli(), idMS: a.lastMS, idSeq: a.seq})
 	if a.arrived != nil {
 		close(a.arrived)
 		a.arrived = nil
 	}
-	return id
+	return a.entries.id(a.entries.len() - 1)
 }
 
 // entryIndex returns the index of the entry whose id is id. Ids only grow (nextID), so entries
@@ -64,11 +67,11 @@ func (a *memActivity) entryIndex(id string) (int, bool) {
 	if !ok {
 		return 0, false
 	}
-	i := sort.Search(len(a.entries), func(i int) bool {
-		e := &a.entries[i]
+	i := sort.Search(a.entries.len(), func(i int) bool {
+		e := a.entries.slot(i)
 		return e.idMS > ms || (e.idMS == ms && e.idSeq >= seq)
 	})
-	if i < len(a.entries) && a.entries[i].id == id { // "7-01" parses as "7-1" does
+	if i < a.entries.len() && a.entries.id(i) == id { // "7-01" parses as "7-1" does
 		return i, true
 	}
 	return 0, false
@@ -87,7 +90,7 @@ func parseEntryID(id string) (ms int64, seq uint64, ok bool) {
 
 // win returns entry i as delivered for the deliveries-th time.
 func (a *memActivity) win(i int, deliveries int64) admission.Win {
-	e := a.entries[i]
+	e := a.entries.at(i)
 	return admission.Win{
 		ID: e.id, Activity: a.def.ID, ReservationID: e.id, User: e.user, Qty: e.qty,
 		RequestID: e.requestID, At: time.UnixMilli(e.atMS), Deliveries: deliveries,
@@ -175,8 +178,8 @@ func (s *Memory) ReadGroup(ctx context.Context, activity, group, consumer string
 			a.mu.Unlock()
 			return wins, nil
 		}
-		if g.next < len(a.entries) {
-			end := min(len(a.entries), g.next+count)
+		if g.next < a.entries.len() {
+			end := min(a.entries.len(), g.next+count)
 			wins := make([]admission.Win, 0, end-g.next)
 			var cs []memChange // the deliveries and the new position: one change for the journal
 			if s.jnl != nil {
@@ -365,5 +368,5 @@ func (s *Memory) Backlog(ctx context.Context, activity, group string) (int64, er
 		return 0, err
 	}
 	defer a.mu.Unlock()
-	return int64(len(a.entries)-g.next) + int64(len(g.pending)), nil
+	return int64(a.entries.len()-g.next) + int64(len(g.pending)), nil
 }

@@ -1,20 +1,53 @@
 package localstore
 
-import "github.com/caddy-seckill/caddy-seckill/admission"
+import (
+	"hash/maphash"
+	"strconv"
+	"unsafe"
 
-// A Memory keeps everything it knows of one user in one activity in one memUser, found with
-// one map lookup, rather than in four maps keyed by user (buyers, answers, results, per-reservation
-// results): a win then costs three map operations (the user's lookup, the insert of a new user,
-// the entry id's insert) instead of about nine, and the garbage collector scans one big map.
+	"github.com/caddy-seckill/caddy-seckill/admission"
+)
+
+// A Memory keeps everything it knows of one user in one activity in one memUser, found with one
+// lookup, rather than in four maps keyed by user (buyers, answers, results, per-reservation
+// results).
+//
+// Users are the store's largest and fastest-growing state (one per winner, for the sale's life),
+// so they are kept where the garbage collector does not look: memUsers hold no pointer and live
+// in fixed-size blocks, user ids are copied into a byte arena, and the index maps a hash of the
+// id to a block position (map[uint64]uint32). A mark phase then scans a few block and chunk
+// headers instead of every user's map entry, strings and records, which made the GC's mark phase
+// the main cause of the buy path's tail under load (docs/BENCHMARKS.md, "Where the in-process
+// stores' tail comes from"). A user whose state is more than one win and its "queued" result (a
+// result set by the order backend, a second win, a release and a new win) also gets a
+// memUserExt, which holds pointers: those are the few, and they are scanned.
 
 // memUserAnswers is how many request-id answers a user keeps in a slice, searched in order; past
 // it they move to a map, so a user who wins and releases again and again is still found at once.
 const memUserAnswers = 8
 
-// memUser is one user's state in an activity. It exists once the user has won or has a result,
-// and is never removed while the activity lives (results survive releases).
+// memUserBlock is how many memUsers a block of the user table holds: blocks never move, so a
+// *memUser stays valid while its activity lives, and the table grows without copying.
+const memUserBlock = 1 << 12
+
+// memUser is one user's state in an activity, without pointers. It exists once the user has won
+// or has a result, and is never removed while the activity lives (results survive releases).
 type memUser struct {
-	held      int64              // items held (:buyers); 0 when the user holds nothing, and is then no buyer
+	name arenaRef // the user id, in the table's arena
+	next uint32   // 1 + position of the next user whose id has the same hash; 0: none
+	ext  uint32   // 1 + index of the user's memUserExt; 0: the user has none
+	held int64    // items held (:buyers); 0 when the user holds nothing, and is then no buyer
+
+	// simple: the user's whole state besides held is one win, first, and the result Admit folded
+	// for it ("queued", its reservation id). Set on a new user's first win; a memUserExt takes
+	// over at the next change (promote).
+	simple bool
+	first  memAnswer
+}
+
+// memUserExt is the state of a user whose records are more than one win's: the records and
+// answers as FoldResult and addAnswer keep them.
+type memUserExt struct {
 	hasResult bool               // result is set (:results <user>)
 	result    admission.Result   // latest record, without Reservations
 	resvs     []admission.Result // per-reservation records once there are two (:results <user>\0...)
@@ -23,7 +56,6 @@ type memUser struct {
 	// answer. answers holds them while there are at most memUserAnswers, then byReq does.
 	answers []memAnswer
 	byReq   map[string]memAnswer
-	first   [1]memAnswer // answers' first backing array: a user's first win allocates no slice
 }
 
 // memAnswer is the stored answer to a winning request: the win is entries[entry] (its reservation
@@ -33,39 +65,174 @@ type memAnswer struct {
 	remaining int64
 }
 
+// userTable maps user ids to their memUsers.
+type userTable struct {
+	seed   maphash.Seed
+	hash   func(maphash.Seed, string) uint64 // maphash.String; tests make ids collide
+	index  map[uint64]uint32                 // hash of a user id → 1 + position of the first user with that hash
+	blocks [][]memUser                       // position p is blocks[p/memUserBlock][p%memUserBlock]
+	n      uint32                            // users so far
+	names  byteArena
+	exts   [][]memUserExt // memUserExt i is exts[i/memUserBlock][i%memUserBlock]
+	nExt   uint32
+}
+
+func newUserTable() userTable {
+	return userTable{seed: maphash.MakeSeed(), hash: maphash.String, index: make(map[uint64]uint32)}
+}
+
+// at returns the user at position p.
+func (t *userTable) at(p uint32) *memUser {
+	return &t.blocks[p/memUserBlock][p%memUserBlock]
+}
+
+// find returns user name's state, or nil.
+func (t *userTable) find(name string) *memUser {
+	for p := t.index[t.hash(t.seed, name)]; p != 0; {
+		u := t.at(p - 1)
+		if t.names.string(u.name) == name {
+			return u
+		}
+		p = u.next
+	}
+	return nil
+}
+
+// add returns a new, empty user name, which must not be in the table.
+func (t *userTable) add(name string) *memUser {
+	if t.n%memUserBlock == 0 {
+		t.blocks = append(t.blocks, make([]memUser, memUserBlock))
+	}
+	p := t.n
+	t.n++
+	u := t.at(p)
+	h := t.hash(t.seed, name)
+	*u = memUser{name: t.names.add(name), next: t.index[h]}
+	t.index[h] = p + 1
+	return u
+}
+
+// each calls f with every user and its id; f must not keep the id.
+func (t *userTable) each(f func(name string, u *memUser)) {
+	for p := range t.n {
+		u := t.at(p)
+		f(t.names.string(u.name), u)
+	}
+}
+
+// extOf returns u's memUserExt, nil if u has none.
+func (t *userTable) extOf(u *memUser) *memUserExt {
+	if u.ext == 0 {
+		return nil
+	}
+	i := u.ext - 1
+	return &t.exts[i/memUserBlock][i%memUserBlock]
+}
+
+// addExt gives u an empty memUserExt; u has none.
+func (t *userTable) addExt(u *memUser) *memUserExt {
+	if t.nExt%memUserBlock == 0 {
+		t.exts = append(t.exts, make([]memUserExt, memUserBlock))
+	}
+	t.nExt++
+	u.ext = t.nExt
+	return t.extOf(u)
+}
+
+// arenaRef is a string in a byteArena: its chunk, offset and length.
+type arenaRef struct {
+	chunk uint32
+	off   uint16
+	n     uint16
+}
+
+// byteArenaChunk is the size of a byteArena's chunks; a string is at most 64 KiB - 1.
+const byteArenaChunk = 1 << 16
+
+// byteArena keeps strings in large byte chunks, which hold no pointers and are never moved or
+// changed once written: a string read from it is a view, allocated once for many strings.
+type byteArena struct {
+	chunks [][]byte
+}
+
+// add copies s into the arena. Every string the stores keep is far shorter than a chunk (user
+// ids, request ids, entry ids: admission.MaxUserIDLen at most); a longer one is a bug.
+func (b *byteArena) add(s string) arenaRef {
+	if len(s) >= byteArenaChunk {
+		panic("localstore: a string of " + strconv.Itoa(len(s)) + " bytes in a byte arena")
+	}
+	last := len(b.chunks) - 1
+	if last < 0 || len(b.chunks[last])+len(s) > byteArenaChunk {
+		b.chunks = append(b.chunks, make([]byte, 0, byteArenaChunk))
+		last++
+	}
+	c := b.chunks[last]
+	ref := arenaRef{chunk: uint32(last), off: uint16(len(c)), n: uint16(len(s))}
+	b.chunks[last] = append(c, s...)
+	return ref
+}
+
+// string returns the string at r: a view of the arena's bytes, which are never written again.
+func (b *byteArena) string(r arenaRef) string {
+	if r.n == 0 {
+		return ""
+	}
+	return unsafe.String(&b.chunks[r.chunk][r.off], int(r.n))
+}
+
+// findUser returns user name's state, or nil. The caller holds a.mu.
+func (a *memActivity) findUser(name string) *memUser {
+	return a.users.find(name)
+}
+
 // user returns user's state, created empty when the user is new. The caller holds a.mu.
 func (a *memActivity) user(name string) *memUser {
-	u := a.users[name]
+	u := a.users.find(name)
 	if u == nil {
-		u = a.newUser()
-		a.users[name] = u
+		u = a.users.add(name)
 	}
 	return u
 }
 
-// newUser returns an empty memUser, not yet in a.users, whose answers use its inline array. Users
-// live as long as their activity, so they are carved from blocks (8, 16, ... 256 users): one
-// allocation serves many new users instead of one each.
-func (a *memActivity) newUser() *memUser {
-	if len(a.userBlock) == cap(a.userBlock) {
-		a.userBlock = make([]memUser, 0, min(max(2*cap(a.userBlock), 8), 256))
+// promote gives u a memUserExt holding its state, if it has none, and returns it.
+func (a *memActivity) promote(u *memUser) *memUserExt {
+	if x := a.users.extOf(u); x != nil {
+		return x
 	}
-	a.userBlock = append(a.userBlock, memUser{}) // within capacity: earlier users do not move
-	u := &a.userBlock[len(a.userBlock)-1]
-	u.answers = u.first[:0]
-	return u
+	x := a.users.addExt(u)
+	if u.simple {
+		x.answers = append(make([]memAnswer, 0, 2), u.first)
+		x.result, x.hasResult = admission.Result{Code: "queued", ReservationID: a.entries.id(u.first.entry)}, true
+		u.simple = false
+	}
+	return x
+}
+
+// result returns u's latest record and per-reservation records, and whether it has a result.
+func (a *memActivity) result(u *memUser) (top admission.Result, resvs []admission.Result, ok bool) {
+	if u.simple {
+		return admission.Result{Code: "queued", ReservationID: a.entries.id(u.first.entry)}, nil, true
+	}
+	if x := a.users.extOf(u); x != nil {
+		return x.result, x.resvs, x.hasResult
+	}
+	return admission.Result{}, nil, false
 }
 
 // answer returns u's stored answer to request id req, if u won with it.
 func (a *memActivity) answer(u *memUser, req string) (admission.Decision, bool) {
 	var ans memAnswer
 	found := false
-	if u.byReq != nil {
-		ans, found = u.byReq[req]
-	} else {
-		for _, x := range u.answers {
-			if a.entries[x.entry].requestID == req {
-				ans, found = x, true
+	switch x := a.users.extOf(u); {
+	case u.simple:
+		ans, found = u.first, a.entries.requestID(u.first.entry) == req
+	case x == nil:
+	case x.byReq != nil:
+		ans, found = x.byReq[req]
+	default:
+		for _, y := range x.answers {
+			if a.entries.requestID(y.entry) == req {
+				ans, found = y, true
 				break
 			}
 		}
@@ -73,26 +240,50 @@ func (a *memActivity) answer(u *memUser, req string) (admission.Decision, bool) 
 	if !found {
 		return admission.Decision{}, false
 	}
-	return admission.Decision{Outcome: admission.Won, ReservationID: a.entries[ans.entry].id, Remaining: ans.remaining}, true
+	return admission.Decision{Outcome: admission.Won, ReservationID: a.entries.id(ans.entry), Remaining: ans.remaining}, true
 }
 
-// addAnswer stores the answer to the win at entries[entry], whose request id u has not won with.
-func (a *memActivity) addAnswer(u *memUser, entry int, remaining int64) {
+// loadWin records u's win at entries[entry] as a load finds it, without folding its record:
+// the load folds the records of the wins that came after the user's results row (loadLocal).
+func (a *memActivity) loadWin(u *memUser, entry int, remaining int64) {
 	ans := memAnswer{entry: entry, remaining: remaining}
-	if u.byReq != nil {
-		u.byReq[a.entries[entry].requestID] = ans
+	if u.ext == 0 && !u.simple {
+		u.simple, u.first = true, ans
 		return
 	}
-	if len(u.answers) < memUserAnswers {
-		u.answers = append(u.answers, ans)
+	a.addAnswer(u, ans)
+}
+
+// recordWin records u's win at entries[entry], whose request id u has not won with: its answer, and its
+// "queued" record folded into u's results (admission.FoldResult).
+func (a *memActivity) recordWin(u *memUser, entry int, remaining int64) {
+	ans := memAnswer{entry: entry, remaining: remaining}
+	if u.ext == 0 && !u.simple {
+		// A new user's first win, the most common state by far: no pointer, no allocation.
+		u.simple, u.first = true, ans
 		return
 	}
-	u.byReq = make(map[string]memAnswer, 2*memUserAnswers)
-	for _, x := range u.answers {
-		u.byReq[a.entries[x.entry].requestID] = x
+	a.addAnswer(u, ans)
+	a.fold(u, admission.Result{Code: "queued", ReservationID: a.entries.id(entry)}, true)
+}
+
+// addAnswer stores the answer ans to a win whose request id u has not won with.
+func (a *memActivity) addAnswer(u *memUser, ans memAnswer) {
+	x := a.promote(u)
+	if x.byReq != nil {
+		x.byReq[a.entries.requestID(ans.entry)] = ans
+		return
 	}
-	u.byReq[a.entries[entry].requestID] = ans
-	u.answers = nil
+	if len(x.answers) < memUserAnswers {
+		x.answers = append(x.answers, ans)
+		return
+	}
+	x.byReq = make(map[string]memAnswer, 2*memUserAnswers)
+	for _, y := range x.answers {
+		x.byReq[a.entries.requestID(y.entry)] = y
+	}
+	x.byReq[a.entries.requestID(ans.entry)] = ans
+	x.answers = nil
 }
 
 // take adds qty to the items u holds, counting u as a buyer if it held none.
@@ -106,7 +297,7 @@ func (a *memActivity) take(u *memUser, qty int64) {
 // give takes qty back from the items user holds; a user left holding nothing is no buyer any more
 // (as Redis's HINCRBY then HDEL of :buyers).
 func (a *memActivity) give(user string, qty int64) {
-	u := a.users[user]
+	u := a.findUser(user)
 	if u == nil || u.held == 0 {
 		return
 	}
@@ -117,10 +308,21 @@ func (a *memActivity) give(user string, qty int64) {
 }
 
 // fold folds a record into u's records (FoldResult); the caller holds a.mu.
-func (u *memUser) fold(r admission.Result, win bool) {
-	top, list := admission.FoldResult(u.result, u.hasResult, u.resvs, r, win)
-	u.result, u.hasResult = top, true
+func (a *memActivity) fold(u *memUser, r admission.Result, win bool) {
+	x := a.promote(u)
+	top, list := admission.FoldResult(x.result, x.hasResult, x.resvs, r, win)
+	x.result, x.hasResult = top, true
 	if list != nil {
-		u.resvs = list
+		x.resvs = list
 	}
+}
+
+// setResult replaces u's records with a loaded record r and its per-reservation records resvs
+// (nil: none).
+func (a *memActivity) setResult(u *memUser, r admission.Result, resvs []admission.Result) {
+	x := a.promote(u)
+	if resvs != nil {
+		x.resvs = resvs
+	}
+	x.result, x.hasResult = r, true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strconv"
 	"testing"
@@ -118,8 +119,8 @@ func TestMemoryEntryIndex(t *testing.T) {
 		ms, seq, _ := parseEntryID(ids[10])
 		for _, id := range []string{"", "x", "5", "1-2-3", "-1", fmt.Sprintf("%d-0%d", ms, seq), fmt.Sprintf("+%d-%d", ms, seq),
 			fmt.Sprintf("%d-%d", ms, seq+1000), fmt.Sprintf("%d-%d", ms-1_000_000, seq), fmt.Sprintf("%d-0", ms+1_000_000)} {
-			if i, ok := a.entryIndex(id); ok && a.entries[i].id != id {
-				t.Errorf("%s: entryIndex(%q) found entry %d, %q", name, id, i, a.entries[i].id)
+			if i, ok := a.entryIndex(id); ok && a.entries.id(i) != id {
+				t.Errorf("%s: entryIndex(%q) found entry %d, %q", name, id, i, a.entries.id(i))
 			} else if ok {
 				t.Errorf("%s: entryIndex(%q) found entry %d; no win has that id", name, id, i)
 			}
@@ -141,5 +142,40 @@ func TestMemoryEntryIndex(t *testing.T) {
 	check("reopened", reopened.cur.Load().mem)
 	if n := mustRemaining(t, reopened, "a"); n != 1000-300+1 {
 		t.Errorf("remaining after the reopen = %d, want %d (one release)", n, 1000-300+1)
+	}
+}
+
+// Users whose ids hash alike are chained and told apart by their ids: with a hash that gives
+// three values, every lookup finds its own user among thousands, and an unknown id finds none.
+func TestUserTableCollisions(t *testing.T) {
+	tab := newUserTable()
+	tab.hash = func(_ maphash.Seed, s string) uint64 { return uint64(len(s) % 3) }
+	const n = 3*memUserBlock + 7 // more than one block
+	for i := range n {
+		name := "u" + strconv.Itoa(i)
+		if tab.find(name) != nil {
+			t.Fatalf("%s found before it was added", name)
+		}
+		tab.add(name).held = int64(i)
+	}
+	for i := range n {
+		name := "u" + strconv.Itoa(i)
+		u := tab.find(name)
+		if u == nil || u.held != int64(i) || tab.names.string(u.name) != name {
+			t.Fatalf("find(%s) = %+v", name, u)
+		}
+	}
+	if u := tab.find("nobody"); u != nil {
+		t.Errorf("find(nobody) = %+v", u)
+	}
+	seen := 0
+	tab.each(func(name string, u *memUser) {
+		if name != "u"+strconv.Itoa(int(u.held)) {
+			t.Errorf("each: %s holds %d", name, u.held)
+		}
+		seen++
+	})
+	if seen != n {
+		t.Errorf("each saw %d users, want %d", seen, n)
 	}
 }

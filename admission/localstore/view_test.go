@@ -12,18 +12,18 @@ type reqKey struct{ user, id string }
 // buyersView returns user → items held, for users holding any (HGETALL :buyers).
 func (a *memActivity) buyersView() map[string]int64 {
 	m := map[string]int64{}
-	for name, u := range a.users {
+	a.users.each(func(name string, u *memUser) {
 		if u.held > 0 {
 			m[name] = u.held
 		}
-	}
+	})
 	return m
 }
 
 // answersView returns "user/request id" → the stored first answer, for every win.
 func (a *memActivity) answersView() map[string]admission.Decision {
 	m := map[string]admission.Decision{}
-	for _, e := range a.entries {
+	for _, e := range a.entries.all() {
 		if d, ok := a.answerFor(e.user, e.requestID); ok {
 			m[e.user+"/"+e.requestID] = d
 		}
@@ -33,7 +33,7 @@ func (a *memActivity) answersView() map[string]admission.Decision {
 
 // answerFor returns user's stored answer to request id req.
 func (a *memActivity) answerFor(user, req string) (admission.Decision, bool) {
-	u := a.users[user]
+	u := a.findUser(user)
 	if u == nil {
 		return admission.Decision{}, false
 	}
@@ -43,21 +43,21 @@ func (a *memActivity) answerFor(user, req string) (admission.Decision, bool) {
 // resultsView returns user → latest result record, for users that have one.
 func (a *memActivity) resultsView() map[string]admission.Result {
 	m := map[string]admission.Result{}
-	for name, u := range a.users {
-		if u.hasResult {
-			m[name] = u.result
+	a.users.each(func(name string, u *memUser) {
+		if top, _, ok := a.result(u); ok {
+			m[name] = top
 		}
-	}
+	})
 	return m
 }
 
 // resvsView returns user → per-reservation records, for users that have them.
 func (a *memActivity) resvsView() map[string][]admission.Result {
 	m := map[string][]admission.Result{}
-	for name, u := range a.users {
-		if u.resvs != nil {
-			m[name] = u.resvs
+	a.users.each(func(name string, u *memUser) {
+		if _, resvs, _ := a.result(u); resvs != nil {
+			m[name] = resvs
 		}
-	}
+	})
 	return m
 }
