@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -93,38 +94,84 @@ func newReplicasAck(client redis.UniversalClient, n int, timeout time.Duration) 
 // and returns how many replicas acknowledged. cmd's own error is left in cmd; the error returned
 // is WAIT's (or the pipeline's when cmd succeeded).
 func (a *replicasAck) send(ctx context.Context, key string, cmd redis.Cmder) (int64, error) {
-	var pipe redis.Pipeliner
+	var acked [1]int64
+	var errs [1]error
+	a.sendAll(ctx, func(int) string { return key }, []redis.Cmder{cmd}, acked[:], errs[:])
+	return acked[0], errs[0]
+}
+
+// sendAll runs cmds, cmds[i] writing keys of the slot of key(i), with one WAIT behind the
+// commands of each master on the same connection (a WAIT covers every write made before it on
+// its connection), and sets acked[i] to how many replicas acknowledged cmds[i] and errs[i] to
+// its WAIT's error. Each command's own error is left in it. A Cluster's masters are asked at
+// the same time.
+func (a *replicasAck) sendAll(ctx context.Context, key func(int) string, cmds []redis.Cmder, acked []int64, errs []error) {
 	if a.single != nil {
-		pipe = a.single.Pipeline()
-	} else {
-		node, err := a.cluster.MasterForKey(ctx, key)
+		a.sendOn(ctx, a.single, cmds, nil, acked, errs)
+		return
+	}
+	nodes := map[*redis.Client][]int{}
+	for i, cmd := range cmds {
+		node, err := a.cluster.MasterForKey(ctx, key(i))
 		if err != nil {
 			cmd.SetErr(err)
-			return 0, nil
+			continue
 		}
-		pipe = node.Pipeline()
+		nodes[node] = append(nodes[node], i)
 	}
+	var wg sync.WaitGroup
+	for node, idx := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sub := make([]redis.Cmder, len(idx))
+			for j, i := range idx {
+				sub[j] = cmds[i]
+			}
+			a.sendOn(ctx, node, sub, idx, acked, errs)
+		}()
+	}
+	wg.Wait()
+}
+
+// sendOn runs cmds and a WAIT in one pipeline on client and records each command's
+// acknowledgement in acked and errs, at idx[j] for cmds[j] (at j when idx is nil).
+func (a *replicasAck) sendOn(ctx context.Context, client *redis.Client, cmds []redis.Cmder, idx []int, acked []int64, errs []error) {
+	pipe := client.Pipeline()
 	wait := redis.NewIntCmd(ctx, "wait", a.n, a.timeoutMs)
-	_ = pipe.Process(ctx, cmd)
+	for _, cmd := range cmds {
+		_ = pipe.Process(ctx, cmd)
+	}
 	_ = pipe.Process(ctx, wait)
 	_, _ = pipe.Exec(ctx)
-	if err := cmd.Err(); err != nil {
-		if a.cluster != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
-			// The node client does not follow redirects; the cluster client learns the new
-			// owner for the next call.
-			a.cluster.ReloadState(ctx)
+	n, waitErr := wait.Result()
+	counted := false
+	for j, cmd := range cmds {
+		at := j
+		if idx != nil {
+			at = idx[j]
 		}
-		return 0, nil
+		if err := cmd.Err(); err != nil {
+			if a.cluster != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
+				// The node client does not follow redirects; the cluster client learns the new
+				// owner for the next call.
+				a.cluster.ReloadState(ctx)
+			}
+			continue
+		}
+		if waitErr != nil {
+			errs[at] = fmt.Errorf("wait for %d replicas: %w", a.n, waitErr)
+			continue
+		}
+		acked[at] = n
+		if !counted {
+			counted = true
+			a.waits.Add(1)
+			if n < a.n {
+				a.shortfalls.Add(1)
+			}
+		}
 	}
-	acked, err := wait.Result()
-	if err != nil {
-		return 0, fmt.Errorf("wait for %d replicas: %w", a.n, err)
-	}
-	a.waits.Add(1)
-	if acked < a.n {
-		a.shortfalls.Add(1)
-	}
-	return acked, nil
 }
 
 // runDelivery runs a script that delivers entries (read_new.lua, read_pending.lua, claim.lua).

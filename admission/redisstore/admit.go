@@ -34,16 +34,9 @@ func (s *Store) admitOn(ctx context.Context, r admission.Request) (admission.Dec
 		return s.groups.admit(ctx, r)
 	}
 	// A batch of one, run here: the same script, reply parsing and errors as a group.
-	c := &admitCall{req: r}
-	reply, acked, err := s.runAdmit(ctx, r.Activity, []*admitCall{c})
-	if err != nil {
-		return admission.Decision{}, err
-	}
-	d, err := admitDecision(reply, 0, r.Activity, r.Qty)
-	if err != nil {
-		return admission.Decision{}, err
-	}
-	return s.checkAcked(r.Activity, d, acked)
+	c := &admitCall{req: r, done: make(chan struct{}, 1)}
+	s.runAdmitBatches(ctx, []admitBatch{{activity: r.Activity, calls: []*admitCall{c}}})
+	return c.answer.d, c.answer.err
 }
 
 // admitKeys returns admit.lua's KEYS for activity.
@@ -52,7 +45,7 @@ func (s *Store) admitKeys(activity string) []string {
 }
 
 // redisParseDecision reads one of admit.lua's {outcome, remaining, reservation_id, replayed},
-// read as strings (runAdmit); outcome 0 (qty above the limit) is returned as Outcome 0 for the
+// read as strings (runAdmitBatches); outcome 0 (qty above the limit) is returned as Outcome 0 for the
 // caller to turn into an error.
 func redisParseDecision(v []string) (admission.Decision, error) {
 	if len(v) != 4 {
@@ -134,13 +127,18 @@ func (s *Store) releaseAcked(ctx context.Context, activity, reservationID string
 // other, each exactly as if it ran alone, inside one atomic script. This is the hot-row "merged
 // deduction" of large flash sales, done with no timer: with one caller nothing waits, and the
 // batch grows only as much as the server is busy.
+//
+// The script calls themselves travel in pipelines: one sender takes the next batch of every
+// activity with waiting calls and sends them all in one round trip, so a sale of many activities
+// pays the client's round trip (a pooled connection, its write and read system calls, the
+// goroutine woken by the reply) once per pipeline instead of once per activity.
 
 const (
 	// defaultAdmitBatch is the most requests one script call carries. At about 10 µs per decision
 	// inside the script, 64 keep a call near 1 ms, so other clients of the server are not held up.
 	defaultAdmitBatch = 64
-	// defaultAdmitInFlight is how many script calls per activity may be in flight at once: two
-	// keep the server busy while one reply travels back and the next batch is sent.
+	// defaultAdmitInFlight is how many pipelines of script calls may be in flight at once: two
+	// keep the server busy while one reply travels back and the next pipeline is sent.
 	defaultAdmitInFlight = 2
 )
 
@@ -170,29 +168,39 @@ type admitAnswer struct {
 	err error
 }
 
-// admitQueue holds one activity's waiting calls.
-type admitQueue struct {
-	pending  []*admitCall
-	inFlight int
+// admitBatch is one script call: calls, all for activity.
+type admitBatch struct {
+	activity string
+	calls    []*admitCall
 }
 
-// admitGroups queues Admit calls per activity and runs them in batches.
+// admitQueue holds one activity's waiting calls.
+type admitQueue struct {
+	activity string
+	pending  []*admitCall
+	inFlight int  // the activity's batches in flight (at most one per pipeline)
+	listed   bool // in admitGroups.waiting
+}
+
+// admitGroups queues Admit calls per activity and sends them in pipelines of batches, one batch
+// per activity in each.
 type admitGroups struct {
 	batch, inFlight int
-	run             func(ctx context.Context, activity string, calls []*admitCall)
+	run             func(ctx context.Context, batches []admitBatch)
 
 	mu     sync.Mutex
 	queues map[string]*admitQueue // only activities with waiting or running calls
-	// spare is the last queue let go of, for the next activity that needs one: without it a
-	// caller who finds nothing queued (a quiet sale) allocates a queue and its slice each time.
-	spare *admitQueue
+	// waiting lists the queues with calls that no pipeline has taken yet, in the order they
+	// began to wait; the next pipeline takes a batch from each.
+	waiting []*admitQueue
+	sending int // pipelines in flight, each run by one sender goroutine (send)
 
 	// calls holds answered calls for reuse, so that an Admit does not allocate a call and its
 	// channel each time.
 	calls sync.Pool
 }
 
-func newAdmitGroups(batch, inFlight int, run func(context.Context, string, []*admitCall)) *admitGroups {
+func newAdmitGroups(batch, inFlight int, run func(context.Context, []admitBatch)) *admitGroups {
 	g := &admitGroups{batch: batch, inFlight: inFlight, run: run, queues: map[string]*admitQueue{}}
 	g.calls.New = func() any { return &admitCall{done: make(chan struct{}, 1)} }
 	return g
@@ -222,22 +230,23 @@ func (g *admitGroups) admit(ctx context.Context, r admission.Request) (admission
 	g.mu.Lock()
 	q := g.queues[r.Activity]
 	if q == nil {
-		q, g.spare = g.spare, nil
-		if q == nil {
-			q = &admitQueue{}
-		}
+		q = &admitQueue{activity: r.Activity}
 		g.queues[r.Activity] = q
 	}
 	q.pending = append(q.pending, c)
-	var first []*admitCall
-	if q.inFlight < g.inFlight {
-		q.inFlight++
-		first = g.take(q, nil)
+	if !q.listed {
+		q.listed = true
+		g.waiting = append(g.waiting, q)
+	}
+	var first []admitBatch
+	if g.sending < g.inFlight {
+		g.sending++
+		first = g.take(nil)
 	}
 	g.mu.Unlock()
 	if first != nil {
-		// The batch must not end with this caller's context: it carries other callers too.
-		go g.drain(context.WithoutCancel(ctx), r.Activity, first)
+		// The pipeline must not end with this caller's context: it carries other callers too.
+		go g.send(context.WithoutCancel(ctx), first)
 	}
 
 	select {
@@ -264,39 +273,66 @@ func (g *admitGroups) admit(ctx context.Context, r admission.Request) (admission
 	}
 }
 
-// drain runs batches for activity until its queue is empty.
-func (g *admitGroups) drain(ctx context.Context, activity string, calls []*admitCall) {
-	for calls != nil {
-		g.run(ctx, activity, calls)
+// send runs pipelines until no call waits; it holds one of the g.inFlight places.
+func (g *admitGroups) send(ctx context.Context, batches []admitBatch) {
+	for batches != nil {
+		g.run(ctx, batches)
 		g.mu.Lock()
-		q := g.queues[activity]
-		calls = g.take(q, calls) // run is done with the slice: the next batch reuses it
-		if calls == nil {
+		for _, b := range batches {
+			q := g.queues[b.activity]
 			q.inFlight--
-			if q.inFlight == 0 {
-				delete(g.queues, activity)
-				if cap(q.pending) > g.batch {
-					q.pending = nil // a burst's long array is not kept for a quiet time
-				}
-				g.spare = q // empty, and nothing else holds it now
+			if q.inFlight == 0 && len(q.pending) == 0 && !q.listed {
+				delete(g.queues, b.activity)
 			}
+		}
+		batches = g.take(batches) // run is done with the batches: the next ones reuse them
+		if batches == nil {
+			g.sending--
 		}
 		g.mu.Unlock()
 	}
 }
 
-// take removes the next batch from q into buf's array (a new one when buf is nil or too small),
-// or returns nil when nothing waits. g.mu must be held.
-func (g *admitGroups) take(q *admitQueue, buf []*admitCall) []*admitCall {
-	n := min(len(q.pending), g.batch)
-	if n == 0 {
+// take removes the next batch of every waiting activity into buf's arrays (new ones where buf
+// has none or too small ones), or returns nil when nothing waits. g.mu must be held.
+func (g *admitGroups) take(buf []admitBatch) []admitBatch {
+	batches := buf[:0]
+	keep := 0
+	for _, q := range g.waiting {
+		n := min(len(q.pending), g.batch)
+		if n == 0 { // its calls were withdrawn
+			q.listed = false
+			if q.inFlight == 0 {
+				delete(g.queues, q.activity)
+			}
+			continue
+		}
+		var calls []*admitCall
+		if i := len(batches); i < cap(batches) {
+			calls = batches[:i+1][i].calls[:0]
+		}
+		calls = append(calls, q.pending[:n]...)
+		rest := copy(q.pending, q.pending[n:])
+		clear(q.pending[rest:])
+		q.pending = q.pending[:rest]
+		if rest == 0 && cap(q.pending) > g.batch {
+			q.pending = nil // a burst's long array is not kept for a quiet time
+		}
+		q.inFlight++
+		batches = append(batches, admitBatch{activity: q.activity, calls: calls})
+		if rest > 0 {
+			g.waiting[keep] = q
+			keep++
+		} else {
+			q.listed = false
+		}
+	}
+	clear(g.waiting[keep:])
+	g.waiting = g.waiting[:keep]
+	if len(batches) == 0 {
 		return nil
 	}
-	calls := append(buf[:0], q.pending[:n]...)
-	rest := copy(q.pending, q.pending[n:])
-	clear(q.pending[rest:])
-	q.pending = q.pending[:rest]
-	return calls
+	return batches
 }
 
 // withdraw removes c from its activity's queue if it has not been sent. g.mu must be held.
@@ -314,75 +350,94 @@ func (g *admitGroups) withdraw(activity string, c *admitCall) bool {
 	return false
 }
 
-// runAdmitBatch is the Store's admitGroups.run: one admit.lua call for calls, whose
-// requests are all for activity and already validated.
-func (s *Store) runAdmitBatch(ctx context.Context, activity string, calls []*admitCall) {
-	reply, acked, err := s.runAdmit(ctx, activity, calls)
-	if err != nil {
-		for _, c := range calls {
-			c.answerWith(admission.Decision{}, err)
-		}
-		return
+// runAdmitBatches is the Store's admitGroups.run: one pipeline of admit.lua calls, one per batch,
+// whose requests are already validated. Every call gets its answer (or the error of its batch).
+func (s *Store) runAdmitBatches(ctx context.Context, batches []admitBatch) {
+	cmds := make([]redis.Cmder, len(batches))
+	keys := make([]*redisHotKeys, len(batches))
+	for i, b := range batches {
+		keys[i] = s.hotKeys(b.activity)
+		cmds[i] = admitCmd(ctx, keys[i].admitSha, b.calls)
 	}
-	for i, c := range calls {
-		d, err := admitDecision(reply, i, activity, c.req.Qty)
-		if err == nil {
-			d, err = s.checkAcked(activity, d, acked)
+	acked, waitErrs := s.sendAdmits(ctx, keys, cmds)
+	// The server lost its script cache (a restart, SCRIPT FLUSH): the calls it refused go again
+	// with the source, which also loads it again, as redis.Script.Run does.
+	var again []int
+	for i, cmd := range cmds {
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			again = append(again, i)
 		}
-		c.answerWith(d, err) // c may be reused from here on
+	}
+	if again != nil {
+		cmds2 := make([]redis.Cmder, len(again))
+		keys2 := make([]*redisHotKeys, len(again))
+		for j, i := range again {
+			keys2[j] = keys[i]
+			cmds2[j] = admitCmd(ctx, keys[i].admitEval, batches[i].calls)
+		}
+		acked2, waitErrs2 := s.sendAdmits(ctx, keys2, cmds2)
+		for j, i := range again {
+			cmds[i], acked[i], waitErrs[i] = cmds2[j], acked2[j], waitErrs2[j]
+		}
+	}
+	for i, b := range batches {
+		reply, err := cmds[i].(*redis.StringSliceCmd).Result()
+		if err == nil && len(reply) != 4*len(b.calls) {
+			err = fmt.Errorf("malformed admit reply: %d elements for %d requests", len(reply), len(b.calls))
+		}
+		if err == nil {
+			// The script ran but its WAIT failed: whether its wins will survive a failover is
+			// unknown, as after a timeout.
+			err = waitErrs[i]
+		}
+		if err != nil {
+			err = fmt.Errorf("admit %s: %w", b.activity, redisScriptErr(err))
+			for _, c := range b.calls {
+				c.answerWith(admission.Decision{}, err)
+			}
+			continue
+		}
+		for j, c := range b.calls {
+			d, err := admitDecision(reply, j, b.activity, c.req.Qty)
+			if err == nil {
+				d, err = s.checkAcked(b.activity, d, acked[i])
+			}
+			c.answerWith(d, err) // c may be reused from here on
+		}
 	}
 }
 
-// runAdmit runs admit.lua once for calls and returns its reply, four elements per call, and with
-// Options.ReplicasAck how many replicas acknowledged the call (ack.go).
-//
-// The command is built by hand rather than through redis.Script, to keep the client's share of a
-// call small (how, and what it saved: docs/admission.md, "Group admission"). A call is never
-// modified while go-redis holds the pointers into it.
-func (s *Store) runAdmit(ctx context.Context, activity string, calls []*admitCall) ([]string, int64, error) {
-	keys := s.hotKeys(activity)
-	sha, eval := keys.admitSha, keys.admitEval
-	args := make([]any, len(sha), len(sha)+3*len(calls))
-	copy(args, sha)
+// admitCmd builds one admit.lua call for calls from start (admitSha or admitEval). The command is
+// built by hand rather than through redis.Script, to keep the client's share of a call small
+// (how, and what it saved: docs/admission.md, "Group admission"): users and request ids go in as
+// pointers into the calls, which are not modified while go-redis holds them.
+func admitCmd(ctx context.Context, start []any, calls []*admitCall) *redis.StringSliceCmd {
+	args := make([]any, len(start), len(start)+3*len(calls))
+	copy(args, start)
 	for _, c := range calls {
 		args = append(args, &c.req.User, c.req.Qty, &c.req.RequestID)
 	}
 	cmd := redis.NewStringSliceCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
-	acked, waitErr := s.processAdmit(ctx, keys, cmd)
-	reply, err := cmd.Result()
-	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
-		// The server lost its script cache (a restart, SCRIPT FLUSH): send the source, which
-		// also loads it again, as redis.Script.Run does.
-		evalArgs := slices.Clone(args)
-		copy(evalArgs, eval)
-		cmd = redis.NewStringSliceCmd(ctx, evalArgs...)
-		cmd.SetFirstKeyPos(3)
-		acked, waitErr = s.processAdmit(ctx, keys, cmd)
-		reply, err = cmd.Result()
-	}
-	if err == nil && len(reply) != 4*len(calls) {
-		err = fmt.Errorf("malformed admit reply: %d elements for %d requests", len(reply), len(calls))
-	}
-	if err == nil {
-		// The script ran but its WAIT failed: whether its wins will survive a failover is
-		// unknown, as after a timeout.
-		err = waitErr
-	}
-	if err != nil {
-		return nil, 0, fmt.Errorf("admit %s: %w", activity, redisScriptErr(err))
-	}
-	return reply, acked, nil
+	return cmd
 }
 
-// processAdmit sends one admit.lua call: on the hot client, or with its WAIT on one connection
-// when the store waits for replicas.
-func (s *Store) processAdmit(ctx context.Context, keys *redisHotKeys, cmd redis.Cmder) (int64, error) {
-	if s.ack == nil {
-		_ = s.hotProc.Process(ctx, cmd)
-		return 0, nil
+// sendAdmits sends cmds, admit.lua calls on the keys of keys[i], in one pipeline of the client
+// (a Cluster client splits it by node and follows redirections), or with their WAIT when the
+// store waits for replicas: then acked[i] is how many replicas acknowledged cmds[i] and errs[i]
+// the WAIT's error. Each command's own error is left in it.
+func (s *Store) sendAdmits(ctx context.Context, keys []*redisHotKeys, cmds []redis.Cmder) (acked []int64, errs []error) {
+	acked, errs = make([]int64, len(cmds)), make([]error, len(cmds))
+	if s.ack != nil {
+		s.ack.sendAll(ctx, func(i int) string { return keys[i].admitSha[3].(string) }, cmds, acked, errs)
+		return acked, errs
 	}
-	return s.ack.send(ctx, keys.admitSha[3].(string), cmd)
+	pipe := s.client.Pipeline()
+	for _, cmd := range cmds {
+		_ = pipe.Process(ctx, cmd)
+	}
+	_, _ = pipe.Exec(ctx) // each command holds its own error
+	return acked, errs
 }
 
 // admitDecision reads request i's {outcome, remaining, reservation_id, replayed} from
@@ -444,12 +499,6 @@ func prebuiltEval(script *redis.Script, src string, keys []string) (sha, eval []
 		sha[3+i], eval[3+i] = key, key
 	}
 	return sha, eval
-}
-
-// redisProcessor is what the store needs of its hot client: the client itself or its
-// auto-pipeliner, which both run a command built by hand.
-type redisProcessor interface {
-	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 // admitBuckets is Admit for a split activity (r is validated): the decision is taken in the

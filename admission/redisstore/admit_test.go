@@ -159,7 +159,7 @@ func TestRedisAdmitOOM(t *testing.T) {
 		for i := 0; i+1 < len(reqs); i += 2 {
 			calls = append(calls, &admitCall{req: admission.Request{Activity: "oom", User: reqs[i], Qty: 1, RequestID: reqs[i+1]}, done: make(chan struct{}, 1)})
 		}
-		s.runAdmitBatch(ctx, "oom", calls)
+		s.runAdmitBatches(ctx, []admitBatch{{activity: "oom", calls: calls}})
 		var err error
 		for _, c := range calls {
 			<-c.done

@@ -35,7 +35,7 @@ func TestRedisOneBatch(t *testing.T) {
 	for i, r := range reqs {
 		calls[i] = &admitCall{req: r, done: make(chan struct{}, 1)}
 	}
-	s.runAdmitBatch(ctx, "b1", calls)
+	s.runAdmitBatches(ctx, []admitBatch{{activity: "b1", calls: calls}})
 	ans := make([]admitAnswer, len(calls))
 	for i, c := range calls {
 		<-c.done

@@ -14,8 +14,8 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// scriptMarks records, for every script the client runs, whether its context asks the Cluster
-// monitor to confirm its answer (redisclient.Delivers), by the script's first key.
+// scriptMarks records, for every script the client runs, alone or in a pipeline (admissions),
+// whether its context asks the Cluster monitor to confirm its answer (redisclient.Delivers).
 type scriptMarks struct {
 	mu    sync.Mutex
 	marks []bool
@@ -36,7 +36,17 @@ func (h *scriptMarks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func (h *scriptMarks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		h.mu.Lock()
+		for _, cmd := range cmds {
+			if n := cmd.Name(); n == "evalsha" || n == "eval" {
+				h.marks = append(h.marks, redisclient.Delivers(ctx, cmd))
+			}
+		}
+		h.mu.Unlock()
+		return err
+	}
 }
 
 // take returns the marks recorded since the last take.

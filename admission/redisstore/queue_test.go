@@ -63,7 +63,7 @@ func (q *winsQueue) call(t testing.TB, on string, reqs ...string) string {
 		r.Activity = on
 		calls = append(calls, &admitCall{req: r, done: make(chan struct{}, 1)})
 	}
-	q.s.runAdmitBatch(context.Background(), on, calls)
+	q.s.runAdmitBatches(context.Background(), []admitBatch{{activity: on, calls: calls}})
 	entry := ""
 	for i, c := range calls {
 		<-c.done

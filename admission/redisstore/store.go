@@ -24,11 +24,12 @@ type Options struct {
 	// KeyPrefix + ":restock".
 	RestockChannel string
 
-	// AutoPipeline sends the hot-path calls (Admit, Release, Remaining, GetResult) through the
+	// AutoPipeline sends the hot-path calls Release, Remaining and GetResult through the
 	// client's auto-pipeliner, which batches concurrent callers onto shared connections, so the
 	// client and the server pay the per-round-trip system calls once per batch instead of once
-	// per call; it helps most where the script is cheap (figures: docs/admission.md, "Group
-	// admission"). go-redis marks the auto-pipeliner experimental; a Ring has none.
+	// per call (figures: docs/admission.md, "Group admission"). Admit needs no option: its script
+	// calls always travel in the store's own pipelines (admit.go). go-redis marks the
+	// auto-pipeliner experimental; a Ring has none.
 	AutoPipeline bool
 
 	// AdmitBatch is the most Admit calls for one activity that share one script call (group
@@ -37,13 +38,14 @@ type Options struct {
 	// its own script call; at most MaxAdmitBatch.
 	AdmitBatch int
 
-	// AdmitInFlight is how many grouped script calls per activity may be in flight at once;
-	// default 2. Ignored when AdmitBatch is 1.
+	// AdmitInFlight is how many pipelines of grouped script calls (each with at most one call
+	// per activity) may be in flight at once; default 2. Ignored when AdmitBatch is 1.
 	AdmitInFlight int
 
 	// ReplicasAck, when positive, makes every admission script call (one per group) and every
 	// release wait until that many replicas have its writes (Redis WAIT, sent on the same
-	// connection right behind the script) before answering. A call they do not confirm within
+	// connection right behind the script, or behind a pipeline's admission scripts for one
+	// master) before answering. A call they do not confirm within
 	// ReplicasAckTimeout answers ErrNotReplicated for its wins: they are on the master, but a
 	// failover now could lose them. 0 (the default) answers as soon as the master has decided.
 	// The wins queue's reads (ReadGroup, Claim) wait the same way and deliver only entries the
@@ -83,8 +85,7 @@ type Options struct {
 // lists one, and every script refuses it (ErrOldLayout, oldlayout.go).
 type Store struct {
 	client  redis.UniversalClient
-	hot     redis.Cmdable  // client, or its auto-pipeliner (Options.AutoPipeline)
-	hotProc redisProcessor // hot, for the commands built by hand (admit.go)
+	hot     redis.Cmdable // client, or its auto-pipeliner (Options.AutoPipeline)
 	prefix  string
 	channel string
 
@@ -153,22 +154,18 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 	if opts.AdmitInFlight == 0 {
 		opts.AdmitInFlight = defaultAdmitInFlight
 	}
-	var (
-		hot     redis.Cmdable  = client
-		hotProc redisProcessor = client
-	)
+	var hot redis.Cmdable = client
 	if opts.AutoPipeline {
 		// The client caches its auto-pipeliner and closes it with itself.
 		ap, err := client.AutoPipeline()
 		if err != nil {
 			return nil, fmt.Errorf("new redis store: auto-pipeline: %w", err)
 		}
-		hot, hotProc = ap, ap
+		hot = ap
 	}
 	s := &Store{
 		client:      client,
 		hot:         hot,
-		hotProc:     hotProc,
 		prefix:      opts.KeyPrefix,
 		channel:     opts.RestockChannel,
 		define:      redis.NewScript(luaDefine),
@@ -188,7 +185,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		s.rebalance.interval = defaultRebalanceInterval
 	}
 	if opts.AdmitBatch > 1 {
-		s.groups = newAdmitGroups(opts.AdmitBatch, opts.AdmitInFlight, s.runAdmitBatch)
+		s.groups = newAdmitGroups(opts.AdmitBatch, opts.AdmitInFlight, s.runAdmitBatches)
 	}
 	// An activity an earlier build created in its own key layout is refused now, when the store
 	// is made (oldlayout.go). When Redis cannot be read now, New does not fail for that: a store
