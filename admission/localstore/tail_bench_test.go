@@ -19,7 +19,7 @@ import (
 // live heap after a collection), the GC's CPU per win (gc-ns/win, runtime/metrics
 // /cpu/classes/gc/total, marking included) and the collections' count. A win's cost should not grow
 // with the users seen, and the collector should not have to scan what they left behind
-// (docs/BENCHMARKS.md, "Where the in-process stores' tail comes from").
+// (docs/BENCHMARKS.md, "Where the tail and a Redis buy's time go").
 func BenchmarkMemoryAdmitWonSeen(b *testing.B) {
 	for _, seen := range []int{0, 250_000, 1_250_000} {
 		b.Run("seen="+strconv.Itoa(seen), func(b *testing.B) {
