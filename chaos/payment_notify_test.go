@@ -436,16 +436,23 @@ func TestPaymentNotifications(t *testing.T) {
 			}
 		}
 	}
+	// succeed lets the PaymentIntent of an order's first attempt succeed and delivers its events.
+	succeed := func(order, what string) ([]delivery, bool) {
+		pi := l.intentOf(order + "-1")
+		if err := l.finish(pi, "succeeded"); err != nil {
+			t.Error(err)
+			return nil, false
+		}
+		return nt.storm(ctx, what, copies, l.takeEvents(pi)...), true
+	}
 	for _, pm := range byGroup[notePaid] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pi := l.intentOf(pm.order + "-1")
-			if err := l.finish(pi, "succeeded"); err != nil {
-				t.Error(err)
+			ds, ok := succeed(pm.order, "succeeded in the window")
+			if !ok {
 				return
 			}
-			ds := nt.storm(ctx, "succeeded in the window", copies, l.takeEvents(pi)...)
 			expectOrder("group 0 "+pm.user, ds, string(orderbackend.StatusPaid))
 		}()
 	}
@@ -528,12 +535,10 @@ func TestPaymentNotifications(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			pi := l.intentOf(pm.order + "-1")
-			if err := l.finish(pi, "succeeded"); err != nil {
-				t.Error(err)
+			ds, ok := succeed(pm.order, "succeeded after the order was swept")
+			if !ok {
 				return
 			}
-			ds := nt.storm(ctx, "succeeded after the order was swept", copies, l.takeEvents(pi)...)
 			expectOrder("group 2 "+pm.user, ds, string(orderbackend.StatusCancelled))
 			for _, dl := range ds {
 				if dl.payment != string(orderbackend.PaymentRefundDue) && dl.payment != string(orderbackend.PaymentRefunded) {
