@@ -42,6 +42,12 @@ func record(t *testing.T, target string) (*recorder, string) {
 	}
 	rec := &recorder{}
 	proxy := httputil.NewSingleHostReverseProxy(u)
+	// A transport of its own: a shared one may hold an idle connection to an earlier test's
+	// stripe-mock on the same port, and a POST written into that dead connection is not retried
+	// (the proxy's body cannot be rewound), so the charge would meet a 502.
+	tr := &http.Transport{}
+	proxy.Transport = tr
+	t.Cleanup(tr.CloseIdleConnections)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		r.Body = io.NopCloser(bytes.NewReader(body))
