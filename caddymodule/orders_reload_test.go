@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,8 @@ import (
 )
 
 // TestOrdersReload checks that a reload keeps the embedded order backend running (same workers,
-// same database, no work lost) unless its configuration changed, and that start_in never moves a
+// same database, no work lost) unless its configuration changed, that /metrics reads the backend
+// that runs (each configuration registers its collectors anew), and that start_in never moves a
 // start, before or after the sale opened.
 func TestOrdersReload(t *testing.T) {
 	port, err := testsrv.FreePort()
@@ -70,6 +72,8 @@ func TestOrdersReload(t *testing.T) {
 	expect(t, "alice pays after the reload", c.Post("/orders/"+aliceOrder+"/pay", alice, ""), http.StatusOK, "paid")
 	expect(t, "bob buys after the reload", c.Post(buyPath(t, c, "r", bob), bob, ""), http.StatusAccepted, "queued")
 	waitResult(t, c, "r", bob, "pending_payment")
+	// The same backend counts on: alice's and bob's orders, alice's payment.
+	expectMetrics(t, c, "after the unchanged reload", "caddy_seckill_orders_created_total 2", "caddy_seckill_orders_paid_total 1")
 
 	// Once quick has opened, a reload must find the same definition (its stored start), not a
 	// running sale whose start moved.
@@ -91,7 +95,21 @@ func TestOrdersReload(t *testing.T) {
 	waitResult(t, c, "r", carol, "pending_payment")
 	waitResult(t, c, "r", bob, "cancelled") // the new sweeper expires bob's order
 	waitResult(t, c, "r", alice, "paid")
+	// The new backend's counters: carol's order and bob's expiry, none of the old backend's.
+	expectMetrics(t, c, "after the changed reload", "caddy_seckill_orders_created_total 1",
+		"caddy_seckill_orders_expired_total 1", "caddy_seckill_orders_paid_total 0")
 	if q, s := starts(); q != quickStart || s != soonStart {
 		t.Errorf("a reload moved the starts: quick %d → %d, soon %d → %d", quickStart, q, soonStart, s)
+	}
+}
+
+// expectMetrics fails unless /metrics holds every line of want.
+func expectMetrics(t *testing.T, c *client, what string, want ...string) {
+	t.Helper()
+	mt := c.Get("/metrics", "")
+	for _, w := range want {
+		if !strings.Contains("\n"+string(mt.Raw), "\n"+w+"\n") {
+			t.Errorf("%s: metrics lack %q", what, w)
+		}
 	}
 }
