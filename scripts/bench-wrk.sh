@@ -29,10 +29,10 @@
 # After its rounds each store gets a summary line: the medians of the ratio, of the p99 ratio and
 # of the buy's CPU per request over respond's in the same round, which the machine's speed cancels
 # out of (and for redis of redis-server's CPU per win), then the same three for the sold-out
-# rounds; on a shared machine they move less than a single round. With PERF=DIR, perf (Debian package linux-perf) samples the gateway's
-# stacks during each run (files kept in DIR), and at the end a table gives, per store, the
-# microseconds of gateway CPU per request spent under each part of the handler and the server,
-# for the buy path and for respond (scripts/perf-breakdown.py).
+# rounds; on a shared machine they move less than a single round. With PERF=DIR, perf (Debian
+# package linux-perf) samples the gateway's stacks during each run (files kept in DIR), and at the
+# end a table gives, per store, the microseconds of gateway CPU per request spent under each part
+# of the handler and the server, for the buy path and for respond (scripts/perf-breakdown.py).
 set -euo pipefail
 GO=${GO:-go}
 STORES=${STORES:-local memory redis}
