@@ -42,9 +42,9 @@ xcaddy-check:
 bench-load:
 	$(GO) run ./cmd/seckill-bench -build
 
-# The buy path under wrk (apt-get install wrk) beside respond receiving the same buys, for stores
-# local, memory and redis (a private redis-server; docs/BENCHMARKS.md); STORES, FSYNC, REPEATS,
-# DURATION, SLICE tune it.
+# The buy path and the sold-out refusal under wrk (apt-get install wrk) beside respond receiving the
+# same requests, for stores local, memory and redis (a private redis-server; docs/BENCHMARKS.md);
+# STORES, FSYNC, REPEATS, DURATION, SLICE, SOLDOUT, SOLDOUT_SLICE tune it.
 bench-wrk:
 	GO=$(GO) ./scripts/bench-wrk.sh
 

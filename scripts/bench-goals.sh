@@ -3,8 +3,8 @@
 # backend and the bench once, runs each variant the goals are measured on, and prints each run's
 # "seckill vs Caddy respond" table. Each run's full report, JSON and chart stay in the output
 # directory (default bench-goals/). The exit status is non-zero when any run broke an invariant or
-# could not be carried out. It takes about 15 minutes on a 2-core machine, most of it the
-# million-user burst and its soak.
+# could not be carried out. It takes about 25 minutes on a 2-core machine, most of it the three
+# million-user bursts (one per store) and their soaks.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 go=${GO:-go}
@@ -40,7 +40,7 @@ run() {
 	local rc=$?
 	child=""
 	sed -n '/^seckill vs Caddy respond/,/^$/p' "$out/$name.txt"
-	grep -E '^(RESULT|machine):' "$out/$name.txt"
+	grep -E '^(RESULT|machine):|^sold [0-9]+ items|^gateway \(pid|^gateway memory goal' "$out/$name.txt"
 	if [ $rc -ne 0 ]; then
 		echo "   exit $rc: see $out/$name.txt"
 		status=1
@@ -51,4 +51,6 @@ run closed-memory                                     # sold-out, buy path (memo
 run closed-embedded -orders embedded                  # p99 with the embedded order backend
 run closed-redis -store redis -orders standalone -orderbackend-bin "$out/orderbackend" # Redis goals
 run classic -scenario burst -users 1000000 -soak 4m  # the classic test: memory after a million users, a 2-minute soak
+run classic-local -store local -scenario burst -users 1000000 -soak 60s # the same on store local, a 30-second soak
+run classic-redis -store redis -scenario burst -users 1000000 -soak 60s # the same on a private redis-server
 exit $status

@@ -35,19 +35,12 @@ for tool in wrk curl; do
 	fi
 done
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib-bench.sh
+. "$here/scripts/lib-bench.sh"
+me=bench-wrk-queue
 work=$(mktemp -d /tmp/seckill-wrkq-XXXXXX)
 pid=""
 rpid=""
-# stop stops the process whose id is in the variable named $1, if any: SIGTERM, then SIGKILL.
-stop() {
-	local p=${!1}
-	[ -n "$p" ] || return 0
-	kill "$p" 2>/dev/null || true
-	for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-	kill -9 "$p" 2>/dev/null || true
-	wait "$p" 2>/dev/null || true
-	printf -v "$1" '%s' ""
-}
 cleanup() {
 	local rc=$?
 	stop pid
@@ -69,35 +62,10 @@ if [ -n "${BIN:-}" ]; then
 else
 	(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
 fi
-check_ports() {
-	if ! "$work/seckill-bench" check-port "$@"; then
-		echo "bench-wrk-queue: something answers on $* already: stop it or set PORT, ADMIN_PORT, REDIS_PORT" >&2
-		exit 3
-	fi
-}
+checker="$work/seckill-bench"
 secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
 base="http://127.0.0.1:$PORT"
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
-median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.2f, %.2f–%.2f", (v[int((NR + 1) / 2)] + v[int(NR / 2) + 1]) / 2, v[1], v[NR] }'; }
-
-# start_gateway starts the gateway of $dir/Caddyfile and waits until every activity answers.
-start_gateway() {
-	check_ports "127.0.0.1:$PORT" "127.0.0.1:$ADMIN_PORT"
-	(cd "$dir" && exec "${pdeath[@]}" "$work/caddy" run --config Caddyfile --adapter caddyfile >> caddy.log 2>&1) &
-	pid=$!
-	local i ok
-	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		ok=1
-		for i in $(seq 0 $(( ACTIVITIES - 1 ))); do curl -fs "$base/seckill/bench-$i" >/dev/null 2>&1 || { ok=0; break; }; done
-		[ "$ok" = 1 ] && return 0
-		sleep 0.2
-	done
-	echo "bench-wrk-queue: the gateway did not start; the end of $dir/caddy.log:" >&2
-	tail -n 20 "$dir/caddy.log" >&2
-	exit 3
-}
 
 # measure runs wrk's polls (or joins, $3) on prefix $2 into $dir/$1.txt, the gateway's and
 # redis-server's CPU µs per answered request into $1.cpu.
@@ -120,11 +88,7 @@ for store in $STORES; do
 	mkdir -p "$dir"
 	redis=()
 	if [ "$store" = redis ]; then
-		check_ports "127.0.0.1:$REDIS_PORT"
-		mkdir -p "$dir/redis"
-		"${pdeath[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/redis" > "$dir/redis.log" 2>&1 &
-		rpid=$!
-		for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+		start_redis rpid "$REDIS_PORT"
 		redis=(-redis-addr "127.0.0.1:$REDIS_PORT")
 	fi
 	"$work/seckill-bench" gateway-config -store "$store" "${redis[@]}" -listen "127.0.0.1:$PORT" -admin-listen "127.0.0.1:$ADMIN_PORT" \

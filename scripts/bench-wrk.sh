@@ -4,11 +4,16 @@
 # config of `seckill-bench gateway-config`: captcha off, every other layer on), REPEATS rounds of
 # DURATION against the buy path, then against respond with the same buys, alternately. Each round
 # buys with fresh users (a slice of SLICE users, paths and tokens prepared before), so every buy is
-# an admission unless wrk runs out of them (it says so). docs/BENCHMARKS.md has the figures.
+# an admission unless wrk runs out of them (it says so). Then the sold-out refusal: a second gateway
+# of the store whose activities hold one item each, prepared fresh users' presses (SOLDOUT_SLICE a
+# round), one buy per activity that sells it out, and REPEATS rounds of those presses (token,
+# hashed path, Idempotency-Key: every layer up to the node's sold-out flag) against the buy path
+# and respond, alternately. SOLDOUT=0 skips it. docs/BENCHMARKS.md has the figures.
 #
 #   scripts/bench-wrk.sh                         # stores local, memory and redis, 5 rounds of 3 s
 #   STORES="local" FSYNC=always scripts/bench-wrk.sh
 #   STORES="redis memory" scripts/bench-wrk.sh
+#   SOLDOUT=0 scripts/bench-wrk.sh                # the buy rounds only
 #   BIN=/tmp/build scripts/bench-wrk.sh           # prebuilt caddy and seckill-bench in /tmp/build
 #   PERF=/tmp/perf scripts/bench-wrk.sh           # also where the gateway's CPU goes, by perf
 #   GATEWAY_ENV=GODEBUG=gctrace=1 KEEP=1 scripts/bench-wrk.sh   # the gateway's GC in its caddy.log
@@ -19,13 +24,15 @@
 # Store redis runs on a private redis-server started here on REDIS_PORT (no persistence, a
 # temporary folder) and stopped after its rounds; its rounds add redis-server's CPU (/proc) per
 # win of the buy run ("redis CPU/win"), which the gateway's figures do not hold.
+# A sold-out round is flagged ("NOT SOLD-OUT") when wrk saw another status than 410 or the node's
+# sold-out flag answered fewer presses than wrk counted 410s (then the store answered).
 # After its rounds each store gets a summary line: the medians of the ratio, of the p99 ratio and
 # of the buy's CPU per request over respond's in the same round, which the machine's speed cancels
-# out of (and for redis of redis-server's CPU per win); on a shared machine they move less than a
-# single round. With PERF=DIR, perf (Debian package linux-perf) samples the gateway's
-# stacks during each run (files kept in DIR), and at the end a table gives, per store, the
-# microseconds of gateway CPU per request spent under each part of the handler and the server,
-# for the buy path and for respond (scripts/perf-breakdown.py).
+# out of (and for redis of redis-server's CPU per win), then the same three for the sold-out
+# rounds; on a shared machine they move less than a single round. With PERF=DIR, perf (Debian
+# package linux-perf) samples the gateway's stacks during each run (files kept in DIR), and at the
+# end a table gives, per store, the microseconds of gateway CPU per request spent under each part
+# of the handler and the server, for the buy path and for respond (scripts/perf-breakdown.py).
 set -euo pipefail
 GO=${GO:-go}
 STORES=${STORES:-local memory redis}
@@ -37,6 +44,8 @@ DURATION=${DURATION:-3s}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 SLICE=${SLICE:-120000}      # users per round: 3 s at 40,000 buys/s
+SOLDOUT=${SOLDOUT:-1}       # 0: no sold-out rounds
+SOLDOUT_SLICE=${SOLDOUT_SLICE:-240000} # users per sold-out round: 3 s at 80,000 presses/s
 ACTIVITIES=${ACTIVITIES:-10}
 PORT=${PORT:-18480}
 ADMIN_PORT=${ADMIN_PORT:-18419}
@@ -58,20 +67,12 @@ if [ -n "$PERF" ]; then
 	mkdir -p "$PERF"
 fi
 here=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=scripts/lib-bench.sh
+. "$here/scripts/lib-bench.sh"
+me=bench-wrk
 work=$(mktemp -d /tmp/seckill-wrk-XXXXXX)
 pid=""
 rpid=""
-# stop stops the process whose id is in the variable named $1, if any: SIGTERM, then SIGKILL
-# after 10 s.
-stop() {
-	local p=${!1}
-	[ -n "$p" ] || return 0
-	kill "$p" 2>/dev/null || true
-	for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
-	kill -9 "$p" 2>/dev/null || true
-	wait "$p" 2>/dev/null || true
-	printf -v "$1" '%s' ""
-}
 # run runs a command in the background and waits for it, so that a signal to this script is acted
 # on at once (bash runs a trap only once the foreground command has ended) and the command stopped.
 child=""
@@ -93,7 +94,7 @@ cleanup() {
 	if [ "$rc" -eq 0 ] || ! compgen -G "$work/*/caddy.log" >/dev/null; then
 		rm -rf "$work"
 	else
-		echo "bench-wrk: failed (exit $rc); the gateway logs are kept: $(echo "$work"/*/caddy.log)" >&2
+		echo "bench-wrk: failed (exit $rc); the gateway logs (caddy.log) are kept in $work" >&2
 	fi
 }
 trap cleanup EXIT
@@ -109,33 +110,31 @@ if [ -n "${BIN:-}" ]; then
 else
 	(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
 fi
-# Caddy listens with SO_REUSEPORT: on a port a gateway left running (or anything else) holds, a
-# new one starts too and the kernel splits the connections between the two, whose hashed-URL salts
-# and stores differ (404s, 401s, sold-outs that are not). Such a port is refused, before each start.
-# A seckill-bench from $BIN older than its check-port command: one from this checkout checks.
+# A seckill-bench from $BIN older than its check-port command: one from this checkout checks ports.
 checker="$work/seckill-bench"
 if ! "$checker" check-port 127.0.0.1:1 >/dev/null 2>&1; then
 	checker="$work/check-port"
 	(cd "$here" && $GO build -o "$checker" ./cmd/seckill-bench)
 fi
-check_ports() {
-	if ! "$checker" check-port "127.0.0.1:$PORT" "127.0.0.1:$ADMIN_PORT"; then
-		echo "bench-wrk: refusing to start a gateway on 127.0.0.1:$PORT (admin 127.0.0.1:$ADMIN_PORT): stop what answers there or set PORT and ADMIN_PORT" >&2
-		exit 3
-	fi
-}
-check_ports
+if ! "$checker" check-port "127.0.0.1:$PORT" "127.0.0.1:$ADMIN_PORT"; then
+	echo "bench-wrk: something answers on 127.0.0.1:$PORT or 127.0.0.1:$ADMIN_PORT: stop it or set PORT and ADMIN_PORT" >&2
+	exit 3
+fi
 secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
 stock=$(( SLICE * REPEATS / ACTIVITIES + 1 ))
 base="http://127.0.0.1:$PORT"
 echo "# wrk -t$THREADS -c$CONNS -d$DURATION, $REPEATS rounds, $SLICE fresh users per round, $ACTIVITIES activities x $stock items; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ "$SOLDOUT" != 0 ]; then
+	echo "# then per store $REPEATS sold-out rounds of $SOLDOUT_SLICE fresh users' presses, $ACTIVITIES activities x 1 item, sold out first"
+fi
 echo "store | round | seckill req/s | respond req/s | ratio | seckill p99 | respond p99 | p99 ratio | gw CPU/req seckill | respond | redis CPU/win | seckill statuses"
-# median prints the median of the numbers on stdin, then their least and greatest.
-median() { sort -n | awk '{ v[NR] = $1 } END { printf "%.2f, %.2f–%.2f", (v[int((NR + 1) / 2)] + v[int(NR / 2) + 1]) / 2, v[1], v[NR] }'; }
-# cpu_ticks prints the CPU time (user + system, in clock ticks) process $1 has used.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 hz=$(getconf CLK_TCK)
 secs=${DURATION%s}
+# metric prints the value of the gateway's metric series $1 (a line's first word, e.g.
+# caddy_seckill_rejected_total{layer="sold_out_flag"}) from the admin endpoint, 0 when it has none.
+metric() {
+	curl -fs "http://127.0.0.1:$ADMIN_PORT/metrics" 2>/dev/null | awk -v s="$1" '$1 == s { v = $2 } END { printf "%d\n", v }'
+}
 # commits prints store local's commits, the changes they held, its checkpoints and their seconds so
 # far, from the admin endpoint's metrics ("- - - -" when there are none: another store).
 commits() {
@@ -147,16 +146,16 @@ commits() {
 # machine prints the whole machine's idle and iowait ticks, all its ticks, and its context switches
 # so far (/proc/stat): whether a run left the cores idle, and how often the kernel switched tasks.
 machine() { awk '/^cpu / { i = $5 + $6; t = 0; for (k = 2; k <= NF; k++) t += $k } /^ctxt / { c = $2 } END { print i, t, c }' /proc/stat; }
-# measure runs wrk on path prefix $2 into $1 (name.txt), and writes the gateway's CPU µs per answered
-# request to name.cpu, the machine's idle share and context switches per request to name.mach, and
-# with store redis redis-server's CPU µs per win (a 2xx answer) to name.rcpu; with PERF, perf samples the
-# gateway meanwhile (name.perf in $PERF).
+# measure runs wrk with the requests of file $3 on path prefix $2 into $1 (name.txt), and writes the
+# gateway's CPU µs per answered request to name.cpu, the machine's idle share and context switches
+# per request to name.mach, and with store redis redis-server's CPU µs per win (a 2xx answer) to
+# name.rcpu; with PERF, perf samples the gateway meanwhile (name.perf in $PERF).
 measure() {
-	local name=$1 prefix=$2 t0 t1 n m0 m1 r0=0 r1=0 wins
+	local name=$1 prefix=$2 file=$3 t0 t1 n m0 m1 r0=0 r1=0 wins
 	t0=$(cpu_ticks "$pid")
 	[ -n "$rpid" ] && r0=$(cpu_ticks "$rpid")
 	m0=$(machine)
-	"${pdeath[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$dir/buys-$r.tsv" "$prefix" "$THREADS" > "$dir/$name.txt" &
+	"${pdeath[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-buy.lua" "$base" -- "$file" "$prefix" "$THREADS" > "$dir/$name.txt" &
 	child=$!
 	if [ -n "$PERF" ]; then
 		perf record -q -e cpu-clock -F 999 -g -p "$pid" -o "$PERF/$store-$name.perf" -- sleep "$(( ${secs%.*} > 1 ? ${secs%.*} - 1 : 1 ))" 2>/dev/null || true
@@ -173,89 +172,111 @@ measure() {
 	echo "$m0 $m1" | awk -v n="$n" '{ printf "idle %.0f %%, %.2f context switches/req", 100 * ($4 - $1) / ($5 - $2), ($6 - $3) / n }' > "$dir/$name.mach"
 	if [ -n "$PERF" ]; then cp "$dir/$name.txt" "$PERF/$store-$name.txt"; cp "$dir/$name.cpu" "$PERF/$store-$name.cpu"; fi
 }
+# row prints round $3 of the seckill run $1 against the respond run $2 (the files measure wrote),
+# labelled $4, with the notes $5 after its statuses, and appends its figures to $dir/rounds.
+row() {
+	local s=$1 b=$2 r=$3 label=$4 notes=$5 s_rps r_rps s_p99 r_p99 rcpu statuses
+	s_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/$s.txt")
+	r_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/$b.txt")
+	s_p99=$(awk '/^p50_us/ {print $4}' "$dir/$s.txt")
+	r_p99=$(awk '/^p50_us/ {print $4}' "$dir/$b.txt")
+	rcpu=$(cat "$dir/$s.rcpu")
+	statuses="$(sed -n 's/^statuses //p' "$dir/$s.txt")$notes; machine: $(cat "$dir/$s.mach") (respond: $(cat "$dir/$b.mach"))"
+	awk -v st="$label" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" \
+		-v sc="$(cat "$dir/$s.cpu")" -v rc="$(cat "$dir/$b.cpu")" -v rd="$rcpu" 'BEGIN {
+		printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, (rd == "-" ? "-" : rd " µs"), c }'
+	echo "$s_rps $r_rps $(cat "$dir/$s.cpu") $(cat "$dir/$b.cpu") $s_p99 $r_p99 $rcpu" >> "$dir/rounds"
+}
+# medians prints the medians over the rounds of folder $1: the ratio, the p99 ratio and the
+# gateway's CPU per request over respond's of the same round (the machine's speed cancels out of it).
+medians() {
+	echo "ratio median $(awk '{ print $1 / $2 }' "$1/rounds" | median) over $REPEATS rounds;" \
+		"p99 ratio median $(awk '{ print $5 / $6 }' "$1/rounds" | median);" \
+		"$2 CPU ÷ respond CPU median $(awk '{ print $3 / $4 }' "$1/rounds" | median)"
+}
+# config writes $dir/Caddyfile: the store's gateway with $1 items per activity.
+config() {
+	"$work/seckill-bench" gateway-config -store "$store" "${flags[@]}" -listen "127.0.0.1:$PORT" -admin-listen "127.0.0.1:$ADMIN_PORT" \
+		-jwt-secret "$secret" -activities "$ACTIVITIES" -stock "$1" > "$dir/Caddyfile"
+}
+# prepare writes $dir/$1: the requests of users $2..$2+$3-1 (seckill-bench wrk-requests).
+prepare() {
+	run "$work/seckill-bench" wrk-requests -target "$base" -jwt-secret "$secret" -activities "$ACTIVITIES" \
+		-first "$2" -users "$3" -out "$dir/$1"
+}
+# soldout runs the store's sold-out rounds in $dir/soldout, on a gateway of its own whose
+# activities hold one item each: the presses' users get their paths first (the path call refuses
+# once the activity is sold out), then users 0..ACTIVITIES-1 buy one item each (a 202 each, which
+# sets the node's flag), then the rounds.
+soldout() {
+	dir="$dir/soldout"
+	mkdir -p "$dir"
+	if [ -n "$rpid" ]; then redis-cli -p "$REDIS_PORT" flushall >/dev/null; fi
+	config 1
+	start_gateway
+	prepare sellers.tsv 0 "$ACTIVITIES"
+	for r in $(seq "$REPEATS"); do
+		prepare "buys-$r.tsv" $(( ACTIVITIES + (r - 1) * SOLDOUT_SLICE )) "$SOLDOUT_SLICE"
+	done
+	local path auth xff key code f0 f1 n410 notes
+	while IFS=$'\t' read -r path auth xff key; do
+		code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$base$path" -H "Authorization: $auth" -H "X-Forwarded-For: $xff" -H "Idempotency-Key: $key")
+		if [ "$code" != 202 ]; then
+			echo "bench-wrk: the sell-out buy of $path answered $code, not 202" >&2
+			exit 3
+		fi
+	done < "$dir/sellers.tsv"
+	for r in $(seq "$REPEATS"); do
+		f0=$(metric 'caddy_seckill_rejected_total{layer="sold_out_flag"}')
+		measure "soldout-$r" "" "$dir/buys-$r.tsv"
+		f1=$(metric 'caddy_seckill_rejected_total{layer="sold_out_flag"}')
+		measure "soldout-respond-$r" /baseline "$dir/buys-$r.tsv"
+		n410=$(sed -n 's/^statuses //p' "$dir/soldout-$r.txt" | tr ' ;' '\n\n' | awk -F: '$1 == 410 { n += $2 } END { print n + 0 }')
+		notes="; sold-out flag answered $(( f1 - f0 ))"
+		if ! sed -n 's/^statuses //p' "$dir/soldout-$r.txt" | grep -qE '^410:[0-9]+;' || [ $(( f1 - f0 )) -lt "$n410" ]; then
+			notes="$notes; NOT SOLD-OUT"
+		fi
+		row "soldout-$r" "soldout-respond-$r" "$r" "$store sold-out" "$notes"
+	done
+	stop pid
+	dir=${dir%/soldout}
+}
 for store in $STORES; do
 	dir="$work/$store"
 	mkdir -p "$dir"
 	flags=()
 	if [ "$store" = local ] && [ -n "$FSYNC" ]; then flags=(-local-fsync "$FSYNC"); fi
 	if [ "$store" = redis ]; then
-		if ! "$checker" check-port "127.0.0.1:$REDIS_PORT"; then
-			echo "bench-wrk: refusing to start redis-server on 127.0.0.1:$REDIS_PORT: stop what answers there or set REDIS_PORT" >&2
-			exit 3
-		fi
-		mkdir -p "$dir/redis"
-		"${pdeath[@]}" redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/redis" > "$dir/redis.log" 2>&1 &
-		rpid=$!
-		for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-		if ! redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1; then
-			echo "bench-wrk: redis-server did not start; the end of $dir/redis.log:" >&2
-			tail -n 20 "$dir/redis.log" >&2
-			exit 3
-		fi
+		start_redis rpid "$REDIS_PORT"
 		flags=(-redis-addr "127.0.0.1:$REDIS_PORT")
 	fi
-	"$work/seckill-bench" gateway-config -store "$store" "${flags[@]}" -listen "127.0.0.1:$PORT" -admin-listen "127.0.0.1:$ADMIN_PORT" \
-		-jwt-secret "$secret" -activities "$ACTIVITIES" -stock "$stock" > "$dir/Caddyfile"
-	check_ports
-	# shellcheck disable=SC2086 # GATEWAY_ENV is split into its words on purpose
-	(cd "$dir" && exec "${pdeath[@]}" env $GATEWAY_ENV "$work/caddy" run --config Caddyfile --adapter caddyfile > caddy.log 2>&1) &
-	pid=$!
-	# Ready when every activity answers: Caddy starts its apps in no fixed order, so the server may
-	# answer while the activities are still being defined (a 404 for the later ones meanwhile).
-	ready() {
-		local i
-		for i in $(seq 0 $(( ACTIVITIES - 1 ))); do curl -fs "$base/seckill/bench-$i" >/dev/null 2>&1 || return 1; done
-	}
-	for _ in $(seq 100); do
-		kill -0 "$pid" 2>/dev/null || break
-		ready && break
-		sleep 0.2
-	done
-	if ! kill -0 "$pid" 2>/dev/null || ! ready; then
-		echo "bench-wrk: the gateway did not start; the end of $dir/caddy.log:" >&2
-		tail -n 20 "$dir/caddy.log" >&2
-		exit 3
-	fi
-	if ! "$checker" check-port -pid "$pid" "127.0.0.1:$PORT" "127.0.0.1:$ADMIN_PORT"; then
-		echo "bench-wrk: another process took the gateway's port meanwhile; the end of $dir/caddy.log:" >&2
-		tail -n 20 "$dir/caddy.log" >&2
-		exit 3
-	fi
+	config "$stock"
+	start_gateway
 	for r in $(seq "$REPEATS"); do
-		run "$work/seckill-bench" wrk-requests -target "$base" -jwt-secret "$secret" -activities "$ACTIVITIES" \
-			-first $(( (r - 1) * SLICE )) -users "$SLICE" -out "$dir/buys-$r.tsv"
+		prepare "buys-$r.tsv" $(( (r - 1) * SLICE )) "$SLICE"
 	done
 	for r in $(seq "$REPEATS"); do
 		read -r c0 n0 k0 ks0 < <(commits)
-		measure "seckill-$r" ""
+		measure "seckill-$r" "" "$dir/buys-$r.tsv"
 		read -r c1 n1 k1 ks1 < <(commits)
-		measure "respond-$r" /baseline
-		s_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/seckill-$r.txt")
-		r_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/respond-$r.txt")
-		s_p99=$(awk '/^p50_us/ {print $4}' "$dir/seckill-$r.txt")
-		r_p99=$(awk '/^p50_us/ {print $4}' "$dir/respond-$r.txt")
-		statuses="$(sed -n 's/^statuses //p' "$dir/seckill-$r.txt"); machine: $(cat "$dir/seckill-$r.mach") (respond: $(cat "$dir/respond-$r.mach"))"
+		measure "respond-$r" /baseline "$dir/buys-$r.tsv"
+		notes=""
 		if [ "$c0" != - ] && [ "$c1" != - ]; then
-			statuses="$statuses; changes per commit: $(awk -v c0="$c0" -v c1="$c1" -v n0="$n0" -v n1="$n1" 'BEGIN { c = c1 - c0; printf "%.1f", c ? (n1 - n0) / c : 0 }')"
-			statuses="$statuses; checkpoints: $(awk -v k0="$k0" -v k1="$k1" -v s0="$ks0" -v s1="$ks1" 'BEGIN { k = k1 - k0; printf "%d, %.2f ms each", k, k ? (s1 - s0) * 1000 / k : 0 }')"
+			notes="; changes per commit: $(awk -v c0="$c0" -v c1="$c1" -v n0="$n0" -v n1="$n1" 'BEGIN { c = c1 - c0; printf "%.1f", c ? (n1 - n0) / c : 0 }')"
+			notes="$notes; checkpoints: $(awk -v k0="$k0" -v k1="$k1" -v s0="$ks0" -v s1="$ks1" 'BEGIN { k = k1 - k0; printf "%d, %.2f ms each", k, k ? (s1 - s0) * 1000 / k : 0 }')"
 		fi
-		rcpu=$(cat "$dir/seckill-$r.rcpu")
-		awk -v st="$store" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" \
-			-v sc="$(cat "$dir/seckill-$r.cpu")" -v rc="$(cat "$dir/respond-$r.cpu")" -v rd="$rcpu" 'BEGIN {
-			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, (rd == "-" ? "-" : rd " µs"), c }'
-		echo "$s_rps $r_rps $(cat "$dir/seckill-$r.cpu") $(cat "$dir/respond-$r.cpu") $s_p99 $r_p99 $rcpu" >> "$dir/rounds"
+		row "seckill-$r" "respond-$r" "$r" "$store" "$notes"
 	done
 	stop pid
-	stop rpid
-	# The medians over the rounds, which a busy neighbour moves less than the range: the ratio,
-	# the p99 ratio, and the gateway's CPU per buy over its CPU per respond of the same round (the
-	# machine's speed cancels out of it); for redis, redis-server's CPU per win.
-	summary="# $store: ratio median $(awk '{ print $1 / $2 }' "$dir/rounds" | median) over $REPEATS rounds;"
-	summary="$summary p99 ratio median $(awk '{ print $5 / $6 }' "$dir/rounds" | median);"
-	summary="$summary buy CPU ÷ respond CPU median $(awk '{ print $3 / $4 }' "$dir/rounds" | median)"
+	summary="# $store: $(medians "$dir" buy)"
 	if [ "$store" = redis ]; then
 		summary="$summary; redis CPU/win median $(awk '$7 != "-" { print $7 }' "$dir/rounds" | median) µs"
 	fi
+	if [ "$SOLDOUT" != 0 ]; then
+		soldout
+		summary="$summary; sold out: $(medians "$dir/soldout" press)"
+	fi
+	stop rpid
 	echo "$summary"
 done
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
