@@ -396,11 +396,12 @@ func (s *Store) runAdmitBatches(ctx context.Context, batches []admitBatch) {
 	if sc == nil {
 		sc = &admitScratch{}
 	}
-	defer s.admitScratch.Put(sc)
+	defer s.putScratch(sc)
 	cmds, keys, acked, waitErrs := sc.reset(len(batches))
 	for i, b := range batches {
 		keys[i] = s.hotKeys(b.activity)
-		cmds[i] = admitCmd(ctx, keys[i].admitSha, b.calls)
+		sc.args[i] = admitArgs(sc.args[i], keys[i].admitSha, b.calls)
+		cmds[i] = admitCmd(ctx, sc.args[i])
 	}
 	s.sendAdmits(ctx, keys, cmds, acked, waitErrs)
 	// The server lost its script cache (a restart, SCRIPT FLUSH): the calls it refused go again
@@ -416,7 +417,7 @@ func (s *Store) runAdmitBatches(ctx context.Context, batches []admitBatch) {
 		keys2 := make([]*redisHotKeys, len(again))
 		for j, i := range again {
 			keys2[j] = keys[i]
-			cmds2[j] = admitCmd(ctx, keys[i].admitEval, batches[i].calls)
+			cmds2[j] = admitCmd(ctx, admitArgs(nil, keys[i].admitEval, batches[i].calls))
 		}
 		acked2, waitErrs2 := make([]int64, len(again)), make([]error, len(again))
 		s.sendAdmits(ctx, keys2, cmds2, acked2, waitErrs2)
@@ -458,32 +459,48 @@ type admitScratch struct {
 	keys  []*redisHotKeys
 	acked []int64
 	errs  []error
+	args  [][]any // each command's arguments (admitArgs)
 }
 
-// reset returns the arrays for n batches, zeroed (of the last pipeline's commands, keys and
-// errors nothing is kept).
+// reset returns the arrays for n batches, zeroed.
 func (sc *admitScratch) reset(n int) ([]redis.Cmder, []*redisHotKeys, []int64, []error) {
 	if cap(sc.cmds) < n {
 		sc.cmds, sc.keys = make([]redis.Cmder, n), make([]*redisHotKeys, n)
 		sc.acked, sc.errs = make([]int64, n), make([]error, n)
+		sc.args = append(sc.args, make([][]any, n-len(sc.args))...)
 	}
-	clear(sc.cmds[:cap(sc.cmds)])
-	clear(sc.keys[:cap(sc.keys)])
-	clear(sc.errs[:cap(sc.errs)])
-	clear(sc.acked[:cap(sc.acked)])
 	return sc.cmds[:n], sc.keys[:n], sc.acked[:n], sc.errs[:n]
 }
 
-// admitCmd builds one admit.lua call for calls from start (admitSha or admitEval). The command is
-// built by hand rather than through redis.Script, to keep the client's share of a call small
-// (how, and what it saved: docs/admission.md, "Group admission"): users and request ids go in as
-// pointers into the calls, which are not modified while go-redis holds them.
-func admitCmd(ctx context.Context, start []any, calls []*admitCall) *redis.StringSliceCmd {
-	args := make([]any, len(start), len(start)+3*len(calls))
-	copy(args, start)
+// putScratch zeroes sc, so that it keeps nothing of the pipeline (its commands hold the calls'
+// strings), and puts it back for the next pipeline.
+func (s *Store) putScratch(sc *admitScratch) {
+	clear(sc.cmds)
+	clear(sc.keys)
+	clear(sc.acked)
+	clear(sc.errs)
+	for i, a := range sc.args {
+		clear(a)
+		sc.args[i] = a[:0]
+	}
+	s.admitScratch.Put(sc)
+}
+
+// admitArgs appends to buf[:0] the arguments of one admit.lua call for calls from start
+// (admitSha or admitEval). The command is built by hand rather than through redis.Script, to
+// keep the client's share of a call small (how, and what it saved: docs/admission.md, "Group
+// admission"): users and request ids go in as pointers into the calls, which are not modified
+// while go-redis holds them.
+func admitArgs(buf, start []any, calls []*admitCall) []any {
+	args := append(buf[:0], start...)
 	for _, c := range calls {
 		args = append(args, &c.req.User, c.req.Qty, &c.req.RequestID)
 	}
+	return args
+}
+
+// admitCmd returns the admit.lua call with args (admitArgs).
+func admitCmd(ctx context.Context, args []any) *redis.StringSliceCmd {
 	cmd := redis.NewStringSliceCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return cmd
