@@ -183,17 +183,33 @@ func TestRedisReplayWrites(t *testing.T) {
 	}
 }
 
-// TestRedisReplicasAckOneWaitPerCall: concurrent buys share script calls, and each script call
-// sends exactly one WAIT, on the master (INFO commandstats).
-func TestRedisReplicasAckOneWaitPerCall(t *testing.T) {
+// TestRedisReplicasAckOneWaitPerPipeline: concurrent buys share script calls, and each pipeline
+// of them sends exactly one WAIT, on the master (INFO commandstats), however many activities'
+// script calls it carries: with two activities, a pipeline with both calls has one WAIT behind
+// them.
+func TestRedisReplicasAckOneWaitPerPipeline(t *testing.T) {
+	for _, activities := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d activities", activities), func(t *testing.T) {
+			testRedisReplicasAckOneWaitPerPipeline(t, activities)
+		})
+	}
+}
+
+func testRedisReplicasAckOneWaitPerPipeline(t *testing.T, activities int) {
 	ctx := context.Background()
 	master := testsrv.StartRedis(t)
 	testsrv.StartReplica(t, master)
 	s, raw := redisTestStore(t, master.Addr, redisstore.Options{ReplicasAck: 1, ReplicasAckTimeout: 5 * time.Second}, func(o *redis.Options) { o.PoolSize = 8 })
-	redisDefine(t, s, redisOpen("w1", 1000, 1))
-	redisAdmit(t, s, "w1", "warm-up", "r") // loads the script
+	pipelines, widest := s.CountAdmitPipelines()
+	for a := range activities {
+		act := fmt.Sprintf("w%d", a)
+		redisDefine(t, s, redisOpen(act, 1000, 1))
+		redisAdmit(t, s, act, "warm-up", "r") // loads the script
+	}
 	evalsBefore, waitsBefore := redisEvalCalls(t, raw), redisCmdCalls(t, raw, "wait")
 	storeWaitsBefore, _ := s.ReplicaAcks()
+	pipelinesBefore := pipelines.Load()
+	widest.Store(0)
 
 	const buyers = 400
 	var (
@@ -204,9 +220,10 @@ func TestRedisReplicasAckOneWaitPerCall(t *testing.T) {
 	for u := range buyers {
 		wg.Go(func() {
 			<-start
-			d, err := s.Admit(ctx, admission.Request{Activity: "w1", User: fmt.Sprintf("u%d", u), Qty: 1, RequestID: "r"})
+			act := fmt.Sprintf("w%d", u%activities)
+			d, err := s.Admit(ctx, admission.Request{Activity: act, User: fmt.Sprintf("u%d", u), Qty: 1, RequestID: "r"})
 			if err != nil {
-				t.Errorf("admit u%d: %v", u, err)
+				t.Errorf("admit %s u%d: %v", act, u, err)
 				return
 			}
 			if d.Outcome == admission.Won {
@@ -221,12 +238,16 @@ func TestRedisReplicasAckOneWaitPerCall(t *testing.T) {
 	}
 	evals, waits := redisEvalCalls(t, raw)-evalsBefore, redisCmdCalls(t, raw, "wait")-waitsBefore
 	storeWaits, _ := s.ReplicaAcks()
-	t.Logf("%d buys: %d script calls, %d WAITs", buyers, evals, waits)
+	pipes := pipelines.Load() - pipelinesBefore
+	t.Logf("%d buys of %d activities: %d script calls in %d pipelines (the widest with %d activities), %d WAITs", buyers, activities, evals, pipes, widest.Load(), waits)
 	if evals >= buyers {
 		t.Errorf("%d script calls for %d concurrent buys: no grouping happened", evals, buyers)
 	}
-	if waits != evals || int64(storeWaits-storeWaitsBefore) != waits {
-		t.Errorf("%d WAITs on the server (%d counted by the store) for %d script calls, want one per call", waits, storeWaits-storeWaitsBefore, evals)
+	if waits != pipes || int64(storeWaits-storeWaitsBefore) != waits {
+		t.Errorf("%d WAITs on the server (%d counted by the store) for %d pipelines, want one per pipeline", waits, storeWaits-storeWaitsBefore, pipes)
+	}
+	if activities > 1 && (widest.Load() < 2 || evals <= waits) {
+		t.Errorf("no pipeline carried two activities' script calls (widest %d; %d calls, %d WAITs)", widest.Load(), evals, waits)
 	}
 }
 

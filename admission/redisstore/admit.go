@@ -34,9 +34,12 @@ func (s *Store) admitOn(ctx context.Context, r admission.Request) (admission.Dec
 		return s.groups.admit(ctx, r)
 	}
 	// A batch of one, run here: the same script, reply parsing and errors as a group.
-	c := &admitCall{req: r, done: make(chan struct{}, 1)}
-	s.runAdmitBatches(ctx, []admitBatch{{activity: r.Activity, calls: []*admitCall{c}}})
-	return c.answer.d, c.answer.err
+	c := s.calls.get(r)
+	calls := [1]*admitCall{c}
+	s.runAdmitBatches(ctx, []admitBatch{{activity: r.Activity, calls: calls[:]}})
+	<-c.done // written before runAdmitBatches returned: this never blocks
+	a := s.calls.recycle(c)
+	return a.d, a.err
 }
 
 // admitKeys returns admit.lua's KEYS for activity.
@@ -163,6 +166,29 @@ func (c *admitCall) answerWith(d admission.Decision, err error) {
 	c.done <- struct{}{}
 }
 
+// admitCallPool holds answered calls for reuse, so that an Admit does not allocate a call and
+// its channel each time.
+type admitCallPool struct{ p sync.Pool }
+
+// get returns an unused call for r.
+func (cp *admitCallPool) get(r admission.Request) *admitCall {
+	c, _ := cp.p.Get().(*admitCall)
+	if c == nil {
+		c = &admitCall{done: make(chan struct{}, 1)}
+	}
+	c.req = r
+	return c
+}
+
+// recycle returns the answer of c, whose channel has been read or which was never sent, and puts
+// c back for another Admit.
+func (cp *admitCallPool) recycle(c *admitCall) admitAnswer {
+	a := c.answer
+	c.req, c.answer = admission.Request{}, admitAnswer{} // hold no user's strings while pooled
+	cp.p.Put(c)
+	return a
+}
+
 type admitAnswer struct {
 	d   admission.Decision
 	err error
@@ -194,43 +220,44 @@ type admitGroups struct {
 	// began to wait; the next pipeline takes a batch from each.
 	waiting []*admitQueue
 	sending int // pipelines in flight, each run by one sender goroutine (send)
+	// spare holds the batch arrays of senders that stopped, for the next sender, so that
+	// starting one does not allocate them; at most inFlight are kept.
+	spare [][]admitBatch
+	// idle holds emptied queues for the next activity that begins to wait; at most inFlight.
+	idle []*admitQueue
 
-	// calls holds answered calls for reuse, so that an Admit does not allocate a call and its
-	// channel each time.
-	calls sync.Pool
+	calls *admitCallPool
 }
 
-func newAdmitGroups(batch, inFlight int, run func(context.Context, []admitBatch)) *admitGroups {
-	g := &admitGroups{batch: batch, inFlight: inFlight, run: run, queues: map[string]*admitQueue{}}
-	g.calls.New = func() any { return &admitCall{done: make(chan struct{}, 1)} }
-	return g
+func newAdmitGroups(batch, inFlight int, calls *admitCallPool, run func(context.Context, []admitBatch)) *admitGroups {
+	return &admitGroups{batch: batch, inFlight: inFlight, run: run, calls: calls, queues: map[string]*admitQueue{}}
 }
 
-// newCall returns an unused call for r.
-func (g *admitGroups) newCall(r admission.Request) *admitCall {
-	c := g.calls.Get().(*admitCall)
-	c.req = r
-	return c
-}
-
-// recycle returns the answer of c, whose channel has been read or which was never sent, and puts
-// c back for another Admit.
-func (g *admitGroups) recycle(c *admitCall) admitAnswer {
-	a := c.answer
-	c.req, c.answer = admission.Request{}, admitAnswer{} // hold no user's strings while pooled
-	g.calls.Put(c)
-	return a
+// drop deletes the queue of activity, empty and with nothing in flight, keeping it for reuse.
+// g.mu must be held.
+func (g *admitGroups) drop(q *admitQueue) {
+	delete(g.queues, q.activity)
+	if len(g.idle) < g.inFlight && cap(q.pending) <= g.batch {
+		*q = admitQueue{pending: q.pending[:0]}
+		g.idle = append(g.idle, q)
+	}
 }
 
 // admit queues r and waits for its decision or for ctx. A call still queued when ctx ends is
 // withdrawn and nothing is sent for it; a call already sent may still be decided (a win the
 // caller does not hear of, exactly as when a single call's context ends after it was sent).
 func (g *admitGroups) admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
-	c := g.newCall(r)
+	c := g.calls.get(r)
 	g.mu.Lock()
 	q := g.queues[r.Activity]
 	if q == nil {
-		q = &admitQueue{activity: r.Activity}
+		if n := len(g.idle); n > 0 {
+			q, g.idle[n-1] = g.idle[n-1], nil
+			g.idle = g.idle[:n-1]
+		} else {
+			q = &admitQueue{}
+		}
+		q.activity = r.Activity
 		g.queues[r.Activity] = q
 	}
 	q.pending = append(q.pending, c)
@@ -241,7 +268,12 @@ func (g *admitGroups) admit(ctx context.Context, r admission.Request) (admission
 	var first []admitBatch
 	if g.sending < g.inFlight {
 		g.sending++
-		first = g.take(nil)
+		var buf []admitBatch
+		if n := len(g.spare); n > 0 {
+			buf, g.spare[n-1] = g.spare[n-1], nil
+			g.spare = g.spare[:n-1]
+		}
+		first = g.take(buf)
 	}
 	g.mu.Unlock()
 	if first != nil {
@@ -251,20 +283,20 @@ func (g *admitGroups) admit(ctx context.Context, r admission.Request) (admission
 
 	select {
 	case <-c.done:
-		a := g.recycle(c)
+		a := g.calls.recycle(c)
 		return a.d, a.err
 	case <-ctx.Done():
 		g.mu.Lock()
 		withdrawn := g.withdraw(r.Activity, c)
 		g.mu.Unlock()
 		if withdrawn {
-			g.recycle(c)
+			g.calls.recycle(c)
 		} else {
 			// Sent already: the answer may have arrived at the same moment; prefer it. If it
 			// has not, the batch will still write into c, so c is left to the collector.
 			select {
 			case <-c.done:
-				a := g.recycle(c)
+				a := g.calls.recycle(c)
 				return a.d, a.err
 			default:
 			}
@@ -282,13 +314,20 @@ func (g *admitGroups) send(ctx context.Context, batches []admitBatch) {
 			q := g.queues[b.activity]
 			q.inFlight--
 			if q.inFlight == 0 && len(q.pending) == 0 && !q.listed {
-				delete(g.queues, b.activity)
+				g.drop(q)
 			}
 		}
-		batches = g.take(batches) // run is done with the batches: the next ones reuse them
-		if batches == nil {
+		next := g.take(batches) // run is done with the batches: the next ones reuse them
+		if next == nil {
 			g.sending--
+			if len(g.spare) < g.inFlight {
+				for i := range batches {
+					clear(batches[i].calls) // hold no answered call
+				}
+				g.spare = append(g.spare, batches[:0])
+			}
 		}
+		batches = next
 		g.mu.Unlock()
 	}
 }
@@ -303,7 +342,7 @@ func (g *admitGroups) take(buf []admitBatch) []admitBatch {
 		if n == 0 { // its calls were withdrawn
 			q.listed = false
 			if q.inFlight == 0 {
-				delete(g.queues, q.activity)
+				g.drop(q)
 			}
 			continue
 		}
@@ -353,13 +392,18 @@ func (g *admitGroups) withdraw(activity string, c *admitCall) bool {
 // runAdmitBatches is the Store's admitGroups.run: one pipeline of admit.lua calls, one per batch,
 // whose requests are already validated. Every call gets its answer (or the error of its batch).
 func (s *Store) runAdmitBatches(ctx context.Context, batches []admitBatch) {
-	cmds := make([]redis.Cmder, len(batches))
-	keys := make([]*redisHotKeys, len(batches))
+	sc, _ := s.admitScratch.Get().(*admitScratch)
+	if sc == nil {
+		sc = &admitScratch{}
+	}
+	defer s.putScratch(sc)
+	cmds, keys, acked, waitErrs := sc.reset(len(batches))
 	for i, b := range batches {
 		keys[i] = s.hotKeys(b.activity)
-		cmds[i] = admitCmd(ctx, keys[i].admitSha, b.calls)
+		sc.args[i] = admitArgs(sc.args[i], keys[i].admitSha, b.calls)
+		cmds[i] = admitCmd(ctx, sc.args[i])
 	}
-	acked, waitErrs := s.sendAdmits(ctx, keys, cmds)
+	s.sendAdmits(ctx, keys, cmds, acked, waitErrs)
 	// The server lost its script cache (a restart, SCRIPT FLUSH): the calls it refused go again
 	// with the source, which also loads it again, as redis.Script.Run does.
 	var again []int
@@ -373,9 +417,10 @@ func (s *Store) runAdmitBatches(ctx context.Context, batches []admitBatch) {
 		keys2 := make([]*redisHotKeys, len(again))
 		for j, i := range again {
 			keys2[j] = keys[i]
-			cmds2[j] = admitCmd(ctx, keys[i].admitEval, batches[i].calls)
+			cmds2[j] = admitCmd(ctx, admitArgs(nil, keys[i].admitEval, batches[i].calls))
 		}
-		acked2, waitErrs2 := s.sendAdmits(ctx, keys2, cmds2)
+		acked2, waitErrs2 := make([]int64, len(again)), make([]error, len(again))
+		s.sendAdmits(ctx, keys2, cmds2, acked2, waitErrs2)
 		for j, i := range again {
 			cmds[i], acked[i], waitErrs[i] = cmds2[j], acked2[j], waitErrs2[j]
 		}
@@ -407,16 +452,55 @@ func (s *Store) runAdmitBatches(ctx context.Context, batches []admitBatch) {
 	}
 }
 
-// admitCmd builds one admit.lua call for calls from start (admitSha or admitEval). The command is
-// built by hand rather than through redis.Script, to keep the client's share of a call small
-// (how, and what it saved: docs/admission.md, "Group admission"): users and request ids go in as
-// pointers into the calls, which are not modified while go-redis holds them.
-func admitCmd(ctx context.Context, start []any, calls []*admitCall) *redis.StringSliceCmd {
-	args := make([]any, len(start), len(start)+3*len(calls))
-	copy(args, start)
+// admitScratch holds the per-pipeline arrays of runAdmitBatches for the next pipeline
+// (Store.admitScratch), so that a pipeline allocates only its commands.
+type admitScratch struct {
+	cmds  []redis.Cmder
+	keys  []*redisHotKeys
+	acked []int64
+	errs  []error
+	args  [][]any // each command's arguments (admitArgs)
+}
+
+// reset returns the arrays for n batches, zeroed.
+func (sc *admitScratch) reset(n int) ([]redis.Cmder, []*redisHotKeys, []int64, []error) {
+	if cap(sc.cmds) < n {
+		sc.cmds, sc.keys = make([]redis.Cmder, n), make([]*redisHotKeys, n)
+		sc.acked, sc.errs = make([]int64, n), make([]error, n)
+		sc.args = append(sc.args, make([][]any, n-len(sc.args))...)
+	}
+	return sc.cmds[:n], sc.keys[:n], sc.acked[:n], sc.errs[:n]
+}
+
+// putScratch zeroes sc, so that it keeps nothing of the pipeline (its commands hold the calls'
+// strings), and puts it back for the next pipeline.
+func (s *Store) putScratch(sc *admitScratch) {
+	clear(sc.cmds)
+	clear(sc.keys)
+	clear(sc.acked)
+	clear(sc.errs)
+	for i, a := range sc.args {
+		clear(a)
+		sc.args[i] = a[:0]
+	}
+	s.admitScratch.Put(sc)
+}
+
+// admitArgs appends to buf[:0] the arguments of one admit.lua call for calls from start
+// (admitSha or admitEval). The command is built by hand rather than through redis.Script, to
+// keep the client's share of a call small (how, and what it saved: docs/admission.md, "Group
+// admission"): users and request ids go in as pointers into the calls, which are not modified
+// while go-redis holds them.
+func admitArgs(buf, start []any, calls []*admitCall) []any {
+	args := append(buf[:0], start...)
 	for _, c := range calls {
 		args = append(args, &c.req.User, c.req.Qty, &c.req.RequestID)
 	}
+	return args
+}
+
+// admitCmd returns the admit.lua call with args (admitArgs).
+func admitCmd(ctx context.Context, args []any) *redis.StringSliceCmd {
 	cmd := redis.NewStringSliceCmd(ctx, args...)
 	cmd.SetFirstKeyPos(3)
 	return cmd
@@ -424,20 +508,19 @@ func admitCmd(ctx context.Context, start []any, calls []*admitCall) *redis.Strin
 
 // sendAdmits sends cmds, admit.lua calls on the keys of keys[i], in one pipeline of the client
 // (a Cluster client splits it by node and follows redirections), or with their WAIT when the
-// store waits for replicas: then acked[i] is how many replicas acknowledged cmds[i] and errs[i]
-// the WAIT's error. Each command's own error is left in it.
-func (s *Store) sendAdmits(ctx context.Context, keys []*redisHotKeys, cmds []redis.Cmder) (acked []int64, errs []error) {
-	acked, errs = make([]int64, len(cmds)), make([]error, len(cmds))
+// store waits for replicas: then it sets acked[i] to how many replicas acknowledged cmds[i] and
+// errs[i] to the WAIT's error (acked and errs are zero on entry, as long as cmds). Each command's
+// own error is left in it.
+func (s *Store) sendAdmits(ctx context.Context, keys []*redisHotKeys, cmds []redis.Cmder, acked []int64, errs []error) {
 	if s.ack != nil {
 		s.ack.sendAll(ctx, func(i int) string { return keys[i].admitSha[3].(string) }, cmds, acked, errs)
-		return acked, errs
+		return
 	}
 	pipe := s.client.Pipeline()
 	for _, cmd := range cmds {
 		_ = pipe.Process(ctx, cmd)
 	}
 	_, _ = pipe.Exec(ctx) // each command holds its own error
-	return acked, errs
 }
 
 // admitDecision reads request i's {outcome, remaining, reservation_id, replayed} from

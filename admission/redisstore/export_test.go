@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
@@ -19,6 +20,23 @@ func (s *Store) AdmitQueue(activity string) (pending, inFlight int) {
 		return len(q.pending), q.inFlight
 	}
 	return 0, 0
+}
+
+// CountAdmitPipelines makes the store count, for tests, its pipelines of grouped script calls
+// and the most activities one of them carried; call it before the store is used.
+func (s *Store) CountAdmitPipelines() (pipelines, widest *atomic.Int64) {
+	pipelines, widest = new(atomic.Int64), new(atomic.Int64)
+	run := s.groups.run
+	s.groups.run = func(ctx context.Context, batches []admitBatch) {
+		pipelines.Add(1)
+		for n := int64(len(batches)); ; {
+			if w := widest.Load(); n <= w || widest.CompareAndSwap(w, n) {
+				break
+			}
+		}
+		run(ctx, batches)
+	}
+	return pipelines, widest
 }
 
 // Transfer runs one stock transfer between buckets of a split activity, for tests.

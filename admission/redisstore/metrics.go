@@ -31,7 +31,7 @@ var (
 		"Unsold stock of each bucket of a split activity, as this node's store last read it (its rebalancer reads every rebalance_interval).",
 		[]string{"activity", "bucket"}, nil)
 	ackWaitsDesc = prometheus.NewDesc(metric("replicas_ack_waits_total"),
-		"Redis WAITs sent for replicas_ack: one per admission script call and per release.", nil, nil)
+		"Redis WAITs sent for replicas_ack: one per pipeline of admission script calls and master, and one per release.", nil, nil)
 	ackShortfallsDesc = prometheus.NewDesc(metric("replicas_ack_shortfalls_total"),
 		"Redis WAITs for replicas_ack that fewer replicas than asked acknowledged in time; their wins and releases were answered busy.", nil, nil)
 )

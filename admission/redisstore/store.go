@@ -91,7 +91,9 @@ type Store struct {
 
 	define, admit, release, del, ensureGroup, readPending, claim, deadLetter, setResult *redis.Script
 
-	groups *admitGroups // nil when AdmitBatch is 1
+	groups       *admitGroups  // nil when AdmitBatch is 1
+	calls        admitCallPool // Admit's calls, grouped or not
+	admitScratch sync.Pool     // *admitScratch, a pipeline's arrays (runAdmitBatches)
 
 	ack *replicasAck // nil unless Options.ReplicasAck
 
@@ -185,7 +187,7 @@ func New(client redis.UniversalClient, opts Options) (*Store, error) {
 		s.rebalance.interval = defaultRebalanceInterval
 	}
 	if opts.AdmitBatch > 1 {
-		s.groups = newAdmitGroups(opts.AdmitBatch, opts.AdmitInFlight, s.runAdmitBatches)
+		s.groups = newAdmitGroups(opts.AdmitBatch, opts.AdmitInFlight, &s.calls, s.runAdmitBatches)
 	}
 	// An activity an earlier build created in its own key layout is refused now, when the store
 	// is made (oldlayout.go). When Redis cannot be read now, New does not fail for that: a store
