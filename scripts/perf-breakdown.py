@@ -58,7 +58,11 @@ def rounds(folder, store, path):
         base = f[:-len(".perf")]
         with open(base + ".cpu") as c:
             cpu = float(c.read())
-        got.append((cpu, shares(f)))
+        d = shares(f)
+        if not d:  # perf took no sample (it happens on a loaded machine): the round would read 0.0
+            print(f"perf-breakdown: {f} has no samples; its round is left out", file=sys.stderr)
+            continue
+        got.append((cpu, d))
     return got
 
 
