@@ -26,8 +26,8 @@ func TestMemoryGoalLine(t *testing.T) {
 		peak  float64
 		want  string
 	}{
-		{1_000_000, 157, "goal < 300 MB (met)"},
-		{1_000_000, 301, "goal < 300 MB (missed)"},
+		{1_000_000, 157, "goal < 200 MB (met)"},
+		{1_000_000, 201, "goal < 200 MB (missed)"},
 		{20_000, 157, ""},
 	} {
 		var b strings.Builder

@@ -47,7 +47,7 @@ type machineInfo struct {
 // and addresses have passed the limiters.
 const (
 	memoryGoalUsers = 1_000_000
-	memoryGoalMB    = 300
+	memoryGoalMB    = 200
 )
 
 type reportConfig struct {
