@@ -154,6 +154,8 @@ type request struct {
 	code string // the answer's word, for the metrics
 
 	reservation string // a win's reservation id
+	refusal     *Error // the refusal answered, for {http.seckill.message}
+	hdrs        answerHeaders
 
 	// The verified token's claims, for {http.seckill.claims.*}, set with user; claimMap decoded
 	// from claims when a placeholder first asks, which most requests never do (once: a replacer
@@ -164,17 +166,18 @@ type request struct {
 }
 
 // fail answers a refusal and counts it at the funnel layer the refusal carries (Error.layer):
-// the one place where the public API's refusals are counted.
+// the one place where the public API's refusals are counted. Its code and message are the
+// request's placeholders (request.placeholder), not values set on the replacer.
 func (q *request) fail(e *Error) error {
-	q.code = e.Code
+	q.code, q.refusal = e.Code, e
 	q.h.app.metrics.observeRejection(e.layer)
-	return q.h.fail(q.w, q.r, e)
+	return answerRefusal(q.h.Errors, q.w, q.r, e, &q.hdrs)
 }
 
 // ok writes a successful JSON answer and sets {http.seckill.code} (request.placeholder).
 func (q *request) ok(status int, code string, body any) error {
 	q.code = code
-	writeJSON(q.w, status, body)
+	writeJSON(q.w, &q.hdrs, status, body)
 	return nil
 }
 
