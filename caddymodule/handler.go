@@ -97,7 +97,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	q := &request{h: h, w: w, r: r, repl: repl, now: h.now()}
 	repl.Map(q.placeholder)
-	defer func() { h.app.metrics.observeRequest(q.act.ID, q.call.kind, q.code) }()
+	defer func() { h.app.metrics.observeRequest(q.activityID(), q.call.kind, q.code) }()
 
 	c, ok := parseCall(h.prefix, r.URL.Path)
 	if !ok {
@@ -149,9 +149,9 @@ type request struct {
 	repl *caddy.Replacer
 	now  time.Time
 	call call
-	act  activity
-	user string // the authenticated user, once known
-	code string // the answer's word, for the metrics
+	act  *activity // nil until the call's activity is known
+	user string    // the authenticated user, once known
+	code string    // the answer's word, for the metrics
 
 	reservation string // a win's reservation id
 	refusal     *Error // the refusal answered, for {http.seckill.message}
@@ -163,6 +163,14 @@ type request struct {
 	claims    jwtauth.Claims
 	claimOnce sync.Once
 	claimMap  map[string]any
+}
+
+// activityID is the id of the call's activity, "" until it is known.
+func (q *request) activityID() string {
+	if q.act == nil {
+		return ""
+	}
+	return q.act.ID
 }
 
 // fail answers a refusal and counts it at the funnel layer the refusal carries (Error.layer):
