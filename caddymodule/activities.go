@@ -41,8 +41,10 @@ type activities struct {
 	store admission.Store
 	shown map[string]shown // from the configuration; read-only
 
-	mu   sync.RWMutex
-	byID map[string]admission.Activity
+	mu sync.RWMutex
+	// byID holds each activity with what the configuration shows of it, never modified once in
+	// (put and refresh install new ones): a request keeps a pointer rather than a copy.
+	byID map[string]*activity
 	// A refresh installs what it read from the store, which may be older than a put or forget
 	// made while it ran (the app's start defining the activities, the admin API): each put and
 	// forget is numbered, and a refresh keeps what those made after it began.
@@ -69,7 +71,7 @@ func newActivities(store admission.Store, shown map[string]shown) *activities {
 	return &activities{
 		store:   store,
 		shown:   shown,
-		byID:    map[string]admission.Activity{},
+		byID:    map[string]*activity{},
 		changed: map[string]uint64{},
 		stock:   map[string]stockReading{},
 	}
@@ -77,7 +79,7 @@ func newActivities(store admission.Store, shown map[string]shown) *activities {
 
 // get returns the activity id. An id this node does not know triggers a refresh from the store, at
 // most once per missRefreshGap, so a flood of made-up ids costs at most one listing per second.
-func (c *activities) get(ctx context.Context, id string) (activity, bool) {
+func (c *activities) get(ctx context.Context, id string) (*activity, bool) {
 	if a, ok := c.lookup(id); ok {
 		return a, true
 	}
@@ -90,20 +92,22 @@ func (c *activities) get(ctx context.Context, id string) (activity, bool) {
 	return c.lookup(id)
 }
 
-func (c *activities) lookup(id string) (activity, bool) {
+func (c *activities) lookup(id string) (*activity, bool) {
 	c.mu.RLock()
 	a, ok := c.byID[id]
 	c.mu.RUnlock()
-	if !ok {
-		return activity{}, false
-	}
-	return activity{Activity: a, shown: c.shown[id]}, true
+	return a, ok
+}
+
+// entry is a's entry of byID.
+func (c *activities) entry(a admission.Activity) *activity {
+	return &activity{Activity: a, shown: c.shown[a.ID]}
 }
 
 // put records one definition, as returned by the store.
 func (c *activities) put(a admission.Activity) {
 	c.mu.Lock()
-	c.byID[a.ID] = a
+	c.byID[a.ID] = c.entry(a)
 	c.changes++
 	c.changed[a.ID] = c.changes
 	c.mu.Unlock()
@@ -124,7 +128,7 @@ func (c *activities) refresh(ctx context.Context) error {
 		c.refreshed = time.Now() // a failing store is not retried by every request either
 		return err
 	}
-	next := make(map[string]admission.Activity, len(ids))
+	next := make(map[string]*activity, len(ids))
 	now := time.Now()
 	var errs []error
 	for _, id := range ids {
@@ -135,11 +139,11 @@ func (c *activities) refresh(ctx context.Context) error {
 		if err != nil {
 			errs = append(errs, err)
 			if old, ok := c.lookup(id); ok {
-				next[id] = old.Activity // keep what we knew
+				next[id] = old // keep what we knew
 			}
 			continue
 		}
-		next[id] = s.Activity
+		next[id] = c.entry(s.Activity)
 		c.setStock(id, s.Remaining, now)
 		c.setQueues(id, s.Queued, s.Dead)
 	}
@@ -272,7 +276,7 @@ type activityView struct {
 // views returns the node's view of every activity with a stock reading.
 func (c *activities) views() []activityView {
 	c.mu.RLock()
-	defs := make(map[string]admission.Activity, len(c.byID))
+	defs := make(map[string]*activity, len(c.byID))
 	for id, a := range c.byID {
 		defs[id] = a
 	}

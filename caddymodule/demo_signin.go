@@ -191,7 +191,7 @@ func (h *DemoSignin) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyht
 		repl.Set(placeholderCode, codeOK)
 		repl.Set(placeholderUser, user)
 	}
-	writeJSON(w, http.StatusOK, demoAnswer{Token: tok, User: user, ExpiresMS: m.Now.Add(demoTokenTTL).Unix() * 1000})
+	writeJSON(w, nil, http.StatusOK, demoAnswer{Token: tok, User: user, ExpiresMS: m.Now.Add(demoTokenTTL).Unix() * 1000})
 	return nil
 }
 

@@ -207,11 +207,8 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, e *Error) error {
 }
 
 // answerError answers a refusal for any handler of this package, in error mode (Errors "auto",
-// "write" or "return"). The JSON body is written here unless errors are to be returned to Caddy
-// ("return", or "auto" on a server with handle_errors routes), in which case the refusal becomes a
-// caddyhttp.HandlerError that handle_errors can restyle; the response headers set here
-// (Retry-After, WWW-Authenticate, and whatever the caller set, such as Allow) stay on the response
-// either way.
+// "write" or "return"), and sets {http.seckill.code} and {http.seckill.message} to its code and
+// message; see answerRefusal.
 func answerError(mode string, w http.ResponseWriter, r *http.Request, e *Error) error {
 	if repl, ok := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer); ok {
 		if e.code != nil {
@@ -222,6 +219,17 @@ func answerError(mode string, w http.ResponseWriter, r *http.Request, e *Error) 
 			repl.Set(placeholderMessage, e.Message)
 		}
 	}
+	return answerRefusal(mode, w, r, e, nil)
+}
+
+// answerRefusal is answerError without the placeholders, for a caller whose own placeholders
+// answer them (request.fail), and hv, when not nil, holds the answer's header values
+// (writeBody). The JSON body is written here unless errors are to be returned to Caddy
+// ("return", or "auto" on a server with handle_errors routes), in which case the refusal becomes a
+// caddyhttp.HandlerError that handle_errors can restyle; the response headers set here
+// (Retry-After, WWW-Authenticate, and whatever the caller set, such as Allow) stay on the response
+// either way.
+func answerRefusal(mode string, w http.ResponseWriter, r *http.Request, e *Error, hv *answerHeaders) error {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", retryAfterSeconds(e.RetryAfter))
 	}
@@ -232,10 +240,10 @@ func answerError(mode string, w http.ResponseWriter, r *http.Request, e *Error) 
 		return caddyhttp.Error(e.Status, e)
 	}
 	if e.body != nil {
-		writeBody(w, e.Status, e.body.b, e.body.len)
+		writeBody(w, hv, e.Status, e.body.b, e.body.len)
 		return nil
 	}
-	writeJSON(w, e.Status, e)
+	writeJSON(w, hv, e.Status, e)
 	return nil
 }
 
@@ -272,7 +280,7 @@ func serveError(w http.ResponseWriter, err error) {
 		}
 		e = apiError(status, codeForStatus(status), http.StatusText(status))
 	}
-	writeJSON(w, e.Status, e)
+	writeJSON(w, nil, e.Status, e)
 }
 
 // codeForStatus names errors that did not come from this handler.
@@ -305,8 +313,8 @@ func retryAfterSeconds(d time.Duration) string {
 }
 
 // writeJSON writes v as the JSON body of a response that must not be stored by shared caches
-// unless the caller said otherwise.
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// unless the caller said otherwise; hv is writeBody's.
+func writeJSON(w http.ResponseWriter, hv *answerHeaders, status int, v any) {
 	buf := jsonBuffers.Get().(*bytes.Buffer)
 	buf.Reset()
 	// Encode, unlike Marshal, ends the answer with the newline in place and leaves it in a buffer
@@ -317,7 +325,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		buf.WriteString(`{"code":"error","message":"encoding the answer failed"}` + "\n")
 		status = http.StatusInternalServerError
 	}
-	writeBody(w, status, buf.Bytes(), strconv.Itoa(buf.Len()))
+	writeBody(w, hv, status, buf.Bytes(), strconv.Itoa(buf.Len()))
 	if buf.Cap() <= maxPooledJSON {
 		jsonBuffers.Put(buf)
 	}
@@ -329,12 +337,21 @@ var jsonBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 const maxPooledJSON = 16 << 10
 
-// writeBody writes a JSON body (with its trailing newline) and its headers. The header values
-// share one backing array, one allocation where Header.Set makes one per header; each is
-// capped at its length, so that a later Add copies rather than writes into its neighbour.
-func writeBody(w http.ResponseWriter, status int, body []byte, contentLength string) {
+// answerHeaders are the values of the headers every JSON answer carries (writeBody). They share
+// one backing array, where Header.Set makes one allocation per header; a request keeps it in its
+// own allocation (request.hdrs), so that an answer of the public API allocates none.
+type answerHeaders [4]string
+
+// writeBody writes a JSON body (with its trailing newline) and its headers, their values in hv
+// (a new array when nil), which the response's header map then holds: one answer per array. Each
+// value is capped at its length, so that a later Add copies rather than writes into its neighbour.
+func writeBody(w http.ResponseWriter, hv *answerHeaders, status int, body []byte, contentLength string) {
 	h := w.Header()
-	v := [...]string{"application/json", "nosniff", "no-store", contentLength}
+	if hv == nil {
+		hv = new(answerHeaders)
+	}
+	*hv = answerHeaders{"application/json", "nosniff", "no-store", contentLength}
+	v := hv[:]
 	h["Content-Type"] = v[0:1:1]
 	h["X-Content-Type-Options"] = v[1:2:2]
 	if len(h["Cache-Control"]) == 0 || h["Cache-Control"][0] == "" {

@@ -97,7 +97,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	q := &request{h: h, w: w, r: r, repl: repl, now: h.now()}
 	repl.Map(q.placeholder)
-	defer func() { h.app.metrics.observeRequest(q.act.ID, q.call.kind, q.code) }()
+	defer func() { h.app.metrics.observeRequest(q.activityID(), q.call.kind, q.code) }()
 
 	c, ok := parseCall(h.prefix, r.URL.Path)
 	if !ok {
@@ -149,11 +149,13 @@ type request struct {
 	repl *caddy.Replacer
 	now  time.Time
 	call call
-	act  activity
-	user string // the authenticated user, once known
-	code string // the answer's word, for the metrics
+	act  *activity // nil until the call's activity is known
+	user string    // the authenticated user, once known
+	code string    // the answer's word, for the metrics
 
 	reservation string // a win's reservation id
+	refusal     *Error // the refusal answered, for {http.seckill.message}
+	hdrs        answerHeaders
 
 	// The verified token's claims, for {http.seckill.claims.*}, set with user; claimMap decoded
 	// from claims when a placeholder first asks, which most requests never do (once: a replacer
@@ -163,18 +165,27 @@ type request struct {
 	claimMap  map[string]any
 }
 
+// activityID is the id of the call's activity, "" until it is known.
+func (q *request) activityID() string {
+	if q.act == nil {
+		return ""
+	}
+	return q.act.ID
+}
+
 // fail answers a refusal and counts it at the funnel layer the refusal carries (Error.layer):
-// the one place where the public API's refusals are counted.
+// the one place where the public API's refusals are counted. Its code and message are the
+// request's placeholders (request.placeholder), not values set on the replacer.
 func (q *request) fail(e *Error) error {
-	q.code = e.Code
+	q.code, q.refusal = e.Code, e
 	q.h.app.metrics.observeRejection(e.layer)
-	return q.h.fail(q.w, q.r, e)
+	return answerRefusal(q.h.Errors, q.w, q.r, e, &q.hdrs)
 }
 
 // ok writes a successful JSON answer and sets {http.seckill.code} (request.placeholder).
 func (q *request) ok(status int, code string, body any) error {
 	q.code = code
-	writeJSON(q.w, status, body)
+	writeJSON(q.w, &q.hdrs, status, body)
 	return nil
 }
 

@@ -58,7 +58,7 @@ type hotUser struct {
 // wins), "gone" (stock 0, sold out and flagged after the first buy), "line" (a waiting room every
 // user has joined) and the respond yardstick.
 // store is the seckill app's store line ("" for the memory store).
-func startHotSale(b *testing.B, store string) *hotSale {
+func startHotSale(b testing.TB, store string) *hotSale {
 	b.Helper()
 	port := freePort(b)
 	now := time.Now()
@@ -316,7 +316,7 @@ func benchHotPath(b *testing.B, s *hotSale) {
 // waitHoldersLoaded sends the keyed request once, which the store answers, then gives the Guard
 // time to load the (empty) holders set in the background, after which it answers keyed
 // non-holders itself. Loading from the memory store takes microseconds.
-func waitHoldersLoaded(b *testing.B, s *hotSale, r *http.Request) {
+func waitHoldersLoaded(b testing.TB, s *hotSale, r *http.Request) {
 	b.Helper()
 	if w := s.serve(r); w.status != http.StatusGone {
 		b.Fatalf("keyed sold-out buy: %d %s", w.status, w.body)

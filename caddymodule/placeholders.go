@@ -14,13 +14,20 @@ const (
 // placeholder answers the placeholders of the request's own values through the replacer's Map,
 // so that none is boxed into the replacer's map for requests that never read them: the activity
 // once the call is parsed, the user once authenticated, the reservation once won, the answer's
-// code once answered; and the claims (claimPlaceholder). A value Set on the replacer (a refusal's
-// code and message, see answerError, or a later handler's) wins: the replacer asks its static
-// values first.
+// code once answered, a refusal's message; and the claims (claimPlaceholder). A value Set on the
+// replacer (a later handler's) wins: the replacer asks its static values first.
 func (q *request) placeholder(key string) (any, bool) {
 	switch key {
 	case placeholderCode:
 		return q.code, q.code != ""
+	case placeholderMessage:
+		switch {
+		case q.refusal == nil:
+			return nil, false
+		case q.refusal.message != nil: // a shared refusal's, boxed once
+			return q.refusal.message, true
+		}
+		return q.refusal.Message, true
 	case placeholderActivity:
 		return q.call.activity, q.call.activity != ""
 	case placeholderUser:

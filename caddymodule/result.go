@@ -41,7 +41,7 @@ func (q *request) result() error {
 		// The activity was resolved by this node: a miss is a user with no record (an activity
 		// deleted from the store since is answered the same until the node's view refreshes).
 		q.code = codeNone
-		writeBody(q.w, http.StatusOK, resultNone.b, resultNone.len)
+		writeBody(q.w, &q.hdrs, http.StatusOK, resultNone.b, resultNone.len)
 		return nil
 	case errors.Is(err, admission.ErrUnknownActivity):
 		return q.fail(errNoActivity)
@@ -52,6 +52,6 @@ func (q *request) result() error {
 	buf.Write(b) // in place unless the record outgrew the buffer
 	buf.WriteByte('\n')
 	q.code = code
-	writeBody(q.w, http.StatusOK, buf.Bytes(), strconv.Itoa(buf.Len()))
+	writeBody(q.w, &q.hdrs, http.StatusOK, buf.Bytes(), strconv.Itoa(buf.Len()))
 	return nil
 }

@@ -110,16 +110,24 @@ func invalidClaim(name string) error {
 
 // date converts seconds since the epoch as jwt.MapClaims does (whole seconds: jwt.TimePrecision).
 func (n numericClaim) date(name string) (*jwt.NumericDate, error) {
-	switch {
-	case !n.present:
-		return nil, nil
-	case n.invalid:
+	if n.invalid {
 		return nil, invalidClaim(name)
-	case n.v == 0:
+	}
+	t, ok := n.at()
+	if !ok {
 		return nil, nil
 	}
+	return jwt.NewNumericDate(t), nil
+}
+
+// at is date's time without the allocation of a *jwt.NumericDate: false when the claim is absent,
+// invalid or 0.
+func (n numericClaim) at() (time.Time, bool) {
+	if !n.present || n.invalid || n.v == 0 {
+		return time.Time{}, false
+	}
 	round, frac := math.Modf(n.v)
-	return jwt.NewNumericDate(time.Unix(int64(round), int64(frac*1e9))), nil
+	return time.Unix(int64(round), int64(frac*1e9)).Truncate(jwt.TimePrecision), true
 }
 
 func (s stringClaim) get(name string) (string, error) {
@@ -196,6 +204,10 @@ func (c *tokenClaims) member(key, val []byte) (err error) {
 			return err
 		}
 		c.user, c.hasUser = s.v, !s.invalid
+		if string(key) == "sub" { // the default user claim: the same string, not a second copy
+			c.sub = s
+			return nil
+		}
 	}
 	switch string(key) {
 	case "exp":

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 )
@@ -186,7 +187,7 @@ func (v *Verifier) parse(ctx context.Context, token string, tc *tokenClaims) err
 	} else if err := v.verifyPublic(ctx, hdr, signed, bytes.Clone(sig)); err != nil {
 		return err
 	}
-	if err := v.validator.Validate(tc); err != nil {
+	if err := v.validate(tc); err != nil {
 		return fmt.Errorf("%w: %w", jwt.ErrTokenInvalidClaims, err)
 	}
 	if !known {
@@ -194,6 +195,44 @@ func (v *Verifier) parse(ctx context.Context, token string, tc *tokenClaims) err
 	}
 	tc.payload = payload
 	return nil
+}
+
+// validate checks the claims as v.validator does. A good token's are checked here without
+// allocating (the library's Validator makes a slice and a *jwt.NumericDate per time claim, and
+// holds the claims behind an interface); any token these checks do not pass goes to the library,
+// so that every refusal is its refusal, word for word.
+func (v *Verifier) validate(tc *tokenClaims) error {
+	if v.claimsValid(tc, time.Now()) {
+		return nil
+	}
+	c := *tc // a copy escapes to the library, so that the caller's claims stay on its stack
+	return v.validator.Validate(&c)
+}
+
+// claimsValid reports whether the claims pass every check of v.validator at now: exp present and
+// after now, nbf and iat (when present) not after now, leeway given; iss and aud as configured.
+// It may say false where the library accepts (then the library decides), never true where it
+// refuses.
+func (v *Verifier) claimsValid(tc *tokenClaims, now time.Time) bool {
+	exp, ok := tc.exp.at()
+	if !ok || !now.Before(exp.Add(v.leeway)) {
+		return false
+	}
+	for _, n := range [...]numericClaim{tc.nbf, tc.iat} {
+		if n.invalid {
+			return false
+		}
+		if t, ok := n.at(); ok && now.Before(t.Add(-v.leeway)) {
+			return false
+		}
+	}
+	if v.issuer != "" && (tc.iss.invalid || tc.iss.v != v.issuer) {
+		return false
+	}
+	if v.audience != "" && (tc.aud.invalid || !slices.Contains(tc.aud.v, v.audience)) {
+		return false
+	}
+	return true
 }
 
 // decode appends the base64url decoding of seg to the buffer and returns it. The text is copied

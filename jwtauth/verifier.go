@@ -62,9 +62,12 @@ const DefaultJWKSMinRefresh = 30 * time.Second
 // Verifier verifies tokens. It is safe for concurrent use.
 type Verifier struct {
 	algs      []string       // the configured algorithms
-	validator *jwt.Validator // exp (required), nbf, iss, aud, leeway
-	scratch   *sync.Pool     // of *scratch: buffers and HMAC states reused across verifications
-	headers   headerMemo     // the headers of verified tokens, read once
+	validator *jwt.Validator // exp (required), nbf, iat, iss, aud, leeway
+	leeway    time.Duration  // the validator's settings, for the checks of a good token (claimsValid)
+	issuer    string
+	audience  string
+	scratch   *sync.Pool // of *scratch: buffers and HMAC states reused across verifications
+	headers   headerMemo // the headers of verified tokens, read once
 	userClaim string
 	secret    []byte
 	static    []crypto.PublicKey
@@ -132,6 +135,7 @@ func New(cfg Config) (*Verifier, error) {
 	}
 	v.algs = slices.Clone(cfg.Algorithms)
 	v.validator = jwt.NewValidator(opts...)
+	v.leeway, v.issuer, v.audience = cfg.Leeway, cfg.Issuer, cfg.Audience
 	v.scratch = newScratchPool()
 	return v, nil
 }
@@ -194,8 +198,8 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		// inserted would verify too: one token would have many spellings.
 		return Claims{}, unauthorized("token has a byte outside base64url and '.'")
 	}
-	tc := &tokenClaims{userClaim: v.userClaim}
-	if err := v.parse(ctx, token, tc); err != nil {
+	tc := tokenClaims{userClaim: v.userClaim}
+	if err := v.parse(ctx, token, &tc); err != nil {
 		return Claims{}, fmt.Errorf("%w: %w", ErrUnauthorized, err)
 	}
 	user := tc.user
@@ -207,12 +211,12 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	case len(user) > MaxUserLen:
 		return Claims{}, unauthorized("user claim %q is longer than %d bytes", v.userClaim, MaxUserLen)
 	}
-	exp, err := tc.GetExpirationTime()
-	if err != nil || exp == nil {
+	exp, ok := tc.exp.at()
+	if !ok {
 		// Unreachable after parse's own checks; kept so that a zero ExpiresAt never escapes.
 		return Claims{}, unauthorized("no usable exp claim")
 	}
-	return Claims{User: user, ExpiresAt: exp.Time, payload: tc.payload}, nil
+	return Claims{User: user, ExpiresAt: exp, payload: tc.payload}, nil
 }
 
 // keys returns the public keys that may verify a token of the public-key algorithm alg whose
