@@ -231,6 +231,13 @@ func (g *Guard) Admit(ctx context.Context, r Request) (Decision, error) {
 	return d, err
 }
 
+// timedStore is a Store that bounds an Admit by GuardOptions.AdmitTimeout itself, more cheaply
+// than the context per call the Guard makes otherwise; an expired call's error wraps
+// context.DeadlineExceeded all the same (redisstore: a pooled timer per queued call).
+type timedStore interface {
+	AdmitWithin(ctx context.Context, r Request, timeout time.Duration) (Decision, error)
+}
+
 // Decide is Admit that also tells who decided: flagged is true when the answer is SoldOut from
 // this node's sold-out flag (or its holders set), without a store call. The edge counts such a
 // refusal at the flag's layer of the funnel rather than as the store's decision.
@@ -242,12 +249,17 @@ func (g *Guard) Decide(ctx context.Context, r Request) (d Decision, flagged bool
 			return Decision{Outcome: SoldOut}, true, nil
 		}
 	}
+	admit := func() (Decision, error) { return g.store.Admit(ctx, r) }
 	if g.admitTimeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, g.admitTimeout)
-		defer cancel()
+		if ts, ok := g.store.(timedStore); ok {
+			admit = func() (Decision, error) { return ts.AdmitWithin(ctx, r, g.admitTimeout) }
+		} else {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, g.admitTimeout)
+			defer cancel()
+		}
 	}
-	d, err = call(g.cb, "admit", r.Activity, func() (Decision, error) { return g.store.Admit(ctx, r) })
+	d, err = call(g.cb, "admit", r.Activity, admit)
 	if err != nil {
 		return Decision{}, false, err
 	}

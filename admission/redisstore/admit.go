@@ -2,11 +2,13 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -28,10 +30,37 @@ func (s *Store) Admit(ctx context.Context, r admission.Request) (admission.Decis
 	})
 }
 
+// AdmitWithin is Admit bounded by timeout, queueing included, for admission.Guard's AdmitTimeout:
+// an expired call ends with an error wrapping context.DeadlineExceeded, as under a context with
+// that deadline. A grouped call on an activity whose bucket count is known to be 1, the hot path
+// of a sale, waits with its call's pooled timer: a context per call (its timer, and its link into
+// the request's context) cost about 1.7 µs of a Redis buy. Any other call gets that context.
+func (s *Store) AdmitWithin(ctx context.Context, r admission.Request, timeout time.Duration) (admission.Decision, error) {
+	if err := r.Validate(); err != nil {
+		return admission.Decision{}, fmt.Errorf("admit: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	if n, ok := s.bucketCache.Load(r.Activity); ok && n.(int) == 1 && s.groups != nil {
+		d, err := s.groups.admit(ctx, r, timeout)
+		switch {
+		case errors.Is(err, ErrOldLayout):
+			s.bucketCache.Delete(r.Activity) // as bucketRetry does
+			return d, err
+		case !errors.Is(err, admission.ErrUnknownActivity):
+			return d, err
+		}
+		// The cached count may be stale (deleted and defined again elsewhere): Admit looks it up.
+		s.bucketCache.Delete(r.Activity)
+	}
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return s.Admit(ctx, r)
+}
+
 // admitOn takes the decision on the key set of r.Activity: an activity or one bucket of one.
 func (s *Store) admitOn(ctx context.Context, r admission.Request) (admission.Decision, error) {
 	if s.groups != nil {
-		return s.groups.admit(ctx, r)
+		return s.groups.admit(ctx, r, 0)
 	}
 	// A batch of one, run here: the same script, reply parsing and errors as a group.
 	c := s.calls.get(r)
@@ -157,6 +186,24 @@ type admitCall struct {
 	req    admission.Request
 	answer admitAnswer   // written by the batch before it signals done
 	done   chan struct{} // buffered: the batch never blocks on a caller that has gone
+	timer  *time.Timer   // AdmitWithin's bound, kept with the call for the next one; stopped when idle
+}
+
+// arm starts c's timer for d and returns its channel.
+func (c *admitCall) arm(d time.Duration) <-chan time.Time {
+	if c.timer == nil {
+		c.timer = time.NewTimer(d)
+	} else {
+		c.timer.Reset(d) // stopped: Reset leaves no earlier expiry in the channel
+	}
+	return c.timer.C
+}
+
+// disarm stops c's timer, if armed, before c goes back to the pool.
+func (c *admitCall) disarm() {
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 }
 
 // answerWith gives c its answer and wakes its caller; the channel orders the write before the
@@ -243,11 +290,16 @@ func (g *admitGroups) drop(q *admitQueue) {
 	}
 }
 
-// admit queues r and waits for its decision or for ctx. A call still queued when ctx ends is
-// withdrawn and nothing is sent for it; a call already sent may still be decided (a win the
-// caller does not hear of, exactly as when a single call's context ends after it was sent).
-func (g *admitGroups) admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
+// admit queues r and waits for its decision, for ctx, or for timeout when it is positive. A call
+// still queued when ctx ends or timeout passes is withdrawn and nothing is sent for it; a call
+// already sent may still be decided (a win the caller does not hear of, exactly as when a single
+// call's context ends after it was sent).
+func (g *admitGroups) admit(ctx context.Context, r admission.Request, timeout time.Duration) (admission.Decision, error) {
 	c := g.calls.get(r)
+	var expired <-chan time.Time // nil, never ready, without a timeout
+	if timeout > 0 {
+		expired = c.arm(timeout)
+	}
 	g.mu.Lock()
 	q := g.queues[r.Activity]
 	if q == nil {
@@ -281,28 +333,34 @@ func (g *admitGroups) admit(ctx context.Context, r admission.Request) (admission
 		go g.send(context.WithoutCancel(ctx), first)
 	}
 
+	var cause error
 	select {
 	case <-c.done:
+		c.disarm()
 		a := g.calls.recycle(c)
 		return a.d, a.err
 	case <-ctx.Done():
-		g.mu.Lock()
-		withdrawn := g.withdraw(r.Activity, c)
-		g.mu.Unlock()
-		if withdrawn {
-			g.calls.recycle(c)
-		} else {
-			// Sent already: the answer may have arrived at the same moment; prefer it. If it
-			// has not, the batch will still write into c, so c is left to the collector.
-			select {
-			case <-c.done:
-				a := g.calls.recycle(c)
-				return a.d, a.err
-			default:
-			}
-		}
-		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, ctx.Err())
+		cause = ctx.Err()
+	case <-expired:
+		cause = context.DeadlineExceeded // what a context with this deadline would have said
 	}
+	c.disarm()
+	g.mu.Lock()
+	withdrawn := g.withdraw(r.Activity, c)
+	g.mu.Unlock()
+	if withdrawn {
+		g.calls.recycle(c)
+	} else {
+		// Sent already: the answer may have arrived at the same moment; prefer it. If it has
+		// not, the batch will still write into c, so c is left to the collector.
+		select {
+		case <-c.done:
+			a := g.calls.recycle(c)
+			return a.d, a.err
+		default:
+		}
+	}
+	return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, cause)
 }
 
 // send runs pipelines until no call waits; it holds one of the g.inFlight places.
