@@ -18,14 +18,14 @@ import (
 // AppendResultJSON appends r as json.Marshal encodes it.
 func AppendResultJSON(dst []byte, r Result) []byte {
 	dst = append(dst, `{"code":`...)
-	dst = appendJSONString(dst, r.Code)
+	dst = AppendJSONString(dst, r.Code)
 	if r.ReservationID != "" {
 		dst = append(dst, `,"reservation_id":`...)
-		dst = appendJSONString(dst, r.ReservationID)
+		dst = AppendJSONString(dst, r.ReservationID)
 	}
 	if r.OrderID != "" {
 		dst = append(dst, `,"order_id":`...)
-		dst = appendJSONString(dst, r.OrderID)
+		dst = AppendJSONString(dst, r.OrderID)
 	}
 	if r.PayBeforeMS != 0 {
 		dst = append(dst, `,"pay_before_ms":`...)
@@ -44,9 +44,9 @@ func AppendResultJSON(dst []byte, r Result) []byte {
 	return append(dst, '}')
 }
 
-// appendJSONString appends s as a JSON string, as encoding/json writes it: verbatim between quotes
+// AppendJSONString appends s as a JSON string, as encoding/json writes it: verbatim between quotes
 // when no byte needs an escape, else through encoding/json (rare: ids are plain ASCII).
-func appendJSONString(dst []byte, s string) []byte {
+func AppendJSONString(dst []byte, s string) []byte {
 	if !plainJSON(s) {
 		b, _ := json.Marshal(s) // a string always encodes
 		return append(dst, b...)

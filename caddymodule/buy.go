@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -29,25 +28,10 @@ type buyRequest struct {
 // of a sale, written without reflection or boxing.
 func appendBuyAnswer(b []byte, reservation string, remaining int64) []byte {
 	b = append(b, `{"code":"`+codeQueued+`","reservation_id":`...)
-	b = appendJSONString(b, reservation)
+	b = admission.AppendJSONString(b, reservation)
 	b = append(b, `,"remaining":`...)
 	b = strconv.AppendInt(b, remaining, 10)
 	return append(b, "}\n"...)
-}
-
-// appendJSONString appends s as encoding/json encodes a string. A string of printable ASCII
-// without '"', '\\' and the HTML characters it escapes (every store's reservation ids) is copied
-// as it is; any other goes through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			enc, _ := json.Marshal(s) // a string always encodes
-			return append(b, enc...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // headerIdempotencyKey lets a client retry a buy safely: a retry with the same key (and user)
@@ -146,13 +130,10 @@ func (q *request) buy(next caddyhttp.Handler) error {
 		return next.ServeHTTP(q.w, q.r)
 	}
 	q.code = codeQueued
-	buf := jsonBuffers.Get().(*bytes.Buffer) // writeJSON's pooled buffers
-	buf.Reset()
+	buf := jsonBuffer()
+	defer putJSONBuffer(buf)
 	buf.Write(appendBuyAnswer(buf.AvailableBuffer(), d.ReservationID, remaining)) // in place
 	writeBody(q.w, &q.hdrs, http.StatusAccepted, buf.Bytes(), strconv.Itoa(buf.Len()))
-	if buf.Cap() <= maxPooledJSON {
-		jsonBuffers.Put(buf)
-	}
 	return nil
 }
 

@@ -315,8 +315,8 @@ func retryAfterSeconds(d time.Duration) string {
 // writeJSON writes v as the JSON body of a response that must not be stored by shared caches
 // unless the caller said otherwise; hv is writeBody's.
 func writeJSON(w http.ResponseWriter, hv *answerHeaders, status int, v any) {
-	buf := jsonBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
+	buf := jsonBuffer()
+	defer putJSONBuffer(buf)
 	// Encode, unlike Marshal, ends the answer with the newline in place and leaves it in a buffer
 	// this package reuses: one copy and one allocation less per answer.
 	if err := json.NewEncoder(buf).Encode(v); err != nil {
@@ -326,14 +326,26 @@ func writeJSON(w http.ResponseWriter, hv *answerHeaders, status int, v any) {
 		status = http.StatusInternalServerError
 	}
 	writeBody(w, hv, status, buf.Bytes(), strconv.Itoa(buf.Len()))
+}
+
+// jsonBuffers holds the buffers the JSON answers are written into (jsonBuffer).
+var jsonBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// jsonBuffer returns an empty pooled buffer for an answer; putJSONBuffer gives it back once the
+// answer is written.
+func jsonBuffer() *bytes.Buffer {
+	buf := jsonBuffers.Get().(*bytes.Buffer)
+	buf.Reset()
+	return buf
+}
+
+// putJSONBuffer keeps buf for another answer, unless it grew past maxPooledJSON (a large admin
+// listing): that one is left to the collector.
+func putJSONBuffer(buf *bytes.Buffer) {
 	if buf.Cap() <= maxPooledJSON {
 		jsonBuffers.Put(buf)
 	}
 }
-
-// jsonBuffers holds the buffers writeJSON encodes into; a buffer grown past maxPooledJSON (a
-// large admin listing) is left to the collector rather than kept.
-var jsonBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 const maxPooledJSON = 16 << 10
 

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"bytes"
 	"errors"
 	"net/http"
 	"strconv"
@@ -27,14 +26,9 @@ func (q *request) result() error {
 	if e := q.limitUser(userBucketResult); e != nil {
 		return q.fail(e)
 	}
-	// The record is appended into writeJSON's pooled buffers (jsonBuffers), not a pool of its own.
-	buf := jsonBuffers.Get().(*bytes.Buffer)
-	buf.Reset()
-	defer func() {
-		if buf.Cap() <= maxPooledJSON {
-			jsonBuffers.Put(buf)
-		}
-	}()
+	// The record is appended into the answers' pooled buffers, not a pool of its own.
+	buf := jsonBuffer()
+	defer putJSONBuffer(buf)
 	b, code, err := q.h.app.backend.guard.AppendResult(q.r.Context(), buf.AvailableBuffer(), q.act.ID, q.user)
 	switch {
 	case errors.Is(err, admission.ErrNotFound):
