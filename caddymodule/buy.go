@@ -118,6 +118,7 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	}
 
 	q.reservation = d.ReservationID // {http.seckill.reservation}
+	q.code = codeQueued             // and {http.seckill.code} with it
 	if q.h.Forward {
 		// The next handler gets the body back, and headers only this handler could have set.
 		q.r.Body = io.NopCloser(bytes.NewReader(body))
@@ -126,10 +127,8 @@ func (q *request) buy(next caddyhttp.Handler) error {
 		forwardsig.Set(q.r.Header, q.h.app.forwardSecret, forwardsig.Win{
 			Reservation: d.ReservationID, Activity: a.ID, User: q.user, Qty: qty,
 		})
-		q.code = codeQueued // and {http.seckill.code} with it
 		return next.ServeHTTP(q.w, q.r)
 	}
-	q.code = codeQueued
 	buf := jsonBuffer()
 	defer putJSONBuffer(buf)
 	buf.Write(appendBuyAnswer(buf.AvailableBuffer(), d.ReservationID, remaining)) // in place

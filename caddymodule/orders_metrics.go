@@ -13,8 +13,9 @@ import (
 // registerOrdersMetrics registers the order backend's counters, its backlog and its payment
 // notifications on reg.
 func registerOrdersMetrics(reg prometheus.Registerer, runner *ordersRunner) error {
-	// The backend outlives configurations, so the counters keep counting across reloads; before
-	// the backend first starts they read zero.
+	// The backend outlives configurations that keep its settings, so the counters keep counting
+	// across such reloads; a changed orders configuration starts a new backend, counting from
+	// zero, as does a backend before it first starts.
 	snapshot := func() orderbackend.MetricsSnapshot {
 		if st := runner.state(); st != nil {
 			return st.backend.Metrics()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -73,7 +72,8 @@ func TestOrdersReload(t *testing.T) {
 	expect(t, "bob buys after the reload", c.Post(buyPath(t, c, "r", bob), bob, ""), http.StatusAccepted, "queued")
 	waitResult(t, c, "r", bob, "pending_payment")
 	// The same backend counts on: alice's and bob's orders, alice's payment.
-	expectMetrics(t, c, "after the unchanged reload", "caddy_seckill_orders_created_total 2", "caddy_seckill_orders_paid_total 1")
+	expectMetrics(t, c, "after the unchanged reload", map[string]float64{
+		"caddy_seckill_orders_created_total": 2, "caddy_seckill_orders_paid_total": 1})
 
 	// Once quick has opened, a reload must find the same definition (its stored start), not a
 	// running sale whose start moved.
@@ -96,20 +96,20 @@ func TestOrdersReload(t *testing.T) {
 	waitResult(t, c, "r", bob, "cancelled") // the new sweeper expires bob's order
 	waitResult(t, c, "r", alice, "paid")
 	// The new backend's counters: carol's order and bob's expiry, none of the old backend's.
-	expectMetrics(t, c, "after the changed reload", "caddy_seckill_orders_created_total 1",
-		"caddy_seckill_orders_expired_total 1", "caddy_seckill_orders_paid_total 0")
+	expectMetrics(t, c, "after the changed reload", map[string]float64{
+		"caddy_seckill_orders_created_total": 1, "caddy_seckill_orders_expired_total": 1, "caddy_seckill_orders_paid_total": 0})
 	if q, s := starts(); q != quickStart || s != soonStart {
 		t.Errorf("a reload moved the starts: quick %d → %d, soon %d → %d", quickStart, q, soonStart, s)
 	}
 }
 
-// expectMetrics fails unless /metrics holds every line of want.
-func expectMetrics(t *testing.T, c *client, what string, want ...string) {
+// expectMetrics fails unless /metrics holds every sample of want (series → value).
+func expectMetrics(t *testing.T, c *client, what string, want map[string]float64) {
 	t.Helper()
-	mt := c.Get("/metrics", "")
-	for _, w := range want {
-		if !strings.Contains("\n"+string(mt.Raw), "\n"+w+"\n") {
-			t.Errorf("%s: metrics lack %q", what, w)
+	raw := string(c.Get("/metrics", "").Raw)
+	for series, v := range want {
+		if got := metricValue(t, raw, series); got != v {
+			t.Errorf("%s: %s = %v, want %v", what, series, got, v)
 		}
 	}
 }

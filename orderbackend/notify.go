@@ -143,12 +143,14 @@ func (a *API) notify(w http.ResponseWriter, r *http.Request, provider string) {
 	switch {
 	case errors.Is(err, ErrNotFound):
 		a.opts.Metrics.Notifications.refused(provider, "unknown_payment")
-		a.opts.Logger.Warn("payment notification of an unknown attempt", zap.String("provider", provider),
+		a.opts.Logger.Warn("payment notification refused: unknown attempt", zap.String("provider", provider),
 			zap.String("event", note.EventID), zap.String("payment", note.Key))
 		a.fail(w, errNotifyUnknownPayment)
 		return
 	case errors.Is(err, ErrBadNotification):
 		a.opts.Metrics.Notifications.refused(provider, "bad_notification")
+		a.opts.Logger.Warn("payment notification refused", zap.String("provider", provider),
+			zap.String("event", note.EventID), zap.Error(err))
 		a.fail(w, errNotifyBad)
 		return
 	case err != nil:

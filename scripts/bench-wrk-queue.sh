@@ -62,7 +62,7 @@ if [ -n "${BIN:-}" ]; then
 else
 	(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
 fi
-checker="$work/seckill-bench"
+pick_checker
 secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
 base="http://127.0.0.1:$PORT"
 hz=$(getconf CLK_TCK)
@@ -103,7 +103,7 @@ for store in $STORES; do
 	# The same sale with a waiting room in every activity; every user joins its line.
 	awk '{ print } /^\t\t\tpay_within / { print "\t\t\twaiting_room {\n\t\t\t\tadmit 1/h\n\t\t\t\tsession 24h\n\t\t\t}" }' \
 		"$dir/plain.Caddyfile" > "$dir/Caddyfile"
-	[ -n "$rpid" ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
+	if [ -n "$rpid" ]; then flush_redis "$REDIS_PORT" "$rpid"; fi
 	start_gateway
 	# Joins are idempotent: wrk goes over the users until every one has joined (a round over
 	# them all with only 200s), at most 10 times 2 s.

@@ -110,16 +110,7 @@ if [ -n "${BIN:-}" ]; then
 else
 	(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
 fi
-# A seckill-bench from $BIN older than its check-port command: one from this checkout checks ports.
-checker="$work/seckill-bench"
-if ! "$checker" check-port 127.0.0.1:1 >/dev/null 2>&1; then
-	checker="$work/check-port"
-	(cd "$here" && $GO build -o "$checker" ./cmd/seckill-bench)
-fi
-if ! "$checker" check-port "127.0.0.1:$PORT" "127.0.0.1:$ADMIN_PORT"; then
-	echo "bench-wrk: something answers on 127.0.0.1:$PORT or 127.0.0.1:$ADMIN_PORT: stop it or set PORT and ADMIN_PORT" >&2
-	exit 3
-fi
+pick_checker
 secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
 stock=$(( SLICE * REPEATS / ACTIVITIES + 1 ))
 base="http://127.0.0.1:$PORT"
@@ -211,7 +202,7 @@ prepare() {
 soldout() {
 	dir="$dir/soldout"
 	mkdir -p "$dir"
-	if [ -n "$rpid" ]; then redis-cli -p "$REDIS_PORT" flushall >/dev/null; fi
+	if [ -n "$rpid" ]; then flush_redis "$REDIS_PORT" "$rpid"; fi
 	config 1
 	start_gateway
 	prepare sellers.tsv 0 "$ACTIVITIES"
@@ -228,9 +219,9 @@ soldout() {
 	done < "$dir/sellers.tsv"
 	for r in $(seq "$REPEATS"); do
 		f0=$(metric 'caddy_seckill_rejected_total{layer="sold_out_flag"}')
-		measure "soldout-$r" "" "$dir/buys-$r.tsv"
+		PERF='' measure "soldout-$r" "" "$dir/buys-$r.tsv" # perf-breakdown tabulates the buys only
 		f1=$(metric 'caddy_seckill_rejected_total{layer="sold_out_flag"}')
-		measure "soldout-respond-$r" /baseline "$dir/buys-$r.tsv"
+		PERF='' measure "soldout-respond-$r" /baseline "$dir/buys-$r.tsv"
 		n410=$(sed -n 's/^statuses //p' "$dir/soldout-$r.txt" | tr ' ;' '\n\n' | awk -F: '$1 == 410 { n += $2 } END { print n + 0 }')
 		notes="; sold-out flag answered $(( f1 - f0 ))"
 		if ! sed -n 's/^statuses //p' "$dir/soldout-$r.txt" | grep -qE '^410:[0-9]+;' || [ $(( f1 - f0 )) -lt "$n410" ]; then

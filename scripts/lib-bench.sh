@@ -36,10 +36,37 @@ start_redis() {
 	"${pdeath[@]}" redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no --dir "$dir/redis" > "$dir/redis.log" 2>&1 &
 	p=$!
 	printf -v "$1" '%s' "$p"
-	for _ in $(seq 50); do redis-cli -p "$port" ping >/dev/null 2>&1 && return 0; sleep 0.1; done
-	echo "$me: redis-server did not start; the end of $dir/redis.log:" >&2
+	for _ in $(seq 50); do
+		if redis-cli -p "$port" ping >/dev/null 2>&1; then
+			# The answer must be ours: a server that took the port meanwhile is not to be used.
+			kill -0 "$p" 2>/dev/null && "$checker" check-port -pid "$p" "127.0.0.1:$port" && return 0
+			break
+		fi
+		sleep 0.1
+	done
+	echo "$me: redis-server did not start on 127.0.0.1:$port; the end of $dir/redis.log:" >&2
 	tail -n 20 "$dir/redis.log" >&2
 	exit 3
+}
+
+# flush_redis empties the private redis-server of pid $2 on 127.0.0.1:$1, once it is checked to
+# be that process that answers there: never someone else's server.
+flush_redis() {
+	if ! kill -0 "$2" 2>/dev/null || ! "$checker" check-port -pid "$2" "127.0.0.1:$1"; then
+		echo "$me: refusing to flush 127.0.0.1:$1: the redis-server this script started does not answer there" >&2
+		exit 3
+	fi
+	redis-cli -p "$1" flushall >/dev/null
+}
+
+# pick_checker sets checker to a seckill-bench with the check-port command: the one in $work, or,
+# when that one (from BIN) is older than the command, one built from this checkout ($here).
+pick_checker() {
+	checker="$work/seckill-bench"
+	if ! "$checker" check-port 127.0.0.1:1 >/dev/null 2>&1; then
+		checker="$work/check-port"
+		(cd "$here" && $GO build -o "$checker" ./cmd/seckill-bench)
+	fi
 }
 
 # start_gateway starts the gateway of $dir/Caddyfile in $dir (its log appended to $dir/caddy.log),
