@@ -78,6 +78,7 @@ type Guard struct {
 	probe time.Duration
 
 	admitTimeout time.Duration // GuardOptions.AdmitTimeout
+	timed        timedStore    // store, when it bounds a call by admitTimeout itself
 
 	flagMu sync.Mutex                            // serialises writers of flags
 	flags  atomic.Pointer[map[string]*guardFlag] // copied on write: the read path takes no lock
@@ -120,6 +121,7 @@ func NewGuard(store Store, opts GuardOptions) *Guard {
 	if g.probe <= 0 {
 		g.probe = DefaultProbeInterval
 	}
+	g.timed, _ = store.(timedStore)
 	empty := map[string]*guardFlag{}
 	g.flags.Store(&empty)
 	return g
@@ -250,14 +252,14 @@ func (g *Guard) Decide(ctx context.Context, r Request) (d Decision, flagged bool
 		}
 	}
 	admit := func() (Decision, error) { return g.store.Admit(ctx, r) }
-	if g.admitTimeout > 0 {
-		if ts, ok := g.store.(timedStore); ok {
-			admit = func() (Decision, error) { return ts.AdmitWithin(ctx, r, g.admitTimeout) }
-		} else {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, g.admitTimeout)
-			defer cancel()
-		}
+	switch {
+	case g.admitTimeout <= 0:
+	case g.timed != nil:
+		admit = func() (Decision, error) { return g.timed.AdmitWithin(ctx, r, g.admitTimeout) }
+	default:
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.admitTimeout)
+		defer cancel()
 	}
 	d, err = call(g.cb, "admit", r.Activity, admit)
 	if err != nil {

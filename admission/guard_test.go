@@ -3,6 +3,7 @@ package admission_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -812,3 +813,54 @@ var (
 	eventually    = admissiontest.Eventually
 	waitHolders   = admissiontest.WaitHolders
 )
+
+// timedMemory is the real memory store that, as redisstore does, bounds a call by the Guard's
+// AdmitTimeout itself (AdmitWithin); hold keeps an AdmitWithin waiting, as a stalled server would.
+type timedMemory struct {
+	*localstore.Memory
+	hold     chan struct{}
+	timeouts chan time.Duration
+}
+
+func (s timedMemory) AdmitWithin(ctx context.Context, r admission.Request, timeout time.Duration) (admission.Decision, error) {
+	s.timeouts <- timeout
+	select {
+	case <-s.hold:
+		return s.Memory.Admit(ctx, r)
+	case <-time.After(timeout):
+		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, context.DeadlineExceeded)
+	}
+}
+
+// TestGuardAdmitTimeoutByStore: a store that bounds its own wait gets the Guard's AdmitTimeout
+// instead of a context with that deadline; its expiry is ErrBusy wrapping the deadline and counts
+// towards the breaker, and an answered call decides as the store does.
+func TestGuardAdmitTimeoutByStore(t *testing.T) {
+	store := timedMemory{Memory: newMemory(t), hold: make(chan struct{}), timeouts: make(chan time.Duration, 4)}
+	mustDefine(t, store, openAt(time.Now(), "a", 5, 1))
+	g := admission.NewGuard(store, admission.GuardOptions{AdmitTimeout: 50 * time.Millisecond, ConsecutiveFailures: 1})
+	_, err := g.Admit(context.Background(), admission.Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r1"})
+	if !errors.Is(err, admission.ErrBusy) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("stalled admission: %v, want ErrBusy wrapping the deadline", err)
+	}
+	select {
+	case got := <-store.timeouts:
+		if got != 50*time.Millisecond {
+			t.Errorf("the store was given %s, want the AdmitTimeout of 50ms", got)
+		}
+	default:
+		t.Error("the Guard did not call the store's AdmitWithin")
+	}
+	if st := g.BreakerState(); st != gobreaker.StateOpen {
+		t.Errorf("breaker %v after an expired admission with ConsecutiveFailures 1, want open", st)
+	}
+	if n, err := store.Remaining(context.Background(), "a"); err != nil || n != 5 {
+		t.Errorf("remaining %d, %v after the expired call: want 5, nothing taken", n, err)
+	}
+
+	g2 := admission.NewGuard(store, admission.GuardOptions{AdmitTimeout: time.Minute})
+	close(store.hold)
+	if d := mustAdmit(t, g2, "a", "u2", 1, "r2"); d.Outcome != admission.Won || d.Remaining != 4 {
+		t.Fatalf("answered admission = %+v, want a win leaving 4", d)
+	}
+}

@@ -47,9 +47,9 @@ type Module struct {
 	// Cluster connects to a Redis Cluster through the nodes at Addresses.
 	Cluster bool `json:"cluster,omitempty"`
 
-	// AutoPipeline batches concurrent hot-path calls (admit, release, remaining, results) onto
-	// shared connections with go-redis's auto-pipeliner; off unless asked for, as go-redis marks
-	// it experimental (docs/admission.md, "The gateway's Redis client").
+	// AutoPipeline batches concurrent hot-path calls (release, remaining, results; admission has
+	// its own pipelines) onto shared connections with go-redis's auto-pipeliner; off unless asked
+	// for, as go-redis marks it experimental (docs/admission.md, "The gateway's Redis client").
 	AutoPipeline bool `json:"auto_pipeline,omitempty"`
 
 	// AdmitBatch is the most concurrent buys for one activity that share one admission script

@@ -27,9 +27,10 @@ type Options struct {
 	// AutoPipeline sends the hot-path calls Release, Remaining and GetResult through the
 	// client's auto-pipeliner, which batches concurrent callers onto shared connections, so the
 	// client and the server pay the per-round-trip system calls once per batch instead of once
-	// per call (figures: docs/admission.md, "Group admission"). Admit needs no option: its script
-	// calls always travel in the store's own pipelines (admit.go). go-redis marks the
-	// auto-pipeliner experimental; a Ring has none.
+	// per call (figures: docs/admission.md, "Group admission"). Admit's script calls never use it:
+	// they travel in the store's own pipelines (admit.go), which with AdmitBatch 1 carry one call
+	// each, so concurrent ungrouped Admits are not combined. go-redis marks the auto-pipeliner
+	// experimental; a Ring has none.
 	AutoPipeline bool
 
 	// AdmitBatch is the most Admit calls for one activity that share one script call (group
