@@ -826,7 +826,7 @@ func (s timedMemory) AdmitWithin(ctx context.Context, r admission.Request, timeo
 	s.timeouts <- timeout
 	select {
 	case <-s.hold:
-		return s.Memory.Admit(ctx, r)
+		return s.Admit(ctx, r)
 	case <-time.After(timeout):
 		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, context.DeadlineExceeded)
 	}
