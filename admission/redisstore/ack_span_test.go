@@ -70,7 +70,7 @@ func TestRedisReplicasAckClusterSpan(t *testing.T) {
 		sides = append(sides, sd)
 		redisDefine(t, patient, redisOpen(id, 1000, 1))
 		redisAdmit(t, patient, id, "warm-up", "w") // loads the script on this master
-		redisAdmit(t, quick, id, "warm-up", "w") // a replay
+		redisAdmit(t, quick, id, "warm-up", "w")   // a replay
 	}
 	counts := func() (evals, waits []int64) {
 		for _, sd := range sides {
