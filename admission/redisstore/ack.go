@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,6 +56,9 @@ type replicasAck struct {
 	n, timeoutMs int64
 	single       *redis.Client        // a single server or Sentinel's failover client
 	cluster      *redis.ClusterClient // or a cluster
+	// reload is the cluster client's ReloadState, run once per pipeline a master redirected; a
+	// test counts its calls.
+	reload func(context.Context)
 
 	waits, shortfalls atomic.Uint64
 }
@@ -87,6 +91,9 @@ func newReplicasAck(client redis.UniversalClient, n int, timeout time.Duration) 
 	default:
 		return nil, admission.BadInput("replicas ack needs a single-server, Sentinel or Cluster client, not %T", client)
 	}
+	if a.cluster != nil {
+		a.reload = a.cluster.ReloadState
+	}
 	return a, nil
 }
 
@@ -103,33 +110,59 @@ func (a *replicasAck) send(ctx context.Context, key string, cmd redis.Cmder) (in
 // sendAll runs cmds, cmds[i] writing keys of the slot of key(i), with one WAIT behind the
 // commands of each master on the same connection (a WAIT covers every write made before it on
 // its connection), and sets acked[i] to how many replicas acknowledged cmds[i] and errs[i] to
-// its WAIT's error. Each command's own error is left in it. A Cluster's masters are asked at
-// the same time.
+// its WAIT's error. Each command's own error is left in it. Commands of one master, which is
+// every pipeline but a Cluster's that spans masters, go on the caller's goroutine.
 func (a *replicasAck) sendAll(ctx context.Context, key func(int) string, cmds []redis.Cmder, acked []int64, errs []error) {
 	if a.single != nil {
 		a.sendOn(ctx, a.single, cmds, nil, acked, errs)
 		return
 	}
-	nodes := map[*redis.Client][]int{}
+	var only *redis.Client
+	for i := range cmds {
+		node, err := a.cluster.MasterForKey(ctx, key(i))
+		if err != nil || (only != nil && node != only) {
+			a.fanOut(ctx, key, cmds, acked, errs)
+			return
+		}
+		only = node
+	}
+	a.sendOn(ctx, only, cmds, nil, acked, errs)
+}
+
+// fanOut is sendAll for a Cluster pipeline whose commands span masters (or whose masters are not
+// all known): each master's share goes at the same time, one on the caller's goroutine.
+func (a *replicasAck) fanOut(ctx context.Context, key func(int) string, cmds []redis.Cmder, acked []int64, errs []error) {
+	type share struct {
+		node *redis.Client
+		idx  []int
+	}
+	var shares []share // a few masters: a scan beats a map
 	for i, cmd := range cmds {
 		node, err := a.cluster.MasterForKey(ctx, key(i))
 		if err != nil {
 			cmd.SetErr(err)
 			continue
 		}
-		nodes[node] = append(nodes[node], i)
+		j := slices.IndexFunc(shares, func(sh share) bool { return sh.node == node })
+		if j < 0 {
+			j = len(shares)
+			shares = append(shares, share{node: node})
+		}
+		shares[j].idx = append(shares[j].idx, i)
+	}
+	send := func(sh share) {
+		sub := make([]redis.Cmder, len(sh.idx))
+		for j, i := range sh.idx {
+			sub[j] = cmds[i]
+		}
+		a.sendOn(ctx, sh.node, sub, sh.idx, acked, errs)
 	}
 	var wg sync.WaitGroup
-	for node, idx := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sub := make([]redis.Cmder, len(idx))
-			for j, i := range idx {
-				sub[j] = cmds[i]
-			}
-			a.sendOn(ctx, node, sub, idx, acked, errs)
-		}()
+	for _, sh := range shares[min(1, len(shares)):] {
+		wg.Go(func() { send(sh) })
+	}
+	if len(shares) > 0 {
+		send(shares[0])
 	}
 	wg.Wait()
 }
@@ -145,18 +178,14 @@ func (a *replicasAck) sendOn(ctx context.Context, client *redis.Client, cmds []r
 	_ = pipe.Process(ctx, wait)
 	_, _ = pipe.Exec(ctx)
 	n, waitErr := wait.Result()
-	counted := false
+	counted, redirected := false, false
 	for j, cmd := range cmds {
 		at := j
 		if idx != nil {
 			at = idx[j]
 		}
 		if err := cmd.Err(); err != nil {
-			if a.cluster != nil && (redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")) {
-				// The node client does not follow redirects; the cluster client learns the new
-				// owner for the next call.
-				a.cluster.ReloadState(ctx)
-			}
+			redirected = redirected || redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 			continue
 		}
 		if waitErr != nil {
@@ -171,6 +200,11 @@ func (a *replicasAck) sendOn(ctx context.Context, client *redis.Client, cmds []r
 				a.shortfalls.Add(1)
 			}
 		}
+	}
+	if redirected && a.reload != nil {
+		// The node client does not follow redirects; the cluster client learns the new owner
+		// for the next call. One reload serves every command the move redirected.
+		a.reload(ctx)
 	}
 }
 

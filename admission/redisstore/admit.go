@@ -28,46 +28,59 @@ func (s *Store) AdmitWithin(ctx context.Context, r admission.Request, timeout ti
 	return s.admitBy(ctx, r, time.Now().Add(timeout))
 }
 
-// admitBy is Admit bounded by deadline unless it is zero. A grouped call on an unsplit activity, the
-// hot path of a sale, waits with its call's pooled timer: a context per call (its timer, and its
-// link into the request's context) cost about 1.7 µs of a Redis buy. Any other call gets that
-// context.
+// admitBy is Admit bounded by deadline unless it is zero. A call on an unsplit activity, the hot
+// path of a sale, grouped or not, waits with its call's pooled timer: a context per call (its
+// timer, and its link into the request's context) is a hot-path cost (docs/admission.md), and
+// the client's read does not end with a context's deadline anyway (ContextTimeoutEnabled is
+// off). A split activity's call gets that context.
 func (s *Store) admitBy(ctx context.Context, r admission.Request, deadline time.Time) (admission.Decision, error) {
 	if err := r.Validate(); err != nil {
 		return admission.Decision{}, fmt.Errorf("admit: %w", err)
 	}
 	return bucketRetry(ctx, s, r.Activity, func(n int) (admission.Decision, error) {
-		if n == 1 && s.groups != nil {
+		if n == 1 {
 			var wait time.Duration // none
 			if !deadline.IsZero() {
 				if wait = time.Until(deadline); wait <= 0 {
 					return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, context.DeadlineExceeded)
 				}
 			}
-			return s.groups.admit(ctx, r, wait)
+			return s.admitOn(ctx, r, wait)
 		}
 		if !deadline.IsZero() {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
 		}
-		if n > 1 {
-			return s.admitBuckets(ctx, r, n)
-		}
-		return s.admitOn(ctx, r)
+		return s.admitBuckets(ctx, r, n)
 	})
 }
 
-// admitOn takes the decision on the key set of r.Activity: an activity or one bucket of one.
-func (s *Store) admitOn(ctx context.Context, r admission.Request) (admission.Decision, error) {
+// admitOn takes the decision on the key set of r.Activity (an activity or one bucket of one)
+// and waits for it until ctx ends or, when positive, timeout passes.
+func (s *Store) admitOn(ctx context.Context, r admission.Request, timeout time.Duration) (admission.Decision, error) {
 	if s.groups != nil {
-		return s.groups.admit(ctx, r, 0)
+		return s.groups.admit(ctx, r, timeout)
 	}
-	// A batch of one, run here: the same script, reply parsing and errors as a group.
+	// A batch of one: the same script, reply parsing and errors as a group, sent from a
+	// goroutine of its own, as a group's pipeline is, so that the caller can stop waiting.
 	c := s.calls.get(r)
-	calls := [1]*admitCall{c}
-	s.runAdmitBatches(ctx, []admitBatch{{activity: r.Activity, calls: calls[:]}})
-	<-c.done // written before runAdmitBatches returned: this never blocks
+	var expired <-chan time.Time // nil, never ready, without a timeout
+	if timeout > 0 {
+		expired = c.arm(timeout)
+	}
+	if c.runAlone == nil {
+		c.runAlone = func() {
+			calls := [1]*admitCall{c}
+			s.runAdmitBatches(c.ctx, []admitBatch{{activity: c.req.Activity, calls: calls[:]}})
+		}
+	}
+	c.ctx = ctx
+	go c.runAlone()
+	if cause := c.await(ctx, expired); cause != nil && !c.answered() {
+		// Sent: the pipeline will still write into c, so c is left to the collector.
+		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, cause)
+	}
 	a := s.calls.recycle(c)
 	return a.d, a.err
 }
@@ -188,6 +201,11 @@ type admitCall struct {
 	answer admitAnswer   // written by the batch before it signals done
 	done   chan struct{} // buffered: the batch never blocks on a caller that has gone
 	timer  *time.Timer   // AdmitWithin's bound, kept with the call for the next one; stopped when idle
+
+	// runAlone sends an ungrouped call (AdmitBatch 1) on ctx, its caller's context. It is made
+	// once per pooled call: a go statement with arguments would allocate them on every call.
+	runAlone func()
+	ctx      context.Context
 }
 
 // arm starts c's timer for d and returns its channel.
@@ -204,6 +222,31 @@ func (c *admitCall) arm(d time.Duration) <-chan time.Time {
 func (c *admitCall) disarm() {
 	if c.timer != nil {
 		c.timer.Stop()
+	}
+}
+
+// await waits for c's answer, for ctx, or for expired (nil: never), and stops c's timer. It
+// returns nil once c is answered, else why it stopped waiting.
+func (c *admitCall) await(ctx context.Context, expired <-chan time.Time) error {
+	defer c.disarm()
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-expired:
+		return context.DeadlineExceeded // what a context with this deadline would have said
+	}
+}
+
+// answered reports whether c's answer has arrived after await gave up on it: it may have come
+// at the same moment, and is then preferred.
+func (c *admitCall) answered() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -232,7 +275,7 @@ func (cp *admitCallPool) get(r admission.Request) *admitCall {
 // c back for another Admit.
 func (cp *admitCallPool) recycle(c *admitCall) admitAnswer {
 	a := c.answer
-	c.req, c.answer = admission.Request{}, admitAnswer{} // hold no user's strings while pooled
+	c.req, c.answer, c.ctx = admission.Request{}, admitAnswer{}, nil // hold no user's strings while pooled
 	cp.p.Put(c)
 	return a
 }
@@ -334,33 +377,22 @@ func (g *admitGroups) admit(ctx context.Context, r admission.Request, timeout ti
 		go g.send(context.WithoutCancel(ctx), first)
 	}
 
-	var cause error
-	select {
-	case <-c.done:
-		c.disarm()
+	cause := c.await(ctx, expired)
+	if cause == nil {
 		a := g.calls.recycle(c)
 		return a.d, a.err
-	case <-ctx.Done():
-		cause = ctx.Err()
-	case <-expired:
-		cause = context.DeadlineExceeded // what a context with this deadline would have said
 	}
-	c.disarm()
 	g.mu.Lock()
 	withdrawn := g.withdraw(r.Activity, c)
 	g.mu.Unlock()
-	if withdrawn {
+	switch {
+	case withdrawn:
 		g.calls.recycle(c)
-	} else {
-		// Sent already: the answer may have arrived at the same moment; prefer it. If it has
-		// not, the batch will still write into c, so c is left to the collector.
-		select {
-		case <-c.done:
-			a := g.calls.recycle(c)
-			return a.d, a.err
-		default:
-		}
+	case c.answered():
+		a := g.calls.recycle(c)
+		return a.d, a.err
 	}
+	// Else sent and unanswered: the batch will still write into c, so c is left to the collector.
 	return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, cause)
 }
 
@@ -653,7 +685,7 @@ func (s *Store) admitBuckets(ctx context.Context, r admission.Request, n int) (a
 	br := r
 	br.Activity = bucketID(r.Activity, home, n)
 	for pulls := 0; ; pulls++ {
-		d, err := s.admitOn(ctx, br)
+		d, err := s.admitOn(ctx, br, 0)
 		if err != nil {
 			return admission.Decision{}, fmt.Errorf("admit %s: bucket %d: %w", r.Activity, home, err)
 		}

@@ -13,12 +13,21 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// TestRedisAdmitWithinAllocations: a grouped AdmitWithin allocates about what Admit does, which
-// tells that it waits with the call's pooled timer rather than a context of its own. The race
-// detector allocates on its own.
+// TestRedisAdmitWithinAllocations: AdmitWithin, grouped or not (AdmitBatch 1), allocates about
+// what Admit does, which tells that it waits with the call's pooled timer rather than a context
+// of its own. The race detector allocates on its own.
 func TestRedisAdmitWithinAllocations(t *testing.T) {
 	srv := testsrv.StartRedis(t)
-	s, _ := redisTestStore(t, srv.Addr, redisstore.Options{}, nil)
+	for name, opts := range map[string]redisstore.Options{"grouped": {}, "batch 1": {AdmitBatch: 1}} {
+		t.Run(name, func(t *testing.T) {
+			opts.KeyPrefix = "al" + strconv.Itoa(opts.AdmitBatch)
+			testRedisAdmitWithinAllocations(t, srv, opts)
+		})
+	}
+}
+
+func testRedisAdmitWithinAllocations(t *testing.T, srv *testsrv.Redis, opts redisstore.Options) {
+	s, _ := redisTestStore(t, srv.Addr, opts, nil)
 	redisDefine(t, s, redisOpen("al", 1_000_000, 1))
 	ctx := context.Background()
 	i := 0
