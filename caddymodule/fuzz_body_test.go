@@ -231,7 +231,7 @@ func FuzzBuyBody(f *testing.F) {
 		before, _ := snapshot(t, "fzb")
 		// The path the path call would hand out (TestBadInput and the flow tests ask for it):
 		// signing it here halves the cost of an input.
-		path := "/seckill/fzb/buy/" + hashedurl.Sign([]byte(fuzzURLSecret), "fzb", user, before.Salt)
+		path := signedBuyPath(t, fuzzURLSecret, "fzb", user)
 
 		var hdr []string
 		if keyed {
@@ -526,16 +526,10 @@ func FuzzJoinBody(f *testing.F) {
 			}
 			return waitroom.ProofKey(s.Salt)
 		}()
-		// proof returns a fresh, solved proof of the caller for act.
-		proof := func() (challenge, answer string) {
-			r := c.Get("/seckill/"+act+"/queue/challenge", tok)
-			expect(t, "challenge", r, http.StatusOK, "ok")
-			return r.Str("challenge"), waitroom.Solve(r.Str("challenge"), joinBits)
-		}
 		if holder && holders[act] == 0 {
 			body := ""
 			if pow {
-				body = proofBody(proof())
+				body = proofBody(solveChallenge(t, c, act, tok))
 			}
 			r := c.Post("/seckill/"+act+"/queue", tok, body)
 			expect(t, "the holder joins", r, http.StatusOK, "ok")
@@ -545,18 +539,11 @@ func FuzzJoinBody(f *testing.F) {
 		var live, liveAns, old string
 		body := raw
 		if pow {
-			live, liveAns = proof()
-			mint := func(who string, bits int, at time.Time) (string, string) {
-				ch, err := waitroom.NewChallenge(key, act, who, bits, at)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return ch.Token, waitroom.Solve(ch.Token, bits)
-			}
+			live, liveAns = solveChallenge(t, c, act, tok)
 			var oldAns string
-			old, oldAns = mint(user, joinBits, time.Now().Add(-waitroom.ProofTTL-time.Second))
-			weak, weakAns := mint(user, joinBits-1, time.Now())
-			other, _ := mint("someone-else", joinBits, time.Now())
+			old, oldAns = issueSolved(t, key, act, user, joinBits, time.Now().Add(-waitroom.ProofTTL-time.Second))
+			weak, weakAns := issueSolved(t, key, act, user, joinBits-1, time.Now())
+			other, _ := issueSolved(t, key, act, "someone-else", joinBits, time.Now())
 			body = []byte(strings.NewReplacer("$CH", live, "$ANS", liveAns, "$OLDANS", oldAns, "$OLD", old,
 				"$WEAKANS", weakAns, "$WEAK", weak, "$OTHER", other).Replace(string(raw)))
 		}

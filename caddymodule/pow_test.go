@@ -13,15 +13,25 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/waitroom"
 )
 
-// joinWithProof asks c for a challenge for tok's user in activity, solves it and returns the
-// join's body.
-func joinWithProof(t *testing.T, c *client, activity, tok string) string {
+// solveChallenge asks c for a challenge for tok's user in activity and solves it.
+func solveChallenge(t *testing.T, c *client, activity, tok string) (challenge, answer string) {
 	t.Helper()
 	r := c.Get("/seckill/"+activity+"/queue/challenge", tok)
-	if r.Status != http.StatusOK || r.Str("challenge") == "" || r.Num("bits") < 1 {
+	if r.Status != http.StatusOK || r.Code() != "ok" || r.Str("challenge") == "" || r.Num("bits") < 1 {
 		t.Fatalf("challenge of %s: %s", activity, r)
 	}
-	return proofBody(r.Str("challenge"), waitroom.Solve(r.Str("challenge"), int(r.Num("bits"))))
+	return r.Str("challenge"), waitroom.Solve(r.Str("challenge"), int(r.Num("bits")))
+}
+
+// issueSolved signs a challenge of bits for user in activity with key as if issued at at, and
+// solves it: the handler would not issue an old or a weaker one.
+func issueSolved(t *testing.T, key []byte, activity, user string, bits int, at time.Time) (challenge, answer string) {
+	t.Helper()
+	ch, err := waitroom.NewChallenge(key, activity, user, bits, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch.Token, waitroom.Solve(ch.Token, bits)
 }
 
 func proofBody(challenge, answer string) string {
@@ -82,11 +92,11 @@ func TestWaitingRoomProofOfWork(t *testing.T) {
 	}
 	expect(t, "alice's answer again", c.Post("/seckill/pow/queue", alice, proofBody(ch, good)), http.StatusConflict, "pow_spent")
 	// A second join with a fresh proof keeps the first place.
-	r = c.Post("/seckill/pow/queue", alice, joinWithProof(t, c, "pow", alice))
+	r = c.Post("/seckill/pow/queue", alice, proofBody(solveChallenge(t, c, "pow", alice)))
 	if r.Status != http.StatusOK || r.Num("position") != 1 {
 		t.Fatalf("alice joins again with a new proof: %s; want her place 1", r)
 	}
-	r = c.Post("/seckill/pow/queue", bob, joinWithProof(t, c, "pow", bob))
+	r = c.Post("/seckill/pow/queue", bob, proofBody(solveChallenge(t, c, "pow", bob)))
 	if r.Status != http.StatusOK || r.Num("position") != 2 {
 		t.Fatalf("bob joins: %s; want place 2", r)
 	}
@@ -99,7 +109,7 @@ func TestWaitingRoomProofOfWork(t *testing.T) {
 	expect(t, "challenge without a token", c.Get("/seckill/pow/queue/challenge", ""), http.StatusUnauthorized, "unauthorized")
 	expect(t, "challenge by POST", c.Post("/seckill/pow/queue/challenge", alice, ""), http.StatusMethodNotAllowed, "method_not_allowed")
 	// The line opens later: the join is refused before its proof is read or spent.
-	expect(t, "join before opens", c.Post("/seckill/later/queue", alice, joinWithProof(t, c, "later", alice)), http.StatusForbidden, "not_started")
+	expect(t, "join before opens", c.Post("/seckill/later/queue", alice, proofBody(solveChallenge(t, c, "later", alice))), http.StatusForbidden, "not_started")
 
 	out := string(c.Get("/metrics", "").Raw)
 	for series, want := range map[string]float64{
@@ -129,7 +139,7 @@ func TestWaitingRoomProofOfWorkTwoGateways(t *testing.T) {
 	b := newClient(t, startCaddyProcess(t, bin, seckill, route, "duo"))
 	for i := range 5 {
 		tok := token(t, fmt.Sprint("user", i))
-		body := joinWithProof(t, a, "duo", tok)
+		body := proofBody(solveChallenge(t, a, "duo", tok))
 		r := b.Post("/seckill/duo/queue", tok, body)
 		if r.Status != http.StatusOK || r.Num("position") != int64(i+1) {
 			t.Fatalf("user%d joins on b with a's challenge: %s; want place %d", i, r, i+1)
@@ -175,13 +185,7 @@ func TestWaitingRoomProofExpired(t *testing.T) {
 		t.Fatal("activity old is not in the store")
 	}
 	key := waitroom.ProofKey(s.Salt)
-	issued := func(at time.Time) string {
-		ch, err := waitroom.NewChallenge(key, "old", "alice", 6, at)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return proofBody(ch.Token, waitroom.Solve(ch.Token, 6))
-	}
+	issued := func(at time.Time) string { return proofBody(issueSolved(t, key, "old", "alice", 6, at)) }
 
 	line := tallies(t, []string{"old"})
 	for _, ago := range []time.Duration{waitroom.ProofTTL + time.Millisecond, waitroom.ProofTTL + time.Minute, 24 * time.Hour} {

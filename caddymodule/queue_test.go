@@ -78,8 +78,8 @@ func TestWaitingRoom(t *testing.T) {
 	expect(t, "carol's place", c.Get("/seckill/wr/queue", carol), http.StatusNotFound, "not_in_line")
 	// The buy path is the user's own, the same at every call: one learned elsewhere (or kept from
 	// an earlier turn) does not buy either.
-	expect(t, "bob's buy while waiting", c.Post(signedBuyPath(t, "wr", "bob"), bob, ""), http.StatusForbidden, "not_admitted")
-	expect(t, "carol's buy outside the line", c.Post(signedBuyPath(t, "wr", "carol"), carol, ""), http.StatusForbidden, "not_admitted")
+	expect(t, "bob's buy while waiting", c.Post(signedBuyPath(t, fuzzURLSecret, "wr", "bob"), bob, ""), http.StatusForbidden, "not_admitted")
+	expect(t, "carol's buy outside the line", c.Post(signedBuyPath(t, fuzzURLSecret, "wr", "carol"), carol, ""), http.StatusForbidden, "not_admitted")
 	if n := remaining(t, "wr"); n != 1 {
 		t.Fatalf("remaining %d after refusals, want 1", n)
 	}
@@ -106,7 +106,7 @@ func TestWaitingRoom(t *testing.T) {
 		return r.Str("state") == "expired", r.String()
 	})
 	expect(t, "carol's path after her session", c.Post("/seckill/brief/path", carol, ""), http.StatusForbidden, "not_admitted")
-	expect(t, "carol's buy after her session", c.Post(signedBuyPath(t, "brief", "carol"), carol, ""), http.StatusForbidden, "not_admitted")
+	expect(t, "carol's buy after her session", c.Post(signedBuyPath(t, fuzzURLSecret, "brief", "carol"), carol, ""), http.StatusForbidden, "not_admitted")
 	if n := remaining(t, "brief"); n != 5 {
 		t.Fatalf("brief: remaining %d, want 5", n)
 	}
@@ -137,8 +137,8 @@ func TestWaitingRoom(t *testing.T) {
 			{"a segment more", http.MethodPost, "/seckill/brief/queue/x", alice, http.StatusNotFound, "not_found"},
 			{"path in the pre-queue", http.MethodPost, "/seckill/early/path", alice, http.StatusForbidden, "not_started"},
 			{"path outside the line", http.MethodPost, "/seckill/brief/path", bob, http.StatusForbidden, "not_admitted"},
-			{"buy outside the line", http.MethodPost, signedBuyPath(t, "brief", "bob"), bob, http.StatusForbidden, "not_admitted"},
-			{"buy in the pre-queue", http.MethodPost, signedBuyPath(t, "early", "alice"), alice, http.StatusForbidden, "not_started"},
+			{"buy outside the line", http.MethodPost, signedBuyPath(t, fuzzURLSecret, "brief", "bob"), bob, http.StatusForbidden, "not_admitted"},
+			{"buy in the pre-queue", http.MethodPost, signedBuyPath(t, fuzzURLSecret, "early", "alice"), alice, http.StatusForbidden, "not_started"},
 			{"poll of an unknown activity", http.MethodGet, "/seckill/nosuch/queue", alice, http.StatusNotFound, "not_found"},
 			{"challenge of a room without proof_of_work", http.MethodGet, "/seckill/brief/queue/challenge", alice, http.StatusNotFound, "not_found"},
 		} {
@@ -275,15 +275,15 @@ func TestWaitingRoomTwoGateways(t *testing.T) {
 	t.Logf("%d users, one place each; at most %d admitted in any second (admit %d/s)", users, most, perSecond)
 }
 
-// signedBuyPath is user's buy path in activity, as the path call hands it out (the Caddyfile's
-// url_secret is fuzzURLSecret).
-func signedBuyPath(t *testing.T, activity, user string) string {
+// signedBuyPath is user's buy path in activity, as the path call hands it out under the
+// Caddyfile's url_secret secret.
+func signedBuyPath(t *testing.T, secret, activity, user string) string {
 	t.Helper()
 	s, ok := snapshot(t, activity)
 	if !ok {
 		t.Fatalf("activity %s is not in the store", activity)
 	}
-	return "/seckill/" + activity + "/buy/" + hashedurl.Sign([]byte(fuzzURLSecret), activity, user, s.Salt)
+	return "/seckill/" + activity + "/buy/" + hashedurl.Sign([]byte(secret), activity, user, s.Salt)
 }
 
 // tallies reads the store's count of each activity's line (its length and early joiners).

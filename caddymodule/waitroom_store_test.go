@@ -14,7 +14,6 @@ import (
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/localstore"
-	"github.com/caddy-seckill/caddy-seckill/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
@@ -232,11 +231,11 @@ func TestWaitingRoomSentinelFailover(t *testing.T) {
 	// On the promoted master the line still gates the buy step and the stock holds: every
 	// admitted buyer buys at once, the stock's count win, the others are told sold_out; the
 	// newcomer, still waiting, is not let through.
-	s, _ := snapshot(t, "fo")
-	buy := func(i int) response {
-		path := "/seckill/fo/buy/" + hashedurl.Sign([]byte("shared-url-secret"), "fo", fmt.Sprint("user", i), s.Salt)
-		return c.Post(path, tokens[i], "")
+	paths := make([]string, users+1)
+	for i := range paths {
+		paths[i] = signedBuyPath(t, "shared-url-secret", "fo", fmt.Sprint("user", i))
 	}
+	buy := func(i int) response { return c.Post(paths[i], tokens[i], "") }
 	expect(t, "the newcomer's buy, waiting", buy(users), http.StatusForbidden, "not_admitted")
 	codes := make([]string, users)
 	var wg sync.WaitGroup

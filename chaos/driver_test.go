@@ -94,15 +94,21 @@ type driver struct {
 
 const noAnswerWait = 50 * time.Millisecond
 
-func newDriver(t *testing.T, act string, gws ...*gateway) *driver {
+// gatewayClient is the gateways' base URLs and a client keeping up to conns idle connections to
+// them (closed when t ends), each call bounded by timeout.
+func gatewayClient(t *testing.T, conns int, timeout time.Duration, gws []*gateway) ([]string, *http.Client) {
 	bases := make([]string, len(gws))
 	for i, g := range gws {
 		bases[i] = g.base
 	}
-	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: 30 * time.Second}
+	tr := &http.Transport{MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 30 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
-	d := &driver{t: t, act: act, bases: bases, hc: &http.Client{Transport: tr, Timeout: 10 * time.Second},
-		retryCap: time.Second, final: map[string]attempt{}}
+	return bases, &http.Client{Transport: tr, Timeout: timeout}
+}
+
+func newDriver(t *testing.T, act string, gws ...*gateway) *driver {
+	bases, hc := gatewayClient(t, 1024, 10*time.Second, gws)
+	d := &driver{t: t, act: act, bases: bases, hc: hc, retryCap: time.Second, final: map[string]attempt{}}
 	d.gate.cond = sync.NewCond(&d.gate.mu)
 	return d
 }
@@ -398,6 +404,11 @@ func summary(as []attempt) string {
 		}
 		n[k]++
 	}
+	return joinCounts(n)
+}
+
+// joinCounts lists counts in key order, e.g. "a: 1, b: 2".
+func joinCounts(n map[string]int) string {
 	keys := make([]string, 0, len(n))
 	for k := range n {
 		keys = append(keys, k)

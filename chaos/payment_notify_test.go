@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"reflect"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,7 +35,6 @@ const (
 // delivery is one POST of a notification to a gateway's /orders/webhooks/stripe, as the sender saw it.
 type delivery struct {
 	event   string // the event id ("" for a body that is not an event)
-	kind    string // what was sent: the scenario's name for it
 	gateway int
 	status  int // 0: no answer
 	err     string
@@ -63,14 +61,8 @@ type notifier struct {
 }
 
 func newNotifier(t *testing.T, gws ...*gateway) *notifier {
-	bases := make([]string, len(gws))
-	for i, g := range gws {
-		bases[i] = g.base
-	}
-	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &notifier{t: t, bases: bases, hc: &http.Client{Transport: tr, Timeout: 20 * time.Second},
-		bodies: map[string][]byte{}}
+	bases, hc := gatewayClient(t, 256, 20*time.Second, gws)
+	return &notifier{t: t, bases: bases, hc: hc, bodies: map[string][]byte{}}
 }
 
 // post sends body with header h to gateway gw once.
@@ -108,7 +100,7 @@ func (n *notifier) post(ctx context.Context, gw int, body []byte, h http.Header)
 
 // send delivers body (signed by sign at the moment of each try; nil: unsigned) to gateway gw
 // until an answer that is not a 5xx, as Stripe does (again after 200 ms), and records it.
-func (n *notifier) send(ctx context.Context, ev ledgerEvent, kind string, gw int, sign func([]byte) http.Header) delivery {
+func (n *notifier) send(ctx context.Context, ev ledgerEvent, gw int, sign func([]byte) http.Header) delivery {
 	var d delivery
 	lost := false
 	for tries := 0; ; tries++ {
@@ -118,7 +110,7 @@ func (n *notifier) send(ctx context.Context, ev ledgerEvent, kind string, gw int
 		}
 		d = n.post(ctx, gw, ev.Body, h)
 		lost = lost || (d.status == 0 && !errors.Is(d.cause, syscall.ECONNREFUSED))
-		d.event, d.kind, d.redone, d.lost = ev.ID, kind, tries, lost
+		d.event, d.redone, d.lost = ev.ID, tries, lost
 		if (d.status != 0 && d.status < 500) || ctx.Err() != nil {
 			break
 		}
@@ -141,7 +133,7 @@ func signNow(body []byte) http.Header { return stripeSignature(body, ledgerWebho
 
 // storm delivers each event copies times, all at once from as many goroutines, the copies spread
 // over the gateways and shuffled, and returns the answers.
-func (n *notifier) storm(ctx context.Context, kind string, copies int, evs ...ledgerEvent) []delivery {
+func (n *notifier) storm(ctx context.Context, copies int, evs ...ledgerEvent) []delivery {
 	type job struct {
 		ev ledgerEvent
 		gw int
@@ -159,7 +151,7 @@ func (n *notifier) storm(ctx context.Context, kind string, copies int, evs ...le
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = n.send(ctx, j.ev, kind, j.gw, signNow)
+			out[i] = n.send(ctx, j.ev, j.gw, signNow)
 			n.stormed.Add(1)
 		}()
 	}
@@ -253,7 +245,7 @@ func (n *notifier) sendRefusals(ctx context.Context, rs []refusal, copies int) i
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				d := n.send(ctx, r.ev, r.kind, (i+c)%len(n.bases), r.sign)
+				d := n.send(ctx, r.ev, (i+c)%len(n.bases), r.sign)
 				if d.status != r.status || d.code != r.code {
 					n.t.Errorf("notification %q (%s): %d %q %s, want %d %s", r.kind, r.ev.ID, d.status, d.code, d.err, r.status, r.code)
 				}
@@ -441,19 +433,19 @@ func TestPaymentNotifications(t *testing.T) {
 		}
 	}
 	// succeed lets the PaymentIntent of an order's first attempt succeed and delivers its events.
-	succeed := func(order, what string) ([]delivery, bool) {
+	succeed := func(order string) ([]delivery, bool) {
 		pi := l.intentOf(order + "-1")
 		if err := l.finish(pi, "succeeded"); err != nil {
 			t.Error(err)
 			return nil, false
 		}
-		return nt.storm(ctx, what, copies, l.takeEvents(pi)...), true
+		return nt.storm(ctx, copies, l.takeEvents(pi)...), true
 	}
 	for _, pm := range byGroup[notePaid] {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ds, ok := succeed(pm.order, "succeeded in the window")
+			ds, ok := succeed(pm.order)
 			if !ok {
 				return
 			}
@@ -471,7 +463,7 @@ func TestPaymentNotifications(t *testing.T) {
 				return
 			}
 			first := l.takeEvents(pi1)
-			ds := nt.storm(ctx, how, copies, first...)
+			ds := nt.storm(ctx, copies, first...)
 			expectOrder("group 1 "+pm.user+" "+how, ds, string(orderbackend.StatusPending))
 			for _, dl := range ds {
 				if dl.payment != string(orderbackend.PaymentFailed) {
@@ -492,7 +484,7 @@ func TestPaymentNotifications(t *testing.T) {
 			}
 			l.cancelAbandoned(pi1) // the shop tidies the failed one up: payment_intent.canceled
 			late := append(append([]ledgerEvent{paid}, first...), l.takeEvents(pi1)...)
-			ds = nt.storm(ctx, "the first attempt's, after the second paid", copies, late...)
+			ds = nt.storm(ctx, copies, late...)
 			expectOrder("group 1 "+pm.user+" after paid", ds, string(orderbackend.StatusPaid))
 		}()
 	}
@@ -505,7 +497,7 @@ func TestPaymentNotifications(t *testing.T) {
 				t.Error(err)
 				return
 			}
-			ds := nt.storm(ctx, "succeeded, answered at once", copies, ev)
+			ds := nt.storm(ctx, copies, ev)
 			expectOrder("group 3 "+pm.user, ds, string(orderbackend.StatusPaid))
 		}()
 	}
@@ -539,7 +531,7 @@ func TestPaymentNotifications(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ds, ok := succeed(pm.order, "succeeded after the order was swept")
+			ds, ok := succeed(pm.order)
 			if !ok {
 				return
 			}
@@ -563,7 +555,7 @@ func TestPaymentNotifications(t *testing.T) {
 			}
 		}
 	}
-	for _, dl := range nt.storm(ctx, "the sweeper's cancels", copies, rest...) {
+	for _, dl := range nt.storm(ctx, copies, rest...) {
 		if dl.status != http.StatusOK || (dl.code != "stored" && dl.code != "duplicate") {
 			t.Errorf("event %s of a cancel by the sweeper: %d %s %s, want 200 stored or duplicate", dl.event, dl.status, dl.code, dl.err)
 		}
@@ -631,7 +623,7 @@ func TestPaymentNotifications(t *testing.T) {
 		}
 	}
 	before = e.moneyState()
-	for _, dl := range nt.storm(ctx, "replayed after the end", 1, replay...) {
+	for _, dl := range nt.storm(ctx, 1, replay...) {
 		if dl.status != http.StatusOK || dl.code != "duplicate" {
 			t.Errorf("event %s replayed after the end: %d %s %s, want 200 duplicate", dl.event, dl.status, dl.code, dl.err)
 		}
@@ -662,17 +654,8 @@ func TestPaymentNotifications(t *testing.T) {
 		}
 	}
 	p.mu.Unlock()
-	keys := make([]string, 0, len(counts))
-	for k := range counts {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var parts []string
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
-	}
 	t.Logf("winners per group (paid by notification, failed then repaid, succeeded after the sweep, answered at once): %d, %d, %d, %d; first pay calls answered %s after they began; late group swept %s after; deliveries %d (%s), %d events, %d bad or foreign sent, gateway 2 killed %s after the storm began, restarted in %s: %d deliveries without an answer delivered again (%d times in all; %d of them had lost an answer, the others found the port closed), %d pay calls without an answer; done after (since the gateways were up): %s",
 		len(byGroup[0]), len(byGroup[1]), len(byGroup[2]), len(byGroup[3]), firstPaid.Round(time.Millisecond), swept.Round(time.Millisecond),
-		len(nt.deliveries()), strings.Join(parts, ", "), len(perEvent), refused, killedAt.Sub(stormBegan).Round(time.Millisecond), restartTook.Round(time.Millisecond),
+		len(nt.deliveries()), joinCounts(counts), len(perEvent), refused, killedAt.Sub(stormBegan).Round(time.Millisecond), restartTook.Round(time.Millisecond),
 		again, redeliveries, lost, repaid, strings.Join(phases, ", "))
 }

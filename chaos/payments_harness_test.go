@@ -149,13 +149,8 @@ type payers struct {
 }
 
 func newPayers(t *testing.T, act string, gws ...*gateway) *payers {
-	bases := make([]string, len(gws))
-	for i, g := range gws {
-		bases[i] = g.base
-	}
-	tr := &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
-	t.Cleanup(tr.CloseIdleConnections)
-	return &payers{t: t, act: act, bases: bases, hc: &http.Client{Transport: tr, Timeout: 20 * time.Second}}
+	bases, hc := gatewayClient(t, 256, 20*time.Second, gws)
+	return &payers{t: t, act: act, bases: bases, hc: hc}
 }
 
 // winners are the buyers the driver saw win, with their tokens.

@@ -16,8 +16,8 @@ const ledgerWebhookSecret = "whsec_chaosledger"
 // ledgerEvent is one Stripe event as the ledger sends it to a webhook endpoint: an Event whose
 // data.object is the PaymentIntent as it was when the event was made.
 type ledgerEvent struct {
-	ID, Type, Intent string
-	Body             []byte
+	ID   string
+	Body []byte
 }
 
 // eventBody is Stripe's Event JSON of type typ about obj. The api_version is not stripe-go's on
@@ -31,18 +31,16 @@ func eventBody(id, typ string, obj map[string]any, now time.Time) []byte {
 	return b
 }
 
-// newEventID is a fresh event id; the caller holds l.mu.
-func (l *ledger) newEventID() string {
+// newEvent is a fresh event of type typ about obj, made at now; the caller holds l.mu.
+func (l *ledger) newEvent(typ string, obj map[string]any, now time.Time) ledgerEvent {
 	l.emitted++
-	return fmt.Sprintf("evt_chaos%06d", l.emitted)
+	id := fmt.Sprintf("evt_chaos%06d", l.emitted)
+	return ledgerEvent{ID: id, Body: eventBody(id, typ, obj, now)}
 }
 
 // emit records the event of a change of pi at now for delivery; the caller holds l.mu.
-func (l *ledger) emit(pi *ledgerIntent, typ string, now time.Time) ledgerEvent {
-	ev := ledgerEvent{ID: l.newEventID(), Type: typ, Intent: pi.ID}
-	ev.Body = eventBody(ev.ID, typ, l.intentObject(pi, now), now)
-	l.events[pi.ID] = append(l.events[pi.ID], ev)
-	return ev
+func (l *ledger) emit(pi *ledgerIntent, typ string, now time.Time) {
+	l.events[pi.ID] = append(l.events[pi.ID], l.newEvent(typ, l.intentObject(pi, now), now))
 }
 
 // finish ends a PaymentIntent that is processing, as Stripe does when the bank answers:
@@ -122,9 +120,7 @@ func (l *ledger) event(id, typ string) (ledgerEvent, error) {
 		return ledgerEvent{}, fmt.Errorf("ledger: event %s of %s: no such PaymentIntent", typ, id)
 	}
 	now := time.Now()
-	ev := ledgerEvent{ID: l.newEventID(), Type: typ, Intent: id}
-	ev.Body = eventBody(ev.ID, typ, l.intentObject(pi, now), now)
-	return ev, nil
+	return l.newEvent(typ, l.intentObject(pi, now), now), nil
 }
 
 // forged is an event the ledger never made: its PaymentIntent object is obj (a made-up or
@@ -132,10 +128,7 @@ func (l *ledger) event(id, typ string) (ledgerEvent, error) {
 func (l *ledger) forged(typ string, obj map[string]any) ledgerEvent {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	now := time.Now()
-	ev := ledgerEvent{ID: l.newEventID(), Type: typ}
-	ev.Body = eventBody(ev.ID, typ, obj, now)
-	return ev
+	return l.newEvent(typ, obj, time.Now())
 }
 
 // intentOf is the id of the PaymentIntent charged under a payment key ("" if none).

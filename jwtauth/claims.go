@@ -61,7 +61,8 @@ type tokenClaims struct {
 	user          string
 	hasUser       bool
 
-	payload string // the token's claims segment, set by parse once the token verified
+	expAt   time.Time // exp as a time (zero when unusable), set by claimsValid: converted once
+	payload string    // the token's claims segment, set by parse once the token verified
 }
 
 type numericClaim struct {

@@ -212,9 +212,10 @@ func (v *Verifier) validate(tc *tokenClaims) error {
 // claimsValid reports whether the claims pass every check of v.validator at now: exp present and
 // after now, nbf and iat (when present) not after now, leeway given; iss and aud as configured.
 // It may say false where the library accepts (then the library decides), never true where it
-// refuses.
+// refuses. It records exp's time in tc.expAt, for Verify's Claims.
 func (v *Verifier) claimsValid(tc *tokenClaims, now time.Time) bool {
 	exp, ok := tc.exp.at()
+	tc.expAt = exp
 	if !ok || !now.Before(exp.Add(v.leeway)) {
 		return false
 	}

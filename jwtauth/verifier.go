@@ -211,12 +211,11 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	case len(user) > MaxUserLen:
 		return Claims{}, unauthorized("user claim %q is longer than %d bytes", v.userClaim, MaxUserLen)
 	}
-	exp, ok := tc.exp.at()
-	if !ok {
+	if tc.expAt.IsZero() {
 		// Unreachable after parse's own checks; kept so that a zero ExpiresAt never escapes.
 		return Claims{}, unauthorized("no usable exp claim")
 	}
-	return Claims{User: user, ExpiresAt: exp, payload: tc.payload}, nil
+	return Claims{User: user, ExpiresAt: tc.expAt, payload: tc.payload}, nil
 }
 
 // keys returns the public keys that may verify a token of the public-key algorithm alg whose

@@ -98,24 +98,24 @@ func (a *API) notify(w http.ResponseWriter, r *http.Request, provider string) {
 	n, ok := a.opts.Payments.(Notifier)
 	if !ok || n.NotifyProvider() != provider {
 		// Not counted under the path's name: any caller could make up labels.
-		a.opts.Metrics.Notifications.refused(NotifyUnknownProvider, notifyRefusedUnknown)
+		a.opts.Metrics.Notifications.refused(notifyUnknownProvider, notifyRefusedUnknown)
 		a.fail(w, errNotifyUnknownProvider)
 		return
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		a.opts.Metrics.Notifications.refused(provider, "method")
+		a.opts.Metrics.Notifications.refused(provider, notifyMethod)
 		a.fail(w, &apiError{status: http.StatusMethodNotAllowed, code: "method_not_allowed", msg: "use POST"})
 		return
 	}
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxNotifyBody+1))
 	if err != nil {
-		a.opts.Metrics.Notifications.refused(provider, "bad_notification")
+		a.opts.Metrics.Notifications.refused(provider, notifyBadNotification)
 		a.fail(w, &apiError{status: http.StatusBadRequest, code: "bad_request", msg: "the body could not be read"})
 		return
 	}
 	if len(body) > maxNotifyBody {
-		a.opts.Metrics.Notifications.refused(provider, "too_large")
+		a.opts.Metrics.Notifications.refused(provider, notifyTooLarge)
 		a.fail(w, errNotifyTooLarge)
 		return
 	}
@@ -123,17 +123,17 @@ func (a *API) notify(w http.ResponseWriter, r *http.Request, provider string) {
 	note, err := n.ParseNotification(r.Header, body, now)
 	switch {
 	case errors.Is(err, ErrIgnoredNotification):
-		a.opts.Metrics.Notifications.received(provider, "ignored")
+		a.opts.Metrics.Notifications.received(provider, notifyIgnored)
 		a.opts.Logger.Debug("payment notification ignored", zap.String("provider", provider), zap.Error(err))
 		a.reply(w, http.StatusOK, map[string]string{"code": "ignored", "message": err.Error()})
 		return
 	case errors.Is(err, ErrBadSignature):
-		a.opts.Metrics.Notifications.refused(provider, "bad_signature")
+		a.opts.Metrics.Notifications.refused(provider, notifyBadSignature)
 		a.opts.Logger.Warn("payment notification refused: bad signature", zap.String("provider", provider), zap.Error(err))
 		a.fail(w, errNotifyBadSignature)
 		return
 	case err != nil:
-		a.opts.Metrics.Notifications.refused(provider, "bad_notification")
+		a.opts.Metrics.Notifications.refused(provider, notifyBadNotification)
 		a.opts.Logger.Warn("payment notification refused", zap.String("provider", provider), zap.Error(err))
 		a.fail(w, errNotifyBad)
 		return
@@ -142,25 +142,25 @@ func (a *API) notify(w http.ResponseWriter, r *http.Request, provider string) {
 	res, err := a.repo.NotifyPayment(r.Context(), note, now)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		a.opts.Metrics.Notifications.refused(provider, "unknown_payment")
+		a.opts.Metrics.Notifications.refused(provider, notifyUnknownPayment)
 		a.opts.Logger.Warn("payment notification refused: unknown attempt", zap.String("provider", provider),
 			zap.String("event", note.EventID), zap.String("payment", note.Key))
 		a.fail(w, errNotifyUnknownPayment)
 		return
 	case errors.Is(err, ErrBadNotification):
-		a.opts.Metrics.Notifications.refused(provider, "bad_notification")
+		a.opts.Metrics.Notifications.refused(provider, notifyBadNotification)
 		a.opts.Logger.Warn("payment notification refused", zap.String("provider", provider),
 			zap.String("event", note.EventID), zap.Error(err))
 		a.fail(w, errNotifyBad)
 		return
 	case err != nil:
-		a.opts.Metrics.Notifications.refused(provider, "unstored")
+		a.opts.Metrics.Notifications.refused(provider, notifyUnstored)
 		a.fail(w, a.dbError("store payment notification", err)) // 5xx: the provider delivers again
 		return
 	}
-	code := "stored"
+	code := notifyStored
 	if res.Duplicate {
-		code = "duplicate"
+		code = notifyDuplicate
 	}
 	a.opts.Metrics.Notifications.received(provider, code)
 	p, o := res.Payment, res.Order
@@ -175,24 +175,37 @@ func (a *API) notify(w http.ResponseWriter, r *http.Request, provider string) {
 		"order_status": string(o.Status)})
 }
 
-// NotifyUnknownProvider is the provider label of notifications posted to a path that names no
+// notifyUnknownProvider is the provider label of notifications posted to a path that names no
 // provider of this backend: the path's name is the caller's, so it is never a label.
-const NotifyUnknownProvider = "unknown"
+const notifyUnknownProvider = "unknown"
 
-// notifyResults and notifyRefusals are every label value of NotificationCounts: the results of
-// the notifications received (answered 200) and the reasons of those refused (4xx or 5xx). With
-// the provider (one per backend, or NotifyUnknownProvider) they bound the exported series.
-var (
-	notifyResults  = [...]string{"stored", "duplicate", "ignored"}
-	notifyRefusals = [...]string{"bad_signature", "bad_notification", "unknown_payment", "too_large", "method", "unstored"}
+// The label values of NotificationCounts: the results of the notifications received (answered
+// 200) and the reasons of those refused (4xx or 5xx).
+const (
+	notifyStored    = "stored"
+	notifyDuplicate = "duplicate"
+	notifyIgnored   = "ignored"
+
+	notifyBadSignature    = "bad_signature"
+	notifyBadNotification = "bad_notification"
+	notifyUnknownPayment  = "unknown_payment"
+	notifyTooLarge        = "too_large"
+	notifyMethod          = "method"
+	notifyUnstored        = "unstored"
+	// notifyRefusedUnknown is the one reason counted under notifyUnknownProvider.
+	notifyRefusedUnknown = "unknown_provider"
 )
 
-// notifyRefusedUnknown is the one reason counted under NotifyUnknownProvider.
-const notifyRefusedUnknown = "unknown_provider"
+// notifyResults and notifyRefusals are every label value a provider's counters take. With the
+// provider (one per backend, or notifyUnknownProvider) they bound the exported series.
+var (
+	notifyResults  = [...]string{notifyStored, notifyDuplicate, notifyIgnored}
+	notifyRefusals = [...]string{notifyBadSignature, notifyBadNotification, notifyUnknownPayment, notifyTooLarge, notifyMethod, notifyUnstored}
+)
 
 // NotificationCounts counts the notification endpoint's answers by provider: received (by
 // result: stored, duplicate, ignored) and refused (by reason: bad_signature, bad_notification,
-// unknown_payment, too_large, method, unstored; unknown_provider under NotifyUnknownProvider).
+// unknown_payment, too_large, method, unstored; unknown_provider under provider "unknown").
 // The zero value is ready.
 type NotificationCounts struct {
 	mu    sync.Mutex
@@ -225,7 +238,7 @@ func (c *NotificationCounts) expect(provider string) {
 			}
 		}
 	}
-	zero(&c.refus, NotifyUnknownProvider, notifyRefusedUnknown)
+	zero(&c.refus, notifyUnknownProvider, notifyRefusedUnknown)
 	if provider != "" {
 		zero(&c.recv, provider, notifyResults[:]...)
 		zero(&c.refus, provider, notifyRefusals[:]...)
@@ -270,7 +283,7 @@ func (b *Backend) Notifications() (received, refused []NotificationCount) {
 
 // The notification counters as Prometheus names them, beside the backend's other
 // caddy_seckill_orders_* counters. Their labels are bounded: the provider is the backend's own
-// or NotifyUnknownProvider, the result and the reason are fixed words.
+// or notifyUnknownProvider, the result and the reason are fixed words.
 const (
 	notificationsHelp        = "Payment notifications the order API answered 200, by provider and result: stored (an outcome recorded), duplicate (a replay, nothing changed), ignored (an event type or payment not the backend's)."
 	notificationsRefusedHelp = "Payment notifications the order API refused, changing nothing, by provider and reason: bad_signature (a wrong or rotated secret, a clock skew, a forgery), bad_notification, unknown_payment, too_large, method, unstored (a database error, answered 5xx: the provider delivers again); unknown_provider under provider \"unknown\"."

@@ -13,6 +13,8 @@
 # Store redis runs on a private redis-server started here (no persistence, a temporary folder),
 # on REDIS_PORT. "gw CPU/req" is the gateway process's CPU time (user + system, /proc) over the
 # wrk run divided by the requests answered (redis-server's own CPU is not in it: "redis CPU/req").
+# Rows and summaries are bench-wrk.sh's (scripts/lib-bench.sh): the p99 ratio, and after the
+# statuses the machine's idle share and context switches per request.
 # USERS must be polled at most a few times a second each, under the user rate limit of the
 # generated config (10/s burst 5): 6,000 users at up to 30,000 polls/s.
 set -euo pipefail
@@ -38,51 +40,29 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/lib-bench.sh
 . "$here/scripts/lib-bench.sh"
 me=bench-wrk-queue
-work=$(mktemp -d /tmp/seckill-wrkq-XXXXXX)
-pid=""
-rpid=""
-cleanup() {
-	local rc=$?
-	stop pid
-	stop rpid
-	if [ "$rc" -eq 0 ]; then
-		rm -rf "$work"
-	else
-		echo "bench-wrk-queue: failed (exit $rc); logs kept in $work" >&2
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-pdeath=()
-if command -v setpriv >/dev/null; then pdeath=(setpriv --pdeathsig KILL); fi
+bench_setup seckill-wrkq
 
-if [ -n "${BIN:-}" ]; then
-	cp "$BIN/caddy" "$BIN/seckill-bench" "$work/"
-else
-	(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
-fi
-pick_checker
-secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
-base="http://127.0.0.1:$PORT"
-hz=$(getconf CLK_TCK)
-
-# measure runs wrk's polls (or joins, $3) on prefix $2 into $dir/$1.txt, the gateway's and
-# redis-server's CPU µs per answered request into $1.cpu.
+# measure runs wrk's polls (or joins, $3) on prefix $2 into $dir/$1.txt, and writes the files row
+# reads: the gateway's CPU µs per answered request ($1.cpu), redis-server's ($1.rcpu, "-" without
+# it), the machine's idle share and context switches per request ($1.mach).
 measure() {
-	local name=$1 prefix=$2 method=${3:-GET} t0 t1 r0=0 r1=0 n
+	local name=$1 prefix=$2 method=${3:-GET} t0 t1 r0=0 r1=0 m0 m1 n
 	t0=$(cpu_ticks "$pid")
 	[ -n "$rpid" ] && r0=$(cpu_ticks "$rpid")
+	m0=$(machine)
 	"${pdeath[@]}" wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$here/scripts/wrk-queue.lua" "$base" -- \
 		"$dir/users.tsv" "$prefix" "$THREADS" "$method" > "$dir/$name.txt"
 	t1=$(cpu_ticks "$pid")
 	[ -n "$rpid" ] && r1=$(cpu_ticks "$rpid")
+	m1=$(machine)
 	n=$(awk '/requests in/ {print $1}' "$dir/$name.txt")
-	awk -v t=$(( t1 - t0 )) -v r=$(( r1 - r0 )) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f %.1f\n", t * 1e6 / hz / n, r * 1e6 / hz / n }' > "$dir/$name.cpu"
+	awk -v t=$(( t1 - t0 )) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }' > "$dir/$name.cpu"
+	awk -v r=$(( r1 - r0 )) -v hz="$hz" -v n="$n" -v on="$rpid" 'BEGIN { if (on == "") print "-"; else printf "%.1f\n", r * 1e6 / hz / n }' > "$dir/$name.rcpu"
+	machine_share "$m0" "$m1" "$n" > "$dir/$name.mach"
 }
 
 echo "# wrk -t$THREADS -c$CONNS -d$DURATION, $REPEATS rounds, $USERS users in the lines of $ACTIVITIES activities (admit 1/h); load: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "store | round | poll req/s | respond req/s | ratio | poll p99 | respond p99 | gw CPU/req poll | respond | redis CPU/req | poll statuses"
+echo "store | round | poll req/s | respond req/s | ratio | poll p99 | respond p99 | p99 ratio | gw CPU/req poll | respond | redis CPU/req | poll statuses"
 for store in $STORES; do
 	dir="$work/$store"
 	mkdir -p "$dir"
@@ -123,18 +103,10 @@ for store in $STORES; do
 	for r in $(seq "$REPEATS"); do
 		measure "poll-$r" ""
 		measure "respond-$r" /baseline
-		read -r s_cpu s_rcpu < "$dir/poll-$r.cpu"
-		read -r r_cpu _ < "$dir/respond-$r.cpu"
-		awk -v st="$store" -v r="$r" \
-			-v s="$(awk '/^Requests\/sec/ {print $2}' "$dir/poll-$r.txt")" -v b="$(awk '/^Requests\/sec/ {print $2}' "$dir/respond-$r.txt")" \
-			-v sp="$(awk '/^p50_us/ {print $4}' "$dir/poll-$r.txt")" -v bp="$(awk '/^p50_us/ {print $4}' "$dir/respond-$r.txt")" \
-			-v sc="$s_cpu" -v rc="$r_cpu" -v rd="$s_rcpu" -v st2="$(sed -n 's/^statuses //p' "$dir/poll-$r.txt")" 'BEGIN {
-			printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.1f µs | %.1f µs | %s | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sc, rc, (rd > 0 ? sprintf("%.1f µs", rd) : "-"), st2 }'
-		echo "$(awk '/^Requests\/sec/ {print $2}' "$dir/poll-$r.txt") $(awk '/^Requests\/sec/ {print $2}' "$dir/respond-$r.txt") $s_cpu $r_cpu" >> "$dir/rounds"
+		row "poll-$r" "respond-$r" "$r" "$store" ""
 	done
 	stop pid
 	stop rpid
-	echo "# $store: ratio median $(awk '{ print $1 / $2 }' "$dir/rounds" | median) over $REPEATS rounds;" \
-		"poll CPU ÷ respond CPU median $(awk '{ print $3 / $4 }' "$dir/rounds" | median)"
+	echo "# $store: $(medians "$dir" poll)"
 done
 echo "# load at the end: $(cut -d' ' -f1-3 /proc/loadavg)"

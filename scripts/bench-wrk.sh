@@ -70,56 +70,13 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/lib-bench.sh
 . "$here/scripts/lib-bench.sh"
 me=bench-wrk
-work=$(mktemp -d /tmp/seckill-wrk-XXXXXX)
-pid=""
-rpid=""
-# run runs a command in the background and waits for it, so that a signal to this script is acted
-# on at once (bash runs a trap only once the foreground command has ended) and the command stopped.
-child=""
-run() {
-	"$@" &
-	child=$!
-	local rc=0
-	wait "$child" || rc=$?
-	child=""
-	return "$rc"
-}
-# On every exit the gateway and redis-server go; after a failure the work directory (its logs) stays.
-cleanup() {
-	local rc=$?
-	if [ -n "$child" ]; then kill "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
-	stop pid
-	stop rpid
-	if [ -n "${KEEP:-}" ]; then echo "bench-wrk: kept $work" >&2; return; fi
-	if [ "$rc" -eq 0 ] || ! compgen -G "$work/*/caddy.log" >/dev/null; then
-		rm -rf "$work"
-	else
-		echo "bench-wrk: failed (exit $rc); the gateway logs (caddy.log) are kept in $work" >&2
-	fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-# A parent-death signal takes the gateway along even when this script is killed with SIGKILL.
-pdeath=()
-if command -v setpriv >/dev/null; then pdeath=(setpriv --pdeathsig KILL); fi
-
-if [ -n "${BIN:-}" ]; then
-	cp "$BIN/caddy" "$BIN/seckill-bench" "$work/"
-else
-	(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
-fi
-pick_checker
-secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
+bench_setup seckill-wrk
 stock=$(( SLICE * REPEATS / ACTIVITIES + 1 ))
-base="http://127.0.0.1:$PORT"
 echo "# wrk -t$THREADS -c$CONNS -d$DURATION, $REPEATS rounds, $SLICE fresh users per round, $ACTIVITIES activities x $stock items; load: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ "$SOLDOUT" != 0 ]; then
 	echo "# then per store $REPEATS sold-out rounds of $SOLDOUT_SLICE fresh users' presses, $ACTIVITIES activities x 1 item, sold out first"
 fi
 echo "store | round | seckill req/s | respond req/s | ratio | seckill p99 | respond p99 | p99 ratio | gw CPU/req seckill | respond | redis CPU/win | seckill statuses"
-hz=$(getconf CLK_TCK)
 secs=${DURATION%s}
 # metric prints the value of the gateway's metric series $1 (a line's first word, e.g.
 # caddy_seckill_rejected_total{layer="sold_out_flag"}) from the admin endpoint, 0 when it has none.
@@ -134,9 +91,6 @@ commits() {
 		/^caddy_seckill_local_checkpoints_total / { k = $2 } /^caddy_seckill_local_checkpoint_seconds_total / { ks = $2 }
 		END { if (c == "") print "- - - -"; else print c, n, k + 0, ks + 0 }'
 }
-# machine prints the whole machine's idle and iowait ticks, all its ticks, and its context switches
-# so far (/proc/stat): whether a run left the cores idle, and how often the kernel switched tasks.
-machine() { awk '/^cpu / { i = $5 + $6; t = 0; for (k = 2; k <= NF; k++) t += $k } /^ctxt / { c = $2 } END { print i, t, c }' /proc/stat; }
 # measure runs wrk with the requests of file $3 on path prefix $2 into $1 (name.txt), and writes the
 # gateway's CPU µs per answered request to name.cpu, the machine's idle share and context switches
 # per request to name.mach, and with store redis redis-server's CPU µs per win (a 2xx answer) to
@@ -160,30 +114,8 @@ measure() {
 	wins=$(sed -n 's/^statuses //p' "$dir/$name.txt" | tr ' ;' '\n\n' | awk -F: '$1 ~ /^2/ { n += $2 } END { print n + 0 }')
 	awk -v r=$(( r1 - r0 )) -v hz="$hz" -v w="${wins:-0}" -v on="$rpid" 'BEGIN { if (on == "" || w == 0) print "-"; else printf "%.1f\n", r * 1e6 / hz / w }' > "$dir/$name.rcpu"
 	awk -v t=$(( t1 - t0 )) -v hz="$hz" -v n="$n" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }' > "$dir/$name.cpu"
-	echo "$m0 $m1" | awk -v n="$n" '{ printf "idle %.0f %%, %.2f context switches/req", 100 * ($4 - $1) / ($5 - $2), ($6 - $3) / n }' > "$dir/$name.mach"
+	machine_share "$m0" "$m1" "$n" > "$dir/$name.mach"
 	if [ -n "$PERF" ]; then cp "$dir/$name.txt" "$PERF/$store-$name.txt"; cp "$dir/$name.cpu" "$PERF/$store-$name.cpu"; fi
-}
-# row prints round $3 of the seckill run $1 against the respond run $2 (the files measure wrote),
-# labelled $4, with the notes $5 after its statuses, and appends its figures to $dir/rounds.
-row() {
-	local s=$1 b=$2 r=$3 label=$4 notes=$5 s_rps r_rps s_p99 r_p99 rcpu statuses
-	s_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/$s.txt")
-	r_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/$b.txt")
-	s_p99=$(awk '/^p50_us/ {print $4}' "$dir/$s.txt")
-	r_p99=$(awk '/^p50_us/ {print $4}' "$dir/$b.txt")
-	rcpu=$(cat "$dir/$s.rcpu")
-	statuses="$(sed -n 's/^statuses //p' "$dir/$s.txt")$notes; machine: $(cat "$dir/$s.mach") (respond: $(cat "$dir/$b.mach"))"
-	awk -v st="$label" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" \
-		-v sc="$(cat "$dir/$s.cpu")" -v rc="$(cat "$dir/$b.cpu")" -v rd="$rcpu" 'BEGIN {
-		printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, (rd == "-" ? "-" : rd " µs"), c }'
-	echo "$s_rps $r_rps $(cat "$dir/$s.cpu") $(cat "$dir/$b.cpu") $s_p99 $r_p99 $rcpu" >> "$dir/rounds"
-}
-# medians prints the medians over the rounds of folder $1: the ratio, the p99 ratio and the
-# gateway's CPU per request over respond's of the same round (the machine's speed cancels out of it).
-medians() {
-	echo "ratio median $(awk '{ print $1 / $2 }' "$1/rounds" | median) over $REPEATS rounds;" \
-		"p99 ratio median $(awk '{ print $5 / $6 }' "$1/rounds" | median);" \
-		"$2 CPU ÷ respond CPU median $(awk '{ print $3 / $4 }' "$1/rounds" | median)"
 }
 # config writes $dir/Caddyfile: the store's gateway with $1 items per activity.
 config() {

@@ -1,9 +1,62 @@
 # Shell functions shared by scripts/bench-wrk.sh and scripts/bench-wrk-queue.sh, which source it.
-# They use the caller's variables: me (the script's name, for messages), work (its temporary
-# folder, with the caddy and seckill-bench binaries), dir (the current store's folder), checker (a
-# seckill-bench with the check-port command), base (the gateway's URL), PORT, ADMIN_PORT,
-# ACTIVITIES, GATEWAY_ENV (optional) and pdeath (the parent-death prefix, possibly empty).
+# They use the caller's variables: me (the script's name, for messages), here (the checkout), GO,
+# BIN and KEEP (optional), dir (the current store's folder), PORT, ADMIN_PORT, ACTIVITIES,
+# REPEATS, GATEWAY_ENV (optional), and those bench_setup sets: work (the temporary folder, with
+# the caddy and seckill-bench binaries), checker (a seckill-bench with the check-port command),
+# base (the gateway's URL), secret, hz, pdeath (the parent-death prefix, possibly empty), pid and
+# rpid (the gateway's and redis-server's), child (the command run runs).
 # shellcheck shell=bash
+
+# bench_setup makes work (/tmp/$1-XXXXXX) and puts the binaries in it (from BIN, or built from
+# the checkout), sets the variables above, and traps every exit to stop the gateway, redis-server
+# and run's command: the work folder goes, but after a failure its logs stay, and with KEEP all of it.
+# shellcheck disable=SC2034 # the variables it sets are the calling script's
+bench_setup() {
+	work=$(mktemp -d "/tmp/$1-XXXXXX")
+	pid=""
+	rpid=""
+	child=""
+	trap bench_cleanup EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	trap 'exit 129' HUP
+	# A parent-death signal takes the gateway along even when the script is killed with SIGKILL.
+	pdeath=()
+	if command -v setpriv >/dev/null; then pdeath=(setpriv --pdeathsig KILL); fi
+	if [ -n "${BIN:-}" ]; then
+		cp "$BIN/caddy" "$BIN/seckill-bench" "$work/"
+	else
+		(cd "$here" && $GO build -o "$work/caddy" ./cmd/caddy && $GO build -o "$work/seckill-bench" ./cmd/seckill-bench)
+	fi
+	pick_checker
+	secret=$(head -c 48 /dev/urandom | od -An -tx1 | tr -d ' \n' | head -c 48)
+	base="http://127.0.0.1:$PORT"
+	hz=$(getconf CLK_TCK)
+}
+
+bench_cleanup() {
+	local rc=$?
+	if [ -n "$child" ]; then kill "$child" 2>/dev/null || true; wait "$child" 2>/dev/null || true; fi
+	stop pid
+	stop rpid
+	if [ -n "${KEEP:-}" ]; then echo "$me: kept $work" >&2; return; fi
+	if [ "$rc" -eq 0 ] || ! compgen -G "$work/*/*.log" >/dev/null; then
+		rm -rf "$work"
+	else
+		echo "$me: failed (exit $rc); the logs (caddy.log, redis.log) are kept in $work" >&2
+	fi
+}
+
+# run runs a command in the background and waits for it, so that a signal to the script is acted
+# on at once (bash runs a trap only once the foreground command has ended) and the command stopped.
+run() {
+	"$@" &
+	child=$!
+	local rc=0
+	wait "$child" || rc=$?
+	child=""
+	return "$rc"
+}
 
 # stop stops the process whose id is in the variable named $1, if any: SIGTERM, then SIGKILL
 # after 10 s.
@@ -102,4 +155,41 @@ start_gateway() {
 		tail -n 20 "$dir/caddy.log" >&2
 		exit 3
 	fi
+}
+
+# machine prints the whole machine's idle and iowait ticks, all its ticks, and its context switches
+# so far (/proc/stat): whether a run left the cores idle, and how often the kernel switched tasks.
+machine() { awk '/^cpu / { i = $5 + $6; t = 0; for (k = 2; k <= NF; k++) t += $k } /^ctxt / { c = $2 } END { print i, t, c }' /proc/stat; }
+
+# machine_share prints, from machine's lines $1 before and $2 after a run of $3 requests, the
+# machine's idle share and its context switches per request.
+machine_share() {
+	echo "$1 $2" | awk -v n="$3" '{ printf "idle %.0f %%, %.2f context switches/req", 100 * ($4 - $1) / ($5 - $2), ($6 - $3) / n }'
+}
+
+# row prints round $3 of the measured run $1 against the respond run $2, labelled $4, with the
+# notes $5 after its statuses, and appends its figures to $dir/rounds. It reads the files of each
+# run in $dir: name.txt (wrk's output), name.cpu (the gateway's CPU µs per request), name.rcpu
+# (redis-server's CPU µs per win or request, "-" without it) and name.mach (machine_share).
+row() {
+	local s=$1 b=$2 r=$3 label=$4 notes=$5 s_rps r_rps s_p99 r_p99 rcpu statuses
+	s_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/$s.txt")
+	r_rps=$(awk '/^Requests\/sec/ {print $2}' "$dir/$b.txt")
+	s_p99=$(awk '/^p50_us/ {print $4}' "$dir/$s.txt")
+	r_p99=$(awk '/^p50_us/ {print $4}' "$dir/$b.txt")
+	rcpu=$(cat "$dir/$s.rcpu")
+	statuses="$(sed -n 's/^statuses //p' "$dir/$s.txt")$notes; machine: $(cat "$dir/$s.mach") (respond: $(cat "$dir/$b.mach"))"
+	awk -v st="$label" -v r="$r" -v s="$s_rps" -v b="$r_rps" -v sp="$s_p99" -v bp="$r_p99" -v c="$statuses" \
+		-v sc="$(cat "$dir/$s.cpu")" -v rc="$(cat "$dir/$b.cpu")" -v rd="$rcpu" 'BEGIN {
+		printf "%s | %d | %.0f | %.0f | %.2f | %.2f ms | %.2f ms | %.2f | %.1f µs | %.1f µs | %s | %s\n", st, r, s, b, s / b, sp / 1000, bp / 1000, sp / bp, sc, rc, (rd == "-" ? "-" : rd " µs"), c }'
+	echo "$s_rps $r_rps $(cat "$dir/$s.cpu") $(cat "$dir/$b.cpu") $s_p99 $r_p99 $rcpu" >> "$dir/rounds"
+}
+
+# medians prints the medians over the rounds of folder $1 (row's): the ratio, the p99 ratio and
+# the gateway's CPU per request ($2's, e.g. buy) over respond's of the same round (the machine's
+# speed cancels out of it).
+medians() {
+	echo "ratio median $(awk '{ print $1 / $2 }' "$1/rounds" | median) over $REPEATS rounds;" \
+		"p99 ratio median $(awk '{ print $5 / $6 }' "$1/rounds" | median);" \
+		"$2 CPU ÷ respond CPU median $(awk '{ print $3 / $4 }' "$1/rounds" | median)"
 }

@@ -41,24 +41,36 @@ func freeAddr(t *testing.T) string {
 	return fmt.Sprint("127.0.0.1:", port)
 }
 
+// startRun runs the command's run subcommand on the sale in srv with a fresh SQLite database,
+// an order API and an operators' listener, and extra flags. stop ends it and fails the test
+// unless it exited cleanly; runErr is its standard error.
+func startRun(t *testing.T, srv *testsrv.Redis, extra ...string) (apiAddr, metricsAddr string, runErr *bytes.Buffer, stop func()) {
+	t.Helper()
+	t.Setenv("TEST_JWT_SECRET", "0123456789abcdef0123456789abcdef")
+	apiAddr, metricsAddr = freeAddr(t), freeAddr(t)
+	runCtx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	exited := make(chan int, 1)
+	runErr = &bytes.Buffer{}
+	args := append([]string{"run", "-listen", apiAddr, "-metrics-listen", metricsAddr,
+		"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test"}, extra...)
+	args = append(args, "-redis", srv.Addr, "-db", "sqlite:"+filepath.Join(t.TempDir(), "orders.db"))
+	go func() { exited <- run(runCtx, args, &bytes.Buffer{}, runErr) }()
+	return apiAddr, metricsAddr, runErr, func() {
+		t.Helper()
+		cancel()
+		if code := <-exited; code != exitOK {
+			t.Fatalf("run exited %d: %s", code, runErr.String())
+		}
+	}
+}
+
 // TestMetricsListen runs the command with -metrics-listen: the operators' listener serves the
 // order counters under the embedded backend's names, the Go runtime's metrics and pprof; the order
 // API's listener serves neither; both close when the process stops.
 func TestMetricsListen(t *testing.T) {
-	ctx := context.Background()
 	srv, _ := saleWithWins(t, 0, "alice")
-
-	t.Setenv("TEST_JWT_SECRET", "0123456789abcdef0123456789abcdef")
-	apiAddr, metricsAddr := freeAddr(t), freeAddr(t)
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	exited := make(chan int, 1)
-	var runErr bytes.Buffer
-	go func() {
-		exited <- run(runCtx, []string{"run", "-listen", apiAddr, "-metrics-listen", metricsAddr,
-			"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test",
-			"-redis", srv.Addr, "-db", "sqlite:" + filepath.Join(t.TempDir(), "orders.db")}, &bytes.Buffer{}, &runErr)
-	}()
+	apiAddr, metricsAddr, runErr, stop := startRun(t, srv)
 
 	// Scrape until the win became an order: the counter the dashboards watch moves, and the
 	// activity's backlog (a wins queue entry not yet acknowledged) is back to 0.
@@ -102,9 +114,6 @@ func TestMetricsListen(t *testing.T) {
 	}
 
 	stop()
-	if code := <-exited; code != exitOK {
-		t.Fatalf("run exited %d: %s", code, runErr.String())
-	}
 	if c, err := net.DialTimeout("tcp", metricsAddr, time.Second); err == nil {
 		_ = c.Close()
 		t.Error("the metrics listener outlived the process's run")
@@ -118,19 +127,9 @@ func TestMetricsListen(t *testing.T) {
 func TestMetricsListenNotifications(t *testing.T) {
 	srv, _ := saleWithWins(t, 0)
 	const secret = "a-shop-webhook-secret-0123456789"
-	t.Setenv("TEST_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	t.Setenv("TEST_WEBHOOK_SECRET", secret)
-	apiAddr, metricsAddr := freeAddr(t), freeAddr(t)
-	runCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	exited := make(chan int, 1)
-	var runErr bytes.Buffer
-	go func() {
-		exited <- run(runCtx, []string{"run", "-listen", apiAddr, "-metrics-listen", metricsAddr,
-			"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test",
-			"-payments", "webhook", "-webhook-url", "https://pay.shop.example/seckill", "-webhook-secret-env", "TEST_WEBHOOK_SECRET",
-			"-redis", srv.Addr, "-db", "sqlite:" + filepath.Join(t.TempDir(), "orders.db")}, &bytes.Buffer{}, &runErr)
-	}()
+	apiAddr, metricsAddr, runErr, stop := startRun(t, srv,
+		"-payments", "webhook", "-webhook-url", "https://pay.shop.example/seckill", "-webhook-secret-env", "TEST_WEBHOOK_SECRET")
 
 	post := func(path, body, signature string) int {
 		req, err := http.NewRequest(http.MethodPost, "http://"+apiAddr+path, strings.NewReader(body))
@@ -183,9 +182,6 @@ func TestMetricsListenNotifications(t *testing.T) {
 		t.Error("/metrics carries the caller's provider name")
 	}
 	stop()
-	if code := <-exited; code != exitOK {
-		t.Fatalf("run exited %d: %s", code, runErr.String())
-	}
 }
 
 // TestMetricsListenBad: an address the metrics listener cannot take fails start-up with a message
