@@ -26,10 +26,6 @@ import (
 // it they move to a map, so a user who wins and releases again and again is still found at once.
 const memUserAnswers = 8
 
-// memUserBlock is how many memUsers a block of the user table holds: blocks never move, so a
-// *memUser stays valid while its activity lives, and the table grows without copying.
-const memUserBlock = 1 << 12
-
 // memUser is one user's state in an activity, without pointers. It exists once the user has won
 // or has a result, and is never removed while the activity lives (results survive releases).
 type memUser struct {
@@ -67,29 +63,22 @@ type memAnswer struct {
 
 // userTable maps user ids to their memUsers.
 type userTable struct {
-	seed   maphash.Seed
-	hash   func(maphash.Seed, string) uint64 // maphash.String; tests make ids collide
-	index  map[uint64]uint32                 // hash of a user id → 1 + position of the first user with that hash
-	blocks [][]memUser                       // position p is blocks[p/memUserBlock][p%memUserBlock]
-	n      uint32                            // users so far
-	names  byteArena
-	exts   [][]memUserExt // memUserExt i is exts[i/memUserBlock][i%memUserBlock]
-	nExt   uint32
+	seed  maphash.Seed
+	hash  func(maphash.Seed, string) uint64 // maphash.String; tests make ids collide
+	index map[uint64]uint32                 // hash of a user id → 1 + position of the first user with that hash
+	users blockList[memUser]
+	names byteArena
+	exts  blockList[memUserExt]
 }
 
 func newUserTable() userTable {
 	return userTable{seed: maphash.MakeSeed(), hash: maphash.String, index: make(map[uint64]uint32)}
 }
 
-// at returns the user at position p.
-func (t *userTable) at(p uint32) *memUser {
-	return &t.blocks[p/memUserBlock][p%memUserBlock]
-}
-
 // find returns user name's state, or nil.
 func (t *userTable) find(name string) *memUser {
 	for p := t.index[t.hash(t.seed, name)]; p != 0; {
-		u := t.at(p - 1)
+		u := t.users.at(int(p - 1))
 		if t.names.string(u.name) == name {
 			return u
 		}
@@ -100,22 +89,17 @@ func (t *userTable) find(name string) *memUser {
 
 // add returns a new, empty user name, which must not be in the table.
 func (t *userTable) add(name string) *memUser {
-	if t.n%memUserBlock == 0 {
-		t.blocks = append(t.blocks, make([]memUser, memUserBlock))
-	}
-	p := t.n
-	t.n++
-	u := t.at(p)
+	p, u := t.users.add()
 	h := t.hash(t.seed, name)
 	*u = memUser{name: t.names.add(name), next: t.index[h]}
-	t.index[h] = p + 1
+	t.index[h] = uint32(p) + 1
 	return u
 }
 
 // each calls f with every user and its id; f must not keep the id.
 func (t *userTable) each(f func(name string, u *memUser)) {
-	for p := range t.n {
-		u := t.at(p)
+	for p := range t.users.len() {
+		u := t.users.at(p)
 		f(t.names.string(u.name), u)
 	}
 }
@@ -125,18 +109,40 @@ func (t *userTable) extOf(u *memUser) *memUserExt {
 	if u.ext == 0 {
 		return nil
 	}
-	i := u.ext - 1
-	return &t.exts[i/memUserBlock][i%memUserBlock]
+	return t.exts.at(int(u.ext - 1))
 }
 
 // addExt gives u an empty memUserExt; u has none.
 func (t *userTable) addExt(u *memUser) *memUserExt {
-	if t.nExt%memUserBlock == 0 {
-		t.exts = append(t.exts, make([]memUserExt, memUserBlock))
+	i, x := t.exts.add()
+	u.ext = uint32(i) + 1
+	return x
+}
+
+// blockLen is how many elements a block of a blockList holds.
+const blockLen = 1 << 12
+
+// blockList is a list that grows by fixed-size blocks: a block never moves, so a pointer to an
+// element stays valid while the list lives, and growing copies nothing. Of pointer-free elements
+// the collector scans only the block headers.
+type blockList[T any] struct {
+	blocks [][]T // element i is blocks[i/blockLen][i%blockLen]
+	n      int
+}
+
+// len returns the number of elements.
+func (l *blockList[T]) len() int { return l.n }
+
+// at returns element i.
+func (l *blockList[T]) at(i int) *T { return &l.blocks[i/blockLen][i%blockLen] }
+
+// add appends a zero element and returns its index and itself.
+func (l *blockList[T]) add() (int, *T) {
+	if l.n%blockLen == 0 {
+		l.blocks = append(l.blocks, make([]T, blockLen))
 	}
-	t.nExt++
-	u.ext = t.nExt
-	return t.extOf(u)
+	l.n++
+	return l.n - 1, l.at(l.n - 1)
 }
 
 // arenaRef is a string in a byteArena: its chunk, offset and length.

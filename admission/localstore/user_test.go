@@ -150,7 +150,7 @@ func TestMemoryEntryIndex(t *testing.T) {
 func TestUserTableCollisions(t *testing.T) {
 	tab := newUserTable()
 	tab.hash = func(_ maphash.Seed, s string) uint64 { return uint64(len(s) % 3) }
-	const n = 3*memUserBlock + 7 // more than one block
+	const n = 3*blockLen + 7 // more than one block
 	for i := range n {
 		name := "u" + strconv.Itoa(i)
 		if tab.find(name) != nil {
