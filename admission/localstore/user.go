@@ -75,22 +75,22 @@ func newUserTable() userTable {
 	return userTable{seed: maphash.MakeSeed(), hash: maphash.String, index: make(map[uint64]uint32)}
 }
 
-// find returns user name's state, or nil.
-func (t *userTable) find(name string) *memUser {
-	for p := t.index[t.hash(t.seed, name)]; p != 0; {
+// find returns user name's state, or nil, and the hash of name, for add.
+func (t *userTable) find(name string) (*memUser, uint64) {
+	h := t.hash(t.seed, name)
+	for p := t.index[h]; p != 0; {
 		u := t.users.at(int(p - 1))
 		if t.names.string(u.name) == name {
-			return u
+			return u, h
 		}
 		p = u.next
 	}
-	return nil
+	return nil, h
 }
 
-// add returns a new, empty user name, which must not be in the table.
-func (t *userTable) add(name string) *memUser {
+// add returns a new, empty user name, whose hash h find returned: name must not be in the table.
+func (t *userTable) add(name string, h uint64) *memUser {
 	p, u := t.users.add()
-	h := t.hash(t.seed, name)
 	*u = memUser{name: t.names.add(name), next: t.index[h]}
 	t.index[h] = uint32(p) + 1
 	return u
@@ -188,14 +188,15 @@ func (b *byteArena) string(r arenaRef) string {
 
 // findUser returns user name's state, or nil. The caller holds a.mu.
 func (a *memActivity) findUser(name string) *memUser {
-	return a.users.find(name)
+	u, _ := a.users.find(name)
+	return u
 }
 
 // user returns user's state, created empty when the user is new. The caller holds a.mu.
 func (a *memActivity) user(name string) *memUser {
-	u := a.users.find(name)
+	u, h := a.users.find(name)
 	if u == nil {
-		u = a.users.add(name)
+		u = a.users.add(name, h)
 	}
 	return u
 }

@@ -153,19 +153,20 @@ func TestUserTableCollisions(t *testing.T) {
 	const n = 3*blockLen + 7 // more than one block
 	for i := range n {
 		name := "u" + strconv.Itoa(i)
-		if tab.find(name) != nil {
+		u, h := tab.find(name)
+		if u != nil {
 			t.Fatalf("%s found before it was added", name)
 		}
-		tab.add(name).held = int64(i)
+		tab.add(name, h).held = int64(i)
 	}
 	for i := range n {
 		name := "u" + strconv.Itoa(i)
-		u := tab.find(name)
+		u, _ := tab.find(name)
 		if u == nil || u.held != int64(i) || tab.names.string(u.name) != name {
 			t.Fatalf("find(%s) = %+v", name, u)
 		}
 	}
-	if u := tab.find("nobody"); u != nil {
+	if u, _ := tab.find("nobody"); u != nil {
 		t.Errorf("find(nobody) = %+v", u)
 	}
 	seen := 0
@@ -177,5 +178,33 @@ func TestUserTableCollisions(t *testing.T) {
 	})
 	if seen != n {
 		t.Errorf("each saw %d users, want %d", seen, n)
+	}
+}
+
+// A new user's win hashes the user id once: the lookup's hash is the insert's.
+func TestMemoryWinHashesOnce(t *testing.T) {
+	clock := newFakeClock()
+	s := newMemory(t, clock)
+	mustDefine(t, s, openAt(clock.Now(), "a", 1000, 1))
+	a, err := s.lock("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := 0
+	a.users.hash = func(seed maphash.Seed, id string) uint64 {
+		hashes++
+		return maphash.String(seed, id)
+	}
+	a.mu.Unlock()
+	const n = 100
+	for i := range n {
+		if d := mustAdmit(t, s, "a", "u"+strconv.Itoa(i), 1, "r"); d.Outcome != admission.Won {
+			t.Fatalf("admit = %+v", d)
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if hashes != n {
+		t.Errorf("%d new users' wins hashed %d times; want once each", n, hashes)
 	}
 }
