@@ -54,7 +54,7 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 		e.idMS, e.idSeq = ms, seq
 		a.entries.add(e)
 		u := a.user(e.user)
-		a.loadWin(u, idx, w.remaining)
+		a.addWin(u, idx, w.remaining) // its record is folded below
 		a.take(u, e.qty)
 		a.stock -= e.qty
 		return nil
@@ -142,7 +142,7 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 			}
 			u := a.user(e.user)
 			if u.simple && u.first.entry == i {
-				continue // its one win's record is folded already (loadWin)
+				continue // its one win's record is its whole record already (addWin)
 			}
 			a.fold(u, admission.Result{Code: "queued", ReservationID: e.id}, true)
 		}

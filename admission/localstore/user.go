@@ -250,28 +250,26 @@ func (a *memActivity) answer(u *memUser, req string) (admission.Decision, bool) 
 	return admission.Decision{Outcome: admission.Won, ReservationID: a.entries.id(ans.entry), Remaining: ans.remaining}, true
 }
 
-// loadWin records u's win at entries[entry] as a load finds it, without folding its record:
-// the load folds the records of the wins that came after the user's results row (loadLocal).
-func (a *memActivity) loadWin(u *memUser, entry int, remaining int64) {
+// addWin stores the answer to u's win at entries[entry], whose request id u has not won with,
+// without folding the win's record. It reports whether that record is u's whole record already:
+// a new user's first win, the most common state by far, is kept simple (no pointer, no
+// allocation), its "queued" record implied.
+func (a *memActivity) addWin(u *memUser, entry int, remaining int64) bool {
 	ans := memAnswer{entry: entry, remaining: remaining}
 	if u.ext == 0 && !u.simple {
 		u.simple, u.first = true, ans
-		return
+		return true
 	}
 	a.addAnswer(u, ans)
+	return false
 }
 
-// recordWin records u's win at entries[entry], whose request id u has not won with: its answer, and its
-// "queued" record folded into u's results (admission.FoldResult).
+// recordWin records u's win at entries[entry], whose request id u has not won with: its answer,
+// and its "queued" record folded into u's results (admission.FoldResult).
 func (a *memActivity) recordWin(u *memUser, entry int, remaining int64) {
-	ans := memAnswer{entry: entry, remaining: remaining}
-	if u.ext == 0 && !u.simple {
-		// A new user's first win, the most common state by far: no pointer, no allocation.
-		u.simple, u.first = true, ans
-		return
+	if !a.addWin(u, entry, remaining) {
+		a.fold(u, admission.Result{Code: "queued", ReservationID: a.entries.id(entry)}, true)
 	}
-	a.addAnswer(u, ans)
-	a.fold(u, admission.Result{Code: "queued", ReservationID: a.entries.id(entry)}, true)
 }
 
 // addAnswer stores the answer ans to a win whose request id u has not won with.
