@@ -137,11 +137,12 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 	}
 	for _, a := range acts {
 		for i, e := range a.entries.all() {
-			if n, ok := after[a][e.user]; ok && i < n {
+			n, hasRow := after[a][e.user]
+			if hasRow && i < n {
 				continue
 			}
 			u := a.user(e.user)
-			if u.simple && u.first.entry == i {
+			if !hasRow && u.simple() && u.first.entry == i {
 				continue // its one win's record is its whole record already (addWin)
 			}
 			a.fold(u, admission.Result{Code: "queued", ReservationID: e.id}, true)

@@ -14,17 +14,23 @@ import (
 //
 // Users are the store's largest and fastest-growing state (one per winner, for the sale's life),
 // so they are kept where the garbage collector does not look: memUsers hold no pointer and live
-// in fixed-size blocks, user ids are copied into a byte arena, and the index maps a hash of the
-// id to a block position (map[uint64]uint32). A mark phase then scans a few block and chunk
-// headers instead of every user's map entry, strings and records, which made the GC's mark phase
-// the main cause of the buy path's tail under load (docs/BENCHMARKS.md, "Where the in-process
-// stores' tail comes from"). A user whose state is more than one win and its "queued" result (a
-// result set by the order backend, a second win, a release and a new win) also gets a
-// memUserExt, which holds pointers: those are the few, and they are scanned.
+// in fixed-size blocks, user ids and order ids are copied into a byte arena, and the index maps a
+// hash of the id to a block position (map[uint64]uint32). A mark phase then scans a few block and
+// chunk headers instead of every user's map entry, strings and records, which made the GC's mark
+// phase the main cause of the buy path's tail under load (docs/BENCHMARKS.md, "Where the tail
+// and a Redis buy's time go"). A winner's usual state, one win and the record of its
+// reservation (the "queued" of the win, then each result the order backend sets for it), stays in
+// the memUser. A user whose state is more than that (a second win, a second reservation's record,
+// a result without a win) also gets a memUserExt, which holds pointers: those are the few, and
+// they are scanned.
 
 // memUserAnswers is how many request-id answers a user keeps in a slice, searched in order; past
 // it they move to a map, so a user who wins and releases again and again is still found at once.
 const memUserAnswers = 8
+
+// memOrderIDMax is the longest order id a memUser keeps in the arena; a longer one, which no
+// order backend sends, goes to a memUserExt, so the arena holds no outsized string.
+const memOrderIDMax = 255
 
 // memUser is one user's state in an activity, without pointers. It exists once the user has won
 // or has a result, and is never removed while the activity lives (results survive releases).
@@ -34,14 +40,35 @@ type memUser struct {
 	ext  uint32   // 1 + index of the user's memUserExt; 0: the user has none
 	held int64    // items held (:buyers); 0 when the user holds nothing, and is then no buyer
 
-	// simple: the user's whole state besides held is one win, first, and the result Admit folded
-	// for it ("queued", its reservation id). Set on a new user's first win; a memUserExt takes
-	// over at the next change (promote).
-	simple bool
-	first  memAnswer
+	// A simple user's whole state besides held is one win, first, and one record of its
+	// reservation, rec. Set on a new user's first win; a memUserExt takes over at a change rec
+	// cannot hold (promote).
+	first memAnswer
+	rec   memRecord // the zero memRecord: the user is not simple
 }
 
-// memUserExt is the state of a user whose records are more than one win's: the records and
+// simple reports whether u's state is its first win and rec.
+func (u *memUser) simple() bool { return u.rec.code != 0 }
+
+// memRecord is a simple user's result record, without pointers: its ReservationID is the one
+// win's, its OrderID is in the table's arena.
+type memRecord struct {
+	code      uint8    // 1 + index of Code in admission.ResultCodes() (recordCode)
+	order     arenaRef // OrderID; once set to a non-empty id it only changes in a memUserExt
+	payBefore int64    // PayBeforeMS
+}
+
+// recordCode returns a memRecord's code for a result code, 0 for an unknown one.
+func recordCode(code string) uint8 {
+	for i, c := range admission.ResultCodes() {
+		if c == code {
+			return uint8(i) + 1
+		}
+	}
+	return 0
+}
+
+// memUserExt is the state of a user that is more than one win and a memRecord: the records and
 // answers as FoldResult and addAnswer keep them.
 type memUserExt struct {
 	hasResult bool               // result is set (:results <user>)
@@ -67,7 +94,7 @@ type userTable struct {
 	hash  func(maphash.Seed, string) uint64 // maphash.String; tests make ids collide
 	index map[uint64]uint32                 // hash of a user id → 1 + position of the first user with that hash
 	users blockList[memUser]
-	names byteArena
+	names byteArena // user ids and the memRecords' order ids
 	exts  blockList[memUserExt]
 }
 
@@ -201,24 +228,58 @@ func (a *memActivity) user(name string) *memUser {
 	return u
 }
 
+// record returns simple user u's result record.
+func (a *memActivity) record(u *memUser) admission.Result {
+	return admission.Result{
+		Code:          admission.ResultCodes()[u.rec.code-1],
+		ReservationID: a.entries.id(u.first.entry),
+		OrderID:       a.users.names.string(u.rec.order),
+		PayBeforeMS:   u.rec.payBefore,
+	}
+}
+
+// keepRecord makes r simple user u's record, if its memRecord can hold it: a record of u's
+// win's reservation, with a known code, and u's order id or u's first one. It reports whether
+// it did; if not, u is unchanged.
+func (a *memActivity) keepRecord(u *memUser, r admission.Result) bool {
+	if !u.simple() || r.ReservationID != a.entries.id(u.first.entry) {
+		return false
+	}
+	code := recordCode(r.Code)
+	if code == 0 {
+		return false
+	}
+	order := u.rec.order
+	// The arena is append-only: a user adds one order id to it at most, and a change of order
+	// id, rare, goes to a memUserExt.
+	if cur := a.users.names.string(order); r.OrderID != cur {
+		if cur != "" || len(r.OrderID) > memOrderIDMax {
+			return false
+		}
+		order = a.users.names.add(r.OrderID)
+	}
+	u.rec = memRecord{code: code, order: order, payBefore: r.PayBeforeMS}
+	return true
+}
+
 // promote gives u a memUserExt holding its state, if it has none, and returns it.
 func (a *memActivity) promote(u *memUser) *memUserExt {
 	if x := a.users.extOf(u); x != nil {
 		return x
 	}
 	x := a.users.addExt(u)
-	if u.simple {
+	if u.simple() {
 		x.answers = append(make([]memAnswer, 0, 2), u.first)
-		x.result, x.hasResult = admission.Result{Code: "queued", ReservationID: a.entries.id(u.first.entry)}, true
-		u.simple = false
+		x.result, x.hasResult = a.record(u), true
+		u.rec = memRecord{}
 	}
 	return x
 }
 
 // result returns u's latest record and per-reservation records, and whether it has a result.
 func (a *memActivity) result(u *memUser) (top admission.Result, resvs []admission.Result, ok bool) {
-	if u.simple {
-		return admission.Result{Code: "queued", ReservationID: a.entries.id(u.first.entry)}, nil, true
+	if u.simple() {
+		return a.record(u), nil, true
 	}
 	if x := a.users.extOf(u); x != nil {
 		return x.result, x.resvs, x.hasResult
@@ -231,7 +292,7 @@ func (a *memActivity) answer(u *memUser, req string) (admission.Decision, bool) 
 	var ans memAnswer
 	found := false
 	switch x := a.users.extOf(u); {
-	case u.simple:
+	case u.simple():
 		ans, found = u.first, a.entries.requestID(u.first.entry) == req
 	case x == nil:
 	case x.byReq != nil:
@@ -256,8 +317,8 @@ func (a *memActivity) answer(u *memUser, req string) (admission.Decision, bool) 
 // allocation), its "queued" record implied.
 func (a *memActivity) addWin(u *memUser, entry int, remaining int64) bool {
 	ans := memAnswer{entry: entry, remaining: remaining}
-	if u.ext == 0 && !u.simple {
-		u.simple, u.first = true, ans
+	if u.ext == 0 && !u.simple() {
+		u.first, u.rec = ans, memRecord{code: recordCode("queued")}
 		return true
 	}
 	a.addAnswer(u, ans)
@@ -312,8 +373,15 @@ func (a *memActivity) give(user string, qty int64) {
 	}
 }
 
-// fold folds a record into u's records (FoldResult); the caller holds a.mu.
+// fold folds a record into u's records (FoldResult); the caller holds a.mu. A simple user stays
+// simple when the folded record is still one of its reservation's that its memRecord can hold.
 func (a *memActivity) fold(u *memUser, r admission.Result, win bool) {
+	if u.simple() {
+		top, list := admission.FoldResult(a.record(u), true, nil, r, win)
+		if list == nil && a.keepRecord(u, top) {
+			return
+		}
+	}
 	x := a.promote(u)
 	top, list := admission.FoldResult(x.result, x.hasResult, x.resvs, r, win)
 	x.result, x.hasResult = top, true
@@ -325,6 +393,9 @@ func (a *memActivity) fold(u *memUser, r admission.Result, win bool) {
 // setResult replaces u's records with a loaded record r and its per-reservation records resvs
 // (nil: none).
 func (a *memActivity) setResult(u *memUser, r admission.Result, resvs []admission.Result) {
+	if resvs == nil && a.keepRecord(u, r) {
+		return
+	}
 	x := a.promote(u)
 	if resvs != nil {
 		x.resvs = resvs
