@@ -142,8 +142,11 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 				continue
 			}
 			u := a.user(e.user)
+			// A user's one win is its whole record already (addWin), unless the user's results
+			// row, set before the win, took the memRecord: the win is then folded after it, as
+			// Admit folded it.
 			if !hasRow && u.simple() && u.first.entry == i {
-				continue // its one win's record is its whole record already (addWin)
+				continue
 			}
 			a.fold(u, admission.Result{Code: "queued", ReservationID: e.id}, true)
 		}
