@@ -68,10 +68,16 @@ func plainJSON(s string) bool {
 	return true
 }
 
+// ResultCodes returns the result words buyers poll (see Result.Code), the one list of them: a
+// store may keep a code as its index here.
+func ResultCodes() [6]string {
+	return [...]string{"queued", "pending_payment", "paid", "cancelled", "failed", "none"}
+}
+
 // resultCode returns the constant for one of the result words (see Result.Code), so that a
 // record parsed from a reply does not keep a copy of its code.
 func resultCode(s string) (string, bool) {
-	for _, c := range [...]string{"queued", "pending_payment", "paid", "cancelled", "failed", "none"} {
+	for _, c := range ResultCodes() {
 		if s == c {
 			return c, true
 		}

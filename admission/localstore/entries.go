@@ -8,9 +8,8 @@ import "iter"
 // never shrinks (XLEN counts all), so a slice of memEntry, three strings each, was scanned on every
 // collection, and each append beyond its capacity copied all of it under the activity's lock.
 type entryTable struct {
-	blocks [][]entrySlot // entry i is blocks[i/memUserBlock][i%memUserBlock]
-	n      int
-	arena  byteArena
+	slots blockList[entrySlot]
+	arena byteArena
 }
 
 // entrySlot is a memEntry in an entryTable.
@@ -21,12 +20,10 @@ type entrySlot struct {
 }
 
 // len returns the number of entries.
-func (t *entryTable) len() int { return t.n }
+func (t *entryTable) len() int { return t.slots.len() }
 
 // slot returns entry i's slot.
-func (t *entryTable) slot(i int) *entrySlot {
-	return &t.blocks[i/memUserBlock][i%memUserBlock]
-}
+func (t *entryTable) slot(i int) *entrySlot { return t.slots.at(i) }
 
 // at returns entry i. Its strings are views of the arena, which never changes them: they may be
 // kept, handed out and compared like any string.
@@ -46,20 +43,17 @@ func (t *entryTable) requestID(i int) string { return t.arena.string(t.slot(i).r
 
 // add appends e, its strings copied into the arena.
 func (t *entryTable) add(e memEntry) {
-	if t.n%memUserBlock == 0 {
-		t.blocks = append(t.blocks, make([]entrySlot, memUserBlock))
-	}
-	*t.slot(t.n) = entrySlot{
+	_, s := t.slots.add()
+	*s = entrySlot{
 		id: t.arena.add(e.id), user: t.arena.add(e.user), requestID: t.arena.add(e.requestID),
 		qty: e.qty, atMS: e.atMS, idMS: e.idMS, idSeq: e.idSeq,
 	}
-	t.n++
 }
 
 // all yields every entry with its index, in order.
 func (t *entryTable) all() iter.Seq2[int, memEntry] {
 	return func(yield func(int, memEntry) bool) {
-		for i := range t.n {
+		for i := range t.len() {
 			if !yield(i, t.at(i)) {
 				return
 			}

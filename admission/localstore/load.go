@@ -54,7 +54,7 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 		e.idMS, e.idSeq = ms, seq
 		a.entries.add(e)
 		u := a.user(e.user)
-		a.loadWin(u, idx, w.remaining)
+		a.addWin(u, idx, w.remaining) // its record is folded below
 		a.take(u, e.qty)
 		a.stock -= e.qty
 		return nil
@@ -137,12 +137,16 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 	}
 	for _, a := range acts {
 		for i, e := range a.entries.all() {
-			if n, ok := after[a][e.user]; ok && i < n {
+			n, hasRow := after[a][e.user]
+			if hasRow && i < n {
 				continue
 			}
 			u := a.user(e.user)
-			if u.simple && u.first.entry == i {
-				continue // its one win's record is folded already (loadWin)
+			// A user's one win is its whole record already (addWin), unless the user's results
+			// row, set before the win, took the memRecord: the win is then folded after it, as
+			// Admit folded it.
+			if !hasRow && u.simple() && u.first.entry == i {
+				continue
 			}
 			a.fold(u, admission.Result{Code: "queued", ReservationID: e.id}, true)
 		}

@@ -280,7 +280,7 @@ func (s *Memory) Admit(ctx context.Context, r admission.Request) (admission.Deci
 	}
 	defer a.mu.Unlock()
 
-	u := a.findUser(r.User) // nil for a new user
+	u, h := a.users.find(r.User) // u is nil for a new user, added with h
 	if u != nil {
 		if d, ok := a.answer(u, r.RequestID); ok {
 			d.Replayed = true
@@ -306,7 +306,7 @@ func (s *Memory) Admit(ctx context.Context, r admission.Request) (admission.Deci
 
 	a.stock -= r.Qty
 	if u == nil {
-		u = a.users.add(r.User)
+		u = a.users.add(r.User, h)
 	}
 	a.take(u, r.Qty)
 	id := a.append(now, r)

@@ -14,8 +14,9 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
 
-// BenchmarkMemoryAdmitWonSeen measures a win from a new user once the activity has seen a number
-// of users already, and what the collector costs meanwhile: the heap each win keeps (heap-B/win,
+// BenchmarkMemoryAdmitWonSeen measures a win from a new user, and the order backend's result for
+// it (SetResult, as a sale has for every winner), once the activity has seen a number of users
+// already, and what the collector costs meanwhile: the heap each win keeps (heap-B/win,
 // live heap after a collection), the GC's CPU per win (gc-ns/win, runtime/metrics
 // /cpu/classes/gc/total, marking included) and the collections' count. A win's cost should not grow
 // with the users seen, and the collector should not have to scan what they left behind
@@ -26,31 +27,38 @@ func BenchmarkMemoryAdmitWonSeen(b *testing.B) {
 			s := newMemory(b, nil)
 			mustDefine(b, s, openAt(time.Now(), "bench", 1<<62, 1))
 			ctx := context.Background()
-			admit := func(user, req string) {
+			payBefore := time.Now().Add(15 * time.Minute).UnixMilli()
+			admit := func(user, req, order string) {
 				d, err := s.Admit(ctx, admission.Request{Activity: "bench", User: user, Qty: 1, RequestID: req})
 				if err != nil || d.Outcome != admission.Won {
 					b.Fatalf("admit = %+v, %v", d, err)
 				}
+				r := admission.Result{Code: "pending_payment", ReservationID: d.ReservationID, OrderID: order, PayBeforeMS: payBefore}
+				if err := s.SetResult(ctx, "bench", user, r); err != nil {
+					b.Fatal(err)
+				}
 			}
-			// Users and request ids as the gateway has them: strings of their own, and an
-			// idempotency key as long as a UUID.
+			// Users, request ids and order ids as the gateway and the order backend have them:
+			// strings of their own, and an idempotency key as long as a UUID.
 			const key = "0f8fad5b-d9cb-469f-a165-70867728950e"
 			heap0 := liveHeap()
 			for i := range seen {
-				admit("seen-user-"+strconv.Itoa(i), key+strconv.Itoa(i))
+				admit("seen-user-"+strconv.Itoa(i), key+strconv.Itoa(i), "seen-order-"+strconv.Itoa(i))
 			}
 			heap1 := liveHeap()
 			users := make([]string, b.N)
 			reqs := make([]string, b.N)
+			orders := make([]string, b.N)
 			for i := range users {
 				users[i] = "user-" + strconv.Itoa(i)
 				reqs[i] = key + strconv.Itoa(i)
+				orders[i] = "order-" + strconv.Itoa(i)
 			}
 			gc0, n0 := gcCPU()
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				admit(users[i], reqs[i])
+				admit(users[i], reqs[i], orders[i])
 			}
 			b.StopTimer()
 			gc1, n1 := gcCPU()
@@ -82,7 +90,8 @@ func gcCPU() (float64, uint64) {
 
 // BenchmarkMemoryAdmitWonBusy is the gateway's situation in a store benchmark: 64 goroutines per
 // core buy as new users in one activity that has seen 1.25 M users, each buy also allocating the
-// 4 KiB of short-lived garbage a request leaves (so the collector runs as often as in a gateway).
+// 4 KiB of short-lived garbage a request leaves (so the collector runs as often as in a gateway),
+// and every win, seen ones included, getting the order backend's result (SetResult).
 // Beside the time per win it reports, over the timed part, the 99th percentile of a win's own
 // latency (p99-µs), of the scheduler's latency (sched-p99-µs, runtime/metrics
 // /sched/latencies:seconds: runnable goroutines waiting for a P) and of the GC's stop-the-world
@@ -93,16 +102,27 @@ func BenchmarkMemoryAdmitWonBusy(b *testing.B) {
 	mustDefine(b, s, openAt(time.Now(), "bench", 1<<62, 1))
 	ctx := context.Background()
 	const key = "0f8fad5b-d9cb-469f-a165-70867728950e"
+	payBefore := time.Now().Add(15 * time.Minute).UnixMilli()
+	result := func(user, order string, d admission.Decision) error {
+		return s.SetResult(ctx, "bench", user, admission.Result{Code: "pending_payment", ReservationID: d.ReservationID, OrderID: order, PayBeforeMS: payBefore})
+	}
 	for i := range seen {
-		if _, err := s.Admit(ctx, admission.Request{Activity: "bench", User: "seen-user-" + strconv.Itoa(i), Qty: 1, RequestID: key + strconv.Itoa(i)}); err != nil {
+		user := "seen-user-" + strconv.Itoa(i)
+		d, err := s.Admit(ctx, admission.Request{Activity: "bench", User: user, Qty: 1, RequestID: key + strconv.Itoa(i)})
+		if err == nil {
+			err = result(user, "seen-order-"+strconv.Itoa(i), d)
+		}
+		if err != nil {
 			b.Fatal(err)
 		}
 	}
 	users := make([]string, b.N)
 	reqs := make([]string, b.N)
+	orders := make([]string, b.N)
 	for i := range users {
 		users[i] = "user-" + strconv.Itoa(i)
 		reqs[i] = key + strconv.Itoa(i)
+		orders[i] = "order-" + strconv.Itoa(i)
 	}
 	lat := make([]time.Duration, b.N)
 	var next atomic.Int64
@@ -124,6 +144,10 @@ func BenchmarkMemoryAdmitWonBusy(b *testing.B) {
 			lat[i] = time.Since(t0)
 			if err != nil || d.Outcome != admission.Won {
 				b.Errorf("admit = %+v, %v", d, err)
+				return
+			}
+			if err := result(users[i], orders[i], d); err != nil {
+				b.Error(err)
 				return
 			}
 		}
