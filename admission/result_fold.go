@@ -45,6 +45,8 @@ func putReservation(list []Result, r Result) []Result {
 	return list
 }
 
+// WithoutReservations returns r without its per-reservation list: one reservation's record, as a
+// list holds it and as a store saves the record of one reservation.
 func WithoutReservations(r Result) Result {
 	r.Reservations = nil
 	return r
