@@ -43,7 +43,7 @@ func runAndReconcile(t *testing.T, buckets int) {
 	common := []string{"-redis", srv.Addr, "-db", "sqlite:" + filepath.Join(t.TempDir(), "orders.db")}
 	runCtx, stop := context.WithCancel(ctx)
 	exited := make(chan int, 1)
-	var runErr bytes.Buffer
+	var runErr lockedBuffer
 	go func() {
 		exited <- run(runCtx, append([]string{"run", "-listen", fmt.Sprint("127.0.0.1:", port),
 			"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test", "-price", "phone-1001=199.00:USD", "-title", "phone-1001=Phone X"},

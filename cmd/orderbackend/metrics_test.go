@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,17 +42,36 @@ func freeAddr(t *testing.T) string {
 	return fmt.Sprint("127.0.0.1:", port)
 }
 
+// lockedBuffer is the standard error of a run in the background: a failing test reads it while
+// run may still write.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 // startRun runs the command's run subcommand on the sale in srv with a fresh SQLite database,
 // an order API and an operators' listener, and extra flags. stop ends it and fails the test
 // unless it exited cleanly; runErr is its standard error.
-func startRun(t *testing.T, srv *testsrv.Redis, extra ...string) (apiAddr, metricsAddr string, runErr *bytes.Buffer, stop func()) {
+func startRun(t *testing.T, srv *testsrv.Redis, extra ...string) (apiAddr, metricsAddr string, runErr *lockedBuffer, stop func()) {
 	t.Helper()
 	t.Setenv("TEST_JWT_SECRET", "0123456789abcdef0123456789abcdef")
 	apiAddr, metricsAddr = freeAddr(t), freeAddr(t)
 	runCtx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	exited := make(chan int, 1)
-	runErr = &bytes.Buffer{}
+	runErr = &lockedBuffer{}
 	args := append([]string{"run", "-listen", apiAddr, "-metrics-listen", metricsAddr,
 		"-jwt-secret-env", "TEST_JWT_SECRET", "-name", "test"}, extra...)
 	args = append(args, "-redis", srv.Addr, "-db", "sqlite:"+filepath.Join(t.TempDir(), "orders.db"))
