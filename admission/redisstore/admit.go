@@ -65,10 +65,7 @@ func (s *Store) admitOn(ctx context.Context, r admission.Request, timeout time.D
 	// A batch of one: the same script, reply parsing and errors as a group, sent from a
 	// goroutine of its own, as a group's pipeline is, so that the caller can stop waiting.
 	c := s.calls.get(r)
-	var expired <-chan time.Time // nil, never ready, without a timeout
-	if timeout > 0 {
-		expired = c.arm(timeout)
-	}
+	expired := c.arm(timeout)
 	if c.runAlone == nil {
 		c.runAlone = func() {
 			calls := [1]*admitCall{c}
@@ -208,8 +205,12 @@ type admitCall struct {
 	ctx      context.Context
 }
 
-// arm starts c's timer for d and returns its channel.
+// arm starts c's timer for d and returns its channel; without a bound (d <= 0) it returns nil,
+// a channel never ready.
 func (c *admitCall) arm(d time.Duration) <-chan time.Time {
+	if d <= 0 {
+		return nil
+	}
 	if c.timer == nil {
 		c.timer = time.NewTimer(d)
 	} else {
@@ -340,10 +341,7 @@ func (g *admitGroups) drop(q *admitQueue) {
 // call's context ends after it was sent).
 func (g *admitGroups) admit(ctx context.Context, r admission.Request, timeout time.Duration) (admission.Decision, error) {
 	c := g.calls.get(r)
-	var expired <-chan time.Time // nil, never ready, without a timeout
-	if timeout > 0 {
-		expired = c.arm(timeout)
-	}
+	expired := c.arm(timeout)
 	g.mu.Lock()
 	q := g.queues[r.Activity]
 	if q == nil {
