@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -86,6 +87,53 @@ func TestLocalSecondOpener(t *testing.T) {
 		t.Errorf("open while another process holds the folder = %v, want ErrLocked", err)
 	}
 	kill(t, p)
+	s = openLocal(t, dir, nil)
+	_ = s.Close()
+}
+
+// A Store dropped without Close still holds its folder: the collector must not let the LOCK go
+// while SQLite keeps the database open (that once made a second opener meet SQLITE_BUSY).
+func TestLocalDroppedStoreKeepsFolder(t *testing.T) {
+	dir := t.TempDir()
+	func() { _ = openLocal(t, dir, nil) }()
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond) // the os.File cleanups run on their own goroutine
+	}
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), dir) {
+		t.Errorf("open after an unclosed store was collected = %v, want ErrLocked naming %s", err, dir)
+	}
+}
+
+// Another program with the database open (the folder's LOCK free) is ErrLocked, not damage.
+func TestLocalDatabaseHeldElsewhere(t *testing.T) {
+	dir := t.TempDir()
+	s := openLocal(t, dir, nil)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	other, err := sql.Open("sqlite", filepath.Join(dir, localDBName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Close() }()
+	conn, err := other.Conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	if _, err := conn.ExecContext(context.Background(), `BEGIN EXCLUSIVE`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{})
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "open in another program") {
+		t.Errorf("open while another program holds the database = %v, want ErrLocked", err)
+	}
+	if _, err := conn.ExecContext(context.Background(), `ROLLBACK`); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close()
+	_ = other.Close()
 	s = openLocal(t, dir, nil)
 	_ = s.Close()
 }

@@ -66,9 +66,8 @@ type Store struct {
 // failed: nothing is open.
 type opening struct {
 	mem      *Memory
-	w        *localWriter
-	lock     *os.File // holds the folder's flock
-	replayed uint64   // changes this opening replayed from the ring, for Stats
+	w        *localWriter // holds the folder's flock too (localWriter.folderLock)
+	replayed uint64       // changes this opening replayed from the ring, for Stats
 	// earlier sums the counters of the openings Reopen closed before this one, so that Stats
 	// never goes down.
 	earlier Stats
@@ -144,9 +143,10 @@ func openFolder(dir string, opts Options) (*opening, error) {
 		_ = lock.Close()
 		return nil, fmt.Errorf("open local store %s: %w", dir, err)
 	}
+	w.folderLock = lock
 	w.start(ring, epoch, base)
 	mem.jnl = w
-	return &opening{mem: mem, w: w, lock: lock, replayed: uint64(replayed)}, nil
+	return &opening{mem: mem, w: w, replayed: uint64(replayed)}, nil
 }
 
 // failure is the opening's ErrFailed once a commit has failed, or why nothing is open.
@@ -164,11 +164,7 @@ func (o *opening) failure() error {
 // fail from then on.
 func (o *opening) close() error {
 	_ = o.mem.Close()  // ends blocking reads and subscriptions; later calls fail
-	err := o.w.close() // a final checkpoint folds the whole WAL in
-	if cerr := o.lock.Close(); cerr != nil && err == nil {
-		err = fmt.Errorf("close local store %s: unlock: %w", o.w.dir, cerr)
-	}
-	return err
+	return o.w.close() // a final checkpoint folds the whole WAL in, then the folder is let go
 }
 
 // Reopen opens the folder again once the store has failed (Failure is not nil): it closes the

@@ -9,7 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
+	"modernc.org/sqlite" // also the "sqlite" database/sql driver
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 )
@@ -138,6 +139,11 @@ func openLocalDB(dir string, fsyncAlways bool) (*sql.DB, error) {
 	version, err := checkLocalDB(db)
 	if err != nil {
 		_ = db.Close()
+		if sqliteBusy(err) {
+			// The folder's LOCK was ours, yet SQLite waited out busy_timeout: some other program
+			// (a sqlite3 shell, a backup tool) has the database open. Busy is not damage.
+			return nil, fmt.Errorf("open local store %s: %s is open in another program (SQLite: %v): %w", dir, path, err, ErrLocked)
+		}
 		return nil, fmt.Errorf("open local store %s: %s is damaged or not a seckill store (it is left as it is): %w", dir, path, err)
 	}
 	if version != localSchemaVersion {
@@ -332,4 +338,17 @@ func syncDir(dir string) error {
 		return err
 	}
 	return errors.Join(d.Sync(), d.Close())
+}
+
+// sqliteBusy reports whether err is SQLite's "database is locked" (SQLITE_BUSY or SQLITE_LOCKED).
+func sqliteBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	switch se.Code() & 0xff { // the primary result code
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
 }

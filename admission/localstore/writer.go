@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -23,6 +24,10 @@ import (
 type localWriter struct {
 	db  *sql.DB
 	dir string
+	// folderLock holds dir's flock for as long as the database is open. The writer's goroutines
+	// keep it reachable, so a Store dropped without Close never lets the folder go to the
+	// os.File's cleanup while SQLite still holds the file.
+	folderLock *os.File
 	// waitTimeout bounds a caller's wait for its commit (Options.WaitTimeout); 0: no bound.
 	waitTimeout time.Duration
 	stmts       [localStmtCount]*sql.Stmt
@@ -720,6 +725,11 @@ func (w *localWriter) close() error {
 		dbErr = errors.Join(dbErr, w.ring.close())
 	}
 	dbErr = errors.Join(dbErr, w.db.Close())
+	if w.folderLock != nil {
+		if uerr := w.folderLock.Close(); uerr != nil {
+			dbErr = errors.Join(dbErr, fmt.Errorf("unlock: %w", uerr))
+		}
+	}
 	if errors.Is(err, ErrFailed) {
 		return errors.Join(err, dbErr)
 	}
