@@ -61,8 +61,8 @@ type GuardOptions struct {
 //     background, the request ids of the wins still held (Store.HeldRequests, bounded by the
 //     stock); a keyed request with any other id is answered SoldOut locally, and only keyed
 //     requests with a held win's id, or any keyed request before the set has loaded, go to the
-//     store. The set is keyed by what the request carries, not by its user. Clearing the flag
-//     drops the set.
+//     store. The set is keyed by what the request carries, so the edge can ask RefusesReplay
+//     before it knows the user. Clearing the flag drops the set.
 //   - A circuit breaker around every store call that fails closed: after repeated store failures
 //     every call fails fast with ErrBusy, and no admission is taken without the store. Store
 //     failures are returned wrapping ErrBusy as well; business answers, ErrBadInput,
@@ -538,6 +538,19 @@ func (g *Guard) HeldLoaded(activity string) bool {
 	}
 	v := f.state.Load()
 	return v&soldOutBit != 0 && f.heldLoaded(v)
+}
+
+// RefusesReplay reports whether a keyed request for activity with request id key is answered
+// SoldOut by this node's flag without a store call: the activity is flagged sold out and the
+// loaded set of held request ids lacks key. False while the set is loading or failed to load.
+// It takes no lock and allocates nothing, for the edge's hot path.
+func (g *Guard) RefusesReplay(activity, key string) bool {
+	f := (*g.flags.Load())[activity]
+	if f == nil {
+		return false
+	}
+	v := f.state.Load()
+	return v&soldOutBit != 0 && f.excludes(v, key)
 }
 
 // The rest of Store, each call through a breaker. Calls that prove stock is back (a release, a

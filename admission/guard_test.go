@@ -341,6 +341,9 @@ func TestGuardHeldRequestIDs(t *testing.T) {
 		if d.Outcome != admission.Won || !d.Replayed || d.ReservationID != wins[k].ReservationID || flagged || calls != 1 {
 			t.Errorf("retry of held win %s = %+v, flagged %v, %d store calls; want its win replayed by 1 store call", k, d, flagged, calls)
 		}
+		if g.RefusesReplay("a", key) {
+			t.Errorf("RefusesReplay(%q) = true for a held win's key", key)
+		}
 	}
 	for _, c := range []struct{ user, key, why string }{
 		{"w1", "k9", "a winner's new key (the store would say limit_reached)"},
@@ -351,10 +354,48 @@ func TestGuardHeldRequestIDs(t *testing.T) {
 		if d.Outcome != admission.SoldOut || !flagged || calls != 0 {
 			t.Errorf("%s: %+v, flagged %v, %d store calls; want sold_out from the flag, no store call", c.why, d, flagged, calls)
 		}
+		if !g.RefusesReplay("a", c.key) {
+			t.Errorf("RefusesReplay(%q) = false for %s", c.key, c.why)
+		}
 	}
 	// A held win's key from another user reaches the store, which decides for that user.
 	if d, flagged, calls := decide("x", "k1"); d.Outcome != admission.SoldOut || d.Replayed || flagged || calls != 1 {
 		t.Errorf("another user with held key k1 = %+v, flagged %v, %d store calls; want the store's sold_out", d, flagged, calls)
+	}
+}
+
+// RefusesReplay answers true only for a flagged activity whose held set has loaded and lacks the
+// key, and allocates nothing.
+func TestGuardRefusesReplay(t *testing.T) {
+	store := wrap(newMemory(t))
+	resv := sellOut(t, store, "a", 2)
+	gate := make(chan struct{})
+	store.heldHook = func() error { <-gate; return nil }
+	g := admission.NewGuard(store, admission.GuardOptions{})
+	if g.RefusesReplay("a", "k") || g.RefusesReplay("nope", "k") {
+		t.Error("RefusesReplay before any flag = true")
+	}
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
+		t.Fatalf("first rejection = %+v", d)
+	}
+	if g.RefusesReplay("a", "k") {
+		t.Error("RefusesReplay while the held set loads = true")
+	}
+	close(gate)
+	waitHeld(t, g, "a")
+	if !g.RefusesReplay("a", "k") || g.RefusesReplay("a", "r") {
+		t.Errorf("RefusesReplay after the load: k %v, r %v; want true, false", g.RefusesReplay("a", "k"), g.RefusesReplay("a", "r"))
+	}
+	for _, key := range []string{"k", "r"} {
+		if n := testing.AllocsPerRun(1000, func() { g.RefusesReplay("a", key) }); n != 0 {
+			t.Errorf("RefusesReplay(%q) allocates %.1f times, want 0", key, n)
+		}
+	}
+	if ok, err := g.Release(context.Background(), "a", resv[0]); !ok || err != nil {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if g.RefusesReplay("a", "k") {
+		t.Error("RefusesReplay after a restock = true")
 	}
 }
 
