@@ -1,7 +1,7 @@
 package admission
 
-// HoldersDropped reports, for tests, whether g holds no holders set for act.
-func HoldersDropped(g *Guard, act string) bool {
+// HeldDropped reports, for tests, whether g holds no held set for act.
+func HeldDropped(g *Guard, act string) bool {
 	f := (*g.flags.Load())[act]
-	return f == nil || f.holders.Load() == nil
+	return f == nil || f.held.Load() == nil
 }

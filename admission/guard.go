@@ -58,9 +58,11 @@ type GuardOptions struct {
 //     best effort) and by Release, Define and Delete made through this Guard.
 //   - A request marked MayReplay (a client-chosen idempotency key) may be a winner's retry, which
 //     must get its first answer back. When the flag is set the Guard loads, once and in the
-//     background, the users holding items (Store.Holders, bounded by the stock); a keyed request
-//     from anyone else is answered SoldOut locally, and only holders' keyed requests, or any keyed
-//     request before the set has loaded, go to the store. Clearing the flag drops the set.
+//     background, the request ids of the wins still held (Store.HeldRequests, bounded by the
+//     stock); a keyed request with any other id is answered SoldOut locally, and only keyed
+//     requests with a held win's id, or any keyed request before the set has loaded, go to the
+//     store. The set is keyed by what the request carries, so the edge can ask RefusesReplay
+//     before it knows the user. Clearing the flag drops the set.
 //   - A circuit breaker around every store call that fails closed: after repeated store failures
 //     every call fails fast with ErrBusy, and no admission is taken without the store. Store
 //     failures are returned wrapping ErrBusy as well; business answers, ErrBadInput,
@@ -94,11 +96,11 @@ type Guard struct {
 // compare-and-swap against the value read before the call), so a sell-out answer that crossed a
 // restock cannot leave a stale flag behind.
 //
-// holders is the set of users holding items, loaded once per sell-out (see guardHolders);
+// held is the set of the held wins' request ids, loaded once per sell-out (see guardHeld);
 // loading is the flag state a load is running or done for, so that one sell-out loads it once.
 type guardFlag struct {
 	state   atomic.Uint64
-	holders atomic.Pointer[guardHolders]
+	held    atomic.Pointer[guardHeld]
 	loading atomic.Uint64
 }
 
@@ -200,34 +202,34 @@ func (g *Guard) flagFor(activity string) *guardFlag {
 }
 
 // restocked clears activity's flag and records a restock, invalidating sell-out answers in flight,
-// and drops the holders set: released stock can make new holders.
+// and drops the held set: released stock can make new wins.
 // The flag is created when missing: an Admit in flight may be about to create it.
 func (g *Guard) restocked(activity string) {
 	f := g.flagFor(activity)
 	for {
 		v := f.state.Load()
 		if f.state.CompareAndSwap(v, (v+2)&^soldOutBit) {
-			f.holders.Store(nil)
+			f.held.Store(nil)
 			return
 		}
 	}
 }
 
 // soldOut sets activity's flag unless a restock happened since before was read (before == 0 when
-// no flag existed then). The call that sets it starts loading the holders.
+// no flag existed then). The call that sets it starts loading the held set.
 func (g *Guard) soldOut(activity string, f *guardFlag, before uint64) {
 	if f == nil {
 		f = g.flagFor(activity)
 	}
 	if before&soldOutBit == 0 && f.state.CompareAndSwap(before, before|soldOutBit) {
-		g.loadHoldersInBackground(activity, f, before|soldOutBit)
+		g.loadHeldInBackground(activity, f, before|soldOutBit)
 	}
 }
 
 // Admit implements Store. While the activity is flagged sold out it answers SoldOut (Remaining 0)
-// without a store call, unless the request may replay a win and its user is, or may be, a holder
-// (see Guard). A sell-out is only flagged when the store says nothing is left: a buyer at its
-// limit, or asking for more than remains, says nothing about the others.
+// without a store call, unless the request may replay a win and its request id is, or may be, a
+// held win's (see Guard). A sell-out is only flagged when the store says nothing is left: a buyer
+// at its limit, or asking for more than remains, says nothing about the others.
 func (g *Guard) Admit(ctx context.Context, r Request) (Decision, error) {
 	d, _, err := g.Decide(ctx, r)
 	return d, err
@@ -241,13 +243,13 @@ type timedStore interface {
 }
 
 // Decide is Admit that also tells who decided: flagged is true when the answer is SoldOut from
-// this node's sold-out flag (or its holders set), without a store call. The edge counts such a
+// this node's sold-out flag (or its held set), without a store call. The edge counts such a
 // refusal at the flag's layer of the funnel rather than as the store's decision.
 func (g *Guard) Decide(ctx context.Context, r Request) (d Decision, flagged bool, err error) {
 	f := (*g.flags.Load())[r.Activity]
 	var before uint64
 	if f != nil {
-		if before = f.state.Load(); before&soldOutBit != 0 && (!r.MayReplay || f.excludes(before, r.User)) {
+		if before = f.state.Load(); before&soldOutBit != 0 && (!r.MayReplay || f.excludes(before, r.RequestID)) {
 			return Decision{Outcome: SoldOut}, true, nil
 		}
 	}
@@ -317,7 +319,7 @@ func (g *Guard) probeLoop(ctx context.Context) {
 
 // probeFlagged asks the store for the stock of every flagged activity and clears the flags of
 // those with stock again, or that no longer exist. Failures leave the flag set: the breaker
-// decides what a failing store means. A still sold-out activity whose holders failed to load is
+// decides what a failing store means. A still sold-out activity whose held set failed to load is
 // loaded again.
 func (g *Guard) probeFlagged(ctx context.Context) {
 	for id, f := range *g.flags.Load() {
@@ -332,8 +334,8 @@ func (g *Guard) probeFlagged(ctx context.Context) {
 		switch {
 		case n > 0 || isUnknownActivity(err):
 			g.restocked(id)
-		case err == nil && !f.holdersLoaded(v):
-			g.loadHolders(ctx, id, f, v)
+		case err == nil && !f.heldLoaded(v):
+			g.loadHeld(ctx, id, f, v)
 		}
 	}
 }
@@ -444,95 +446,111 @@ func call[T any](cb *gobreaker.CircuitBreaker[struct{}], op, activity string, fn
 	return v, nil
 }
 
-// holdersLoadTimeout bounds the background load of a sold-out activity's holders: it runs outside
+// heldLoadTimeout bounds the background load of a sold-out activity's held set: it runs outside
 // any request, so nothing else would.
-const holdersLoadTimeout = 5 * time.Second
+const heldLoadTimeout = 5 * time.Second
 
-// guardHolders is the immutable set of users holding items in an activity, read when its flag was
-// set. gen is the flag state it was read under; it answers only while the flag still has that
-// state, so a set that a restock made stale is never consulted, even before it is dropped.
+// guardHeld is the immutable set of the request ids of an activity's held wins (wins not
+// released), read when its flag was set. gen is the flag state it was read under; it answers only
+// while the flag still has that state, so a set that a restock made stale is never consulted, even
+// before it is dropped.
 //
-// Why a non-holder's keyed request can only be sold out: once remaining is 0, every item is held
-// by a user in :buyers (a win takes stock and records its buyer in one atomic step), and nobody
-// can win again until stock is released, which clears the flag (restock broadcast, probe, or a
-// Release through this Guard) and with it this set. A user outside the set therefore has no win
-// to replay: the store could only answer sold_out. A user whose win was released before the
-// sell-out is outside the set too; the store would replay that released win, the Guard answers
-// sold_out, which is what their retry now amounts to. Like the flag itself, the set is as fresh
-// as the restock broadcast and the probe make it.
-type guardHolders struct {
-	gen   uint64
-	users map[string]struct{}
+// Why a keyed request whose id is not in the set can only be sold out: once remaining is 0, every
+// item is held by a win (a win takes stock and records its request id in one atomic step), and
+// nobody can win again until stock is released, which clears the flag (restock broadcast, probe,
+// or a Release through this Guard) and with it this set. A request whose id is no held win's has
+// no held win to replay: the store could only answer sold_out, or limit_reached to a holder
+// retrying with a new key, whom the set answers sold_out (no item either way). A retry of a win
+// released before the sell-out is answered sold_out too, where the store would replay the
+// reservation given back. Ids are scoped to the user, so a held id lets any user's request
+// through to the store, which decides: a store call spent, never a wrong answer. Like the flag
+// itself, the set is as fresh as the restock broadcast and the probe make it.
+type guardHeld struct {
+	gen      uint64
+	requests map[string]struct{}
 }
 
-// excludes reports whether a loaded holders set for the flag state gen shows that user holds
-// nothing. Without a set for gen it says false: the caller must ask the store.
-func (f *guardFlag) excludes(gen uint64, user string) bool {
-	h := f.holders.Load()
+// excludes reports whether a loaded held set for the flag state gen shows that no held win has
+// request id requestID. Without a set for gen it says false: the caller must ask the store.
+func (f *guardFlag) excludes(gen uint64, requestID string) bool {
+	h := f.held.Load()
 	if h == nil || h.gen != gen {
 		return false
 	}
-	_, ok := h.users[user]
+	_, ok := h.requests[requestID]
 	return !ok
 }
 
-// holdersLoaded reports whether the set for the flag state gen is in place.
-func (f *guardFlag) holdersLoaded(gen uint64) bool {
-	h := f.holders.Load()
+// heldLoaded reports whether the set for the flag state gen is in place.
+func (f *guardFlag) heldLoaded(gen uint64) bool {
+	h := f.held.Load()
 	return h != nil && h.gen == gen
 }
 
-// loadHolders reads activity's holders for the flag state gen and publishes them, unless the
-// flag changed meanwhile or a load for gen is already running. A failed load leaves no set, so
-// keyed requests keep going to the store; the probe tries again.
-func (g *Guard) loadHolders(ctx context.Context, activity string, f *guardFlag, gen uint64) {
+// loadHeld reads activity's held request ids for the flag state gen and publishes them, unless
+// the flag changed meanwhile or a load for gen is already running. A failed load leaves no set,
+// so keyed requests keep going to the store; the probe tries again.
+func (g *Guard) loadHeld(ctx context.Context, activity string, f *guardFlag, gen uint64) {
 	if f.loading.Swap(gen) == gen {
 		return
 	}
-	users, err := g.Holders(ctx, activity)
+	ids, err := g.HeldRequests(ctx, activity)
 	if err != nil {
 		f.loading.CompareAndSwap(gen, 0)
 		return
 	}
-	set := make(map[string]struct{}, len(users))
-	for _, u := range users {
-		set[u] = struct{}{}
+	set := make(map[string]struct{}, len(ids))
+	for _, id := range ids {
+		set[id] = struct{}{}
 	}
-	h := &guardHolders{gen: gen, users: set}
+	h := &guardHeld{gen: gen, requests: set}
 	for {
-		old := f.holders.Load()
+		old := f.held.Load()
 		if f.state.Load() != gen || (old != nil && old.gen >= gen) {
 			return
 		}
-		if f.holders.CompareAndSwap(old, h) {
+		if f.held.CompareAndSwap(old, h) {
 			break
 		}
 	}
 	// A restock between the check and the swap dropped the set before we published ours: drop
 	// it again so it does not outlive its generation in memory (gen already keeps it unused).
 	if f.state.Load() != gen {
-		f.holders.CompareAndSwap(h, nil)
+		f.held.CompareAndSwap(h, nil)
 	}
 }
 
-// loadHoldersInBackground starts loadHolders off the request's path.
-func (g *Guard) loadHoldersInBackground(activity string, f *guardFlag, gen uint64) {
+// loadHeldInBackground starts loadHeld off the request's path.
+func (g *Guard) loadHeldInBackground(activity string, f *guardFlag, gen uint64) {
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), holdersLoadTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), heldLoadTimeout)
 		defer cancel()
-		g.loadHolders(ctx, activity, f, gen)
+		g.loadHeld(ctx, activity, f, gen)
 	}()
 }
 
-// HoldersLoaded reports whether the guard has loaded the holders of activity's current sell-out,
-// after which a flagged activity's refusals no longer ask the store who may replay a win.
-func (g *Guard) HoldersLoaded(activity string) bool {
+// HeldLoaded reports whether the guard has loaded the held request ids of activity's current
+// sell-out, after which a flagged activity's keyed refusals no longer ask the store.
+func (g *Guard) HeldLoaded(activity string) bool {
 	f := (*g.flags.Load())[activity]
 	if f == nil {
 		return false
 	}
 	v := f.state.Load()
-	return v&soldOutBit != 0 && f.holdersLoaded(v)
+	return v&soldOutBit != 0 && f.heldLoaded(v)
+}
+
+// RefusesReplay reports whether a keyed request for activity with request id key is answered
+// SoldOut by this node's flag without a store call: the activity is flagged sold out and the
+// loaded set of held request ids lacks key. False while the set is loading or failed to load.
+// It takes no lock and allocates nothing, for the edge's hot path.
+func (g *Guard) RefusesReplay(activity, key string) bool {
+	f := (*g.flags.Load())[activity]
+	if f == nil {
+		return false
+	}
+	v := f.state.Load()
+	return v&soldOutBit != 0 && f.excludes(v, key)
 }
 
 // The rest of Store, each call through a breaker. Calls that prove stock is back (a release, a
@@ -594,9 +612,9 @@ func (g *Guard) Remaining(ctx context.Context, activity string) (int64, error) {
 	return n, err
 }
 
-// Holders implements Store.
-func (g *Guard) Holders(ctx context.Context, activity string) ([]string, error) {
-	return call(g.cb, "holders", activity, func() ([]string, error) { return g.store.Holders(ctx, activity) })
+// HeldRequests implements Store.
+func (g *Guard) HeldRequests(ctx context.Context, activity string) ([]string, error) {
+	return call(g.cb, "held requests", activity, func() ([]string, error) { return g.store.HeldRequests(ctx, activity) })
 }
 
 // observe clears a flag that a fresh stock reading contradicts.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,11 +29,11 @@ type wrappedStore struct {
 	dropRestocks bool
 	afterAdmit   func(admission.Decision) // runs after the real Admit, before the answer returns
 
-	// Holders calls are counted apart: the Guard makes them in the background, and calls counts
-	// the store calls that requests cause. holdersHook, if set, runs first; an error it returns is
+	// HeldRequests calls are counted apart: the Guard makes them in the background, and calls
+	// counts the store calls that requests cause. heldHook, if set, runs first; an error it returns is
 	// the call's answer.
-	holderCalls atomic.Int64
-	holdersHook func() error
+	heldCalls atomic.Int64
+	heldHook  func() error
 }
 
 func wrap(m *localstore.Memory) *wrappedStore { return &wrappedStore{Memory: m} }
@@ -98,17 +99,17 @@ func (s *wrappedStore) Remaining(ctx context.Context, activity string) (int64, e
 	return s.Memory.Remaining(ctx, activity)
 }
 
-func (s *wrappedStore) Holders(ctx context.Context, activity string) ([]string, error) {
-	s.holderCalls.Add(1)
+func (s *wrappedStore) HeldRequests(ctx context.Context, activity string) ([]string, error) {
+	s.heldCalls.Add(1)
 	if s.fail.Load() {
 		return nil, errInjected
 	}
-	if s.holdersHook != nil {
-		if err := s.holdersHook(); err != nil {
+	if s.heldHook != nil {
+		if err := s.heldHook(); err != nil {
 			return nil, err
 		}
 	}
-	return s.Memory.Holders(ctx, activity)
+	return s.Memory.HeldRequests(ctx, activity)
 }
 
 func (s *wrappedStore) SetResult(ctx context.Context, activity, user string, r admission.Result) error {
@@ -260,9 +261,8 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	if !g.SoldOut("a") {
 		t.Fatal("the last item's win did not set the flag")
 	}
-	waitHolders(t, g, "a")
-	// The winner holds an item: its retry with its own key reaches the store and gets its first
-	// answer back.
+	waitHeld(t, g, "a")
+	// key-1 is a held win's: the winner's retry reaches the store and gets its first answer back.
 	before := store.calls.Load()
 	again, err := g.Admit(ctx, admission.Request{Activity: "a", User: "winner", Qty: 1, RequestID: "key-1", MayReplay: true})
 	if err != nil || again.Outcome != admission.Won || !again.Replayed || again.ReservationID != won.ReservationID {
@@ -271,13 +271,13 @@ func TestGuardReplayAfterSellOut(t *testing.T) {
 	if n := store.calls.Load() - before; n != 1 {
 		t.Errorf("a MayReplay request made %d store calls, want 1", n)
 	}
-	// Another user holds nothing, so has no win to replay: the flag answers its keyed request.
+	// key-2 is no held win's: the flag answers.
 	before = store.calls.Load()
-	if d, _ := g.Admit(ctx, admission.Request{Activity: "a", User: "other", Qty: 1, RequestID: "key-1", MayReplay: true}); d.Outcome != admission.SoldOut {
-		t.Errorf("other user's keyed request = %+v, want sold_out", d)
+	if d, _ := g.Admit(ctx, admission.Request{Activity: "a", User: "other", Qty: 1, RequestID: "key-2", MayReplay: true}); d.Outcome != admission.SoldOut {
+		t.Errorf("a keyed request with no held win's id = %+v, want sold_out", d)
 	}
 	if n := store.calls.Load() - before; n != 0 {
-		t.Errorf("a non-holder's keyed request made %d store calls, want 0", n)
+		t.Errorf("a keyed request with no held win's id made %d store calls, want 0", n)
 	}
 	// Without MayReplay the flag answers alone.
 	before = store.calls.Load()
@@ -294,7 +294,112 @@ func keyed(act, user, key string) admission.Request {
 	return admission.Request{Activity: act, User: user, Qty: 1, RequestID: key, MayReplay: true}
 }
 
-func TestGuardKeyedNonHoldersSkipStore(t *testing.T) {
+// The set is of request ids, not users: after a sell-out with the set loaded, a keyed request
+// with a held win's id reaches the store (whoever sends it), and any other id is answered by the
+// flag without a store call, also from a winner (a new key, or the key of a win released before
+// the sell-out).
+func TestGuardHeldRequestIDs(t *testing.T) {
+	store := wrap(newMemory(t))
+	mustDefine(t, store, openAt(time.Now(), "a", 3, 2))
+	g := admission.NewGuard(store, admission.GuardOptions{})
+	ctx := context.Background()
+	wins := map[string]admission.Decision{}
+	buy := func(user, key string) {
+		t.Helper()
+		d, err := g.Admit(ctx, keyed("a", user, key))
+		if err != nil || d.Outcome != admission.Won || d.Replayed {
+			t.Fatalf("%s/%s = %+v, %v; want a win", user, key, d, err)
+		}
+		wins[user+"/"+key] = d
+	}
+	buy("w1", "k1")
+	buy("w1", "k2") // a second win of the same user
+	buy("w2", "k3")
+	// w2 gives its item back (the flag is cleared) and w3 buys it: sold out again, with k3 the
+	// key of a released win.
+	if ok, err := g.Release(ctx, "a", wins["w2/k3"].ReservationID); !ok || err != nil {
+		t.Fatalf("release w2/k3 = %v, %v", ok, err)
+	}
+	buy("w3", "k4")
+	if !g.SoldOut("a") {
+		t.Fatal("the last item's win did not set the flag")
+	}
+	waitHeld(t, g, "a")
+
+	decide := func(user, key string) (admission.Decision, bool, int64) {
+		t.Helper()
+		before := store.calls.Load()
+		d, flagged, err := g.Decide(ctx, keyed("a", user, key))
+		if err != nil {
+			t.Fatalf("%s/%s: %v", user, key, err)
+		}
+		return d, flagged, store.calls.Load() - before
+	}
+	for _, k := range []string{"w1/k1", "w1/k2", "w3/k4"} {
+		user, key, _ := strings.Cut(k, "/")
+		d, flagged, calls := decide(user, key)
+		if d.Outcome != admission.Won || !d.Replayed || d.ReservationID != wins[k].ReservationID || flagged || calls != 1 {
+			t.Errorf("retry of held win %s = %+v, flagged %v, %d store calls; want its win replayed by 1 store call", k, d, flagged, calls)
+		}
+		if g.RefusesReplay("a", key) {
+			t.Errorf("RefusesReplay(%q) = true for a held win's key", key)
+		}
+	}
+	for _, c := range []struct{ user, key, why string }{
+		{"w1", "k9", "a winner's new key (the store would say limit_reached)"},
+		{"w2", "k3", "a released win's key (the store would replay it)"},
+		{"x", "k5", "another user's new key"},
+	} {
+		d, flagged, calls := decide(c.user, c.key)
+		if d.Outcome != admission.SoldOut || !flagged || calls != 0 {
+			t.Errorf("%s: %+v, flagged %v, %d store calls; want sold_out from the flag, no store call", c.why, d, flagged, calls)
+		}
+		if !g.RefusesReplay("a", c.key) {
+			t.Errorf("RefusesReplay(%q) = false for %s", c.key, c.why)
+		}
+	}
+	// A held win's key from another user reaches the store, which decides for that user.
+	if d, flagged, calls := decide("x", "k1"); d.Outcome != admission.SoldOut || d.Replayed || flagged || calls != 1 {
+		t.Errorf("another user with held key k1 = %+v, flagged %v, %d store calls; want the store's sold_out", d, flagged, calls)
+	}
+}
+
+// RefusesReplay answers true only for a flagged activity whose held set has loaded and lacks the
+// key, and allocates nothing.
+func TestGuardRefusesReplay(t *testing.T) {
+	store := wrap(newMemory(t))
+	resv := sellOut(t, store, "a", 2)
+	gate := make(chan struct{})
+	store.heldHook = func() error { <-gate; return nil }
+	g := admission.NewGuard(store, admission.GuardOptions{})
+	if g.RefusesReplay("a", "k") || g.RefusesReplay("nope", "k") {
+		t.Error("RefusesReplay before any flag = true")
+	}
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
+		t.Fatalf("first rejection = %+v", d)
+	}
+	if g.RefusesReplay("a", "k") {
+		t.Error("RefusesReplay while the held set loads = true")
+	}
+	close(gate)
+	waitHeld(t, g, "a")
+	if !g.RefusesReplay("a", "k") || g.RefusesReplay("a", "r") {
+		t.Errorf("RefusesReplay after the load: k %v, r %v; want true, false", g.RefusesReplay("a", "k"), g.RefusesReplay("a", "r"))
+	}
+	for _, key := range []string{"k", "r"} {
+		if n := testing.AllocsPerRun(1000, func() { g.RefusesReplay("a", key) }); n != 0 {
+			t.Errorf("RefusesReplay(%q) allocates %.1f times, want 0", key, n)
+		}
+	}
+	if ok, err := g.Release(context.Background(), "a", resv[0]); !ok || err != nil {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	if g.RefusesReplay("a", "k") {
+		t.Error("RefusesReplay after a restock = true")
+	}
+}
+
+func TestGuardKeyedUnheldIDsSkipStore(t *testing.T) {
 	store := wrap(newMemory(t))
 	sellOut(t, store, "a", 3)
 	g := admission.NewGuard(store, admission.GuardOptions{})
@@ -302,9 +407,9 @@ func TestGuardKeyedNonHoldersSkipStore(t *testing.T) {
 	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
 		t.Fatalf("first rejection = %+v, flag %v", d, g.SoldOut("a"))
 	}
-	waitHolders(t, g, "a")
-	if n := store.holderCalls.Load(); n != 1 {
-		t.Errorf("one sell-out loaded the holders %d times, want 1", n)
+	waitHeld(t, g, "a")
+	if n := store.heldCalls.Load(); n != 1 {
+		t.Errorf("one sell-out loaded the held set %d times, want 1", n)
 	}
 	before := store.calls.Load()
 	var wg sync.WaitGroup
@@ -315,23 +420,23 @@ func TestGuardKeyedNonHoldersSkipStore(t *testing.T) {
 			for i := range 25 {
 				d, err := g.Admit(ctx, keyed("a", "u"+strconv.Itoa(w*25+i), "key-"+strconv.Itoa(i)))
 				if err != nil || d.Outcome != admission.SoldOut {
-					t.Errorf("non-holder's keyed request = %+v, %v; want sold_out", d, err)
+					t.Errorf("keyed request with no held win's id = %+v, %v; want sold_out", d, err)
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	if n := store.calls.Load() - before; n != 0 {
-		t.Errorf("100 keyed requests from non-holders made %d store calls, want 0", n)
+		t.Errorf("100 keyed requests with no held win's id made %d store calls, want 0", n)
 	}
-	// A holder's retry still reaches the store and gets its win replayed.
+	// A winner's retry still reaches the store and gets its win replayed.
 	before = store.calls.Load()
 	d, err := g.Admit(ctx, keyed("a", "seller-1", "r"))
 	if err != nil || d.Outcome != admission.Won || !d.Replayed {
-		t.Errorf("holder's retry = %+v, %v; want the first win replayed", d, err)
+		t.Errorf("winner's retry = %+v, %v; want the first win replayed", d, err)
 	}
 	if n := store.calls.Load() - before; n != 1 {
-		t.Errorf("a holder's retry made %d store calls, want 1", n)
+		t.Errorf("a winner's retry made %d store calls, want 1", n)
 	}
 }
 
@@ -349,21 +454,21 @@ func TestGuardDecideTellsFlagFromStore(t *testing.T) {
 	if err != nil || d.Outcome != admission.SoldOut || !flagged {
 		t.Fatalf("the flag's answer = %+v, flagged %v, %v; want sold_out, flagged", d, flagged, err)
 	}
-	waitHolders(t, g, "a")
+	waitHeld(t, g, "a")
 	if d, flagged, err = g.Decide(ctx, keyed("a", "someone", "k")); err != nil || d.Outcome != admission.SoldOut || !flagged {
-		t.Errorf("a non-holder's keyed request = %+v, flagged %v, %v; want sold_out, flagged", d, flagged, err)
+		t.Errorf("a keyed request with no held win's id = %+v, flagged %v, %v; want sold_out, flagged", d, flagged, err)
 	}
 	if d, flagged, err = g.Decide(ctx, keyed("a", "seller-1", "r")); err != nil || d.Outcome != admission.Won || flagged {
-		t.Errorf("a holder's retry = %+v, flagged %v, %v; want the store's replayed win", d, flagged, err)
+		t.Errorf("a winner's retry = %+v, flagged %v, %v; want the store's replayed win", d, flagged, err)
 	}
 }
 
-// Until the holders are known, a keyed request may be a winner's retry: it goes to the store.
-func TestGuardKeyedBeforeHoldersLoad(t *testing.T) {
+// Until the held set is known, a keyed request may be a winner's retry: it goes to the store.
+func TestGuardKeyedBeforeHeldLoad(t *testing.T) {
 	store := wrap(newMemory(t))
 	sellOut(t, store, "a", 1)
 	gate := make(chan struct{})
-	store.holdersHook = func() error { <-gate; return nil }
+	store.heldHook = func() error { <-gate; return nil }
 	g := admission.NewGuard(store, admission.GuardOptions{})
 	ctx := context.Background()
 	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
@@ -371,31 +476,31 @@ func TestGuardKeyedBeforeHoldersLoad(t *testing.T) {
 	}
 	before := store.calls.Load()
 	if d, err := g.Admit(ctx, keyed("a", "seller-0", "r")); err != nil || d.Outcome != admission.Won || !d.Replayed {
-		t.Errorf("holder's retry before the load = %+v, %v; want the first win replayed", d, err)
+		t.Errorf("winner's retry before the load = %+v, %v; want the first win replayed", d, err)
 	}
-	if d, err := g.Admit(ctx, keyed("a", "other", "r")); err != nil || d.Outcome != admission.SoldOut {
-		t.Errorf("non-holder's keyed request before the load = %+v, %v", d, err)
+	if d, err := g.Admit(ctx, keyed("a", "other", "k")); err != nil || d.Outcome != admission.SoldOut {
+		t.Errorf("keyed request with no held win's id before the load = %+v, %v", d, err)
 	}
 	if n := store.calls.Load() - before; n != 2 {
-		t.Errorf("2 keyed requests before the holders loaded made %d store calls, want 2", n)
+		t.Errorf("2 keyed requests before the held set loaded made %d store calls, want 2", n)
 	}
 	close(gate)
-	waitHolders(t, g, "a")
+	waitHeld(t, g, "a")
 	before = store.calls.Load()
-	if d, _ := g.Admit(ctx, keyed("a", "other", "r")); d.Outcome != admission.SoldOut {
-		t.Errorf("non-holder's keyed request = %+v", d)
+	if d, _ := g.Admit(ctx, keyed("a", "other", "k")); d.Outcome != admission.SoldOut {
+		t.Errorf("keyed request with no held win's id = %+v", d)
 	}
 	if n := store.calls.Load() - before; n != 0 {
-		t.Errorf("after the load a non-holder's keyed request made %d store calls, want 0", n)
+		t.Errorf("after the load a keyed request with no held win's id made %d store calls, want 0", n)
 	}
 }
 
-// A failed load leaves keyed requests going to the store, and the probe loads the holders again.
-func TestGuardHoldersLoadRetried(t *testing.T) {
+// A failed load leaves keyed requests going to the store, and the probe loads the set again.
+func TestGuardHeldLoadRetried(t *testing.T) {
 	store := wrap(newMemory(t))
 	sellOut(t, store, "a", 1)
 	var failures atomic.Int64
-	store.holdersHook = func() error {
+	store.heldHook = func() error {
 		if failures.Add(1) == 1 {
 			return errInjected
 		}
@@ -405,49 +510,49 @@ func TestGuardHoldersLoadRetried(t *testing.T) {
 	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
 		t.Fatalf("first rejection = %+v", d)
 	}
-	waitHolders(t, g, "a")
-	if n := store.holderCalls.Load(); n < 2 {
-		t.Errorf("holders loaded after %d calls, want a failure and a retry", n)
+	waitHeld(t, g, "a")
+	if n := store.heldCalls.Load(); n < 2 {
+		t.Errorf("held set loaded after %d calls, want a failure and a retry", n)
 	}
 	if d, err := g.Admit(context.Background(), keyed("a", "seller-0", "r")); err != nil || d.Outcome != admission.Won || !d.Replayed {
-		t.Errorf("holder's retry = %+v, %v", d, err)
+		t.Errorf("winner's retry = %+v, %v", d, err)
 	}
 }
 
-// A restock drops the holders: the next sell-out has new holders, loaded afresh.
-func TestGuardRestockDropsHolders(t *testing.T) {
+// A restock drops the held set: the next sell-out has new wins, loaded afresh.
+func TestGuardRestockDropsHeld(t *testing.T) {
 	store := wrap(newMemory(t))
 	resv := sellOut(t, store, "a", 2)
 	g := admission.NewGuard(store, admission.GuardOptions{})
 	ctx := context.Background()
 	mustAdmit(t, g, "a", "late", 1, "r")
-	waitHolders(t, g, "a")
+	waitHeld(t, g, "a")
 	if ok, err := g.Release(ctx, "a", resv[0]); !ok || err != nil {
 		t.Fatalf("release = %v, %v", ok, err)
 	}
-	if g.SoldOut("a") || !admission.HoldersDropped(g, "a") {
-		t.Fatalf("after a restock: flag %v, holders dropped %v; want both dropped", g.SoldOut("a"), admission.HoldersDropped(g, "a"))
+	if g.SoldOut("a") || !admission.HeldDropped(g, "a") {
+		t.Fatalf("after a restock: flag %v, held set dropped %v; want both dropped", g.SoldOut("a"), admission.HeldDropped(g, "a"))
 	}
-	// "late" buys the released item: a new holder, and a new sell-out.
+	// "late" buys the released item: a new held win, and a new sell-out.
 	won, err := g.Admit(ctx, keyed("a", "late", "k"))
 	if err != nil || won.Outcome != admission.Won || !g.SoldOut("a") {
 		t.Fatalf("buy after the restock = %+v, %v, flag %v", won, err, g.SoldOut("a"))
 	}
-	waitHolders(t, g, "a")
-	if n := store.holderCalls.Load(); n != 2 {
-		t.Errorf("two sell-outs loaded the holders %d times, want 2", n)
+	waitHeld(t, g, "a")
+	if n := store.heldCalls.Load(); n != 2 {
+		t.Errorf("two sell-outs loaded the held set %d times, want 2", n)
 	}
 	d, err := g.Admit(ctx, keyed("a", "late", "k"))
 	if err != nil || !d.Replayed || d.ReservationID != won.ReservationID {
-		t.Errorf("new holder's retry = %+v, %v; want its win replayed", d, err)
+		t.Errorf("new winner's retry = %+v, %v; want its win replayed", d, err)
 	}
-	// seller-0 gave its item back: no longer a holder, its keyed request stays local.
+	// seller-0 gave its item back and holds nothing: its keyed request with a new key stays local.
 	before := store.calls.Load()
 	if d, _ := g.Admit(ctx, keyed("a", "seller-0", "other-key")); d.Outcome != admission.SoldOut {
-		t.Errorf("former holder's keyed request = %+v", d)
+		t.Errorf("former winner's keyed request = %+v", d)
 	}
 	if n := store.calls.Load() - before; n != 0 {
-		t.Errorf("a former holder's keyed request made %d store calls, want 0", n)
+		t.Errorf("a former winner's keyed request made %d store calls, want 0", n)
 	}
 }
 
@@ -811,7 +916,7 @@ var (
 	mustRemaining = admissiontest.MustRemaining
 	startGuard    = admissiontest.StartGuard
 	eventually    = admissiontest.Eventually
-	waitHolders   = admissiontest.WaitHolders
+	waitHeld      = admissiontest.WaitHeld
 )
 
 // timedMemory is the real memory store that, as redisstore does, bounds a call by the Guard's

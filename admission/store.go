@@ -59,10 +59,11 @@ type Catalog interface {
 	// Remaining returns the stock left.
 	Remaining(ctx context.Context, activity string) (int64, error)
 
-	// Holders lists, in no particular order, the users who hold items in activity (the buyers
-	// with at least one item not released). Every holder holds at least one item, so the list is
-	// bounded by the activity's stock. An unknown activity is ErrUnknownActivity.
-	Holders(ctx context.Context, activity string) ([]string, error)
+	// HeldRequests lists, in no particular order, the request ids of activity's wins that are not
+	// released. Every such win holds at least one item, so the list is bounded by the activity's
+	// stock. Request ids are scoped to the user, so an id two users both won with may be listed
+	// twice. An unknown activity is ErrUnknownActivity.
+	HeldRequests(ctx context.Context, activity string) ([]string, error)
 }
 
 // Admitter takes the admission decisions and gives reservations back: the buy path and the
@@ -176,7 +177,7 @@ type Request struct {
 
 	// MayReplay marks a request id chosen by the client (an Idempotency-Key), which may repeat an
 	// earlier win. Guard then asks the store even after it has flagged the activity sold out, if
-	// the user may hold items there, so a winner's retry gets its first answer back instead of
+	// the id may be a held win's, so a winner's retry gets its first answer back instead of
 	// sold_out. Stores ignore it.
 	MayReplay bool
 }

@@ -29,7 +29,7 @@ func TestHotPathAllocations(t *testing.T) {
 	}
 	respond := allocs(s.request(http.MethodPost, "/baseline"+u.paths["open"], u, ""), http.StatusOK)
 	keyed := s.request(http.MethodPost, u.paths["gone"], u, "key-1")
-	waitHoldersLoaded(t, s, keyed)
+	waitHeldLoaded(t, s, keyed)
 	for _, c := range []struct {
 		name   string
 		r      *http.Request

@@ -137,7 +137,7 @@ http://:%d {
 		}
 	}
 	// Sell "gone" out: the first buy finds no stock and sets the node's sold-out flag; a keyed buy
-	// then waits for the holders set (empty) that keeps non-holders off the store.
+	// then waits for the held set (empty) that keeps keys of no held win off the store.
 	s.serve(s.request(http.MethodPost, s.users[0].paths["gone"], s.users[0], ""))
 	if !app(b).Guard().SoldOut("gone") {
 		b.Fatal("activity gone is not flagged sold out")
@@ -239,7 +239,7 @@ func benchHotPath(b *testing.B, s *hotSale) {
 			return s.request(http.MethodPost, u.paths["gone"], u, "")
 		}},
 		// The burst's press after the sell-out: a keyed buy runs every check (token, user limit,
-		// hashed path) before the Guard refuses a non-holder without a store call.
+		// hashed path) before the Guard refuses a key of no held win without a store call.
 		{"sold_out_keyed", http.StatusGone, func(u hotUser, i int) *http.Request {
 			return s.request(http.MethodPost, u.paths["gone"], u, "key-"+strconv.Itoa(i))
 		}},
@@ -268,10 +268,10 @@ func benchHotPath(b *testing.B, s *hotSale) {
 		for i, u := range s.users {
 			reqs[i] = c.req(u, i)
 		}
-		// The same key keeps being answered from the store's first answer once a holders set
+		// The same key keeps being answered from the store's first answer once a held set
 		// loaded; wait for it so that the keyed case measures the steady state.
 		if c.name == "sold_out_keyed" {
-			waitHoldersLoaded(b, s, reqs[0])
+			waitHeldLoaded(b, s, reqs[0])
 		}
 		// The result cases must not depend on which benchmarks ran before them (-bench
 		// HotPath/result alone): every user holds an item in "open" first.
@@ -313,10 +313,10 @@ func benchHotPath(b *testing.B, s *hotSale) {
 	}
 }
 
-// waitHoldersLoaded sends the keyed request once, which the store answers, then gives the Guard
-// time to load the (empty) holders set in the background, after which it answers keyed
-// non-holders itself. Loading from the memory store takes microseconds.
-func waitHoldersLoaded(b testing.TB, s *hotSale, r *http.Request) {
+// waitHeldLoaded sends the keyed request once, which the store answers, then gives the Guard
+// time to load the (empty) set of held request ids in the background, after which it answers
+// keyed requests itself. Loading from the memory store takes microseconds.
+func waitHeldLoaded(b testing.TB, s *hotSale, r *http.Request) {
 	b.Helper()
 	if w := s.serve(r); w.status != http.StatusGone {
 		b.Fatalf("keyed sold-out buy: %d %s", w.status, w.body)

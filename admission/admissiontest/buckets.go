@@ -24,6 +24,7 @@ func RunBuckets(t *testing.T, newStore NewStore) {
 		{"SkewedSellsOut", testBucketSkewed},
 		{"NoFalseSoldOut", testBucketNoFalseSoldOut},
 		{"ReleaseSellsAgain", testBucketRelease},
+		{"HeldRequests", testBucketHeldRequests},
 		{"QueueAndResults", testBucketQueueResults},
 		{"Redefine", testBucketRedefine},
 	}
@@ -161,11 +162,18 @@ func testBucketExactWinners(t *testing.T, s admission.Store) {
 		if d.Outcome == admission.Won && (!d.Replayed || !containsResv(ds, d.ReservationID)) {
 			t.Errorf("replay of %s r0 = %+v, wins %+v", u, d, ds)
 		}
-		holders, err := s.Holders(ctx, "b-exact")
-		if err != nil || len(holders) != len(wins) {
-			t.Errorf("holders: %d, %v; want %d", len(holders), err, len(wins))
-		}
 		break
+	}
+	// The held wins' ids, gathered from every bucket: the ids buyAll sent, one per win at most
+	// (testBucketHeldRequests checks them one by one).
+	ids, err := s.HeldRequests(ctx, "b-exact")
+	if err != nil || len(ids) == 0 || len(ids) > stock {
+		t.Fatalf("held requests: %d, %v; want 1 to %d", len(ids), err, stock)
+	}
+	for _, id := range ids {
+		if id != "r0" && id != "r1" && id != "r2" {
+			t.Errorf("held requests list %q, which no buyer sent", id)
+		}
 	}
 }
 
@@ -300,6 +308,54 @@ func testBucketRelease(t *testing.T, s admission.Store) {
 		t.Fatal("the released item was not sold again")
 	}
 	checkSoldOut(t, s, "b-rel", 8)
+}
+
+// testBucketHeldRequests: HeldRequests of a split activity lists the held wins of every bucket,
+// a user's second win beside the first, and no released win, whichever bucket it was in.
+func testBucketHeldRequests(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	const n = 4
+	MustDefine(t, s, bucketed("b-held", 12, 2, n))
+	checkHeld(t, s, "b-held", "before any win", 0)
+	// Two buyers at home in each bucket, the first of each with a second win.
+	var want []string
+	resv, owner := map[string]string{}, map[string]string{}
+	for b := range n {
+		for j, u := range usersIn(fmt.Sprintf("h%d-", b), 2, n, b) {
+			reqs := []string{u + "-1"}
+			if j == 0 {
+				reqs = append(reqs, u+"-2")
+			}
+			for _, req := range reqs {
+				d, err := admitRetry(ctx, s, admission.Request{Activity: "b-held", User: u, Qty: 1, RequestID: req})
+				if err != nil || d.Outcome != admission.Won {
+					t.Fatalf("admit %s/%s = %+v, %v", u, req, d, err)
+				}
+				resv[req], owner[req] = d.ReservationID, u
+				want = append(want, req)
+			}
+		}
+	}
+	checkSoldOut(t, s, "b-held", 12)
+	checkHeld(t, s, "b-held", "after the sell-out", len(want), want...)
+	// A replay adds nothing.
+	if d, err := s.Admit(ctx, admission.Request{Activity: "b-held", User: owner[want[0]], Qty: 1, RequestID: want[0], MayReplay: true}); err != nil || !d.Replayed {
+		t.Fatalf("replay of %s = %+v, %v", want[0], d, err)
+	}
+	checkHeld(t, s, "b-held", "after a replay", len(want), want...)
+	// Release, in buckets 0 and 1, a first of two wins and in bucket 2 a buyer's one win.
+	gone := map[string]bool{want[0]: true, want[3]: true, want[8]: true}
+	var left []string
+	for _, req := range want {
+		if !gone[req] {
+			left = append(left, req)
+			continue
+		}
+		if ok, err := s.Release(ctx, "b-held", resv[req]); !ok || err != nil {
+			t.Fatalf("release %s = %v, %v", req, ok, err)
+		}
+	}
+	checkHeld(t, s, "b-held", "after three releases", len(left), left...)
 }
 
 // withinCount reports whether a read of ws kept to count wins, allowing what the Queue contract

@@ -70,10 +70,10 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 	}
 }
 
-// WaitHolders waits until g has loaded the holders of act's current sell-out.
-func WaitHolders(t testing.TB, g *admission.Guard, act string) {
+// WaitHeld waits until g has loaded the held request ids of act's current sell-out.
+func WaitHeld(t testing.TB, g *admission.Guard, act string) {
 	t.Helper()
-	Eventually(t, 5*time.Second, "holders of "+act+" loaded", func() bool { return g.HoldersLoaded(act) })
+	Eventually(t, 5*time.Second, "held requests of "+act+" loaded", func() bool { return g.HeldLoaded(act) })
 }
 
 // BreakerLog records a Guard's breaker transitions (GuardOptions.OnStateChange: Hook) as

@@ -44,7 +44,8 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ConcurrentMixedQty", testConcurrentMixedQty},
 		{"ReleaseExactlyOnce", testReleaseExactlyOnce},
 		{"RaiseStockRestocks", testRaiseStockRestocks},
-		{"Holders", testHolders},
+		{"HeldRequests", testHeldRequests},
+		{"HeldRequestsMany", testHeldRequestsMany},
 		{"Results", testResults},
 		{"ResultJSON", testResultJSON},
 		{"ResultReservations", testResultReservations},
@@ -525,55 +526,112 @@ func testReleaseExactlyOnce(t *testing.T, s admission.Store) {
 	}
 }
 
-// testHolders checks that Holders lists exactly the users holding items: a release that leaves
-// a user nothing removes them, one that leaves them an item does not.
-func testHolders(t *testing.T, s admission.Store) {
+// checkHeld checks that act's HeldRequests are the ids want (each once, in any order). A list
+// may repeat an id that two users won with, but never holds more than the held wins, wins.
+func checkHeld(t *testing.T, s admission.Catalog, act, what string, wins int, want ...string) {
+	t.Helper()
+	ids, err := s.HeldRequests(context.Background(), act)
+	if err != nil {
+		t.Fatalf("held requests %s: %v", what, err)
+	}
+	got := slices.Compact(slices.Sorted(slices.Values(ids)))
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(got, want) || len(ids) > wins {
+		t.Errorf("held requests %s = %q, want %q (%d held wins)", what, ids, want, wins)
+	}
+}
+
+// testHeldRequests checks that HeldRequests lists exactly the request ids of the wins not
+// released: a user's second win beside the first, nothing for a replay or a refusal, a released
+// win's id gone (also while its user holds another win, or won again after it), and an id two
+// users won with kept while either win is held.
+func testHeldRequests(t *testing.T, s admission.Store) {
 	ctx := context.Background()
 	MustDefine(t, s, open("a1", 6, 2))
-	holders := func() []string {
-		t.Helper()
-		users, err := s.Holders(ctx, "a1")
-		if err != nil {
-			t.Fatalf("holders: %v", err)
-		}
-		slices.Sort(users)
-		return users
-	}
-	if got := holders(); len(got) != 0 {
-		t.Errorf("holders before any win = %q, want none", got)
-	}
+	checkHeld(t, s, "a1", "before any win", 0)
 	resv := map[string]string{}
-	for _, w := range []struct {
-		user string
-		qty  int64
-		req  string
-	}{{"u1", 2, "r1"}, {"u2", 1, "r1"}, {"u3", 1, "r1"}, {"u4", 1, "r1"}, {"u4", 1, "r2"}} {
-		d := MustAdmit(t, s, "a1", w.user, w.qty, w.req)
-		if d.Outcome != admission.Won {
-			t.Fatalf("admit %s/%s = %+v", w.user, w.req, d)
+	win := func(user string, qty int64, req string) {
+		t.Helper()
+		d := MustAdmit(t, s, "a1", user, qty, req)
+		if d.Outcome != admission.Won || d.Replayed {
+			t.Fatalf("admit %s/%s = %+v; want a new win", user, req, d)
 		}
-		resv[w.user+"/"+w.req] = d.ReservationID
+		resv[user+"/"+req] = d.ReservationID
 	}
-	if d := MustAdmit(t, s, "a1", "u5", 1, "r1"); d.Outcome != admission.SoldOut {
-		t.Fatalf("admit after the sell-out = %+v", d)
-	}
-	if got, want := holders(), []string{"u1", "u2", "u3", "u4"}; !slices.Equal(got, want) {
-		t.Errorf("holders after the sell-out = %q, want %q", got, want)
-	}
-	for _, k := range []string{"u3/r1", "u4/r2"} {
+	release := func(k string) {
+		t.Helper()
 		if ok, err := s.Release(ctx, "a1", resv[k]); !ok || err != nil {
 			t.Fatalf("release %s = %v, %v", k, ok, err)
 		}
 	}
-	if got, want := holders(), []string{"u1", "u2", "u4"}; !slices.Equal(got, want) {
-		t.Errorf("holders after two releases = %q, want %q", got, want)
+	win("u1", 2, "k1")
+	win("u2", 1, "k1") // the same id, another user's
+	win("u3", 1, "k3")
+	win("u4", 1, "k4a")
+	win("u4", 1, "k4b")
+	checkHeld(t, s, "a1", "after the sell-out", 5, "k1", "k3", "k4a", "k4b")
+
+	// Keyed, so that a Guard's sold-out flag lets the replay through.
+	replay := admission.Request{Activity: "a1", User: "u1", Qty: 2, RequestID: "k1", MayReplay: true}
+	if d, err := s.Admit(ctx, replay); err != nil || !d.Replayed {
+		t.Fatalf("replay of u1/k1 = %+v, %v", d, err)
 	}
-	if _, err := s.Holders(ctx, "nope"); !errors.Is(err, admission.ErrUnknownActivity) {
-		t.Errorf("holders of an unknown activity: err = %v, want ErrUnknownActivity", err)
+	if d := MustAdmit(t, s, "a1", "u5", 1, "k5"); d.Outcome != admission.SoldOut {
+		t.Fatalf("admit after the sell-out = %+v", d)
 	}
-	if _, err := s.Holders(ctx, "a{1}"); !errors.Is(err, admission.ErrBadInput) {
-		t.Errorf("holders with a bad activity id: err = %v, want ErrBadInput", err)
+	if d := MustAdmit(t, s, "a1", "u4", 1, "k4c"); d.Outcome == admission.Won {
+		t.Fatalf("u4's third buy = %+v; want a refusal", d) // limit_reached, or a Guard's sold_out
 	}
+	checkHeld(t, s, "a1", "after a replay and refusals", 5, "k1", "k3", "k4a", "k4b")
+
+	release("u3/k3")  // u3 holds nothing now
+	release("u4/k4b") // u4 still holds k4a
+	checkHeld(t, s, "a1", "after two releases", 3, "k1", "k4a")
+
+	win("u3", 1, "k3b") // a second win, after a released one
+	checkHeld(t, s, "a1", "after a win after a release", 4, "k1", "k3b", "k4a")
+
+	release("u1/k1")
+	checkHeld(t, s, "a1", "after one of two k1 wins released", 3, "k1", "k3b", "k4a")
+	release("u2/k1")
+	checkHeld(t, s, "a1", "after both k1 wins released", 2, "k3b", "k4a")
+
+	if _, err := s.HeldRequests(ctx, "nope"); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("held requests of an unknown activity: err = %v, want ErrUnknownActivity", err)
+	}
+	if _, err := s.HeldRequests(ctx, "a{1}"); !errors.Is(err, admission.ErrBadInput) {
+		t.Errorf("held requests with a bad activity id: err = %v, want ErrBadInput", err)
+	}
+}
+
+// testHeldRequestsMany is testHeldRequests at a size a store reads in several steps (Redis scans
+// its users 512 at a time): 1,200 buyers, one in five with a second win, some wins released.
+func testHeldRequestsMany(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	const users = 1200
+	MustDefine(t, s, open("many", 2*users, 2))
+	var want []string
+	for i := range users {
+		reqs := []string{fmt.Sprintf("m%d", i)}
+		if i%5 == 0 {
+			reqs = append(reqs, fmt.Sprintf("m%dx", i))
+		}
+		for j, req := range reqs {
+			d := MustAdmit(t, s, "many", fmt.Sprintf("user%d", i), 1, req)
+			if d.Outcome != admission.Won {
+				t.Fatalf("admit user%d/%s = %+v", i, req, d)
+			}
+			// Release the first of two wins of every tenth buyer, the one win of every seventh.
+			if (j == 0 && i%10 == 0) || (len(reqs) == 1 && i%7 == 0) {
+				if ok, err := s.Release(ctx, "many", d.ReservationID); !ok || err != nil {
+					t.Fatalf("release user%d/%s = %v, %v", i, req, ok, err)
+				}
+				continue
+			}
+			want = append(want, req)
+		}
+	}
+	checkHeld(t, s, "many", "of 1,200 buyers", len(want), want...)
 }
 
 func testResults(t *testing.T, s admission.Store) {

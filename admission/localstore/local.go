@@ -364,10 +364,10 @@ func (s *Store) Remaining(ctx context.Context, activity string) (int64, error) {
 		func(err error) error { return fmt.Errorf("remaining %s: %w", activity, err) })
 }
 
-// Holders implements Store.
-func (s *Store) Holders(ctx context.Context, activity string) ([]string, error) {
-	return call(s, ctx, func(m *Memory) ([]string, error) { return m.Holders(ctx, activity) },
-		func(err error) error { return fmt.Errorf("holders %s: %w", activity, err) })
+// HeldRequests implements Store.
+func (s *Store) HeldRequests(ctx context.Context, activity string) ([]string, error) {
+	return call(s, ctx, func(m *Memory) ([]string, error) { return m.HeldRequests(ctx, activity) },
+		func(err error) error { return fmt.Errorf("held requests %s: %w", activity, err) })
 }
 
 // SetResult implements Store.

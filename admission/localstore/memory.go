@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -381,26 +382,32 @@ func (s *Memory) Remaining(ctx context.Context, activity string) (int64, error) 
 	return a.stock, nil
 }
 
-// Holders implements Store.
-func (s *Memory) Holders(ctx context.Context, activity string) ([]string, error) {
+// HeldRequests implements Store. Only users holding items can have a win not released, so the
+// others are skipped without looking at their wins.
+func (s *Memory) HeldRequests(ctx context.Context, activity string) ([]string, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("holders %s: %w", activity, err)
+		return nil, fmt.Errorf("held requests %s: %w", activity, err)
 	}
 	if err := memCheckActivity(activity); err != nil {
-		return nil, fmt.Errorf("holders: %w", err)
+		return nil, fmt.Errorf("held requests: %w", err)
 	}
 	a, err := s.lock(activity)
 	if err != nil {
-		return nil, fmt.Errorf("holders: %w", err)
+		return nil, fmt.Errorf("held requests: %w", err)
 	}
 	defer a.mu.Unlock()
-	users := make([]string, 0, a.holders)
-	a.users.each(func(name string, u *memUser) {
-		if u.held > 0 {
-			users = append(users, string([]byte(name))) // a copy: name is a view of the store's arena
+	ids := make([]string, 0, a.holders)
+	a.users.each(func(_ string, u *memUser) {
+		if u.held == 0 {
+			return
 		}
+		a.eachWin(u, func(entry int) {
+			if _, gone := a.released[a.entries.id(entry)]; !gone {
+				ids = append(ids, strings.Clone(a.entries.requestID(entry))) // a copy: not a view pinning the arena
+			}
+		})
 	})
-	return users, nil
+	return ids, nil
 }
 
 // SetResult implements Store.

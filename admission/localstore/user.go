@@ -311,6 +311,24 @@ func (a *memActivity) answer(u *memUser, req string) (admission.Decision, bool) 
 	return admission.Decision{Outcome: admission.Won, ReservationID: a.entries.id(ans.entry), Remaining: ans.remaining}, true
 }
 
+// eachWin calls f with the entry index of each of u's wins, released ones included, in no
+// particular order.
+func (a *memActivity) eachWin(u *memUser, f func(entry int)) {
+	switch x := a.users.extOf(u); {
+	case u.simple():
+		f(u.first.entry)
+	case x == nil:
+	case x.byReq != nil:
+		for _, y := range x.byReq {
+			f(y.entry)
+		}
+	default:
+		for _, y := range x.answers {
+			f(y.entry)
+		}
+	}
+}
+
 // addWin stores the answer to u's win at entries[entry], whose request id u has not won with,
 // without folding the win's record. It reports whether that record is u's whole record already:
 // a new user's first win, the most common state by far, is kept simple (no pointer, no

@@ -17,7 +17,8 @@ import (
 
 // A user who wins, releases and wins again, more often than a memUser keeps answers in its slice
 // (memUserAnswers), keeps the first answer to every request id, counts as a buyer only while
-// holding an item, and a local store's load rebuilds all of it.
+// holding an item, lists only its held win's request id, and a local store's load rebuilds all of
+// it.
 func TestMemoryManyWinsOneUser(t *testing.T) {
 	const rounds = 3*memUserAnswers + 1
 	run := func(t *testing.T, s admission.Store) []admission.Decision {
@@ -30,14 +31,14 @@ func TestMemoryManyWinsOneUser(t *testing.T) {
 				t.Fatalf("round %d: %+v", i, d)
 			}
 			wins = append(wins, d)
-			checkBuyers(t, s, "u", "v")
+			checkHeld(t, s, 2, "r"+strconv.Itoa(i), "v1")
 			if d := mustAdmit(t, s, "m", "u", 1, "extra"); d.Outcome != admission.LimitReached {
 				t.Fatalf("round %d: second item = %+v", i, d)
 			}
 			if ok, err := s.Release(ctx, "m", d.ReservationID); !ok || err != nil {
 				t.Fatalf("round %d: release = %v, %v", i, ok, err)
 			}
-			checkBuyers(t, s, "v")
+			checkHeld(t, s, 1, "v1")
 		}
 		return wins
 	}
@@ -52,7 +53,7 @@ func TestMemoryManyWinsOneUser(t *testing.T) {
 		if err != nil || r.Code != "queued" || r.ReservationID != wins[len(wins)-1].ReservationID || len(r.Reservations) != rounds {
 			t.Errorf("u's result = %+v, %v", r, err)
 		}
-		checkBuyers(t, s, "v")
+		checkHeld(t, s, 1, "v1")
 	}
 
 	t.Run("memory", func(t *testing.T) {
@@ -72,18 +73,19 @@ func TestMemoryManyWinsOneUser(t *testing.T) {
 	})
 }
 
-// checkBuyers fails t unless exactly users hold items in activity m.
-func checkBuyers(t *testing.T, s admission.Store, users ...string) {
+// checkHeld fails t unless activity m has buyers users holding items and its held wins' request
+// ids are exactly reqs, sorted.
+func checkHeld(t *testing.T, s admission.Store, buyers int64, reqs ...string) {
 	t.Helper()
 	ctx := context.Background()
 	snap, err := s.Activity(ctx, "m")
-	if err != nil || snap.Buyers != int64(len(users)) {
-		t.Fatalf("snapshot = %+v, %v; want %d buyers", snap, err, len(users))
+	if err != nil || snap.Buyers != buyers {
+		t.Fatalf("snapshot = %+v, %v; want %d buyers", snap, err, buyers)
 	}
-	got, err := s.Holders(ctx, "m")
+	got, err := s.HeldRequests(ctx, "m")
 	slices.Sort(got)
-	if err != nil || !slices.Equal(got, users) {
-		t.Fatalf("holders = %v, %v; want %v", got, err, users)
+	if err != nil || !slices.Equal(got, reqs) {
+		t.Fatalf("held requests = %q, %v; want %q", got, err, reqs)
 	}
 }
 

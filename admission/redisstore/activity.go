@@ -174,32 +174,32 @@ func (s *Store) remainingOn(ctx context.Context, activity string) (int64, error)
 	return n, nil
 }
 
-// Holders lists the users holding items: those whose :users field holds items (holdersOn). The
-// definition is read first, so that an activity without holders is told from an unknown one.
-func (s *Store) Holders(ctx context.Context, activity string) ([]string, error) {
+// HeldRequests lists the request ids of the wins not released (heldRequestsOn). The definition is
+// read first, so that an activity without wins is told from an unknown one.
+func (s *Store) HeldRequests(ctx context.Context, activity string) ([]string, error) {
 	if !admission.ValidActivityID(activity) {
-		return nil, fmt.Errorf("holders: %w", admission.BadInput("activity id %q", activity))
+		return nil, fmt.Errorf("held requests: %w", admission.BadInput("activity id %q", activity))
 	}
 	if n, err := s.bucketCount(ctx, activity); err != nil || n > 1 {
 		if err != nil {
-			return nil, fmt.Errorf("holders %s: %w", activity, err)
+			return nil, fmt.Errorf("held requests %s: %w", activity, err)
 		}
-		return s.bucketHolders(ctx, activity, n)
+		return s.bucketHeldRequests(ctx, activity, n)
 	}
 	m, err := s.client.HMGet(ctx, s.key(activity, "meta"), "start_ms", "layout").Result()
 	switch {
 	case err != nil:
-		return nil, fmt.Errorf("holders %s: %w", activity, err)
+		return nil, fmt.Errorf("held requests %s: %w", activity, err)
 	case len(m) != 2 || m[0] == nil:
-		return nil, fmt.Errorf("holders %s: %w", activity, admission.ErrUnknownActivity)
+		return nil, fmt.Errorf("held requests %s: %w", activity, admission.ErrUnknownActivity)
 	case m[1] != "2":
-		return nil, fmt.Errorf("holders %s: %w", activity, s.oldLayout(activity))
+		return nil, fmt.Errorf("held requests %s: %w", activity, s.oldLayout(activity))
 	}
-	users, err := s.holdersOn(ctx, activity)
+	ids, err := s.heldRequestsOn(ctx, activity)
 	if err != nil {
-		return nil, fmt.Errorf("holders %s: %w", activity, err)
+		return nil, fmt.Errorf("held requests %s: %w", activity, err)
 	}
-	return users, nil
+	return ids, nil
 }
 
 // redisMetaCount reads a counter field of :meta; absent ("") is 0.

@@ -255,18 +255,18 @@ func (s *Store) bucketRemaining(ctx context.Context, activity string, n int) (in
 	return st.total - st.sold(), nil
 }
 
-// bucketHolders is Holders for a split activity: a user holds items only in the home bucket, so
-// the buckets' lists do not overlap.
-func (s *Store) bucketHolders(ctx context.Context, activity string, n int) ([]string, error) {
-	var users []string
+// bucketHeldRequests is HeldRequests for a split activity: a user's wins, their field and the
+// :released of their reservations are all in the home bucket, so each bucket answers for its own.
+func (s *Store) bucketHeldRequests(ctx context.Context, activity string, n int) ([]string, error) {
+	var ids []string
 	for i := range n {
-		u, err := s.holdersOn(ctx, bucketID(activity, i, n))
+		b, err := s.heldRequestsOn(ctx, bucketID(activity, i, n))
 		if err != nil {
-			return nil, fmt.Errorf("holders %s: bucket %d: %w", activity, i, err)
+			return nil, fmt.Errorf("held requests %s: bucket %d: %w", activity, i, err)
 		}
-		users = append(users, u...)
+		ids = append(ids, b...)
 	}
-	return users, nil
+	return ids, nil
 }
 
 // deleteBuckets is Delete for a split activity: the parent's check, every bucket, then the

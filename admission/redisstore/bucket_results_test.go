@@ -15,7 +15,7 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
-// TestRedisBucketResults: a split activity answers results, releases, holders and its snapshot
+// TestRedisBucketResults: a split activity answers results, releases, held requests and its snapshot
 // with bucket reservation ids ("E-k.<bucket>"), the "queued" records of wins not folded yet
 // derived from the home bucket's :users field; and its Queued counts wins when entries carry
 // several.
@@ -73,17 +73,17 @@ func TestRedisBucketResults(t *testing.T) {
 		out, code, aerr := s.AppendResult(ctx, nil, a.ID, u)
 		fmt.Fprintf(&b, "%s: %s %v | %s %s %v\n", u, show(string(admission.AppendResultJSON(nil, r))), err != nil, show(string(out)), code, aerr != nil)
 	}
-	h, err := s.Holders(ctx, a.ID)
+	h, err := s.HeldRequests(ctx, a.ID)
 	slices.Sort(h)
 	snap, serr := s.Activity(ctx, a.ID)
-	fmt.Fprintf(&b, "holders %v %v; remaining %d sold %d buyers %d queued %d %v\n", h, err, snap.Remaining, snap.Sold, snap.Buyers, snap.Queued, serr)
+	fmt.Fprintf(&b, "held %v %v; remaining %d sold %d buyers %d queued %d %v\n", h, err, snap.Remaining, snap.Sold, snap.Buyers, snap.Queued, serr)
 	// What the store answered when every record was written at the win (an earlier key layout,
 	// checked equal to this one's answers before it was removed).
 	const want = `u0: {"code":"queued","reservation_id":W3,"reservations":[{"code":"pending_payment","reservation_id":W0,"order_id":"o0"},{"code":"queued","reservation_id":W3}]} false | {"code":"queued","reservation_id":W3,"reservations":[{"code":"pending_payment","reservation_id":W0,"order_id":"o0"},{"code":"queued","reservation_id":W3}]} queued false
 u1: {"code":"paid","reservation_id":W4,"order_id":"o4","reservations":[{"code":"queued","reservation_id":W1},{"code":"paid","reservation_id":W4,"order_id":"o4"}]} false | {"code":"paid","reservation_id":W4,"order_id":"o4","reservations":[{"code":"queued","reservation_id":W1},{"code":"paid","reservation_id":W4,"order_id":"o4"}]} paid false
 u2: {"code":"queued","reservation_id":W5,"reservations":[{"code":"queued","reservation_id":W2},{"code":"queued","reservation_id":W5}]} false | {"code":"queued","reservation_id":W5,"reservations":[{"code":"queued","reservation_id":W2},{"code":"queued","reservation_id":W5}]} queued false
 nobody: {"code":""} true |   true
-holders [u0 u1] <nil>; remaining 8 sold 4 buyers 2 queued 6 <nil>
+held [r0 r1 r3 r4] <nil>; remaining 8 sold 4 buyers 2 queued 6 <nil>
 `
 	if got := b.String(); got != want {
 		t.Fatalf("answers:\n%s\nwant\n%s", got, want)

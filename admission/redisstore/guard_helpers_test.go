@@ -10,5 +10,5 @@ var (
 	mustRemaining = admissiontest.MustRemaining
 	startGuard    = admissiontest.StartGuard
 	eventually    = admissiontest.Eventually
-	waitHolders   = admissiontest.WaitHolders
+	waitHeld      = admissiontest.WaitHeld
 )

@@ -81,10 +81,10 @@ func TestGuardRedisSoldOutAndRestock(t *testing.T) {
 	if n1.n.Load() == 0 || n2.n.Load() == 0 {
 		t.Fatal("the command counters saw nothing: the hook is not counting")
 	}
-	// Each guard loads the holders once, in the background; after that nothing reaches Redis,
-	// not even a keyed request (half of them here) from a user who holds nothing.
-	waitHolders(t, g1, "phone-1001")
-	waitHolders(t, g2, "phone-1001")
+	// Each guard loads the held wins' request ids once, in the background; after that nothing
+	// reaches Redis, not even a keyed request (half of them here) whose key is no held win's.
+	waitHeld(t, g1, "phone-1001")
+	waitHeld(t, g2, "phone-1001")
 
 	before1, before2 := n1.n.Load(), n2.n.Load()
 	for i := range 100 {
@@ -92,7 +92,7 @@ func TestGuardRedisSoldOutAndRestock(t *testing.T) {
 		if i%2 == 1 {
 			g = g2
 		}
-		r := admission.Request{Activity: "phone-1001", User: "u" + strconv.Itoa(i), Qty: 1, RequestID: "r", MayReplay: i%4 < 2}
+		r := admission.Request{Activity: "phone-1001", User: "u" + strconv.Itoa(i), Qty: 1, RequestID: "k" + strconv.Itoa(i), MayReplay: i%4 < 2}
 		if d, err := g.Admit(context.Background(), r); err != nil || d.Outcome != admission.SoldOut {
 			t.Fatalf("rejection %d = %+v, %v", i, d, err)
 		}
@@ -100,9 +100,9 @@ func TestGuardRedisSoldOutAndRestock(t *testing.T) {
 	if c1, c2 := n1.n.Load()-before1, n2.n.Load()-before2; c1 != 0 || c2 != 0 {
 		t.Errorf("100 sold-out rejections sent %d + %d Redis commands, want 0", c1, c2)
 	}
-	// A holder's keyed retry on the other node still gets its win back from Redis.
+	// A winner's keyed retry on the other node still gets its win back from Redis.
 	if d, err := g1.Admit(context.Background(), admission.Request{Activity: "phone-1001", User: "buyer-1", Qty: 1, RequestID: "r", MayReplay: true}); err != nil || !d.Replayed || d.ReservationID != resv[1] {
-		t.Errorf("holder's retry = %+v, %v; want its win replayed", d, err)
+		t.Errorf("winner's retry = %+v, %v; want its win replayed", d, err)
 	}
 
 	// The order backend of a third process cancels both orders.

@@ -70,7 +70,7 @@ func TestRedisAdmitHashTables(t *testing.T) {
 		t.Fatalf("u2: %+v", d)
 	}
 	check("after a release and another win", 2)
-	if h, err := s.Holders(ctx, "ht"); err != nil || len(h) != 1 || h[0] != "u2" {
-		t.Errorf("holders: %q, %v", h, err)
+	if h, err := s.HeldRequests(ctx, "ht"); err != nil || len(h) != 1 || h[0] != "r1" {
+		t.Errorf("held requests: %q, %v; want u2's r1 alone", h, err)
 	}
 }

@@ -233,7 +233,7 @@ func TestRedisOldLayoutRefused(t *testing.T) {
 			{"get result", func() error { _, err := s.GetResult(ctx, id, "alice"); return err }},
 			{"append result", func() error { _, _, err := s.AppendResult(ctx, nil, id, "alice"); return err }},
 			{"remaining", func() error { _, err := s.Remaining(ctx, id); return err }},
-			{"holders", func() error { _, err := s.Holders(ctx, id); return err }},
+			{"held requests", func() error { _, err := s.HeldRequests(ctx, id); return err }},
 			{"activity", func() error { _, err := s.Activity(ctx, id); return err }},
 			{"delete", func() error { return s.Delete(ctx, id, true) }},
 			{"ensure group", func() error { return s.EnsureGroup(ctx, id, "g") }},
