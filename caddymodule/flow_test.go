@@ -68,7 +68,8 @@ func TestFlowNoCaptcha(t *testing.T) {
 }
 
 // TestRetryAfterSellOut: a winner's retry with the same Idempotency-Key gets the first answer
-// back even though its win sold the activity out; a new key gets sold_out.
+// back even though its win sold the activity out; any other key gets sold_out, without a token
+// too once the node knows the held keys.
 func TestRetryAfterSellOut(t *testing.T) {
 	now := time.Now()
 	base := startCaddy(t, jwtBlock+"captcha off\n"+
@@ -84,9 +85,31 @@ func TestRetryAfterSellOut(t *testing.T) {
 	if again.Str("reservation_id") != first.Str("reservation_id") {
 		t.Errorf("retry: reservation %q, want %q", again.Str("reservation_id"), first.Str("reservation_id"))
 	}
-	// A new key reaches the store, which checks the limit first.
-	expect(t, "new key after the sell-out", c.Post(alicePath, alice, "", "Idempotency-Key", "twice"), http.StatusConflict, "limit_reached")
 	expect(t, "no key after the sell-out", c.Post(alicePath, alice, ""), http.StatusGone, "sold_out")
+
+	// Once the node has loaded the held wins' request ids, a key that is none of them is sold out
+	// before the token is looked at, and only a held key goes the whole way (a 401 without one).
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := c.Post(bobPath, "", "", "Idempotency-Key", "b")
+		if r.Status == http.StatusGone {
+			expect(t, "a stranger's key without a token", r, http.StatusGone, "sold_out")
+			break
+		}
+		expect(t, "a stranger's key before the held keys are loaded", r, http.StatusUnauthorized, "unauthorized")
+		if time.Now().After(deadline) {
+			t.Fatal("the held request ids never loaded")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	expect(t, "new key after the sell-out", c.Post(alicePath, alice, "", "Idempotency-Key", "twice"), http.StatusGone, "sold_out")
+	expect(t, "the held key without a token", c.Post(alicePath, "", "", "Idempotency-Key", "once"), http.StatusUnauthorized, "unauthorized")
+	expect(t, "the held key of another user", c.Post(bobPath, bob, "", "Idempotency-Key", "once"), http.StatusGone, "sold_out")
+	again = c.Post(alicePath, alice, "", "Idempotency-Key", "once")
+	expect(t, "retry once the held keys are loaded", again, http.StatusAccepted, "queued")
+	if again.Str("reservation_id") != first.Str("reservation_id") {
+		t.Errorf("retry: reservation %q, want %q", again.Str("reservation_id"), first.Str("reservation_id"))
+	}
 	if n := remaining(t, "last"); n != 0 {
 		t.Errorf("remaining %d, want 0", n)
 	}
