@@ -43,10 +43,12 @@ const headerIdempotencyKey = "Idempotency-Key"
 func (q *request) buy(next caddyhttp.Handler) error {
 	a := q.act
 	// A request with an Idempotency-Key may be the retry of a win whose answer was lost: it must
-	// get that first answer back, even after the sell-out, so the sold-out flag does not
-	// short-cut it (the store is asked; the user limit bounds how often).
-	_, keyed := q.r.Header[headerIdempotencyKey]
-	if e := q.open(true); e != nil && (!keyed || e != errSoldOut) {
+	// get that first answer back, even after the sell-out. Once the node knows the request ids of
+	// the wins still held, any other key is sold out here, before the token is verified: the key
+	// alone (random, the winner's own) decides, so the answer tells nothing about the user.
+	keys, keyed := q.r.Header[headerIdempotencyKey]
+	if e := q.open(true); e != nil && (!keyed || e != errSoldOut ||
+		len(keys) == 1 && q.h.app.backend.guard.RefusesReplay(a.ID, keys[0])) {
 		return q.fail(e)
 	}
 	if e := q.authenticate(); e != nil {

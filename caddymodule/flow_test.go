@@ -68,7 +68,8 @@ func TestFlowNoCaptcha(t *testing.T) {
 }
 
 // TestRetryAfterSellOut: a winner's retry with the same Idempotency-Key gets the first answer
-// back even though its win sold the activity out; a new key gets sold_out.
+// back even though its win sold the activity out; any other key gets sold_out, without a token
+// too once the node knows the held keys.
 func TestRetryAfterSellOut(t *testing.T) {
 	now := time.Now()
 	base := startCaddy(t, jwtBlock+"captcha off\n"+
@@ -84,11 +85,21 @@ func TestRetryAfterSellOut(t *testing.T) {
 	if again.Str("reservation_id") != first.Str("reservation_id") {
 		t.Errorf("retry: reservation %q, want %q", again.Str("reservation_id"), first.Str("reservation_id"))
 	}
-	// A new key is no held win's: once the Guard has loaded the held request ids, its flag
-	// answers sold_out (before, the store would say limit_reached).
-	eventually(t, "the held request ids of last loaded", func() (bool, string) { return app(t).Guard().HeldLoaded("last"), "" })
-	expect(t, "new key after the sell-out", c.Post(alicePath, alice, "", "Idempotency-Key", "twice"), http.StatusGone, "sold_out")
 	expect(t, "no key after the sell-out", c.Post(alicePath, alice, ""), http.StatusGone, "sold_out")
+
+	// Once the node has loaded the held wins' request ids, a key that is none of them is sold out
+	// by the flag before the token is looked at (before, the store would say limit_reached to a
+	// winner's new key), and only a held key goes the whole way (a 401 without a token).
+	eventually(t, "the held request ids of last loaded", func() (bool, string) { return app(t).Guard().HeldLoaded("last"), "" })
+	expect(t, "a stranger's key without a token", c.Post(bobPath, "", "", "Idempotency-Key", "b"), http.StatusGone, "sold_out")
+	expect(t, "new key after the sell-out", c.Post(alicePath, alice, "", "Idempotency-Key", "twice"), http.StatusGone, "sold_out")
+	expect(t, "the held key without a token", c.Post(alicePath, "", "", "Idempotency-Key", "once"), http.StatusUnauthorized, "unauthorized")
+	expect(t, "the held key of another user", c.Post(bobPath, bob, "", "Idempotency-Key", "once"), http.StatusGone, "sold_out")
+	again = c.Post(alicePath, alice, "", "Idempotency-Key", "once")
+	expect(t, "retry once the held keys are loaded", again, http.StatusAccepted, "queued")
+	if again.Str("reservation_id") != first.Str("reservation_id") {
+		t.Errorf("retry: reservation %q, want %q", again.Str("reservation_id"), first.Str("reservation_id"))
+	}
 	if n := remaining(t, "last"); n != 0 {
 		t.Errorf("remaining %d, want 0", n)
 	}

@@ -228,8 +228,8 @@ func TestRejectedByLayer(t *testing.T) {
 		expect(t, "dave after the sell-out", c.Post(paths["dave"], tok["dave"], ""), http.StatusGone, "sold_out")
 		expect(t, "path after the sell-out", c.Post("/seckill/m/path", tok["dave"], ""), http.StatusGone, "sold_out")
 	})
-	// A keyed buy may be a winner's retry: it passes the handler's flag check and the Guard
-	// decides. Until the Guard has loaded the holders the store answers; then the Guard's flag.
+	// A keyed buy may be a winner's retry: until the Guard has loaded the held request ids it goes
+	// to the store; then the flag refuses erin's keys, which are no held win's.
 	var flagged bool
 	for i := 0; i < 10 && !flagged; i++ {
 		if i > 0 {
