@@ -42,15 +42,10 @@ const headerIdempotencyKey = "Idempotency-Key"
 // first: window, sold-out flag, token, user limit, hashed path, input.
 func (q *request) buy(next caddyhttp.Handler) error {
 	a := q.act
-	// A request with an Idempotency-Key may be the retry of a win whose answer was lost: it must
-	// get that first answer back, even after the sell-out. Once the node knows the request ids of
-	// the wins still held, any other key is sold out here, before the token is verified: the key
-	// alone (random, the winner's own) decides, so the answer tells nothing about the user.
-	keys, keyed := q.r.Header[headerIdempotencyKey]
-	if e := q.open(true); e != nil && (!keyed || e != errSoldOut ||
-		len(keys) == 1 && q.h.app.backend.guard.RefusesReplay(a.ID, keys[0])) {
+	if e := q.open(true); e != nil && (e != errSoldOut || q.flagAnswers()) {
 		return q.fail(e)
 	}
+	_, keyed := q.r.Header[headerIdempotencyKey]
 	if e := q.authenticate(); e != nil {
 		return q.fail(e)
 	}
@@ -196,6 +191,16 @@ func requestID(r *http.Request) (string, *Error) {
 		}
 	}
 	return k, nil
+}
+
+// flagAnswers reports whether the node's sold-out flag, found set, answers this buy without a
+// store call: the press has no Idempotency-Key or, once the node knows the request ids of the wins
+// still held, a key that is none of them. A keyed press may be the retry of a win whose answer
+// was lost, which must get that first answer back; the key alone (random, the winner's own)
+// decides, before the token is verified, so the answer tells nothing about the user.
+func (q *request) flagAnswers() bool {
+	keys, keyed := q.r.Header[headerIdempotencyKey]
+	return !keyed || len(keys) == 1 && q.h.app.backend.guard.RefusesReplay(q.act.ID, keys[0])
 }
 
 // parseQty reads the optional {"qty": n} body: 1 when absent, and from 1 to limit.

@@ -105,6 +105,29 @@ func TestRetryAfterSellOut(t *testing.T) {
 	}
 }
 
+// TestSoldOutPressBeforeIPLimit: a press on a sold-out activity is answered by the flag before
+// the IP limit, so an address at its limit still hears the truth and fills no bucket; a held
+// win's key and every other call still meet the limit.
+func TestSoldOutPressBeforeIPLimit(t *testing.T) {
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\nrate_limit ip 1/h burst 2\n"+
+		activityBlock("last", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+	c := newClient(t, base)
+	alice, bob := token(t, "alice"), token(t, "bob")
+	alicePath := buyPath(t, c, "last", alice) // the address's first token
+	// bob's hash is never checked: the flag answers first.
+	bobPath := alicePath[:strings.LastIndexByte(alicePath, '/')+1] + "AAAA"
+	expect(t, "win", c.Post(alicePath, alice, "", "Idempotency-Key", "once"), http.StatusAccepted, "queued") // its last token
+	expect(t, "another call at the limit", c.Get("/seckill/last", ""), http.StatusTooManyRequests, "rate_limited")
+	for i := range 5 {
+		expect(t, fmt.Sprintf("press %d after the sell-out", i+1), c.Post(bobPath, bob, ""), http.StatusGone, "sold_out")
+	}
+	eventually(t, "the held request ids of last loaded", func() (bool, string) { return app(t).Guard().HeldLoaded("last"), "" })
+	expect(t, "a key of no held win", c.Post(bobPath, bob, "", "Idempotency-Key", "b"), http.StatusGone, "sold_out")
+	expect(t, "the held key at the limit", c.Post(alicePath, alice, "", "Idempotency-Key", "once"), http.StatusTooManyRequests, "rate_limited")
+	expect(t, "the path call at the limit", c.Post("/seckill/last/path", bob, ""), http.StatusTooManyRequests, "rate_limited")
+}
+
 // TestReplayKeepsStockReading: a replayed answer carries the stock of its first answer, which is
 // stale by then; the status call must keep showing the later, lower reading.
 func TestReplayKeepsStockReading(t *testing.T) {

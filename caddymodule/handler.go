@@ -109,14 +109,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return q.fail(refuseAt(layerRoute, http.StatusMethodNotAllowed, codeMethodNotAllowed,
 			r.Method+" is not allowed here; use "+c.kind.methods()))
 	}
+	if c.kind == callBuy {
+		// A press on a sold-out activity, the bulk of a sale's traffic, is answered before the IP
+		// limit: the flag is one atomic load and writes nothing, while the limit takes a lock
+		// and keeps a bucket for every address a flood of presses brings.
+		if q.act, _ = h.app.acts.lookup(c.activity); q.act != nil && q.open(true) == errSoldOut && q.flagAnswers() {
+			return q.fail(errSoldOut)
+		}
+	}
 	if e := q.limitIP(); e != nil {
 		return q.fail(e)
 	}
-	act, ok := h.app.acts.get(r.Context(), c.activity)
-	if !ok {
-		return q.fail(errNoActivity)
+	if q.act == nil {
+		act, ok := h.app.acts.get(r.Context(), c.activity)
+		if !ok {
+			return q.fail(errNoActivity)
+		}
+		q.act = act
 	}
-	q.act = act
 
 	switch c.kind {
 	case callStatus:
