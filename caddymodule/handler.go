@@ -109,10 +109,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		return q.fail(refuseAt(layerRoute, http.StatusMethodNotAllowed, codeMethodNotAllowed,
 			r.Method+" is not allowed here; use "+c.kind.methods()))
 	}
-	if c.kind == callBuy {
-		// A press on a sold-out activity, the bulk of a sale's traffic, is answered before the IP
-		// limit: the flag is one atomic load and writes nothing, while the limit takes a lock
-		// and keeps a bucket for every address a flood of presses brings.
+	// A press on a sold-out activity, the bulk of a sale's traffic, is answered before the IP
+	// limit: the flag is one atomic load and writes nothing, while the limit takes a lock and
+	// keeps a bucket for every address a flood of presses brings. The flag is read first, so a
+	// buy of an activity with stock pays that load only, and looks the activity up once, below.
+	if c.kind == callBuy && h.app.backend.guard.SoldOut(c.activity) {
 		if q.act, _ = h.app.acts.lookup(c.activity); q.act != nil && q.open(true) == errSoldOut && q.flagAnswers() {
 			return q.fail(errSoldOut)
 		}
