@@ -231,8 +231,17 @@ func (tb *tab) waitFor(what, expr string, d time.Duration) {
 	tb.t.Helper()
 	ctx, cancel := context.WithTimeout(tb.ctx, d+5*time.Second)
 	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
-		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(d)))
+	deadline := time.Now().Add(d)
+	var err error
+	for {
+		_, err = chromedp.Run(ctx, chromedp.Poll[chromedp.Void](expr,
+			chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(time.Until(deadline))))
+		// A navigation still under way (a Reload) destroys the page's context under the poll:
+		// poll the new page instead, until the same deadline.
+		if err == nil || !strings.Contains(err.Error(), "Cannot find context with specified id") || time.Now().After(deadline) {
+			break
+		}
+	}
 	if err != nil {
 		tb.shot("failed-" + sanitize(what))
 		tb.t.Fatalf("%s: waiting for %s: %v\nmessage: %q", tb.name, what, err, tb.text("#message"))
