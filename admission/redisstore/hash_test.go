@@ -2,7 +2,13 @@ package redisstore_test
 
 import (
 	"context"
+	"slices"
+	"strconv"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/caddy-seckill/caddy-seckill/admission"
 	"github.com/caddy-seckill/caddy-seckill/admission/redisstore"
@@ -73,4 +79,86 @@ func TestRedisAdmitHashTables(t *testing.T) {
 	if h, err := s.HeldRequests(ctx, "ht"); err != nil || len(h) != 1 || h[0] != "r1" {
 		t.Errorf("held requests: %q, %v; want u2's r1 alone", h, err)
 	}
+}
+
+// TestRedisHeldRequestsRepeatedField: HSCAN may return a field more than once (SCAN's contract,
+// when the hash is rehashed between two steps), and HeldRequests lists each held win once all
+// the same. Redis cannot be made to rehash at a chosen step, so a hook on the store's client
+// repeats the first step's first field at the head of the second step, as Redis would.
+func TestRedisHeldRequestsRepeatedField(t *testing.T) {
+	ctx := context.Background()
+	srv := testsrv.StartRedis(t)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr, MaxRetries: 3, DialTimeout: time.Second})
+	hook := &repeatScanHook{}
+	client.AddHook(hook)
+	s, err := redisstore.New(client, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	const wins = 700 // more than one step of 512 fields
+	redisDefine(t, s, redisOpen("rep", wins, 1))
+	want := make([]string, wins)
+	for i := range want {
+		want[i] = "req-" + strconv.Itoa(i)
+		if d := redisAdmit(t, s, "rep", "u"+strconv.Itoa(i), want[i]); d.Outcome != admission.Won {
+			t.Fatalf("win %d: %+v", i, d)
+		}
+	}
+	got, err := s.HeldRequests(ctx, "rep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps, repeated := hook.result(); steps < 2 || repeated == "" {
+		t.Fatalf("HSCAN took %d steps, repeated field %q: the test did not repeat a field", steps, repeated)
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("held requests: %d ids, want the %d wins each once (a repeated field listed twice?)", len(got), len(want))
+	}
+}
+
+// repeatScanHook repeats the first field HSCAN returned at the head of its second step's reply.
+type repeatScanHook struct {
+	mu       sync.Mutex
+	steps    int
+	repeated []string // field and value
+}
+
+func (h *repeatScanHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *repeatScanHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *repeatScanHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		sc, ok := cmd.(*redis.ScanCmd)
+		if !ok || err != nil || cmd.Name() != "hscan" {
+			return err
+		}
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		page, cursor := sc.Val()
+		h.steps++
+		switch {
+		case h.steps == 1 && len(page) >= 2:
+			h.repeated = slices.Clone(page[:2])
+		case h.steps == 2 && h.repeated != nil:
+			sc.SetVal(append(slices.Clone(h.repeated), page...), cursor)
+		}
+		return nil
+	}
+}
+
+// result returns the HSCAN steps seen and the repeated field ("" when none was).
+func (h *repeatScanHook) result() (int, string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.repeated == nil {
+		return h.steps, ""
+	}
+	return h.steps, h.repeated[0]
 }
