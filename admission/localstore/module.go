@@ -147,8 +147,8 @@ func (m *Module) options() Options {
 func (m *Module) OpenStore() (admission.Store, error) {
 	st, err := Open(m.dir, m.options())
 	if errors.Is(err, ErrLocked) {
-		return nil, fmt.Errorf("the folder is in use by another process (another Caddy, or `caddy validate` "+
-			"while one runs): one process at a time may open a store folder: %w", err)
+		return nil, fmt.Errorf("the folder is in use by another process (another Caddy, or a program "+
+			"such as sqlite3 holding seckill.db): one process at a time may open a store folder: %w", err)
 	}
 	if err != nil {
 		return nil, err
