@@ -111,7 +111,7 @@ func TestRetryAfterSellOut(t *testing.T) {
 func TestSoldOutPressBeforeIPLimit(t *testing.T) {
 	now := time.Now()
 	base := startCaddy(t, jwtBlock+"captcha off\nrate_limit ip 1/h burst 2\n"+
-		activityBlock("last", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
+		activityBlock("last", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route+"metrics /metrics\n")
 	c := newClient(t, base)
 	alice, bob := token(t, "alice"), token(t, "bob")
 	alicePath := buyPath(t, c, "last", alice) // the address's first token
@@ -126,6 +126,17 @@ func TestSoldOutPressBeforeIPLimit(t *testing.T) {
 	expect(t, "a key of no held win", c.Post(bobPath, bob, "", "Idempotency-Key", "b"), http.StatusGone, "sold_out")
 	expect(t, "the held key at the limit", c.Post(alicePath, alice, "", "Idempotency-Key", "once"), http.StatusTooManyRequests, "rate_limited")
 	expect(t, "the path call at the limit", c.Post("/seckill/last/path", bob, ""), http.StatusTooManyRequests, "rate_limited")
+	// The IP limit's refusals are counted without the activity's label, the held key's among them
+	// although its activity was looked up for the flag.
+	out := string(c.Get("/metrics", "").Raw)
+	for _, want := range []string{
+		`caddy_seckill_requests_total{activity="",call="buy",code="rate_limited"} 1`,
+		`caddy_seckill_requests_total{activity="last",call="buy",code="sold_out"} 6`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 }
 
 // TestReplayKeepsStockReading: a replayed answer carries the stock of its first answer, which is
