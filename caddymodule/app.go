@@ -284,6 +284,13 @@ func bodyTimeout(d caddy.Duration) (time.Duration, error) {
 // apps of a configuration in no set order, so its HTTP servers may take requests a moment before
 // this app has started. A configuration that never starts answers errAppNotStarted.
 func (a *App) ready(ctx context.Context) error {
+	// Every request asks, and once started the answer never changes: a receive that cannot block
+	// answers it without ctx.Done (which may make the request's channel) and a two-way select.
+	select {
+	case <-a.run.opened:
+		return a.run.openErr
+	default:
+	}
 	select {
 	case <-a.run.opened:
 		return a.run.openErr
