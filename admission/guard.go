@@ -57,9 +57,9 @@ type GuardOptions struct {
 //     restock broadcast, by a probe of the flagged activities every ProbeInterval (broadcasts are
 //     best effort) and by Release, Define and Delete made through this Guard.
 //   - A request marked MayReplay (a client-chosen idempotency key) may be a winner's retry, which
-//     must get its first answer back. When the flag is set the Guard loads, once and in the
-//     background, the request ids of the wins still held (Store.HeldRequests, bounded by the
-//     stock); a keyed request with any other id is answered SoldOut locally, and only keyed
+//     must get its first answer back. When the flag is set the Guard loads, in the background, the
+//     request ids of the wins still held (Store.HeldRequests, bounded by the stock), and reads
+//     them again at every probe while the flag stays set; a keyed request with any other id is answered SoldOut locally, and only keyed
 //     requests with a held win's id, or any keyed request before the set has loaded, go to the
 //     store. The set is keyed by what the request carries, so the edge can ask RefusesReplay
 //     before it knows the user. Clearing the flag drops the set.
@@ -96,12 +96,14 @@ type Guard struct {
 // compare-and-swap against the value read before the call), so a sell-out answer that crossed a
 // restock cannot leave a stale flag behind.
 //
-// held is the set of the held wins' request ids, loaded once per sell-out (see guardHeld);
-// loading is the flag state a load is running or done for, so that one sell-out loads it once.
+// held is the set of the held wins' request ids, loaded once per sell-out and read again by each
+// probe (see guardHeld); loading is the flag state a first load is running or done for, so that
+// one sell-out starts it once.
 type guardFlag struct {
 	state   atomic.Uint64
 	held    atomic.Pointer[guardHeld]
 	loading atomic.Uint64
+	reads   atomic.Uint64 // numbers the held set's reads (guardHeld.seq)
 }
 
 const soldOutBit = 1
@@ -319,8 +321,9 @@ func (g *Guard) probeLoop(ctx context.Context) {
 
 // probeFlagged asks the store for the stock of every flagged activity and clears the flags of
 // those with stock again, or that no longer exist. Failures leave the flag set: the breaker
-// decides what a failing store means. A still sold-out activity whose held set failed to load is
-// loaded again.
+// decides what a failing store means. A still sold-out activity has its held set read again:
+// a release and a new win elsewhere whose broadcast this node lost leave nothing left, so the
+// flag rightly stays, but the new win is in no set read before it.
 func (g *Guard) probeFlagged(ctx context.Context) {
 	for id, f := range *g.flags.Load() {
 		v := f.state.Load()
@@ -334,8 +337,10 @@ func (g *Guard) probeFlagged(ctx context.Context) {
 		switch {
 		case n > 0 || isUnknownActivity(err):
 			g.restocked(id)
-		case err == nil && !f.heldLoaded(v):
-			g.loadHeld(ctx, id, f, v)
+		case err == nil:
+			lctx, cancel := context.WithTimeout(ctx, heldLoadTimeout)
+			g.loadHeld(lctx, id, f, v, true)
+			cancel()
 		}
 	}
 }
@@ -446,14 +451,15 @@ func call[T any](cb *gobreaker.CircuitBreaker[struct{}], op, activity string, fn
 	return v, nil
 }
 
-// heldLoadTimeout bounds the background load of a sold-out activity's held set: it runs outside
-// any request, so nothing else would.
+// heldLoadTimeout bounds each load of a sold-out activity's held set, the first one in the
+// background and the probe's: they run outside any request, so nothing else would.
 const heldLoadTimeout = 5 * time.Second
 
 // guardHeld is the immutable set of the request ids of an activity's held wins (wins not
-// released), read when its flag was set. gen is the flag state it was read under; it answers only
-// while the flag still has that state, so a set that a restock made stale is never consulted, even
-// before it is dropped.
+// released), read when its flag was set and again at every probe while it stays set. gen is the
+// flag state it was read under; it answers only while the flag still has that state, so a set that
+// a restock made stale is never consulted, even before it is dropped. seq orders the reads of one
+// gen: a set read later replaces one read earlier, never the reverse.
 //
 // Why a keyed request whose id is not in the set can only be sold out: once remaining is 0, every
 // item is held by a win (a win takes stock and records its request id in one atomic step), and
@@ -464,9 +470,12 @@ const heldLoadTimeout = 5 * time.Second
 // released before the sell-out is answered sold_out too, where the store would replay the
 // reservation given back. Ids are scoped to the user, so a held id lets any user's request
 // through to the store, which decides: a store call spent, never a wrong answer. Like the flag
-// itself, the set is as fresh as the restock broadcast and the probe make it.
+// itself, the set is as fresh as the restock broadcast and the probe make it: a lost broadcast
+// of a release followed by a new win leaves the stock at 0, so only the probe's fresh read of the
+// set lets that win's retry through.
 type guardHeld struct {
 	gen      uint64
+	seq      uint64
 	requests map[string]struct{}
 }
 
@@ -488,12 +497,15 @@ func (f *guardFlag) heldLoaded(gen uint64) bool {
 }
 
 // loadHeld reads activity's held request ids for the flag state gen and publishes them, unless
-// the flag changed meanwhile or a load for gen is already running. A failed load leaves no set,
-// so keyed requests keep going to the store; the probe tries again.
-func (g *Guard) loadHeld(ctx context.Context, activity string, f *guardFlag, gen uint64) {
-	if f.loading.Swap(gen) == gen {
+// the flag changed meanwhile, a set of gen read later is already in place, or (without again) a
+// load for gen is already running. again is the probe's read of a set that may be in place. A
+// failed load leaves the set as it was (none, at first, so keyed requests keep going to the
+// store); the probe tries again.
+func (g *Guard) loadHeld(ctx context.Context, activity string, f *guardFlag, gen uint64, again bool) {
+	if f.loading.Swap(gen) == gen && !again {
 		return
 	}
+	seq := f.reads.Add(1) // before the read: a later seq saw at least what this read sees
 	ids, err := g.HeldRequests(ctx, activity)
 	if err != nil {
 		f.loading.CompareAndSwap(gen, 0)
@@ -503,10 +515,10 @@ func (g *Guard) loadHeld(ctx context.Context, activity string, f *guardFlag, gen
 	for _, id := range ids {
 		set[id] = struct{}{}
 	}
-	h := &guardHeld{gen: gen, requests: set}
+	h := &guardHeld{gen: gen, seq: seq, requests: set}
 	for {
 		old := f.held.Load()
-		if f.state.Load() != gen || (old != nil && old.gen >= gen) {
+		if f.state.Load() != gen || (old != nil && (old.gen > gen || old.gen == gen && old.seq >= seq)) {
 			return
 		}
 		if f.held.CompareAndSwap(old, h) {
@@ -525,7 +537,7 @@ func (g *Guard) loadHeldInBackground(activity string, f *guardFlag, gen uint64) 
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), heldLoadTimeout)
 		defer cancel()
-		g.loadHeld(ctx, activity, f, gen)
+		g.loadHeld(ctx, activity, f, gen, false)
 	}()
 }
 

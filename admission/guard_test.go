@@ -969,3 +969,36 @@ func TestGuardAdmitTimeoutByStore(t *testing.T) {
 		t.Fatalf("answered admission = %+v, want a win leaving 4", d)
 	}
 }
+
+// A release and a new win on another node, whose restock broadcast this node lost: the probe
+// finds nothing left (the new win took the released item) and keeps the flag, but the set it
+// keeps is the old sell-out's, which lacks the new win. The new winner's retry with its key must
+// still get its win back here, at the latest once the probe has run.
+func TestGuardProbeRefreshesHeldWhenBroadcastLost(t *testing.T) {
+	mem := newMemory(t)
+	mustDefine(t, mem, openAt(time.Now(), "a", 1, 1))
+	store := wrap(mem)
+	store.dropRestocks = true
+	g := startGuard(t, store, admission.GuardOptions{ProbeInterval: 20 * time.Millisecond})
+	ctx := context.Background()
+	first, err := g.Admit(ctx, keyed("a", "w1", "k1"))
+	if err != nil || first.Outcome != admission.Won || !g.SoldOut("a") {
+		t.Fatalf("last item = %+v, %v, flag %v", first, err, g.SoldOut("a"))
+	}
+	waitHeld(t, g, "a")
+	// Node B: the order backend gives w1's item back, and w2 wins it with key k2 (its answer
+	// lost on the way back, say). This node hears of neither.
+	if ok, err := mem.Release(ctx, "a", first.ReservationID); !ok || err != nil {
+		t.Fatalf("release = %v, %v", ok, err)
+	}
+	won, err := mem.Admit(ctx, keyed("a", "w2", "k2"))
+	if err != nil || won.Outcome != admission.Won || won.Remaining != 0 {
+		t.Fatalf("w2's buy on node B = %+v, %v", won, err)
+	}
+	time.Sleep(200 * time.Millisecond) // ten probes
+	d, flagged, err := g.Decide(ctx, keyed("a", "w2", "k2"))
+	if err != nil || d.Outcome != admission.Won || !d.Replayed || d.ReservationID != won.ReservationID {
+		t.Errorf("w2's retry with k2 on this node = %+v (flagged %v), %v; want its win replayed (RefusesReplay %v)",
+			d, flagged, err, g.RefusesReplay("a", "k2"))
+	}
+}

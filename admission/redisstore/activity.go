@@ -175,31 +175,48 @@ func (s *Store) remainingOn(ctx context.Context, activity string) (int64, error)
 }
 
 // HeldRequests lists the request ids of the wins not released (heldRequestsOn). The definition is
-// read first, so that an activity without wins is told from an unknown one.
+// read first, so that an activity without wins is told from an unknown one, and for a split
+// activity read again after its buckets: a scan of buckets that no longer exist finds nothing
+// rather than failing, so a bucket count cached before another node deleted the activity and
+// defined it with another count must not yield an empty list (bucketRetry reads the count again).
 func (s *Store) HeldRequests(ctx context.Context, activity string) ([]string, error) {
 	if !admission.ValidActivityID(activity) {
 		return nil, fmt.Errorf("held requests: %w", admission.BadInput("activity id %q", activity))
 	}
-	if n, err := s.bucketCount(ctx, activity); err != nil || n > 1 {
-		if err != nil {
-			return nil, fmt.Errorf("held requests %s: %w", activity, err)
+	ids, err := bucketRetry(ctx, s, activity, func(n int) ([]string, error) {
+		if n > 1 {
+			ids, err := s.bucketHeldRequests(ctx, activity, n)
+			if err != nil {
+				return nil, err
+			}
+			return ids, s.checkShape(ctx, activity, n)
 		}
-		return s.bucketHeldRequests(ctx, activity, n)
-	}
-	m, err := s.client.HMGet(ctx, s.key(activity, "meta"), "start_ms", "layout").Result()
-	switch {
-	case err != nil:
-		return nil, fmt.Errorf("held requests %s: %w", activity, err)
-	case len(m) != 2 || m[0] == nil:
-		return nil, fmt.Errorf("held requests %s: %w", activity, admission.ErrUnknownActivity)
-	case m[1] != "2":
-		return nil, fmt.Errorf("held requests %s: %w", activity, s.oldLayout(activity))
-	}
-	ids, err := s.heldRequestsOn(ctx, activity)
+		if err := s.checkShape(ctx, activity, 1); err != nil {
+			return nil, err
+		}
+		return s.heldRequestsOn(ctx, activity)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("held requests %s: %w", activity, err)
 	}
 	return ids, nil
+}
+
+// checkShape reads activity's definition and fails with ErrUnknownActivity unless it is defined
+// with n buckets (1: not split), or with the error of an earlier build's activity.
+func (s *Store) checkShape(ctx context.Context, activity string, n int) error {
+	vals, err := s.client.HMGet(ctx, s.key(activity, "meta"), metaShapeFields...).Result()
+	if err != nil {
+		return err
+	}
+	defined, m, err := s.metaShape(activity, vals)
+	switch {
+	case err != nil:
+		return err
+	case !defined || m != n:
+		return admission.ErrUnknownActivity
+	}
+	return nil
 }
 
 // redisMetaCount reads a counter field of :meta; absent ("") is 0.

@@ -262,7 +262,7 @@ func (s *Store) bucketHeldRequests(ctx context.Context, activity string, n int) 
 	for i := range n {
 		b, err := s.heldRequestsOn(ctx, bucketID(activity, i, n))
 		if err != nil {
-			return nil, fmt.Errorf("held requests %s: bucket %d: %w", activity, i, err)
+			return nil, fmt.Errorf("bucket %d: %w", i, err)
 		}
 		ids = append(ids, b...)
 	}
