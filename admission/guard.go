@@ -59,9 +59,9 @@ type GuardOptions struct {
 //   - A request marked MayReplay (a client-chosen idempotency key) may be a winner's retry, which
 //     must get its first answer back. When the flag is set the Guard loads, in the background, the
 //     request ids of the wins still held (Store.HeldRequests, bounded by the stock), and reads
-//     them again at every probe while the flag stays set; a keyed request with any other id is answered SoldOut locally, and only keyed
-//     requests with a held win's id, or any keyed request before the set has loaded, go to the
-//     store. The set is keyed by what the request carries, so the edge can ask RefusesReplay
+//     them again at each probe while the flag stays set and keyed requests consult them; a keyed
+//     request with any other id is answered SoldOut locally, and only keyed requests with a held
+//     win's id, or any keyed request before the set has loaded, go to the store. The set is keyed by what the request carries, so the edge can ask RefusesReplay
 //     before it knows the user. Clearing the flag drops the set.
 //   - A circuit breaker around every store call that fails closed: after repeated store failures
 //     every call fails fast with ErrBusy, and no admission is taken without the store. Store
@@ -104,6 +104,10 @@ type guardFlag struct {
 	held    atomic.Pointer[guardHeld]
 	loading atomic.Uint64
 	reads   atomic.Uint64 // numbers the held set's reads (guardHeld.seq)
+	// asked is set when a keyed request consulted the held set, and cleared by the probe that
+	// reads the set again: after the sale's presses stop, a flagged activity costs a probe its
+	// stock reading only, not a read of every held win.
+	asked atomic.Bool
 }
 
 const soldOutBit = 1
@@ -321,9 +325,10 @@ func (g *Guard) probeLoop(ctx context.Context) {
 
 // probeFlagged asks the store for the stock of every flagged activity and clears the flags of
 // those with stock again, or that no longer exist. Failures leave the flag set: the breaker
-// decides what a failing store means. A still sold-out activity has its held set read again:
-// a release and a new win elsewhere whose broadcast this node lost leave nothing left, so the
-// flag rightly stays, but the new win is in no set read before it.
+// decides what a failing store means. A still sold-out activity whose held set was consulted since
+// the last probe (or failed to load) has it read again: a release and a new win elsewhere whose
+// broadcast this node lost leave nothing left, so the flag rightly stays, but the new win is in no
+// set read before it. A set nobody asks is left as it is until a keyed request asks again.
 func (g *Guard) probeFlagged(ctx context.Context) {
 	for id, f := range *g.flags.Load() {
 		v := f.state.Load()
@@ -337,7 +342,7 @@ func (g *Guard) probeFlagged(ctx context.Context) {
 		switch {
 		case n > 0 || isUnknownActivity(err):
 			g.restocked(id)
-		case err == nil:
+		case err == nil && (f.asked.Swap(false) || !f.heldLoaded(v)):
 			lctx, cancel := context.WithTimeout(ctx, heldLoadTimeout)
 			g.loadHeld(lctx, id, f, v, true)
 			cancel()
@@ -472,7 +477,8 @@ const heldLoadTimeout = 5 * time.Second
 // through to the store, which decides: a store call spent, never a wrong answer. Like the flag
 // itself, the set is as fresh as the restock broadcast and the probe make it: a lost broadcast
 // of a release followed by a new win leaves the stock at 0, so only the probe's fresh read of the
-// set lets that win's retry through.
+// set lets that win's retry through, at most a probe interval after the first keyed request that
+// consulted the stale set.
 type guardHeld struct {
 	gen      uint64
 	seq      uint64
@@ -485,6 +491,9 @@ func (f *guardFlag) excludes(gen uint64, requestID string) bool {
 	h := f.held.Load()
 	if h == nil || h.gen != gen {
 		return false
+	}
+	if !f.asked.Load() { // a load first: most presses find it set, and write nothing
+		f.asked.Store(true)
 	}
 	_, ok := h.requests[requestID]
 	return !ok

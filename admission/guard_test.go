@@ -995,10 +995,39 @@ func TestGuardProbeRefreshesHeldWhenBroadcastLost(t *testing.T) {
 	if err != nil || won.Outcome != admission.Won || won.Remaining != 0 {
 		t.Fatalf("w2's buy on node B = %+v, %v", won, err)
 	}
-	time.Sleep(200 * time.Millisecond) // ten probes
+	// The first retry finds the set stale (the window docs/api.md gives); the probe after it
+	// reads the set again.
+	if !g.RefusesReplay("a", "k2") {
+		t.Fatal("the set read before w2's win already holds k2: the test proves nothing")
+	}
+	eventually(t, 5*time.Second, "k2 in the held set read again", func() bool { return !g.RefusesReplay("a", "k2") })
 	d, flagged, err := g.Decide(ctx, keyed("a", "w2", "k2"))
 	if err != nil || d.Outcome != admission.Won || !d.Replayed || d.ReservationID != won.ReservationID {
 		t.Errorf("w2's retry with k2 on this node = %+v (flagged %v), %v; want its win replayed (RefusesReplay %v)",
 			d, flagged, err, g.RefusesReplay("a", "k2"))
 	}
+}
+
+// TestGuardProbeReadsHeldOnlyWhenAsked: the probe reads a sold-out activity's held set again only
+// when a keyed request consulted it since the last probe, so an activity nobody presses any more
+// costs each probe its stock reading, not a read of every held win.
+func TestGuardProbeReadsHeldOnlyWhenAsked(t *testing.T) {
+	store := wrap(newMemory(t))
+	mustDefine(t, store, openAt(time.Now(), "a", 1, 1))
+	g := startGuard(t, store, admission.GuardOptions{ProbeInterval: 10 * time.Millisecond})
+	ctx := context.Background()
+	if d, err := g.Admit(ctx, keyed("a", "w1", "k1")); err != nil || d.Outcome != admission.Won || !g.SoldOut("a") {
+		t.Fatalf("last item = %+v, %v, flag %v", d, err, g.SoldOut("a"))
+	}
+	waitHeld(t, g, "a")
+	loaded := store.heldCalls.Load()
+	time.Sleep(150 * time.Millisecond) // fifteen probes, nobody asking
+	if n := store.heldCalls.Load(); n != loaded {
+		t.Errorf("held set read %d times by probes nobody's request asked for, want 0", n-loaded)
+	}
+	if !g.RefusesReplay("a", "k9") {
+		t.Fatal("k9 is no held win's: want it refused")
+	}
+	eventually(t, 5*time.Second, "the probe after a keyed request reads the set again",
+		func() bool { return store.heldCalls.Load() > loaded })
 }
