@@ -105,7 +105,8 @@ func TestLocalDroppedStoreKeepsFolder(t *testing.T) {
 	}
 }
 
-// Another program with the database open (the folder's LOCK free) is ErrLocked, not damage.
+// Another program with the database open (the folder's LOCK free) is ErrLocked, not damage, and
+// not admission.ErrInUse for reconcile (which would then ask a running Caddy that is not there).
 func TestLocalDatabaseHeldElsewhere(t *testing.T) {
 	dir := t.TempDir()
 	s := openLocal(t, dir, nil)
@@ -128,6 +129,14 @@ func TestLocalDatabaseHeldElsewhere(t *testing.T) {
 	_, err = Open(dir, Options{})
 	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "open in another program") {
 		t.Errorf("open while another program holds the database = %v, want ErrLocked", err)
+	}
+	// Reconcile's open must say so too, not take it for a running Caddy to ask instead.
+	m := &Module{Dir: dir}
+	if err := provision(t, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.OpenExisting(); errors.Is(err, admission.ErrInUse) || !strings.Contains(err.Error(), "open in another program") {
+		t.Errorf("reconcile's open while another program holds the database = %v, want its error, not ErrInUse", err)
 	}
 	if _, err := conn.ExecContext(context.Background(), `ROLLBACK`); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,10 @@ import (
 // one) holds the folder: two writers would each believe they own the stock.
 var ErrLocked = errors.New("local store folder is locked by another process")
 
+// errOpenElsewhere marks an ErrLocked whose folder lock was free but whose database another
+// program (a sqlite3 shell, a backup tool) holds: not a running Caddy to ask instead.
+var errOpenElsewhere = errors.New("is open in another program")
+
 // ErrFailed is returned by every Store call after a commit failed (a full disk, an I/O
 // error): the state in memory is then ahead of the disk, so the store answers nothing from it
 // until it is reopened, which loads what was committed.

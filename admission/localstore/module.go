@@ -162,7 +162,8 @@ func (m *Module) OpenStore() (admission.Store, error) {
 
 // OpenExisting opens the folder for a tool that only reads the sale (reconcile): a folder without
 // a store is an error, never a new empty store, and a folder the running Caddy holds is
-// admission.ErrInUse.
+// admission.ErrInUse (the tool then asks that Caddy); a database another program holds is not,
+// so that its error reaches the operator.
 func (m *Module) OpenExisting() (admission.Store, error) {
 	switch ok, err := Exists(m.dir); {
 	case err != nil:
@@ -172,7 +173,7 @@ func (m *Module) OpenExisting() (admission.Store, error) {
 			"nothing to read, and nothing was created")
 	}
 	st, err := Open(m.dir, m.options())
-	if errors.Is(err, ErrLocked) {
+	if errors.Is(err, ErrLocked) && !errors.Is(err, errOpenElsewhere) {
 		return nil, fmt.Errorf("%w: %w", admission.ErrInUse, err)
 	}
 	return st, err

@@ -142,7 +142,7 @@ func openLocalDB(dir string, fsyncAlways bool) (*sql.DB, error) {
 		if sqliteBusy(err) {
 			// The folder's LOCK was ours, yet SQLite waited out busy_timeout: some other program
 			// (a sqlite3 shell, a backup tool) has the database open. Busy is not damage.
-			return nil, fmt.Errorf("open local store %s: %s is open in another program (SQLite: %w): %w", dir, path, err, ErrLocked)
+			return nil, fmt.Errorf("open local store %s: %s %w (SQLite: %w): %w", dir, path, errOpenElsewhere, err, ErrLocked)
 		}
 		return nil, fmt.Errorf("open local store %s: %s is damaged or not a seckill store (it is left as it is): %w", dir, path, err)
 	}
