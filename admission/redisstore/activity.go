@@ -175,10 +175,10 @@ func (s *Store) remainingOn(ctx context.Context, activity string) (int64, error)
 }
 
 // HeldRequests lists the request ids of the wins not released (heldRequestsOn). The definition is
-// read first, so that an activity without wins is told from an unknown one, and for a split
-// activity read again after its buckets: a scan of buckets that no longer exist finds nothing
-// rather than failing, so a bucket count cached before another node deleted the activity and
-// defined it with another count must not yield an empty list (bucketRetry reads the count again).
+// read first, so that an activity without wins is told from an unknown one, and read again after
+// the scan: a scan of keys that no longer exist finds nothing rather than failing, so a bucket
+// count cached (or checked) before another node deleted the activity and defined it with another
+// count must not yield an empty list (bucketRetry reads the count again).
 func (s *Store) HeldRequests(ctx context.Context, activity string) ([]string, error) {
 	if !admission.ValidActivityID(activity) {
 		return nil, fmt.Errorf("held requests: %w", admission.BadInput("activity id %q", activity))
@@ -194,7 +194,11 @@ func (s *Store) HeldRequests(ctx context.Context, activity string) ([]string, er
 		if err := s.checkShape(ctx, activity, 1); err != nil {
 			return nil, err
 		}
-		return s.heldRequestsOn(ctx, activity)
+		ids, err := s.heldRequestsOn(ctx, activity)
+		if err != nil {
+			return nil, err
+		}
+		return ids, s.checkShape(ctx, activity, 1)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("held requests %s: %w", activity, err)
