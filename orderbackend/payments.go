@@ -121,6 +121,9 @@ func nextPayment(o Order, last *Payment, now time.Time) (Payment, bool) {
 	}, true
 }
 
+// touchTime is now as an attempt's updated_at keeps it (milliseconds).
+func touchTime(now time.Time) time.Time { return time.UnixMilli(now.UnixMilli()) }
+
 // startErr says why an order cannot start a payment at now, or nil if it can.
 func startErr(o Order, now time.Time) error {
 	switch {

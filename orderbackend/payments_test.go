@@ -135,6 +135,8 @@ var paymentScenarios = []scenario{
 	{"DeclinedThenPaid", testDeclinedThenPaid},
 	{"ConcurrentPaysChargeOnce", testConcurrentPaysChargeOnce},
 	{"KillBetweenChargeAndPaid", testKillBetweenChargeAndPaid},
+	{"RetryNotLookedUpInFlight", testRetryNotLookedUpInFlight},
+	{"RefundNotStarvedByPending", testRefundNotStarvedByPending},
 }
 
 // The repository's payment record: an attempt before the charge, its key reused until it has an

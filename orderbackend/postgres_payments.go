@@ -65,7 +65,11 @@ func (p *Postgres) BuyerStartPayment(ctx context.Context, user, orderID string, 
 		}
 		var fresh bool
 		if pay, fresh = nextPayment(o, last, now); !fresh {
-			return nil
+			// A retry charges again under this key: the sweeper waits SettleAfter from this
+			// charge, not from the first, before it asks the provider (touchTime).
+			pay, err = scanPGPayment(tx.QueryRow(ctx, `UPDATE payments SET updated_at = GREATEST(updated_at, $3)
+				WHERE user_id = $1 AND key = $2 RETURNING `+pgPaymentCols, user, pay.Key, touchTime(now)))
+			return err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO payments (`+pgPaymentCols+`, user_id) VALUES ($1, $2, $3, $4, $5, 'started', '', $6, $6, $7)`,
 			pay.Key, pay.OrderID, pay.Attempt, pay.Amount.Amount, pay.Amount.Currency, pay.CreatedAt, user)
@@ -204,6 +208,17 @@ func (p *Postgres) MarkRefunded(ctx context.Context, key string, now time.Time) 
 		}
 	}
 	return pay, pgErr("postgres: mark payment "+key+" refunded", err)
+}
+
+// TouchPayment implements Repository.
+func (p *Postgres) TouchPayment(ctx context.Context, key string, now time.Time) error {
+	_, user, err := p.keyOwner(ctx, key)
+	if err != nil {
+		return err
+	}
+	_, err = p.pool.Exec(ctx, `UPDATE payments SET updated_at = GREATEST(updated_at, $3)
+		WHERE user_id = $1 AND key = $2 AND status IN ('started', 'refund_due')`, user, key, touchTime(now))
+	return pgErr("postgres: touch payment "+key, err)
 }
 
 // OpenPayments implements Repository: a scan of every partition (the sweeper's), by the partial

@@ -93,8 +93,15 @@ type Repository interface {
 	MarkRefunded(ctx context.Context, key string, now time.Time) (Payment, error)
 
 	// OpenPayments returns up to limit attempts the sweeper must settle: those without outcome
-	// last touched at or before startedBefore, and every one with a refund due; oldest first.
+	// last touched at or before startedBefore, and every one with a refund due; least recently
+	// touched first. StartPayment touches the attempt it returns (a retry charges again).
 	OpenPayments(ctx context.Context, startedBefore time.Time, limit int) ([]Payment, error)
+
+	// TouchPayment records that the sweeper dealt with an attempt that stays open (the provider
+	// answered pending, or its refund failed): its updated_at becomes now (never earlier), so
+	// OpenPayments serves the others first and a pending attempt is asked about again only
+	// SettleAfter later. Any other status, and an unknown key, is left alone.
+	TouchPayment(ctx context.Context, key string, now time.Time) error
 
 	// Payments returns every payment attempt of an activity's orders, for reconciliation.
 	Payments(ctx context.Context, activity string) ([]Payment, error)

@@ -55,7 +55,11 @@ func (s *SQLite) StartPayment(ctx context.Context, orderID string, now time.Time
 		}
 		var fresh bool
 		if pay, fresh = nextPayment(o, last, now); !fresh {
-			return nil
+			// A retry charges again under this key: the sweeper waits SettleAfter from this
+			// charge, not from the first, before it asks the provider (touchTime).
+			pay, err = scanSQLitePayment(tx.QueryRowContext(ctx, `UPDATE payments SET updated_at = MAX(updated_at, ?2)
+				WHERE key = ?1 RETURNING `+sqlitePaymentCols, pay.Key, touchTime(now).UnixMilli()))
+			return err
 		}
 		_, err = tx.ExecContext(ctx, `INSERT INTO payments (`+sqlitePaymentCols+`) VALUES (?1, ?2, ?3, ?4, ?5, 'started', '', ?6, ?6)`,
 			pay.Key, pay.OrderID, pay.Attempt, pay.Amount.Amount, pay.Amount.Currency, pay.CreatedAt.UnixMilli())
@@ -172,6 +176,16 @@ func (s *SQLite) MarkRefunded(ctx context.Context, key string, now time.Time) (P
 		return pay, err
 	}
 	return pay, sqliteErr("sqlite: mark payment "+key+" refunded", err)
+}
+
+// TouchPayment implements Repository.
+func (s *SQLite) TouchPayment(ctx context.Context, key string, now time.Time) error {
+	err := s.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `UPDATE payments SET updated_at = MAX(updated_at, ?2)
+			WHERE key = ?1 AND status IN ('started', 'refund_due')`, key, touchTime(now).UnixMilli())
+		return err
+	})
+	return sqliteErr("sqlite: touch payment "+key, err)
 }
 
 // OpenPayments implements Repository.

@@ -115,6 +115,12 @@ func (s *Sweeper) Settle(ctx context.Context) error {
 				continue
 			}
 			if res.Outcome == ChargePending {
+				// Still open at the provider (a buyer on its payment page, maybe for good): asked
+				// again SettleAfter from now, after every other open attempt, so that attempts
+				// pending for long never fill every batch and hold back refunds and lost answers.
+				if err := s.repo.TouchPayment(ctx, p.Key, s.opts.Now()); err != nil {
+					errs = append(errs, err)
+				}
 				continue
 			}
 			var o Order
@@ -131,6 +137,11 @@ func (s *Sweeper) Settle(ctx context.Context) error {
 		}
 		if _, err := refundDue(ctx, s.repo, s.opts.Payments, p, s.opts.Now(), s.opts.Logger, s.opts.Metrics); err != nil {
 			errs = append(errs, err)
+			// Tried again next sweep, but after the others: refunds that keep failing must not
+			// fill every batch either.
+			if err := s.repo.TouchPayment(ctx, p.Key, s.opts.Now()); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
