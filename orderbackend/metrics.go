@@ -28,7 +28,8 @@ type Metrics struct {
 	BatchWins      atomic.Int64 // wins in those batches: BatchWins/Batches is the mean batch
 	Refunds        atomic.Int64 // charges given back because they could not pay their order
 	// PaymentErrors counts provider calls of the settlement that failed (a lookup of an attempt
-	// without outcome, a refund due): each is tried again at the next sweep.
+	// without outcome, a refund due): a lookup is tried again SettleAfter later, a refund at the
+	// next sweep, each after the attempts not tried yet.
 	PaymentErrors atomic.Int64
 	// Notifications counts the payment providers' notifications by provider and result or
 	// reason (the order API's POST /orders/webhooks/{provider}).
@@ -98,7 +99,7 @@ func Counters() []Counter {
 			func(m MetricsSnapshot) int64 { return m.Retries }},
 		{"refunds", "Charges refunded because they could not pay their order (a success after the window closed, or a second charge).",
 			func(m MetricsSnapshot) int64 { return m.Refunds }},
-		{"payment_errors", "Provider calls of the payment settlement that failed (a lookup of an attempt without outcome, a refund due); each is retried at the next sweep, and until one succeeds a charge may stand without a paid order or a refund.",
+		{"payment_errors", "Provider calls of the payment settlement that failed (a lookup of an attempt without outcome, a refund due); a lookup is retried a settle delay later, a refund at the next sweep, and until one succeeds a charge may stand without a paid order or a refund.",
 			func(m MetricsSnapshot) int64 { return m.PaymentErrors }},
 		// Batching, to watch what a transaction carries (README.md, "Batches").
 		{"batches", "Read batches of wins the consumers turned into orders (one CreateOrders call each).",

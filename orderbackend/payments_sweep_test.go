@@ -2,6 +2,7 @@ package orderbackend
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -128,13 +129,17 @@ func testRetryNotLookedUpInFlight(t *testing.T, e *env) {
 type pendingLookups struct {
 	*recorder
 	pending map[string]bool
+	failing bool // the pending keys' lookups fail instead
 }
 
 func (p *pendingLookups) Lookup(ctx context.Context, key string) (ChargeResult, error) {
 	p.mu.Lock()
-	pend := p.pending[key]
+	pend, failing := p.pending[key], p.failing
 	p.mu.Unlock()
-	if pend {
+	switch {
+	case pend && failing:
+		return ChargeResult{}, errors.New("provider: no answer about " + key)
+	case pend:
 		return ChargeResult{Outcome: ChargePending}, nil
 	}
 	return p.recorder.Lookup(ctx, key)
@@ -143,14 +148,19 @@ func (p *pendingLookups) Lookup(ctx context.Context, key string) (ChargeResult, 
 // More attempts stay pending at the provider than the sweeper's batch (abandoned payment pages).
 // A success notified after its order's window closed is refund_due, which only the sweeper
 // refunds: it must not wait behind the pending attempts for as long as they stay pending.
-func testRefundNotStarvedByPending(t *testing.T, e *env) {
+func testRefundNotStarvedByPending(t *testing.T, e *env) { refundNotStarved(t, e, false) }
+
+// The same with attempts the provider keeps failing to answer about (an error on every lookup).
+func testRefundNotStarvedByFailingLookups(t *testing.T, e *env) { refundNotStarved(t, e, true) }
+
+func refundNotStarved(t *testing.T, e *env, failing bool) {
 	ctx := context.Background()
 	if err := e.repo.EnsureStock(ctx, "a", 10); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now().Truncate(time.Millisecond)
 	clk := &fakeClock{t: t0}
-	pay := &pendingLookups{recorder: newRecorder(), pending: map[string]bool{}}
+	pay := &pendingLookups{recorder: newRecorder(), pending: map[string]bool{}, failing: failing}
 	sw := NewSweeper(e.repo, SweeperOptions{Payments: pay, Batch: 2, SettleAfter: time.Minute, Now: clk.Now, Logger: e.log})
 	for _, u := range []string{"u1", "u2"} {
 		o, _, err := e.repo.CreateOrder(ctx, newOrder("a", "r-"+u, u, 1, t0.Add(time.Hour)))
@@ -189,7 +199,7 @@ func testRefundNotStarvedByPending(t *testing.T, e *env) {
 		_ = sw.Settle(ctx)
 	}
 	if pay.Refunded(o3.ID) != 1 {
-		t.Errorf("after 5 sweeps over 5 minutes the late charge is refunded %d times, want 1: the attempts pending at the provider fill every batch",
-			pay.Refunded(o3.ID))
+		t.Errorf("after 5 sweeps over 5 minutes the late charge is refunded %d times, want 1: the attempts open at the provider (lookups failing: %v) fill every batch",
+			pay.Refunded(o3.ID), failing)
 	}
 }

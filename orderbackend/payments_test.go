@@ -137,6 +137,7 @@ var paymentScenarios = []scenario{
 	{"KillBetweenChargeAndPaid", testKillBetweenChargeAndPaid},
 	{"RetryNotLookedUpInFlight", testRetryNotLookedUpInFlight},
 	{"RefundNotStarvedByPending", testRefundNotStarvedByPending},
+	{"RefundNotStarvedByFailingLookups", testRefundNotStarvedByFailingLookups},
 }
 
 // The repository's payment record: an attempt before the charge, its key reused until it has an

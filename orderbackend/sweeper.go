@@ -95,7 +95,7 @@ func (s *Sweeper) Run(ctx context.Context) error {
 // Settle asks the provider about every attempt without outcome older than SettleAfter, by its key,
 // and records the answer (a success pays the order if it is still pending and in its window, and
 // is refunded otherwise), then refunds every charge with a refund due. An attempt the provider
-// cannot answer about stays open for the next sweep.
+// answers pending, or cannot answer about, stays open and is asked again SettleAfter later.
 func (s *Sweeper) Settle(ctx context.Context) error {
 	if s.opts.Payments == nil {
 		return nil
@@ -112,12 +112,12 @@ func (s *Sweeper) Settle(ctx context.Context) error {
 			if err != nil {
 				s.opts.Metrics.PaymentErrors.Add(1)
 				errs = append(errs, fmt.Errorf("look up payment %s: %w", p.Key, err))
-				continue
 			}
-			if res.Outcome == ChargePending {
-				// Still open at the provider (a buyer on its payment page, maybe for good): asked
-				// again SettleAfter from now, after every other open attempt, so that attempts
-				// pending for long never fill every batch and hold back refunds and lost answers.
+			if err != nil || res.Outcome == ChargePending {
+				// Still open at the provider (a buyer on its payment page, maybe for good), or no
+				// answer about it: asked again SettleAfter from now, after every other open
+				// attempt, so that attempts open for long never fill every batch and hold back
+				// refunds and lost answers.
 				if err := s.repo.TouchPayment(ctx, p.Key, s.opts.Now()); err != nil {
 					errs = append(errs, err)
 				}
