@@ -125,7 +125,34 @@ func (s *Store) readResultRaw(ctx context.Context, on, user string) (top, list s
 		}
 		ids = f.unfolded()
 	}
+	if len(ids) > 0 && s.ack != nil {
+		if err := s.confirmWins(ctx, on); err != nil {
+			return "", "", nil, err
+		}
+	}
 	return top, list, ids, nil
+}
+
+// confirmWins is readResultRaw's check, with Options.ReplicasAck, that the wins it read and
+// shows as "queued" are on the replicas: a win the master answered ErrNotReplicated for (503
+// busy, "unknown") must not be reported to its buyer by a poll, since a failover now would lose
+// it. A PING and a WAIT go to the master of on's slot on one connection; on Redis 7.0 any
+// command sets the offset its connection's WAIT waits for (ack.go), so the WAIT covers every
+// write the master made before the read, the wins included. Too few replicas: a
+// *ReplicationError, which the edge answers 503 busy.
+func (s *Store) confirmWins(ctx context.Context, on string) error {
+	ping := redis.NewStatusCmd(ctx, "ping")
+	acked, err := s.ack.send(ctx, s.key(on, "users"), ping)
+	if err == nil {
+		err = ping.Err()
+	}
+	if err != nil {
+		return err
+	}
+	if acked < s.ack.n {
+		return &admission.ReplicationError{Op: "get result", Activity: on, Wanted: s.ack.n, Acked: acked}
+	}
+	return nil
 }
 
 // foldWins folds the "queued" record of each win in ids, in order, into a user's latest record
