@@ -114,6 +114,7 @@ func TestCaddyfileErrors(t *testing.T) {
 		{"redis two addresses", global("store redis a:1 b:2"), "several addresses need cluster or sentinel"},
 		{"redis cluster sentinel", global("store redis a:1 {\ncluster\nsentinel m\n}"), "cluster and sentinel are exclusive"},
 		{"redis cluster db", global("store redis a:1 {\ncluster\ndb 1\n}"), "a cluster has only database 0"},
+		{"redis key_prefix brace", global("store redis a:1 {\nkey_prefix shop}x\n}"), `store redis key_prefix "shop}x": a brace`},
 		{"redis auto_pipeline arg", global("store redis a:1 {\nauto_pipeline yes\n}"), "wrong argument count"},
 		{"redis admit_batch zero", global("store redis a:1 {\nadmit_batch 0\n}"), `admit_batch "0": want 1 (no grouping) to 1024`},
 		{"redis admit_batch big", global("store redis a:1 {\nadmit_batch 1025\n}"), `admit_batch "1025"`},

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -45,7 +46,9 @@ func (m *Module) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "db":
 			m.DB, err = caddyfileargs.IntArg(d, "store redis db", 0, math.MaxInt, "want a database number")
 		case "key_prefix":
-			m.KeyPrefix, err = caddyfileargs.OneArg(d)
+			if m.KeyPrefix, err = caddyfileargs.OneArg(d); err == nil && strings.ContainsAny(m.KeyPrefix, "{}") {
+				err = d.Errf("seckill: store redis key_prefix %q: %s", m.KeyPrefix, errPrefixBrace)
+			}
 		case "sentinel":
 			m.SentinelMaster, err = caddyfileargs.OneArg(d)
 		case "cluster":

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -128,6 +129,9 @@ func (m *Module) Provision(ctx caddy.Context) error {
 	return m.validate()
 }
 
+// errPrefixBrace says why a key prefix may not hold a brace.
+const errPrefixBrace = "a brace would change the Cluster hash tag that keeps an activity's keys in one slot"
+
 // validate checks the options once placeholders are replaced; every message starts with the
 // directive ("store redis: …").
 func (m *Module) validate() error {
@@ -145,6 +149,8 @@ func (m *Module) validate() error {
 		return errors.New("store redis: a cluster has only database 0")
 	case m.DB < 0:
 		return fmt.Errorf("store redis: db %d is negative", m.DB)
+	case strings.ContainsAny(m.KeyPrefix, "{}"):
+		return fmt.Errorf("store redis: key_prefix %q: %s", m.KeyPrefix, errPrefixBrace)
 	case m.AdmitBatch < 0 || m.AdmitBatch > MaxAdmitBatch:
 		return fmt.Errorf("store redis: admit_batch %d: want 1 (no grouping) to %d", m.AdmitBatch, MaxAdmitBatch)
 	case m.PoolSize < 0 || m.PoolSize > maxPoolSize:

@@ -54,6 +54,7 @@ func TestModuleValidate(t *testing.T) {
 		{at(Module{Cluster: true, SentinelMaster: "m"}), "cluster and sentinel are exclusive"},
 		{at(Module{Cluster: true, DB: 1}), "a cluster has only database 0"},
 		{at(Module{DB: -1}), "db -1 is negative"},
+		{at(Module{KeyPrefix: "shop{1}"}), `store redis: key_prefix "shop{1}": a brace`},
 		{at(Module{AdmitBatch: MaxAdmitBatch + 1}), "admit_batch 1025"},
 		{at(Module{PoolSize: -1}), "pool_size -1"},
 		{at(Module{PoolSize: maxPoolSize + 1}), "pool_size 4097"},
