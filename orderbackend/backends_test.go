@@ -38,6 +38,7 @@ func allScenarios() []scenario {
 	all = append(all, repositoryScenarios...)
 	all = append(all, batchScenarios...)
 	all = append(all, consumerScenarios...)
+	all = append(all, deadLetterKillScenarios...)
 	all = append(all, apiScenarios...)
 	all = append(all, paymentScenarios...)
 	all = append(all, notifyScenarios...)

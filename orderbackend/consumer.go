@@ -604,16 +604,22 @@ func (c *Consumer) release(ctx context.Context, reservation string) error {
 	return nil
 }
 
-// releaseDeadLetters repeats the (idempotent) release of every poison dead letter, closing the
-// window between dead-lettering and releasing that a crash may have left open.
+// releaseDeadLetters finishes what a crash may have left undone after a win was dead-lettered
+// (deadLetter stores the dead letter first, then releases a poison win, then tells the buyer):
+// it repeats the (idempotent) release of every poison dead letter without an order, and writes
+// the failed result of every dead letter without an order, refused ones too, so that no buyer's
+// result says "queued" for a win that will never be an order. publish leaves a record that says
+// failed already as it is.
 func (c *Consumer) releaseDeadLetters(ctx context.Context) {
-	dead, err := c.store.DeadLetters(ctx, c.activity, 100_000)
+	var dead []admission.Win
+	err := c.retryStore(ctx, func() (err error) { dead, err = c.store.DeadLetters(ctx, c.activity, 100_000); return err })
 	if err != nil {
 		c.log.Warn("cannot list dead letters", zap.Error(err))
 		return
 	}
 	for _, w := range dead {
-		if !strings.HasPrefix(w.Reason, reasonPoison) {
+		poison := strings.HasPrefix(w.Reason, reasonPoison)
+		if !poison && !strings.HasPrefix(w.Reason, reasonRefused) {
 			continue
 		}
 		if _, err := c.repo.OrderByReservation(ctx, w.Activity, w.ReservationID); !errors.Is(err, ErrNotFound) {
@@ -622,9 +628,19 @@ func (c *Consumer) releaseDeadLetters(ctx context.Context) {
 			}
 			continue
 		}
-		if err := c.release(ctx, w.ReservationID); err != nil {
-			c.log.Warn("cannot release a dead letter", zap.String("reservation", w.ReservationID), zap.Error(err))
+		if poison {
+			if err := c.release(ctx, w.ReservationID); err != nil {
+				c.log.Warn("cannot release a dead letter", zap.String("reservation", w.ReservationID), zap.Error(err))
+				return
+			}
+		}
+		r := admission.Result{Code: resultFailed, ReservationID: w.ReservationID}
+		err := c.retryStore(ctx, func() error { return publish(ctx, c.store, c.activity, w.User, r) })
+		switch {
+		case ctx.Err() != nil:
 			return
+		case err != nil:
+			c.log.Warn("cannot tell the buyer of a dead letter", zap.String("user", w.User), zap.Error(err))
 		}
 	}
 }

@@ -113,7 +113,9 @@ func (p *Postgres) Close() error {
 
 // pgErr wraps err with op, marking failures that may pass by themselves with ErrUnavailable: any
 // error that is not a server's answer (connection refused or broken, pool exhausted) and server
-// answers that mean "not now" (shutdown, too many connections, serialization failure, deadlock).
+// answers that mean "not now" (shutdown, too many connections, serialization failure, deadlock,
+// a server that refuses writes because it is a standby or a demoted primary in a failover, a
+// statement or lock timeout).
 func pgErr(op string, err error) error {
 	if err == nil {
 		return nil
@@ -127,7 +129,9 @@ func pgErr(op string, err error) error {
 		case strings.HasPrefix(pe.Code, "08"), // connection exception
 			strings.HasPrefix(pe.Code, "53"),       // insufficient resources
 			strings.HasPrefix(pe.Code, "57P"),      // admin shutdown, crash shutdown, cannot connect now
-			pe.Code == "40001", pe.Code == "40P01": // serialization failure, deadlock
+			pe.Code == "40001", pe.Code == "40P01", // serialization failure, deadlock
+			pe.Code == "25006",                     // read-only transaction: a standby, or a primary demoted in a failover
+			pe.Code == "57014", pe.Code == "55P03": // statement timeout (query canceled), lock timeout
 			return fmt.Errorf("%s: %w: %w", op, ErrUnavailable, err)
 		}
 		return fmt.Errorf("%s: %w", op, err)
