@@ -15,8 +15,10 @@ import (
 )
 
 // The waiting-room line lives in the activity's hash tag, beside its stock: P:{A}:line (sorted
-// set user → score) and P:{A}:line_state (hash: tat). One script call per join or read, on one
-// slot, so it works on Cluster and moves with the activity's master through a failover.
+// set user → score) and P:{A}:line_state (hash: tat; drawn, once the start has passed: the
+// early joiners are ranked for good, even if a forced redefinition moves the start later). One
+// script call per join or read, on one slot, so it works on Cluster and moves with the
+// activity's master through a failover.
 var (
 	//go:embed lua/line_join.lua
 	luaLineJoin string

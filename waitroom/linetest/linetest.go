@@ -48,6 +48,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Lottery", testLottery},
 		{"LateFirstComeFirstServed", testLate},
 		{"EarlyThenLate", testEarlyThenLate},
+		{"DrawnStaysDrawn", testDrawnStaysDrawn},
 		{"LateAdmittedOnTime", testLateAdmittedOnTime},
 		{"ConcurrentEarly", testConcurrentEarly},
 		{"ConcurrentLate", testConcurrentLate},
@@ -209,6 +210,32 @@ func testEarlyThenLate(t *testing.T, s Store) {
 	}
 	if p := join(t, s, "a", "e1", 0.9, hourMS); p.Joined || !p.Early || p.Rank != 1 {
 		t.Fatalf("early joiner joining again late: %+v; want its early rank 1", p)
+	}
+}
+
+// testDrawnStaysDrawn: once the start has passed and the early joiners' ranks were read, a forced
+// redefinition that moves the start later does not reopen the lottery: a newcomer lines up behind
+// (late), and no rank already told moves.
+func testDrawnStaysDrawn(t *testing.T, s Store) {
+	define(t, s, "a", time.Now().Add(time.Hour), false)
+	join(t, s, "a", "e0", 0.5, hourMS)
+	join(t, s, "a", "e1", 0.6, hourMS)
+	open(t, s, "a")
+	if p := place(t, s, "a", "e0"); p.Rank != 0 {
+		t.Fatalf("e0 after the start: %+v; want rank 0", p)
+	}
+	if p := place(t, s, "a", "e1"); p.Rank != 1 {
+		t.Fatalf("e1 after the start: %+v; want rank 1", p)
+	}
+	define(t, s, "a", time.Now().Add(time.Hour), true) // the start moved later
+	if p := join(t, s, "a", "new", 0.1, hourMS); !p.Joined || p.Early || p.Rank != 2 {
+		t.Fatalf("a joiner once the line was drawn, the start moved later: %+v; want late, rank 2", p)
+	}
+	open(t, s, "a")
+	for user, want := range map[string]int64{"e0": 0, "e1": 1, "new": 2} {
+		if p := place(t, s, "a", user); p.Rank != want {
+			t.Errorf("%s after the start came again: %+v; want the rank told before, %d", user, p, want)
+		}
 	}
 }
 

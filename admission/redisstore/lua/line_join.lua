@@ -4,8 +4,13 @@
 -- the last joiner's, the first one after every early joiner's turn) and is scored 1 + offset, so
 -- it ranks behind every early joiner and every earlier late joiner. A user already in the line
 -- keeps the score taken first. No step loops over the line: ZSCORE, ZADD, ZRANK, ZCOUNT.
+-- Once the start has passed (or a late joiner came) the line is drawn and stays drawn (line_state
+-- drawn, set by a join or a read after the start): a forced redefinition that moves the start
+-- later, or a promoted replica whose clock is behind, cannot let an early joiner in among ranks
+-- already told.
 --
--- KEYS: meta, line (sorted set user → score), line_state (hash: tat, the next free offset)
+-- KEYS: meta, line (sorted set user → score), line_state (hash: tat, the next free offset;
+-- drawn, once the early joiners are ranked)
 -- ARGV: user, draw (a double in [0, 1)), interval_ms (a positive double)
 -- Reply: {joined (1 when this call took the place), score, rank (-1 for an early joiner before
 -- the start), early_count, late_admitted (late joiners whose offset has come), now_ms}; scores as
@@ -26,9 +31,14 @@ local user = ARGV[1]
 local joined = 0
 local score = redis.call('ZSCORE', KEYS[2], user)
 local tat = redis.call('HGET', KEYS[3], 'tat')
+local drawn = tat or redis.call('HEXISTS', KEYS[3], 'drawn') == 1
+if now >= start and not drawn then
+  redis.call('HSET', KEYS[3], 'drawn', '1')
+  drawn = true
+end
 if not score then
   joined = 1
-  if now < start and not tat then
+  if not drawn then
     score = ARGV[2]
   else
     if not tat then
@@ -42,7 +52,7 @@ if not score then
   redis.call('ZADD', KEYS[2], score, user)
 end
 local rank = -1
-if tonumber(score) >= 1 or now >= start or tat then
+if tonumber(score) >= 1 or drawn then
   rank = redis.call('ZRANK', KEYS[2], user)
 end
 local early = redis.call('ZCOUNT', KEYS[2], '-inf', '(1')

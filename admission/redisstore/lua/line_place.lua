@@ -2,6 +2,7 @@
 --
 -- KEYS: meta, line, line_state
 -- ARGV: user
+-- Writes line_state drawn once, at the first read after the start.
 -- Reply: {score, rank (-1 for an early joiner before the start), early_count, late_admitted,
 -- now_ms}, or nil when the user has not joined.
 -- Errors: UNKNOWN_ACTIVITY (no :meta).
@@ -17,7 +18,13 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rank = -1
-if tonumber(score) >= 1 or now >= start or redis.call('HEXISTS', KEYS[3], 'tat') == 1 then
+local drawn = redis.call('HEXISTS', KEYS[3], 'tat') == 1 or redis.call('HEXISTS', KEYS[3], 'drawn') == 1
+if now >= start and not drawn then
+  -- The first read after the start draws the line for good (line_join.lua).
+  redis.call('HSET', KEYS[3], 'drawn', '1')
+  drawn = true
+end
+if tonumber(score) >= 1 or drawn then
   rank = redis.call('ZRANK', KEYS[2], ARGV[1])
 end
 local early = redis.call('ZCOUNT', KEYS[2], '-inf', '(1')
