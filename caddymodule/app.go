@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -220,7 +222,8 @@ func (a *App) open() error {
 		}
 		a.poolKeys = append(a.poolKeys, okey) // after the store's: Cleanup releases in reverse
 		a.orders = o
-		o.setListings(a.Activities)
+		// Its listings (prices, titles) are set by Start: a reload finds the runner serving the
+		// configuration in force, which a refused reload must leave as it was.
 	}
 	if len(a.urlSecret) == 0 {
 		a.urlSecret = b.secret
@@ -463,6 +466,11 @@ func (a *App) Start() error {
 		return err
 	}
 	if a.orders != nil {
+		if a.orders.state() == nil {
+			// A runner not started yet serves no configuration: its workers need the
+			// listings from their first order on.
+			a.orders.setListings(a.Activities)
+		}
 		var check func(context.Context, orderbackend.Repository) error
 		if f, ok := a.store.(SaleForgetter); ok {
 			check = refuseForgottenSales(storeName(a.store), f.ForgottenSaleAdvice(), a.backend.guard, defs)
@@ -473,6 +481,11 @@ func (a *App) Start() error {
 		if err := a.orders.syncStock(ctx, defs); err != nil {
 			return err
 		}
+	}
+	if a.orders != nil {
+		// Nothing below fails: the running order backend takes this configuration's prices and
+		// titles only now that the start has succeeded.
+		a.orders.setListings(a.Activities)
 	}
 	if err := a.acts.refresh(ctx); err != nil {
 		a.logger.Warn("listing activities", zap.Error(err))
@@ -495,7 +508,8 @@ func (a *App) Start() error {
 // no-op and a running activity is never reset by a reload. It returns the stored definitions.
 func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error) {
 	defs := make([]admission.Activity, 0, len(a.Activities))
-	for id, c := range a.Activities {
+	for _, id := range a.definitionOrder(ctx) {
+		c := a.Activities[id]
 		def, err := a.defineActivity(ctx, id, c)
 		// An open breaker refuses before trying: a reload right after the store came back (a
 		// Redis restart, a store local opened again after a full disk) waits for its trial.
@@ -519,6 +533,36 @@ func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error
 			zap.Time("start", def.Start), zap.Time("end", def.End))
 	}
 	return defs, nil
+}
+
+// definitionOrder orders the configured activities for defineActivities: first those whose
+// stored window has opened (their definition is a no-op or refused, and a refusal writes nothing),
+// then the others by start. A reload refused for a running activity thus redefines no upcoming
+// one (the configuration in force keeps its definitions in the store), unless a start passes
+// between this reading and the definitions.
+func (a *App) definitionOrder(ctx context.Context) []string {
+	now := time.Now()
+	ids := make([]string, 0, len(a.Activities))
+	opened := make(map[string]bool, len(a.Activities))
+	for id := range a.Activities {
+		ids = append(ids, id)
+		if snap, err := a.backend.guard.Activity(ctx, id); err == nil && !snap.Start.After(now) {
+			opened[id] = true
+		}
+	}
+	slices.SortFunc(ids, func(x, y string) int {
+		if opened[x] != opened[y] {
+			if opened[x] {
+				return -1
+			}
+			return 1
+		}
+		if c := a.Activities[x].Start.Compare(a.Activities[y].Start); c != 0 {
+			return c
+		}
+		return strings.Compare(x, y)
+	})
+	return ids
 }
 
 // defineActivity defines one activity. With start_in, the start is the one the store already has

@@ -38,8 +38,8 @@ type ordersRunner struct {
 
 	running atomic.Pointer[ordersState] // nil until started; read by every order API call
 
-	// listings are the activities' prices and titles of the configuration loaded last (a reload
-	// may change them; orders made before keep theirs).
+	// listings are the activities' prices and titles of the configuration started last (a reload
+	// may change them, a refused one does not; orders made before keep theirs).
 	listings atomic.Pointer[map[string]orderbackend.Listing]
 	payments orderbackend.Payments
 	warn     atomic.Pointer[func()] // the configuration loaded last's check of its provider and listeners
