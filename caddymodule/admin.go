@@ -160,7 +160,7 @@ func (adminAPI) define(w http.ResponseWriter, r *http.Request, app *App, id stri
 	if len(body) > adminMaxBody {
 		return apiErr(http.StatusRequestEntityTooLarge, errors.New("body too large"))
 	}
-	if err := decodeJSON(body, &d); err != nil {
+	if err := decodeStrictJSON(body, &d); err != nil {
 		return apiErr(http.StatusBadRequest, err)
 	}
 	c := &ActivityConfig{Stock: d.Stock, Limit: d.Limit, Start: d.Start, End: d.End, PayWithin: d.PayWithin, Buckets: d.Buckets}
@@ -214,7 +214,7 @@ func (adminAPI) release(w http.ResponseWriter, r *http.Request, app *App, id str
 	if err != nil {
 		return apiErr(http.StatusBadRequest, fmt.Errorf("read body: %w", err))
 	}
-	if err := decodeJSON(b, &body); err != nil || body.ReservationID == "" {
+	if err := decodeStrictJSON(b, &body); err != nil || body.ReservationID == "" {
 		return apiErr(http.StatusBadRequest, errors.New(`body must be {"reservation_id": "..."}`))
 	}
 	released, err := app.backend.guard.Release(r.Context(), id, body.ReservationID)

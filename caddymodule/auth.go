@@ -11,8 +11,9 @@ import (
 )
 
 // authenticate verifies the bearer token and sets the caller's user id. A token that does not
-// verify is a 401; a verifier that cannot work (a JWKS endpoint down) is a 503, so that buyers
-// with good tokens are told to retry rather than to log in again.
+// verify is a 401, also while a JWKS endpoint is down (the verifier keeps its last good key set,
+// and every refusal of Verify wraps jwtauth.ErrUnauthorized); any other error, which Verify does
+// not return today, would be a 503.
 func (q *request) authenticate() *Error {
 	tok, err := jwtauth.TokenFromRequest(q.r)
 	if err != nil {

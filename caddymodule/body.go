@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -58,8 +60,25 @@ func armBodyDeadline(w http.ResponseWriter, r *http.Request, timeout time.Durati
 // decodeJSON decodes one JSON object into v; trailing data after it is an error. The error is the
 // client's 400 message (jsonError).
 func decodeJSON(b []byte, v any) error {
+	return decodeJSONObject(b, v, false)
+}
+
+// decodeStrictJSON is decodeJSON that also refuses a member v has no field for: the admin API's
+// bodies, where a misspelt member ("limt") would otherwise leave its setting at the default and
+// change the store all the same.
+func decodeStrictJSON(b []byte, v any) error {
+	return decodeJSONObject(b, v, true)
+}
+
+func decodeJSONObject(b []byte, v any, strict bool) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok && strict {
+			return fmt.Errorf("the body has a member %s that is not one of this call's", name)
+		}
 		return jsonError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {

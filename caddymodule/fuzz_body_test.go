@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"reflect"
 	"strings"
@@ -304,6 +305,7 @@ type adminDefinition struct {
 	Start     time.Time      `json:"start"`
 	End       time.Time      `json:"end"`
 	PayWithin caddy.Duration `json:"pay_within"`
+	Buckets   int            `json:"buckets"`
 }
 
 // FuzzAdminActivityBody sends arbitrary bodies to the admin API's activity calls: PUT of a
@@ -335,6 +337,8 @@ func FuzzAdminActivityBody(f *testing.F) {
 		`{"stock":"1","start":"2026-01-01T00:00:00Z","end":"2099-01-01T00:00:00Z"}`,
 		`{"stock":1.5,"start":"2026-01-01T00:00:00Z","end":"2099-01-01T00:00:00Z"}`,
 		`{"stock":1,"start":"2026-01-01T00:00:00Z","end":"2099-01-01T00:00:00Z","salt":"x"}`,
+		`{"stock":1,"limt":3,"start":"2026-01-01T00:00:00Z","end":"2099-01-01T00:00:00Z"}`,
+		`{"stock":4,"buckets":2,"start":"2026-01-01T00:00:00Z","end":"2099-01-01T00:00:00Z"}`,
 		`{"stock":1,"start":"2026-01-01T00:00:00Z","end":"2099-01-01T00:00:00Z"}{}`,
 		`{"reservation_id":"nope"}`, `{"reservation_id":""}`,
 		"", "{}", "null", "[]", "{", "\xff",
@@ -403,11 +407,17 @@ func FuzzAdminActivityBody(f *testing.F) {
 
 		// The definition docs say the admin API takes: a JSON object, stock and limit not
 		// negative, start and end required (in the milliseconds the store keeps) with the end
-		// after the start, pay_within not negative. 0 means the default limit and pay window.
+		// after the start, pay_within not negative, no member but these. 0 means the default
+		// limit and pay window; buckets need store redis, so none is valid here.
 		var d adminDefinition
-		err := json.Unmarshal(body, &d)
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&d)
+		if _, end := dec.Token(); err == nil && end != io.EOF {
+			err = errors.New("data after the object")
+		}
 		valid := err == nil && d.Stock >= 0 && d.Limit >= 0 && !d.Start.IsZero() && !d.End.IsZero() &&
-			d.End.UnixMilli() > d.Start.UnixMilli() && d.PayWithin >= 0
+			d.End.UnixMilli() > d.Start.UnixMilli() && d.PayWithin >= 0 && d.Buckets == 0
 		switch {
 		case r.Status == http.StatusBadRequest:
 			if valid {
