@@ -113,20 +113,24 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	// limit: the flag is one atomic load and writes nothing, while the limit takes a lock and
 	// keeps a bucket for every address a flood of presses brings. The flag is read first, so a
 	// buy of an activity with stock pays that load only, and looks the activity up once, below.
-	// A press the flag does not answer (a held win's key) keeps no activity here, so that an IP
-	// limit's refusal is counted as every other one is, without the activity's label.
+	// A press the flag does not answer (a held win's key) keeps the activity found here for
+	// below, but not on q, so that an IP limit's refusal is counted as every other one is,
+	// without the activity's label.
+	var act *activity
 	if c.kind == callBuy && h.app.backend.guard.SoldOut(c.activity) {
 		if q.act, _ = h.app.acts.lookup(c.activity); q.act != nil && q.open(true) == errSoldOut && q.flagAnswers() {
 			return q.fail(errSoldOut)
 		}
-		q.act = nil
+		act, q.act = q.act, nil
 	}
 	if e := q.limitIP(); e != nil {
 		return q.fail(e)
 	}
-	act, ok := h.app.acts.get(r.Context(), c.activity)
-	if !ok {
-		return q.fail(errNoActivity)
+	if act == nil {
+		var ok bool
+		if act, ok = h.app.acts.get(r.Context(), c.activity); !ok {
+			return q.fail(errNoActivity)
+		}
 	}
 	q.act = act
 
