@@ -2,9 +2,7 @@ package caddymodule_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
@@ -17,21 +15,7 @@ func TestAdminPutRefusesUnknownMembers(t *testing.T) {
 	_, adminAddr := startCaddyAdmin(t,
 		jwtBlock+"captcha off\n"+activityBlock("adm", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), route)
 	admin := "http://" + adminAddr
-	call := func(method, path, body string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, admin+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
+	call := adminCaller(t, admin)
 	window := fmt.Sprintf(`"start":%q,"end":%q`, rfc3339(now.Add(time.Hour)), rfc3339(now.Add(2*time.Hour)))
 	for _, body := range []string{
 		`{"stock":10,"limt":5,` + window + `}`,

@@ -3,7 +3,6 @@ package caddymodule_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,21 +17,7 @@ func TestAdminAPI(t *testing.T) {
 	admin := "http://" + adminAddr
 	c := newClient(t, base)
 
-	call := func(method, path, body string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, admin+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
+	call := adminCaller(t, admin)
 
 	alice := token(t, "alice")
 	win := c.Post(buyPath(t, c, "adm", alice), alice, "")

@@ -3,6 +3,9 @@ package caddymodule_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,4 +86,24 @@ func bucketsBlock(id string, stock, buckets int) string {
 	now := time.Now()
 	return fmt.Sprintf("activity %s {\n\tstock %d\n\tstart %s\n\tend %s\n\tbuckets %d\n}\n",
 		id, stock, rfc3339(now.Add(-time.Minute)), rfc3339(now.Add(time.Hour)), buckets)
+}
+
+// adminCaller returns a function that calls the admin endpoint at admin (http://host:port) with a
+// JSON body and returns the status and body.
+func adminCaller(t testing.TB, admin string) func(method, path, body string) (int, string) {
+	return func(method, path, body string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, admin+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
 }
