@@ -81,6 +81,8 @@ type App struct {
 	captchaOpts   captcha.Options
 	registry      *prometheus.Registry // the configuration's, for the metrics registered at Start
 	backend       *backend             // this and what follows, to run, are set at Start (open)
+	backendKey    string               // the backend's pool key
+	inForce       *inForce             // the process's record of the store in force
 	orders        *ordersRunner        // nil without Orders
 	verifier      *jwtauth.Verifier
 	mint          *jwtauth.MintConfig // the token template of the HS* jwt config; nil otherwise
@@ -208,12 +210,18 @@ func (a *App) Provision(ctx caddy.Context) error {
 // and builds what the handlers serve from. Start calls it first; see Provision for why not there.
 func (a *App) open() error {
 	store := a.store
+	rec, rkey, err := loadInForce()
+	if err != nil {
+		return err
+	}
+	a.poolKeys = append(a.poolKeys, rkey)
+	a.inForce = rec
 	b, key, err := loadBackend(store, a.logger)
 	if err != nil {
 		return fmt.Errorf("%s: %w", storeDirective(store), err)
 	}
 	a.poolKeys = append(a.poolKeys, key)
-	a.backend = b
+	a.backend, a.backendKey = b, key
 	if a.ordersCfg != nil {
 		sync, _ := store.(DeviceSyncer)
 		o, okey, err := loadOrders(a.ctx, key, b, a.ordersCfg, a.payments, sync != nil && sync.SyncsToDevice(), a.logger.Named("orders"))
@@ -449,6 +457,9 @@ func (a *App) Start() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	if err := a.refuseStoreSwitch(ctx, a.inForce, a.backendKey); err != nil {
+		return err
+	}
 	// A reload finds the order backend running: no activity it defines anew may meet the orders
 	// of a deleted sale of its id. (The first start checks after defining, below.)
 	for id := range a.Activities {
@@ -491,6 +502,7 @@ func (a *App) Start() error {
 		a.logger.Warn("listing activities", zap.Error(err))
 	}
 	a.warnFallbackSecrets(httpListeners(a.ctx))
+	a.inForce.set(a.backendKey, storeDirective(a.store), a.backend)
 	r := a.run
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -274,7 +274,11 @@ func TestRejectedByLayer(t *testing.T) {
 		t.Errorf("store down: store_error + breaker grew by %g, want %d", got, downBuys)
 	}
 
-	// The IP limit, on a configuration of its own (a new one starts every layer at 0 again).
+	// The IP limit, on a configuration of its own (a new one starts every layer at 0 again), after
+	// a stop: a reload would not move the sale of m, which the dead Redis holds, to store memory.
+	if err := caddy.Stop(); err != nil {
+		t.Fatal(err)
+	}
 	if err := loadCaddy(t, port, jwtBlock+"captcha off\nrate_limit ip 2/s burst 2\n"+
 		activityBlock("m", 3, 2, now.Add(-time.Minute), now.Add(time.Hour), 0), route+"metrics /metrics\n"); err != nil {
 		t.Fatalf("reload: %v", err)

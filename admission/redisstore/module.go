@@ -183,6 +183,19 @@ func (m *Module) prefix() string {
 	return m.KeyPrefix
 }
 
+// Directive names the store in messages by its servers, and its database and key prefix when
+// they are not the defaults: two Redis stores of one process differ by those.
+func (m *Module) Directive() string {
+	d := "store redis " + strings.Join(m.Addresses, " ")
+	if m.DB != 0 {
+		d += fmt.Sprintf(" db %d", m.DB)
+	}
+	if m.KeyPrefix != "" {
+		d += " key_prefix " + m.KeyPrefix
+	}
+	return d
+}
+
 // PoolKey identifies the store this configuration opens: the whole configuration, so that a
 // reload that changes any option gets a store of its own.
 func (m *Module) PoolKey() string {
