@@ -491,6 +491,7 @@ func (a *App) Start() error {
 		a.logger.Warn("listing activities", zap.Error(err))
 	}
 	a.warnFallbackSecrets(httpListeners(a.ctx))
+	a.warnLooseProxies(a.ctx)
 	r := a.run
 	r.mu.Lock()
 	defer r.mu.Unlock()
