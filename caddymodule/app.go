@@ -492,6 +492,7 @@ func (a *App) Start() error {
 	}
 	a.warnFallbackSecrets(httpListeners(a.ctx))
 	a.warnLooseProxies(a.ctx)
+	a.warnURLSecretChanged(time.Now())
 	r := a.run
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -55,6 +55,7 @@ var (
 	startCaddy      = testcaddy.StartCaddy
 	startCaddyAdmin = testcaddy.StartCaddyAdmin
 	loadCaddy       = testcaddy.LoadCaddy
+	loadCaddyfileOn = testcaddy.LoadCaddyfileOn
 	startSale       = testcaddy.StartSale
 	buildCaddy      = testcaddy.BuildCaddy
 )
