@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -292,6 +293,21 @@ func (c *activities) views() []activityView {
 		out = append(out, activityView{id: id, stock: d.Stock, start: d.Start, remaining: r.remaining,
 			soldOutAt: r.soldOutAt, wins: r.wins, deadWins: r.dead})
 	}
+	return out
+}
+
+// pathsOut returns, sorted, the activities whose buy paths are handed out at now: from reveal
+// before the start until the end.
+func (c *activities) pathsOut(now time.Time) []string {
+	c.mu.RLock()
+	var out []string
+	for id, a := range c.byID {
+		if !now.Before(a.Start.Add(-a.reveal)) && now.Before(a.End) {
+			out = append(out, id)
+		}
+	}
+	c.mu.RUnlock()
+	slices.Sort(out)
 	return out
 }
 

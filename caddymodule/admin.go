@@ -31,6 +31,7 @@ func init() {
 //	PUT    /seckill/activities/{id}[?force=1]  create or redefine (force: even while running)
 //	DELETE /seckill/activities/{id}[?force=1]  delete (force: even while running)
 //	POST   /seckill/activities/{id}/release    give a reservation back: {"reservation_id": "..."}
+//	                                           (409 while an embedded order holds it)
 //	POST   /seckill/activities/{id}/archive[?batch=n]
 //	                                           move a finished, reconciled sale's orders to the
 //	                                           archive tables (embedded order backend only)
@@ -217,11 +218,40 @@ func (adminAPI) release(w http.ResponseWriter, r *http.Request, app *App, id str
 	if err := decodeStrictJSON(b, &body); err != nil || body.ReservationID == "" {
 		return apiErr(http.StatusBadRequest, errors.New(`body must be {"reservation_id": "..."}`))
 	}
+	// Releasing the item of a pending or paid order puts it back on sale while its buyer may
+	// still pay for it or owns it: it would be sold twice. A pending order is given up by
+	// cancelling it (the relay then releases), as the payment timeout does.
+	ord, held, err := app.orders.holdingOrder(r.Context(), id, body.ReservationID)
+	switch {
+	case errors.Is(err, errOrdersNotStarted), errors.Is(err, orderbackend.ErrUnavailable):
+		return apiErr(http.StatusServiceUnavailable, err)
+	case err != nil:
+		return apiErr(http.StatusInternalServerError, err)
+	case held:
+		return writeAdmin(w, http.StatusConflict, adminRefusal{
+			Error: fmt.Sprintf("reservation %s is held by order %s (%s): releasing it would sell its item twice; "+
+				"a pending order gives it back when cancelled or unpaid in time", body.ReservationID, ord.ID, ord.Status),
+			Code:    codeOrderHolds,
+			OrderID: ord.ID, OrderStatus: string(ord.Status),
+		})
+	}
 	released, err := app.backend.guard.Release(r.Context(), id, body.ReservationID)
 	if err != nil {
 		return storeErr(err)
 	}
 	return writeAdmin(w, http.StatusOK, map[string]bool{"released": released})
+}
+
+// codeOrderHolds is the code of a release refused because an order holds the reservation.
+const codeOrderHolds = "order_holds_reservation"
+
+// adminRefusal is a refusal a script branches on: Caddy's {"error": message} with a stable code
+// and what it is about.
+type adminRefusal struct {
+	Error       string `json:"error"`
+	Code        string `json:"code"`
+	OrderID     string `json:"order_id,omitempty"`
+	OrderStatus string `json:"order_status,omitempty"`
 }
 
 func (adminAPI) stats(w http.ResponseWriter, r *http.Request, app *App) error {

@@ -502,6 +502,8 @@ func (a *App) Start() error {
 		a.logger.Warn("listing activities", zap.Error(err))
 	}
 	a.warnFallbackSecrets(httpListeners(a.ctx))
+	a.warnLooseProxies(a.ctx)
+	a.warnURLSecretChanged(time.Now())
 	a.inForce.set(a.backendKey, storeDirective(a.store), a.backend)
 	r := a.run
 	r.mu.Lock()

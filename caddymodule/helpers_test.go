@@ -2,9 +2,11 @@ package caddymodule_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +55,7 @@ var (
 	startCaddy      = testcaddy.StartCaddy
 	startCaddyAdmin = testcaddy.StartCaddyAdmin
 	loadCaddy       = testcaddy.LoadCaddy
+	loadCaddyfileOn = testcaddy.LoadCaddyfileOn
 	startSale       = testcaddy.StartSale
 	buildCaddy      = testcaddy.BuildCaddy
 )
@@ -106,4 +109,26 @@ func adminCaller(t testing.TB, admin string) func(method, path, body string) (in
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
+}
+
+// logEntries returns the JSON entries of Caddy's log file whose message begins with msg, and the
+// whole log for failure messages. A warning logged at the app's start is in the file once
+// caddy.Load has returned.
+func logEntries(t testing.TB, file, msg string) ([]map[string]any, string) {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var e map[string]any
+		if line == "" || json.Unmarshal([]byte(line), &e) != nil {
+			continue
+		}
+		if m, _ := e["msg"].(string); strings.HasPrefix(m, msg) {
+			out = append(out, e)
+		}
+	}
+	return out, string(b)
 }

@@ -256,6 +256,32 @@ func (o *ordersRunner) refuseEarlierSale(ctx context.Context, store admission.St
 	return err
 }
 
+// errOrdersNotStarted answers a check that needs the embedded order database before the backend
+// has started.
+var errOrdersNotStarted = errors.New("the order backend has not started")
+
+// holdingOrder returns the embedded backend's order of reservation resv of activity when it holds
+// the item: pending payment (its buyer may still pay) or paid. Without an embedded backend, and
+// for a reservation with no order or a cancelled one (whose release is the relay's), it answers
+// false.
+func (o *ordersRunner) holdingOrder(ctx context.Context, activity, resv string) (orderbackend.Order, bool, error) {
+	if o == nil {
+		return orderbackend.Order{}, false, nil
+	}
+	st := o.state()
+	if st == nil {
+		return orderbackend.Order{}, false, errOrdersNotStarted
+	}
+	ord, err := st.repo.OrderByReservation(ctx, activity, resv)
+	switch {
+	case errors.Is(err, orderbackend.ErrNotFound):
+		return orderbackend.Order{}, false, nil
+	case err != nil:
+		return orderbackend.Order{}, false, fmt.Errorf("orders: order of reservation %s: %w", resv, err)
+	}
+	return ord, ord.Status == orderbackend.StatusPending || ord.Status == orderbackend.StatusPaid, nil
+}
+
 // forgottenSale reports errForgottenSale, with the items the orders hold, when the order database
 // has orders of activity id and the store has made no win of it or does not know it.
 func forgottenSale(ctx context.Context, store admission.Store, repo orderbackend.Repository, id string) (int64, error) {

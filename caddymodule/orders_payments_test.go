@@ -1,9 +1,7 @@
 package caddymodule_test
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -85,21 +83,7 @@ http://:%d {
 %s
 }
 `, dir, logFile, jwtBlock, orders, port, tc.bind, ordersSite))
-			// The warning is logged at the app's start, before caddy.Load returns.
-			b, err := os.ReadFile(logFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var warned []map[string]any
-			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-				var e map[string]any
-				if line == "" || json.Unmarshal([]byte(line), &e) != nil {
-					continue
-				}
-				if msg, _ := e["msg"].(string); strings.HasPrefix(msg, warning) {
-					warned = append(warned, e)
-				}
-			}
+			warned, b := logEntries(t, logFile, warning)
 			if !tc.warned {
 				if len(warned) != 0 {
 					t.Fatalf("warned %v", warned)

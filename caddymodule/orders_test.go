@@ -1,6 +1,8 @@
 package caddymodule_test
 
 import (
+	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -199,15 +201,29 @@ func TestOrdersSQLite(t *testing.T) {
 		t.Fatalf("reconcile --json --activity e2e: exit %d:\n%s", code, out)
 	}
 
-	// Giving a paid order's item back behind the database's back breaks "never undersell".
+	// The admin API will not give a paid order's item back (TestAdminReleaseHeldOrder), so the
+	// two sides stay in step...
 	status, body = s.AdminCall(t, http.MethodPost, "/seckill/activities/e2e/release",
 		fmt.Sprintf(`{"reservation_id":%q}`, aliceReservation))
-	if status != http.StatusOK || !strings.Contains(string(body), "true") {
-		t.Fatalf("release: %d %s", status, body)
+	if status != http.StatusConflict || !strings.Contains(string(body), `"code":"order_holds_reservation"`) {
+		t.Fatalf("release of a paid order's reservation: %d %s, want 409 order_holds_reservation", status, body)
+	}
+	if code, out = runReconcile(t, bin, "--config", s.ConfigFile, "--activity", "e2e"); code != 0 {
+		t.Fatalf("reconcile after a refused release: exit %d:\n%s", code, out)
+	}
+	// ...and an item put back on sale in the database behind the store's back breaks "never
+	// undersell", which reconcile reports.
+	orders, err := sql.Open("sqlite", db+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = orders.Close() }()
+	if _, err := orders.Exec(`UPDATE stock SET "left" = "left" + 1 WHERE activity = 'e2e'`); err != nil {
+		t.Fatal(err)
 	}
 	code, out = runReconcile(t, bin, "--config", s.ConfigFile, "--activity", "e2e")
-	if code != 1 || !strings.Contains(out, "VIOLATION: store remaining 2 != database left 1") {
-		t.Fatalf("reconcile after a rogue release: exit %d, want 1:\n%s", code, out)
+	if code != 1 || !strings.Contains(out, "VIOLATION: store remaining 1 != database left 2") {
+		t.Fatalf("reconcile after a rogue change: exit %d, want 1:\n%s", code, out)
 	}
 	if code, out = runReconcile(t, bin, "--activity", "no/such"); code != 2 {
 		t.Errorf("reconcile with a bad id: exit %d, want 2:\n%s", code, out)
@@ -260,4 +276,60 @@ func TestOrdersHandleErrors(t *testing.T) {
 	if m.Header.Get("Allow") != http.MethodGet {
 		t.Errorf("Allow %q", m.Header.Get("Allow"))
 	}
+}
+
+// TestAdminReleaseHeldOrder: the admin API refuses to release a reservation that an order of the
+// embedded backend holds, pending payment or paid (409 order_holds_reservation, naming the
+// order): the item would go back on sale while its buyer may still pay for it or owns it, and be
+// sold twice. A cancelled order's reservation, released by the relay, answers released false.
+func TestAdminReleaseHeldOrder(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "orders.db")
+	now := time.Now()
+	s := startSale(t, jwtBlock+"captcha off\n"+ordersOption("sqlite "+db)+fmt.Sprintf(
+		"activity held {\n\tstock 2\n\tlimit 1\n\tstart %s\n\tend %s\n\tpay_within 10m\n}\n",
+		rfc3339(now.Add(-time.Minute)), rfc3339(now.Add(time.Hour))))
+	c := s.Client
+	release := func(resv string) (int, string) {
+		status, body := s.AdminCall(t, http.MethodPost, "/seckill/activities/held/release", fmt.Sprintf(`{"reservation_id":%q}`, resv))
+		return status, string(body)
+	}
+	refused := func(what, resv, orderID, orderStatus string) {
+		t.Helper()
+		status, body := release(resv)
+		var ans struct {
+			Error       string `json:"error"`
+			Code        string `json:"code"`
+			OrderID     string `json:"order_id"`
+			OrderStatus string `json:"order_status"`
+		}
+		if status != http.StatusConflict || json.Unmarshal([]byte(body), &ans) != nil || ans.Code != "order_holds_reservation" ||
+			ans.OrderID != orderID || ans.OrderStatus != orderStatus || ans.Error == "" {
+			t.Errorf("%s: %d %s; want 409 order_holds_reservation naming order %s, %s", what, status, body, orderID, orderStatus)
+		}
+	}
+
+	alice, bob := token(t, "alice"), token(t, "bob")
+	expect(t, "alice buys", c.Post(buyPath(t, c, "held", alice), alice, ""), http.StatusAccepted, "queued")
+	expect(t, "bob buys", c.Post(buyPath(t, c, "held", bob), bob, ""), http.StatusAccepted, "queued")
+	ar := waitResult(t, c, "held", alice, "pending_payment")
+	refused("release of a pending order's reservation", ar.Str("reservation_id"), ar.Str("order_id"), "pending_payment")
+	expect(t, "alice pays", c.Post("/orders/"+ar.Str("order_id")+"/pay", alice, ""), http.StatusOK, "paid")
+	refused("release of a paid order's reservation", ar.Str("reservation_id"), ar.Str("order_id"), "paid")
+	if n := remaining(t, "held"); n != 0 {
+		t.Fatalf("remaining %d after refused releases, want 0", n)
+	}
+
+	br := waitResult(t, c, "held", bob, "pending_payment")
+	expect(t, "bob cancels", c.Post("/orders/"+br.Str("order_id")+"/cancel", bob, ""), http.StatusOK, "cancelled")
+	eventually(t, "bob's item back in stock", func() (bool, string) {
+		n := remaining(t, "held")
+		return n == 1, fmt.Sprint("remaining ", n)
+	})
+	if status, body := release(br.Str("reservation_id")); status != http.StatusOK || !strings.Contains(body, `"released":false`) {
+		t.Errorf("release of a cancelled order's reservation: %d %s; want 200 released false", status, body)
+	}
+	if n := remaining(t, "held"); n != 1 {
+		t.Errorf("remaining %d, want 1", n)
+	}
+	eventually(t, "reconcile", func() (bool, string) { return s.ReconcileOK(t) })
 }

@@ -3,8 +3,10 @@ package caddymodule
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -52,6 +54,11 @@ type backend struct {
 	// secret signs buy paths when the configuration gives no url_secret; it lives as long as the
 	// store so that a reload does not invalidate the paths already handed out.
 	secret []byte
+
+	// pathKeySum is the SHA-256 of the buy paths' secret of the configuration that started last
+	// on this store (nil before the first), for Start's warning when a reload changes it. A
+	// digest, so the pool keeps no retired secret.
+	pathKeySum atomic.Pointer[[sha256.Size]byte]
 }
 
 // loadBackend returns the pooled backend of the store module m, opening its store on first use

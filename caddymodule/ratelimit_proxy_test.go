@@ -3,6 +3,7 @@ package caddymodule_test
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -12,7 +13,8 @@ import (
 // writes the left part of the header. Caddy's client_ip takes the left-most address unless
 // trusted_proxies_strict is set, so without it every press may name another address and the IP
 // limit never refuses; with it, client_ip is the right-most untrusted address, the one the proxy
-// wrote, and the limit holds. The README's deployment advice therefore sets it.
+// wrote, and the limit holds. The README's deployment advice therefore sets it, and the app logs a
+// warning at start naming a server that trusts proxies without it.
 func TestIPLimitBehindAppendingProxy(t *testing.T) {
 	for _, strict := range []bool{false, true} {
 		t.Run(fmt.Sprintf("strict=%v", strict), func(t *testing.T) { ipLimitBehindProxy(t, strict) })
@@ -21,7 +23,8 @@ func TestIPLimitBehindAppendingProxy(t *testing.T) {
 
 func ipLimitBehindProxy(t *testing.T, strict bool) {
 	now := time.Now()
-	port := freePort(t)
+	port, dir := freePort(t), t.TempDir()
+	logFile := filepath.Join(dir, "caddy.log")
 	opt := ""
 	if strict {
 		opt = "\t\ttrusted_proxies_strict\n"
@@ -33,7 +36,8 @@ func ipLimitBehindProxy(t *testing.T, strict bool) {
 	http_port %d
 	storage file_system %s
 	log {
-		level ERROR
+		output file %s
+		level WARN
 	}
 	servers {
 		trusted_proxies static 127.0.0.1/32
@@ -48,8 +52,15 @@ func ipLimitBehindProxy(t *testing.T, strict bool) {
 http://127.0.0.1:%d {
 %s
 }
-`, port, t.TempDir(), opt, jwtBlock+"captcha off\n"+activityBlock("xff", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), port, route)
+`, port, dir, logFile, opt, jwtBlock+"captcha off\n"+activityBlock("xff", 1, 1, now.Add(-time.Minute), now.Add(time.Hour), 0), port, route)
 	runCaddyfile(t, text)
+	warned, log := logEntries(t, logFile, "trusted_proxies without trusted_proxies_strict")
+	switch {
+	case strict && len(warned) != 0:
+		t.Errorf("warned with trusted_proxies_strict: %v", warned)
+	case !strict && (len(warned) != 1 || warned[0]["level"] != "warn" || fmt.Sprint(warned[0]["servers"]) != "[srv0]"):
+		t.Errorf("without trusted_proxies_strict: %v, want one warning naming server srv0; log:\n%s", warned, log)
+	}
 	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
 	limited := 0
 	for i := range 5 {

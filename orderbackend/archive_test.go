@@ -17,6 +17,7 @@ import (
 var archiveScenarios = []scenario{
 	{"ArchiveUnderLoad", testArchiveUnderLoad},
 	{"ArchiveKilledResumes", testArchiveKilledResumes},
+	{"CreateAfterArchive", testCreateAfterArchive},
 }
 
 // settleAll pays or cancels every pending order of act and empties the outbox, as the sweeper and
@@ -228,5 +229,75 @@ func testArchiveKilledResumes(t *testing.T, e *env) {
 	}
 	if pays, err := e.repo.Payments(ctx, "done"); err != nil || !reflect.DeepEqual(pays, beforePays) {
 		t.Fatalf("payments after the resumed archive differ: %v", err)
+	}
+}
+
+// A win delivered again after its sale was archived (a consumer's claim, a store restored from a
+// backup) finds its archived order on both databases, alone and in a batch with a new win: a
+// second order for one win would charge its buyer twice and count its item twice.
+func testCreateAfterArchive(t *testing.T, e *env) {
+	ctx := context.Background()
+	if err := e.repo.EnsureStock(ctx, "arch", 4); err != nil {
+		t.Fatal(err)
+	}
+	hour := time.Now().Add(time.Hour)
+	first, _, err := e.repo.CreateOrder(ctx, newOrder("arch", "r1", "u1", 1, hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	paid, err := payNow(ctx, e.repo, first.ID, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _, err := e.repo.CreateOrder(ctx, newOrder("arch", "r2", "u2", 1, hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, err := e.repo.Cancel(ctx, second.ID, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The relay's part: the outbox emptied, so the sale is finished.
+	rows, err := e.repo.Outbox(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		if err := e.repo.DeleteOutbox(ctx, r.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep, err := e.repo.Archive(ctx, "arch", 0); err != nil || rep.Moved != 2 || rep.HotAfter != 0 {
+		t.Fatalf("archive = %+v, %v", rep, err)
+	}
+
+	same := func(what string, got Order, created bool, err error, want Order) {
+		t.Helper()
+		if err != nil || created || got.ID != want.ID || got.Status != want.Status {
+			t.Errorf("%s = %s %s, created %v, err %v; want the archived order %s %s", what, got.ID, got.Status, created, err, want.ID, want.Status)
+		}
+	}
+	o, created, err := e.repo.CreateOrder(ctx, newOrder("arch", "r1", "u1", 1, hour))
+	same("the paid order's win again", o, created, err, paid)
+	o, created, err = e.repo.CreateOrder(ctx, newOrder("arch", "r2", "u2", 1, hour))
+	same("the cancelled order's win again", o, created, err, cancelled)
+	outs, err := e.repo.CreateOrders(ctx, []NewOrder{
+		newOrder("arch", "r1", "u1", 1, hour), newOrder("arch", "r3", "u3", 1, hour), newOrder("arch", "r2", "u2", 1, hour)})
+	if err != nil || len(outs) != 3 {
+		t.Fatalf("batch with archived wins = %+v, %v", outs, err)
+	}
+	same("batch: the paid order's win", outs[0].Order, outs[0].Created, outs[0].Err, paid)
+	if !outs[1].Created || outs[1].Err != nil || outs[1].Order.ReservationID != "r3" {
+		t.Errorf("batch: a new win = %+v, want created", outs[1])
+	}
+	same("batch: the cancelled order's win", outs[2].Order, outs[2].Created, outs[2].Err, cancelled)
+	if _, _, err := e.repo.CreateOrder(ctx, newOrder("arch", "r1", "u9", 1, hour)); !errors.Is(err, ErrConflict) {
+		t.Errorf("another buyer's win under an archived reservation: err = %v, want ErrConflict", err)
+	}
+	if n := len(e.orders(t, "arch")); n != 3 {
+		t.Errorf("%d orders, want 3 (two archived, one new)", n)
+	}
+	if s := mustStock(t, e.repo, "arch"); s.Left != 2 {
+		t.Errorf("stock = %+v, want 2 left (one paid, one new)", s)
 	}
 }

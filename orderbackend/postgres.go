@@ -267,7 +267,11 @@ func (p *Postgres) CreateOrders(ctx context.Context, ns []NewOrder) ([]CreateOut
 				}
 				return err
 			})
+			// Archived orders too: order_keys keeps their guard rows, so a win delivered again
+			// after its sale was archived must find its order there, not plan a new one.
 			b.Queue(`SELECT `+pgOrderColsOf("o")+` FROM order_keys k JOIN orders o ON o.user_id = k.user_id AND o.id = k.order_id
+				WHERE k.activity = $1 AND k.reservation_id = ANY($2)
+				UNION ALL SELECT `+pgOrderColsOf("a")+` FROM order_keys k JOIN orders_archive a ON a.user_id = k.user_id AND a.id = k.order_id
 				WHERE k.activity = $1 AND k.reservation_id = ANY($2)`, act, resvs).
 				Query(func(rows pgx.Rows) error {
 					for rows.Next() {

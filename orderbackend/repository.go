@@ -135,7 +135,8 @@ type Repository interface {
 	// before and after. A sale with a pending order, an attempt to settle or refund, or an outbox
 	// row is refused with ErrNotFinished; the caller checks reconcile first (the archive command
 	// does). Archived orders are still read by Order, BuyerOrder, OrderByReservation, Orders and
-	// Payments, and never written again. A second run moves nothing; an interrupted one is
+	// Payments, and found by CreateOrder and CreateOrders (a win delivered again gets its archived
+	// order, never a second one); they are never written again. A second run moves nothing; an interrupted one is
 	// finished by the next.
 	Archive(ctx context.Context, activity string, batch int) (ArchiveReport, error)
 

@@ -188,17 +188,29 @@ func (c *sizedStmts) close() error {
 	return errors.Join(errs...)
 }
 
-// sqliteInsertOrdersSQL is the insert of rows new orders (10 parameters a row).
+// sqliteInsertOrdersSQL is the insert of rows new orders (10 parameters a row). A reservation whose
+// order was archived has no row in orders for ON CONFLICT to meet: NOT EXISTS skips it too, so
+// the caller's row count sends it to the careful path, which finds the archived order.
 func sqliteInsertOrdersSQL(rows int) string {
-	const row = `(?, ?, ?, ?, ?, 'pending_payment', ?, ?, ?, ?, ?)`
+	const row = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	return `INSERT INTO orders (id, reservation_id, activity, user_id, qty, status, created_at, expires_at, amount, currency, title)
-			VALUES ` + row + strings.Repeat(", "+row, rows-1) + `
+			SELECT column1, column2, column3, column4, column5, 'pending_payment', column6, column7, column8, column9, column10
+			FROM (VALUES ` + row + strings.Repeat(", "+row, rows-1) + `) AS v
+			WHERE NOT EXISTS (SELECT 1 FROM orders_archive a WHERE a.activity = v.column3 AND a.reservation_id = v.column2)
 			ON CONFLICT (activity, reservation_id) DO NOTHING`
 }
 
 // sqliteExistingSQL reads the orders of rows reservations of one activity (the activity, then the
-// reservation ids).
+// reservation ids), archived ones included: a win delivered again after its sale was archived
+// finds its order there.
 func sqliteExistingSQL(rows int) string {
-	return `SELECT ` + sqliteOrderCols + ` FROM orders WHERE activity = ? AND reservation_id IN (?` +
-		strings.Repeat(", ?", rows-1) + `)`
+	// Numbered parameters: both halves name the same ones.
+	var in strings.Builder
+	in.WriteString("(?2")
+	for i := 3; i <= rows+1; i++ {
+		fmt.Fprintf(&in, ", ?%d", i)
+	}
+	in.WriteString(")")
+	return `SELECT ` + sqliteOrderCols + ` FROM orders WHERE activity = ?1 AND reservation_id IN ` + in.String() + `
+			UNION ALL SELECT ` + sqliteOrderCols + ` FROM orders_archive WHERE activity = ?1 AND reservation_id IN ` + in.String()
 }

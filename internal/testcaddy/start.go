@@ -121,7 +121,13 @@ func StartCaddyAdmin(t testing.TB, seckill, site string) (base, adminAddr string
 // moment of its own, and a request sent on it then fails with EOF.
 func LoadCaddy(t testing.TB, port int, seckill, site string) error {
 	t.Helper()
-	if err := LoadCaddyfile(t, Caddyfile(t, port, seckill, site)); err != nil {
+	return LoadCaddyfileOn(t, port, Caddyfile(t, port, seckill, site))
+}
+
+// LoadCaddyfileOn is LoadCaddy for a whole Caddyfile text whose one site listens on port.
+func LoadCaddyfileOn(t testing.TB, port int, text string) error {
+	t.Helper()
+	if err := LoadCaddyfile(t, text); err != nil {
 		return err
 	}
 	waitSoleListener(t, port)
