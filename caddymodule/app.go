@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -22,7 +23,6 @@ import (
 	"github.com/caddy-seckill/caddy-seckill/captcha"
 	"github.com/caddy-seckill/caddy-seckill/hashedurl"
 	"github.com/caddy-seckill/caddy-seckill/jwtauth"
-	"github.com/caddy-seckill/caddy-seckill/orderbackend"
 	"github.com/caddy-seckill/caddy-seckill/ratelimit"
 	"github.com/caddy-seckill/caddy-seckill/waitroom"
 )
@@ -460,16 +460,27 @@ func (a *App) Start() error {
 	if err := a.refuseStoreSwitch(ctx, a.inForce, a.backendKey); err != nil {
 		return err
 	}
-	// A reload finds the order backend running: no activity it defines anew may meet the orders
-	// of a deleted sale of its id. (The first start checks after defining, below.)
-	for id := range a.Activities {
-		err := a.orders.refuseEarlierSale(ctx, a.backend.guard, id)
-		for admission.BreakerRefused(err) && ctx.Err() == nil { // as defineActivities waits
-			time.Sleep(100 * time.Millisecond)
-			err = a.orders.refuseEarlierSale(ctx, a.backend.guard, id)
-		}
-		if err != nil {
+	// No activity may be defined afresh over the orders of a sale of its id that the store lost
+	// or deleted: it would sell those items again. The check comes before any definition, as
+	// the other gateways of a shared store would sell what this one defined. The first start
+	// opens the order database for it; a reload finds it open.
+	if a.orders != nil && a.orders.state() == nil {
+		// A runner not started yet serves no configuration: its workers need the listings
+		// from their first order on.
+		a.orders.setListings(a.Activities)
+		if err := a.orders.start(ctx, refuseForgottenSales(a.store, a.backend.guard, slices.Sorted(maps.Keys(a.Activities)))); err != nil {
 			return err
+		}
+	} else {
+		for id := range a.Activities {
+			err := a.orders.refuseEarlierSale(ctx, a.backend.guard, id)
+			for admission.BreakerRefused(err) && ctx.Err() == nil { // as defineActivities waits
+				time.Sleep(100 * time.Millisecond)
+				err = a.orders.refuseEarlierSale(ctx, a.backend.guard, id)
+			}
+			if err != nil {
+				return err
+			}
 		}
 	}
 	defs, err := a.defineActivities(ctx)
@@ -477,18 +488,6 @@ func (a *App) Start() error {
 		return err
 	}
 	if a.orders != nil {
-		if a.orders.state() == nil {
-			// A runner not started yet serves no configuration: its workers need the
-			// listings from their first order on.
-			a.orders.setListings(a.Activities)
-		}
-		var check func(context.Context, orderbackend.Repository) error
-		if f, ok := a.store.(SaleForgetter); ok {
-			check = refuseForgottenSales(storeName(a.store), f.ForgottenSaleAdvice(), a.backend.guard, defs)
-		}
-		if err := a.orders.start(ctx, check); err != nil {
-			return err
-		}
 		if err := a.orders.syncStock(ctx, defs); err != nil {
 			return err
 		}

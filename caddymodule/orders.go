@@ -217,16 +217,24 @@ func (o *ordersRunner) syncStock(ctx context.Context, defs []admission.Activity)
 // starts from the full stock) and break reconcile.
 var errForgottenSale = errors.New("the order database holds orders of a sale this store does not know")
 
-// refuseForgottenSales is the start check of the embedded backend on a store of this process
-// (memory or local): no configured activity may have orders in the database while the store has
-// no win of it. The store module gives the advice (SaleForgetter).
-func refuseForgottenSales(storeType, advice string, store admission.Store, defs []admission.Activity) func(context.Context, orderbackend.Repository) error {
+// refuseForgottenSales is the first start's check of the embedded backend, before any
+// definition: no configured activity (ids) may have orders in the database while the store has
+// no win of it. The store module gives the advice (SaleForgetter), else earlierSaleAdvice.
+func refuseForgottenSales(m StoreModule, store admission.Store, ids []string) func(context.Context, orderbackend.Repository) error {
+	advice := earlierSaleAdvice
+	if f, ok := m.(SaleForgetter); ok {
+		advice = f.ForgottenSaleAdvice()
+	}
 	return func(ctx context.Context, repo orderbackend.Repository) error {
-		for _, def := range defs {
-			held, err := forgottenSale(ctx, store, repo, def.ID)
+		for _, id := range ids {
+			held, err := forgottenSale(ctx, store, repo, id)
+			for admission.BreakerRefused(err) && ctx.Err() == nil { // as defineActivities waits
+				time.Sleep(100 * time.Millisecond)
+				held, err = forgottenSale(ctx, store, repo, id)
+			}
 			if errors.Is(err, errForgottenSale) {
-				return fmt.Errorf("store %s with orders: activity %s: %w (%d items sold there; selling on would "+
-					"sell them again): %s", storeType, def.ID, err, held, advice)
+				return fmt.Errorf("%s with orders: activity %s: %w (%d items sold there; selling on would "+
+					"sell them again): %s", storeDirective(m), id, err, held, advice)
 			}
 			if err != nil {
 				return err

@@ -75,8 +75,9 @@ func keepsLine(m StoreModule) bool {
 	return ok && k.KeepsLine()
 }
 
-// SaleForgetter is a store module of this process (memory, local) that can lose a sale the
-// embedded order database still has orders of; the app then refuses to start, with this advice.
+// SaleForgetter is a store module that says how it can have lost a sale the embedded order
+// database still has orders of (memory: a restart; local: a folder replaced; redis: a flush or
+// another server). The app then refuses to define the activity, with this advice.
 type SaleForgetter interface {
 	ForgottenSaleAdvice() string
 }

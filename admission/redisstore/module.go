@@ -196,6 +196,14 @@ func (m *Module) Directive() string {
 	return d
 }
 
+// ForgottenSaleAdvice is what to do when the order database holds orders of a sale this store
+// does not know.
+func (m *Module) ForgottenSaleAdvice() string {
+	return "this Redis does not hold that sale: it restarted without persistence, was flushed or " +
+		"evicted the keys, or is another server, db or key_prefix than the sale's. Restore its data " +
+		"(or point the store at it), or give a new sale a new activity id"
+}
+
 // PoolKey identifies the store this configuration opens: the whole configuration, so that a
 // reload that changes any option gets a store of its own.
 func (m *Module) PoolKey() string {
