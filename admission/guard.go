@@ -241,6 +241,22 @@ func (g *Guard) Admit(ctx context.Context, r Request) (Decision, error) {
 	return d, err
 }
 
+// Replay implements Store: the store's stored answer, through the breaker and within
+// GuardOptions.AdmitTimeout. An activity flagged sold out whose loaded held set lacks requestID
+// is ErrNotFound without a store call (RefusesReplay): no held win has that id, so there is none
+// to replay, bar a win released before the sell-out, which the Guard's Admit does not replay either.
+func (g *Guard) Replay(ctx context.Context, activity, user, requestID string) (Decision, error) {
+	if g.RefusesReplay(activity, requestID) {
+		return Decision{}, fmt.Errorf("replay %s: no held win of this request id: %w", activity, ErrNotFound)
+	}
+	if g.admitTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.admitTimeout)
+		defer cancel()
+	}
+	return call(g.cb, "replay", activity, func() (Decision, error) { return g.store.Replay(ctx, activity, user, requestID) })
+}
+
 // timedStore is a Store that bounds an Admit by GuardOptions.AdmitTimeout itself, more cheaply
 // than the context per call the Guard makes otherwise; an expired call's error wraps
 // context.DeadlineExceeded all the same (redisstore: a pooled timer per queued call).

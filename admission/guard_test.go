@@ -85,6 +85,13 @@ func (s *wrappedStore) Admit(ctx context.Context, r admission.Request) (admissio
 	return d, err
 }
 
+func (s *wrappedStore) Replay(ctx context.Context, activity, user, requestID string) (admission.Decision, error) {
+	if err := s.enter(); err != nil {
+		return admission.Decision{}, err
+	}
+	return s.Memory.Replay(ctx, activity, user, requestID)
+}
+
 func (s *wrappedStore) Release(ctx context.Context, activity, id string) (bool, error) {
 	if err := s.enter(); err != nil {
 		return false, err
@@ -437,6 +444,41 @@ func TestGuardKeyedUnheldIDsSkipStore(t *testing.T) {
 	}
 	if n := store.calls.Load() - before; n != 1 {
 		t.Errorf("a winner's retry made %d store calls, want 1", n)
+	}
+}
+
+// TestGuardReplay: Replay answers a key no held win has from the held set, without a store call,
+// once a sold-out activity's set is loaded; a winner's key reaches the store, and a failing store
+// is ErrBusy, as for Admit.
+func TestGuardReplay(t *testing.T) {
+	store := wrap(newMemory(t))
+	sellOut(t, store, "a", 3)
+	g := admission.NewGuard(store, admission.GuardOptions{})
+	ctx := context.Background()
+	if d := mustAdmit(t, g, "a", "late", 1, "r"); d.Outcome != admission.SoldOut || !g.SoldOut("a") {
+		t.Fatalf("first rejection = %+v, flag %v", d, g.SoldOut("a"))
+	}
+	waitHeld(t, g, "a")
+	before := store.calls.Load()
+	if d, err := g.Replay(ctx, "a", "seller-1", "no-such-key"); !errors.Is(err, admission.ErrNotFound) {
+		t.Errorf("replay of a key no held win has = %+v, %v; want ErrNotFound", d, err)
+	}
+	if n := store.calls.Load() - before; n != 0 {
+		t.Errorf("a replay of a key no held win has made %d store calls, want 0", n)
+	}
+	d, err := g.Replay(ctx, "a", "seller-1", "r")
+	if err != nil || d.Outcome != admission.Won || !d.Replayed || d.ReservationID == "" {
+		t.Errorf("winner's replay = %+v, %v; want the first win replayed", d, err)
+	}
+	if d, err := g.Replay(ctx, "a", "late", "r"); !errors.Is(err, admission.ErrNotFound) {
+		t.Errorf("another user's replay of a held key = %+v, %v; want the store's ErrNotFound", d, err)
+	}
+	if n := store.calls.Load() - before; n != 2 {
+		t.Errorf("two replays of a held key made %d store calls, want 2", n)
+	}
+	store.fail.Store(true)
+	if d, err := g.Replay(ctx, "a", "seller-1", "r"); !errors.Is(err, admission.ErrBusy) {
+		t.Errorf("replay on a failing store = %+v, %v; want ErrBusy", d, err)
 	}
 }
 

@@ -74,6 +74,13 @@ type Admitter interface {
 	// taking more stock: this makes client retries and transport-level retries harmless.
 	Admit(ctx context.Context, r Request) (Decision, error)
 
+	// Replay returns the stored first answer of user's request id in activity, exactly as Admit
+	// would replay it (Replayed set), and never decides anew: a request id of the user that has
+	// won nothing is ErrNotFound, with nothing written. Like Admit's replay it ignores the window
+	// and the stock, and replays a released win. The edge asks it for a keyed buy that may no
+	// longer be admitted (a waiting room's session is over) but may be the retry of a win.
+	Replay(ctx context.Context, activity, user, requestID string) (Decision, error)
+
 	// Release gives a reservation's items back to the stock exactly once, however often and from
 	// however many processes it is called. It reports whether this call was the one that released.
 	// Released stock is announced on the restock channel (see Restocks).

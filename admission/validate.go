@@ -102,6 +102,11 @@ func (r Request) Validate() error {
 	return nil
 }
 
+// CheckReplay checks the arguments of Admitter.Replay as Validate checks a request's.
+func CheckReplay(activity, user, requestID string) error {
+	return Request{Activity: activity, User: user, Qty: 1, RequestID: requestID}.Validate()
+}
+
 // HomeBucket is user's bucket among n: FNV-1a of the user id, mod n. Every admission and every
 // result record of the user lives there, so the per-user limit and request-id replay stay inside
 // one script.

@@ -55,8 +55,14 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	if !q.h.app.urlKey.Verify(a.ID, q.user, a.Salt, q.call.arg) {
 		return q.fail(errBadPath)
 	}
+	// A buyer whose waiting-room session is over buys nothing more, but a keyed press may be the
+	// retry of a win whose answer was lost: only the store's replay of that key may answer it.
+	replayOnly := false
 	if e := q.admitted(); e != nil {
-		return q.fail(e)
+		if e != errTurnOver || !keyed {
+			return q.fail(e)
+		}
+		replayOnly = true
 	}
 	reqID, e := requestID(q.r)
 	if e != nil {
@@ -72,11 +78,21 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	}
 
 	began := time.Now()
-	// A client-chosen key may be the retry of a win: the guard then asks the store even after
-	// the sell-out, so that the winner gets its first answer back.
-	d, flagged, err := q.h.app.backend.guard.Decide(q.r.Context(), admission.Request{
-		Activity: a.ID, User: q.user, Qty: qty, RequestID: reqID, MayReplay: keyed,
-	})
+	var d admission.Decision
+	var flagged bool
+	var err error
+	if replayOnly {
+		d, err = q.h.app.backend.guard.Replay(q.r.Context(), a.ID, q.user, reqID)
+		if errors.Is(err, admission.ErrNotFound) {
+			return q.fail(errTurnOver) // no win of this key: the room's refusal stands
+		}
+	} else {
+		// A client-chosen key may be the retry of a win: the guard then asks the store even
+		// after the sell-out, so that the winner gets its first answer back.
+		d, flagged, err = q.h.app.backend.guard.Decide(q.r.Context(), admission.Request{
+			Activity: a.ID, User: q.user, Qty: qty, RequestID: reqID, MayReplay: keyed,
+		})
+	}
 	if err != nil {
 		e := q.admitError(err)
 		q.h.app.metrics.observeAdmission(a.ID, e.Code, time.Since(began))

@@ -25,6 +25,7 @@ func RunBuckets(t *testing.T, newStore NewStore) {
 		{"NoFalseSoldOut", testBucketNoFalseSoldOut},
 		{"ReleaseSellsAgain", testBucketRelease},
 		{"HeldRequests", testBucketHeldRequests},
+		{"Replay", testBucketReplay},
 		{"QueueAndResults", testBucketQueueResults},
 		{"Redefine", testBucketRedefine},
 	}
@@ -308,6 +309,30 @@ func testBucketRelease(t *testing.T, s admission.Store) {
 		t.Fatal("the released item was not sold again")
 	}
 	checkSoldOut(t, s, "b-rel", 8)
+}
+
+// testBucketReplay: a split activity's Replay answers as Admit's replay does, from the user's
+// home bucket: the reservation id with its bucket, a partial Remaining.
+func testBucketReplay(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	MustDefine(t, s, bucketed("b-replay", 8, 1, 4))
+	for _, u := range usersIn("p", 4, 4, -1) {
+		first, err := admitRetry(ctx, s, admission.Request{Activity: "b-replay", User: u, Qty: 1, RequestID: "k-" + u})
+		if err != nil || first.Outcome != admission.Won {
+			t.Fatalf("%s buys: %+v, %v", u, first, err)
+		}
+		want := MustAdmit(t, s, "b-replay", u, 1, "k-"+u)
+		got, err := s.Replay(ctx, "b-replay", u, "k-"+u)
+		if err != nil || got != want || got.ReservationID != first.ReservationID || !got.Replayed {
+			t.Errorf("%s: replay = %+v, %v; want Admit's replay %+v of %+v", u, got, err, want, first)
+		}
+		if d, err := s.Replay(ctx, "b-replay", u, "other"); !errors.Is(err, admission.ErrNotFound) {
+			t.Errorf("%s: replay of a request id that won nothing = %+v, %v; want ErrNotFound", u, d, err)
+		}
+	}
+	if n, err := s.Remaining(ctx, "b-replay"); err != nil || n != 4 {
+		t.Errorf("remaining after the replays = %d, %v; want 4", n, err)
+	}
 }
 
 // testBucketHeldRequests: HeldRequests of a split activity lists the held wins of every bucket,

@@ -39,6 +39,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"UnknownActivity", testUnknownActivity},
 		{"AdmitBadInput", testAdmitBadInput},
 		{"Idempotent", testIdempotent},
+		{"Replay", testReplay},
 		{"ExactSellOut", testExactSellOut},
 		{"ConcurrentLimitOne", testConcurrentLimitOne},
 		{"ConcurrentMixedQty", testConcurrentMixedQty},
@@ -325,6 +326,90 @@ func testIdempotent(t *testing.T, s admission.Store) {
 	// Replays still answer after the limit is reached and after the sell-out.
 	if d := MustAdmit(t, s, "a1", "u1", 1, "req-1"); d.ReservationID != first.ReservationID {
 		t.Errorf("replay after limit = %+v", d)
+	}
+}
+
+// testReplay: Replay answers exactly what Admit's replay of the same user and request id would
+// (each of a user's wins, after the sell-out, after a release, after the window), and a request
+// id that won nothing is ErrNotFound: Replay never decides, and writes nothing.
+func testReplay(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	MustDefine(t, s, open("a1", 3, 2))
+	replay := func(user, req string) (admission.Decision, error) { return s.Replay(ctx, "a1", user, req) }
+	wantNotFound := func(what, user, req string) {
+		t.Helper()
+		if d, err := replay(user, req); !errors.Is(err, admission.ErrNotFound) {
+			t.Errorf("%s: replay %s/%s = %+v, %v; want ErrNotFound", what, user, req, d, err)
+		}
+	}
+	// Admit's replay of the same request (a client's key: past a Guard's sold-out flag), then
+	// Replay: the same answer.
+	same := func(what, user, req string, first admission.Decision) {
+		t.Helper()
+		want, err := s.Admit(ctx, admission.Request{Activity: "a1", User: user, Qty: 1, RequestID: req, MayReplay: true})
+		if err != nil {
+			t.Fatalf("%s: admit %s/%s: %v", what, user, req, err)
+		}
+		got, err := replay(user, req)
+		if err != nil || got != want || !got.Replayed || got.ReservationID != first.ReservationID || got.Remaining != first.Remaining {
+			t.Errorf("%s: replay %s/%s = %+v, %v; want %+v, Admit's replay of the first answer %+v", what, user, req, got, err, want, first)
+		}
+	}
+
+	wantNotFound("before any win", "u1", "req-1")
+	if snap := snapshot(t, s, "a1"); snap.Remaining != 3 || snap.Buyers != 0 || snap.Queued != 0 {
+		t.Fatalf("a replay of nothing wrote something: %+v", snap)
+	}
+	w1 := MustAdmit(t, s, "a1", "u1", 1, "req-1")
+	w2 := MustAdmit(t, s, "a1", "u1", 1, "req-2")
+	if w1.Outcome != admission.Won || w2.Outcome != admission.Won {
+		t.Fatalf("u1's wins = %+v, %+v", w1, w2)
+	}
+	same("a user's first win", "u1", "req-1", w1)
+	same("a user's second win", "u1", "req-2", w2)
+	wantNotFound("a request id the user did not win with", "u1", "req-3")
+	wantNotFound("another user's request id", "u2", "req-1")
+
+	w3 := MustAdmit(t, s, "a1", "u2", 1, "x")
+	if w3.Outcome != admission.Won || w3.Remaining != 0 {
+		t.Fatalf("the last item = %+v", w3)
+	}
+	same("the win that sold out", "u2", "x", w3)
+	same("after the sell-out", "u1", "req-1", w1)
+	wantNotFound("a new request id after the sell-out", "u2", "y")
+
+	if ok, err := s.Release(ctx, "a1", w1.ReservationID); err != nil || !ok {
+		t.Fatalf("release %s = %v, %v", w1.ReservationID, ok, err)
+	}
+	same("a released win", "u1", "req-1", w1)
+	wantNotFound("a new request id with stock back", "u3", "z")
+	if snap := snapshot(t, s, "a1"); snap.Remaining != 1 || snap.Queued != 3 {
+		t.Errorf("after the replays: %+v; want 1 left, 3 wins queued", snap)
+	}
+
+	// After the window the wins still replay; nothing new is decided.
+	now := time.Now()
+	ended := open("a1", 3, 2)
+	ended.Start, ended.End = now.Add(-2*time.Hour), now.Add(-time.Hour)
+	if _, err := s.Define(ctx, ended, true); err != nil {
+		t.Fatalf("end the window: %v", err)
+	}
+	same("after the end", "u2", "x", w3)
+	wantNotFound("a new request id after the end", "u3", "z")
+
+	if _, err := s.Replay(ctx, "nope", "u1", "req-1"); !errors.Is(err, admission.ErrUnknownActivity) {
+		t.Errorf("replay on an unknown activity: %v, want ErrUnknownActivity", err)
+	}
+	for name, args := range map[string][3]string{
+		"bad activity id":  {"a{1}", "u1", "req-1"},
+		"empty user":       {"a1", "", "req-1"},
+		"empty request id": {"a1", "u1", ""},
+		"huge user":        {"a1", string(make([]byte, admission.MaxUserIDLen+1)), "req-1"},
+		"huge request id":  {"a1", "u1", string(make([]byte, admission.MaxRequestIDLen+1))},
+	} {
+		if d, err := s.Replay(ctx, args[0], args[1], args[2]); !errors.Is(err, admission.ErrBadInput) {
+			t.Errorf("replay, %s: %+v, %v; want ErrBadInput", name, d, err)
+		}
 	}
 }
 

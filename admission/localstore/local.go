@@ -356,6 +356,13 @@ func (s *Store) Admit(ctx context.Context, r admission.Request) (admission.Decis
 	return d, err
 }
 
+// Replay implements Store. Like every call it waits for the changes it may have seen (after),
+// so a replayed win is never answered before it is committed.
+func (s *Store) Replay(ctx context.Context, activity, user, requestID string) (admission.Decision, error) {
+	return call(s, ctx, func(m *Memory) (admission.Decision, error) { return m.Replay(ctx, activity, user, requestID) },
+		func(err error) error { return fmt.Errorf("replay %s: %w", activity, err) })
+}
+
 // Release implements Store.
 func (s *Store) Release(ctx context.Context, activity, reservationID string) (bool, error) {
 	return call(s, ctx, func(m *Memory) (bool, error) { return m.Release(ctx, activity, reservationID) },

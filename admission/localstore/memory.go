@@ -319,6 +319,28 @@ func (s *Memory) Admit(ctx context.Context, r admission.Request) (admission.Deci
 	return d, nil
 }
 
+// Replay implements Store: Admit's replay, without the decision that would follow a miss.
+func (s *Memory) Replay(ctx context.Context, activity, user, requestID string) (admission.Decision, error) {
+	if err := ctx.Err(); err != nil {
+		return admission.Decision{}, fmt.Errorf("replay %s: %w", activity, err)
+	}
+	if err := admission.CheckReplay(activity, user, requestID); err != nil {
+		return admission.Decision{}, fmt.Errorf("replay %s: %w", activity, err)
+	}
+	a, err := s.lock(activity)
+	if err != nil {
+		return admission.Decision{}, fmt.Errorf("replay: %w", err)
+	}
+	defer a.mu.Unlock()
+	if u, _ := a.users.find(user); u != nil {
+		if d, ok := a.answer(u, requestID); ok {
+			d.Replayed = true
+			return d, nil
+		}
+	}
+	return admission.Decision{}, fmt.Errorf("replay %s: no win of this request id: %w", activity, admission.ErrNotFound)
+}
+
 // nextID appends a new entry id shaped like a Redis stream id, "<ms>-<seq>", strictly greater than
 // every earlier one even if the clock steps back.
 func (a *memActivity) nextID(dst []byte, now time.Time) []byte {

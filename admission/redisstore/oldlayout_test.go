@@ -228,6 +228,7 @@ func TestRedisOldLayoutRefused(t *testing.T) {
 				_, err := s.Admit(ctx, admission.Request{Activity: id, User: "bob", Qty: 1, RequestID: "r2"})
 				return err
 			}},
+			{"replay", func() error { _, err := s.Replay(ctx, id, "bob", "r2"); return err }},
 			{"release", func() error { _, err := s.Release(ctx, id, "1700000000000-0"); return err }},
 			{"set result", func() error { return s.SetResult(ctx, id, "alice", admission.Result{Code: "paid"}) }},
 			{"get result", func() error { _, err := s.GetResult(ctx, id, "alice"); return err }},
@@ -264,6 +265,7 @@ func TestRedisOldLayoutRefused(t *testing.T) {
 	}{
 		{"define.lua", s.define, []string{meta, on("stock")}, []any{10, 1, 1, 2, 3, "", "salt", "1", "ch", "old"}},
 		{"admit.lua", s.admit, s.admitKeys("old"), []any{"bob", 1, "r2"}},
+		{"replay.lua", scriptReplay, []string{meta, on("users"), on("orders")}, []any{"alice", "r1"}},
 		{"release.lua", s.release, []string{meta, on("stock"), on("users"), on("released"), on("orders")}, []any{"1700000000000-0-1", "t", "ch", "old"}},
 		{"set_result.lua", s.setResult, []string{meta, on("results"), on("users")}, []any{"alice", `{"code":"paid"}`, "", admission.MaxResultReservations}},
 		{"delete.lua", s.del, []string{meta, on("stock")}, []any{"1"}},

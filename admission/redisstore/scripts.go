@@ -26,6 +26,8 @@ var (
 	luaDeadLetter string
 	//go:embed lua/set_result.lua
 	luaSetResult string
+	//go:embed lua/replay.lua
+	luaReplay string
 
 	// Stock buckets (bucket*.go).
 	//go:embed lua/bucket_define.lua
@@ -57,3 +59,6 @@ var (
 	scriptBucketDelete = redis.NewScript(luaBucketDelete)
 	scriptBucketRead   = redis.NewScript(luaBucketRead)
 )
+
+// scriptReplay is lua/replay.lua (replay.go), package-level like the buckets' scripts.
+var scriptReplay = redis.NewScript(luaReplay)
