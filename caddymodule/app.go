@@ -437,7 +437,8 @@ func (c *JWTConfig) MintTemplate(repl *caddy.Replacer) (*jwtauth.MintConfig, err
 
 // Start opens the store (open), defines the configured activities in it, starts the embedded order
 // backend (once: a reload finds it running) and the activity refresher. A definition that would change a running
-// sale fails the start, so the previous configuration stays in force.
+// sale, or a waiting room's terms under its buyers (refuseRoomChanges), fails the start, so the
+// previous configuration stays in force.
 func (a *App) Start() error {
 	a.run.mu.Lock()
 	a.run.started = true
@@ -449,6 +450,9 @@ func (a *App) Start() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
+	if err := a.refuseRoomChanges(ctx); err != nil {
+		return err
+	}
 	// A reload finds the order backend running: no activity it defines anew may meet the orders
 	// of a deleted sale of its id. (The first start checks after defining, below.)
 	for id := range a.Activities {
