@@ -653,6 +653,9 @@ func (a *App) uncheckedAtValidate() []string {
 		checks = append(checks, "the activities against the sale in the store (a running sale's definition "+
 			"unchanged, no stock below the items sold)")
 	}
+	if len(a.rooms) > 0 {
+		checks = append(checks, "the waiting rooms against their lines (admit and session as the line's first join fixed them)")
+	}
 	if a.Orders != nil {
 		checks = append(checks, "the order database opens and holds no orders of a sale the store does not know")
 	}
