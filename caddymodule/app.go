@@ -445,7 +445,8 @@ func (c *JWTConfig) MintTemplate(repl *caddy.Replacer) (*jwtauth.MintConfig, err
 
 // Start opens the store (open), defines the configured activities in it, starts the embedded order
 // backend (once: a reload finds it running) and the activity refresher. A definition that would change a running
-// sale fails the start, so the previous configuration stays in force.
+// sale, or a waiting room's terms under its buyers (refuseRoomChanges), fails the start, so the
+// previous configuration stays in force.
 func (a *App) Start() error {
 	a.run.mu.Lock()
 	a.run.started = true
@@ -458,6 +459,9 @@ func (a *App) Start() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	if err := a.refuseStoreSwitch(ctx, a.inForce, a.backendKey); err != nil {
+		return err
+	}
+	if err := a.refuseRoomChanges(ctx); err != nil {
 		return err
 	}
 	// No activity may be defined afresh over the orders of a sale of its id that the store lost
@@ -661,6 +665,9 @@ func (a *App) uncheckedAtValidate() []string {
 	if len(a.Activities) > 0 {
 		checks = append(checks, "the activities against the sale in the store (a running sale's definition "+
 			"unchanged, no stock below the items sold)")
+	}
+	if len(a.rooms) > 0 {
+		checks = append(checks, "the waiting rooms against their lines (admit and session as the line's first join fixed them)")
 	}
 	if a.Orders != nil {
 		checks = append(checks, "the order database opens and holds no orders of a sale the store does not know")

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/caddy-seckill/caddy-seckill/waitroom"
 )
 
 // roomMetrics are the waiting rooms' metrics: the joins counted by this node, and the lines read
@@ -92,9 +94,18 @@ func (c roomCollector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue
 		}
+		interval, lineSession := room.LineTerms(t.IntervalMS, t.SessionMS)
+		if lineSession != session {
+			// The line keeps another session than this configuration's (its first join's, on a
+			// gateway configured otherwise): count the sessions ended by it.
+			session = lineSession
+			if t, err = c.a.line.Tally(ctx, id, 0, session); err != nil {
+				continue
+			}
+		}
 		since := t.Now.Sub(act.Start)
-		admitted := room.EarlyServed(t.EarlyCount, since) + t.LateAdmitted[0]
-		ended := room.EarlyServed(t.EarlyCount, since-session) + t.LateAdmitted[1]
+		admitted := waitroom.EarlyServed(t.EarlyCount, since, interval) + t.LateAdmitted[0]
+		ended := waitroom.EarlyServed(t.EarlyCount, since-session, interval) + t.LateAdmitted[1]
 		ch <- prometheus.MustNewConstMetric(roomLengthDesc, prometheus.GaugeValue, float64(t.Length), id)
 		ch <- prometheus.MustNewConstMetric(roomAdmittedDesc, prometheus.GaugeValue, float64(admitted), id)
 		ch <- prometheus.MustNewConstMetric(roomEndedDesc, prometheus.GaugeValue, float64(ended), id)

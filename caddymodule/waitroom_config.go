@@ -2,7 +2,10 @@ package caddymodule
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -95,4 +98,32 @@ func provisionRooms(acts map[string]*ActivityConfig, st admission.Store, m Store
 		rooms[id] = r
 	}
 	return rooms, line, spender, nil
+}
+
+// refuseRoomChanges refuses, before anything is defined, a configuration whose waiting room has
+// other terms (admit, session) than its line keeps: the first join fixes them, so that no turn
+// moves and every gateway, whatever its configuration, admits the same buyers at the same time.
+// Such a configuration would not be in force for that room; the operator learns it at the
+// reload, not from the sale. A line nobody joined (or an activity the store does not have yet)
+// takes the configuration's terms at its first join.
+func (a *App) refuseRoomChanges(ctx context.Context) error {
+	ids := slices.Sorted(maps.Keys(a.rooms))
+	for _, id := range ids {
+		room := a.rooms[id]
+		t, err := a.line.Tally(ctx, id)
+		switch {
+		case errors.Is(err, admission.ErrUnknownActivity):
+			continue
+		case err != nil:
+			return fmt.Errorf("activity %s: waiting_room: read its line: %w", id, err)
+		case room.SameTerms(t.IntervalMS, t.SessionMS):
+			continue
+		}
+		return fmt.Errorf("activity %s: waiting_room admit %s, session %s: its line, %d buyers in it, keeps admit %s, session %s "+
+			"from its first join, and a reload never moves a turn: restore those in the configuration; other terms take "+
+			"a line nobody joined (a new activity id, or after DELETE /seckill/activities/%s?force=1 on the admin API, "+
+			"which ends this sale and its line)", id, waitroom.FormatInterval(room.IntervalMS()), room.Config().Session,
+			t.Length, waitroom.FormatInterval(t.IntervalMS), time.Duration(t.SessionMS)*time.Millisecond, id)
+	}
+	return nil
 }

@@ -4,7 +4,9 @@
 // the order among them does not depend on when or how fast they joined), later joiners line up
 // behind them, first come first served. The line moves at a fixed rate (Config.Admit) across
 // every gateway: a joiner's admission time is fixed when the place is taken, and an admitted
-// buyer may fetch the buy path until that time plus Config.Session.
+// buyer may fetch the buy path until that time plus Config.Session. The line keeps the rate and
+// the session of its first join (Terms): every gateway reads them from the line, so a gateway
+// configured otherwise (a reload under way on another) moves nobody's turn.
 //
 // The line itself is kept by a store (Line): redisstore.Store for a sale on several nodes,
 // localstore.Memory on one. Package linetest is the conformance suite every Line passes.
@@ -63,10 +65,14 @@ type Line interface {
 }
 
 // Terms is what the store needs to place a joiner; Room.Terms builds it. The store knows the
-// activity's start: a joiner before it is early.
+// activity's start: a joiner before it is early. The first join's IntervalMS and SessionMS
+// become the line's for good, and a later join's are ignored: an early joiner's turn is its rank
+// times the line's interval, so a rate that changed under placed buyers would move them.
 type Terms struct {
 	// IntervalMS is the time between two admissions, in milliseconds (1000/rate per second).
 	IntervalMS float64
+	// SessionMS is how long an admitted buyer may buy, in milliseconds.
+	SessionMS int64
 	// Draw is the user's lottery draw in [0, 1), used when the joiner is early.
 	Draw float64
 }
@@ -89,6 +95,11 @@ type Place struct {
 	// LateAdmitted the late joiners whose admission time has come by Now.
 	EarlyCount   int64
 	LateAdmitted int64
+
+	// IntervalMS and SessionMS are the line's terms, its first join's; 0 for a line whose
+	// store kept none (joined before they were kept), which moves at the room's own.
+	IntervalMS float64
+	SessionMS  int64
 }
 
 // Tally is a count of a whole line, for the metrics.
@@ -97,6 +108,9 @@ type Tally struct {
 	Length       int64     // everyone who joined
 	EarlyCount   int64     // early joiners
 	LateAdmitted []int64   // per lag asked: the late joiners admitted by Now less the lag
+	// IntervalMS and SessionMS are the line's terms (Place); 0 before its first join.
+	IntervalMS float64
+	SessionMS  int64
 }
 
 // State is where a buyer stands in the line.
@@ -174,7 +188,38 @@ func (r *Room) Opens(start time.Time) time.Time { return start.Add(-r.cfg.Opens)
 
 // Terms returns the terms of user's join in an activity, with the activity's secret salt.
 func (r *Room) Terms(activity, user, salt string) Terms {
-	return Terms{IntervalMS: r.intervalMS, Draw: Draw(activity, user, salt)}
+	return Terms{IntervalMS: r.intervalMS, SessionMS: r.cfg.Session.Milliseconds(), Draw: Draw(activity, user, salt)}
+}
+
+// LineTerms returns the interval and the session a line with the terms intervalMS and sessionMS
+// (Place's, Tally's) moves at: its own, or the room's when it kept none.
+func (r *Room) LineTerms(intervalMS float64, sessionMS int64) (float64, time.Duration) {
+	if intervalMS <= 0 || sessionMS <= 0 {
+		return r.intervalMS, r.cfg.Session
+	}
+	return intervalMS, time.Duration(sessionMS) * time.Millisecond
+}
+
+// SameTerms reports whether the room moves at the line terms intervalMS and sessionMS, which a
+// line that kept none (0) always does. The intervals are compared to a part in 10^9, as
+// "200/s" and "12000/m" are one rate.
+func (r *Room) SameTerms(intervalMS float64, sessionMS int64) bool {
+	if intervalMS <= 0 || sessionMS <= 0 {
+		return true
+	}
+	return math.Abs(intervalMS-r.intervalMS) <= 1e-9*r.intervalMS && sessionMS == r.cfg.Session.Milliseconds()
+}
+
+// FormatInterval writes the rate of a line moving one admission every intervalMS milliseconds
+// as admit does: per second, minute or hour, whichever reads best.
+func FormatInterval(intervalMS float64) string {
+	switch {
+	case intervalMS <= 1000:
+		return fmt.Sprintf("%.6g/s", 1000/intervalMS)
+	case intervalMS <= 60_000:
+		return fmt.Sprintf("%.6g/m", 60_000/intervalMS)
+	}
+	return fmt.Sprintf("%.6g/h", 3_600_000/intervalMS)
 }
 
 // Draw is user's lottery draw in [0, 1): an HMAC of the activity and the user under the
@@ -220,27 +265,28 @@ const (
 // closed (sold out, or ended) overrides everything but a session already over.
 func (r *Room) Status(p Place, start time.Time, closed bool) Status {
 	now := p.Now
-	at, known := r.admittedAt(p, start)
+	interval, session := r.LineTerms(p.IntervalMS, p.SessionMS)
+	at, known := admittedAt(p, start, interval)
 	s := Status{}
 	if known {
 		s.Position = p.Rank + 1
 	}
 	switch {
-	case known && !now.Before(at.Add(r.cfg.Session)):
-		s.State, s.AdmittedAt, s.Until = Expired, at, at.Add(r.cfg.Session)
+	case known && !now.Before(at.Add(session)):
+		s.State, s.AdmittedAt, s.Until = Expired, at, at.Add(session)
 	case closed:
 		s.State = Closed
 	case known && !now.Before(at):
-		s.State, s.AdmittedAt, s.Until = Admitted, at, at.Add(r.cfg.Session)
+		s.State, s.AdmittedAt, s.Until = Admitted, at, at.Add(session)
 		s.Refresh = clamp(s.Until.Sub(now)/4, minRefresh, maxRefresh)
 	case known:
 		s.State = Waiting
-		s.Ahead = max(p.Rank-r.served(p, start), 0)
+		s.Ahead = max(p.Rank-EarlyServed(p.EarlyCount, now.Sub(start), interval)-p.LateAdmitted, 0)
 		s.ETA = at.Sub(now)
 		s.Refresh = refreshFor(s.ETA)
 	default: // an early joiner before the start
 		s.State = Waiting
-		s.ETA = max(start.Sub(now), 0) + time.Duration(float64(p.EarlyCount)*r.intervalMS/2*float64(time.Millisecond))
+		s.ETA = max(start.Sub(now), 0) + time.Duration(float64(p.EarlyCount)*interval/2*float64(time.Millisecond))
 		// The place is drawn at the start: ask again just after it.
 		s.Refresh = refreshFor(max(start.Sub(now), 0))
 	}
@@ -256,30 +302,25 @@ func refreshFor(d time.Duration) time.Duration {
 	return clamp(d/4, minRefresh, maxRefresh)
 }
 
-// admittedAt returns the place's admission time, and false before the lottery is drawn.
-func (r *Room) admittedAt(p Place, start time.Time) (time.Time, bool) {
+// admittedAt returns the place's admission time in a line moving every intervalMS, and false
+// before the lottery is drawn.
+func admittedAt(p Place, start time.Time, intervalMS float64) (time.Time, bool) {
 	switch {
 	case p.Early && p.Rank < 0:
 		return time.Time{}, false
 	case p.Early:
-		return start.Add(msDuration(float64(p.Rank) * r.intervalMS)), true
+		return start.Add(msDuration(float64(p.Rank) * intervalMS)), true
 	}
 	return start.Add(msDuration(p.Offset)), true
 }
 
-// served counts the places admitted by p.Now: the early joiners whose turn came, then the late
-// joiners the store counted.
-func (r *Room) served(p Place, start time.Time) int64 {
-	return r.EarlyServed(p.EarlyCount, p.Now.Sub(start)) + p.LateAdmitted
-}
-
-// EarlyServed counts the early joiners admitted by since after the start: rank k is admitted at
-// start + k intervals.
-func (r *Room) EarlyServed(early int64, since time.Duration) int64 {
+// EarlyServed counts the early joiners admitted by since after the start in a line moving every
+// intervalMS (LineTerms): rank k is admitted at start + k intervals.
+func EarlyServed(early int64, since time.Duration, intervalMS float64) int64 {
 	if since < 0 || early == 0 {
 		return 0
 	}
-	n := int64(math.Floor(float64(since)/float64(time.Millisecond)/r.intervalMS)) + 1
+	n := int64(math.Floor(float64(since)/float64(time.Millisecond)/intervalMS)) + 1
 	return min(n, early)
 }
 

@@ -102,13 +102,54 @@ func TestStatus(t *testing.T) {
 }
 
 func TestEarlyServed(t *testing.T) {
-	room := mustRoom(t, "10/s", time.Minute)
 	for _, tc := range []struct {
 		since time.Duration
 		want  int64
 	}{{-time.Second, 0}, {0, 1}, {99 * time.Millisecond, 1}, {100 * time.Millisecond, 2}, {time.Hour, 7}} {
-		if got := room.EarlyServed(7, tc.since); got != tc.want {
+		if got := waitroom.EarlyServed(7, tc.since, 100); got != tc.want {
 			t.Errorf("EarlyServed(7, %s) = %d, want %d", tc.since, got, tc.want)
+		}
+	}
+}
+
+// TestStatusFollowsTheLine checks that two gateways configured with different terms (a reload
+// under way on one of them) tell a buyer the same status: the line's terms, its first join's,
+// not each gateway's own. A line that kept none moves at the room's.
+func TestStatusFollowsTheLine(t *testing.T) {
+	start := time.UnixMilli(1_700_000_000_000)
+	slow, fast := mustRoom(t, "1/h", time.Hour), mustRoom(t, "10/s", time.Second)
+	for _, p := range []waitroom.Place{
+		// the second of the lottery, 150 ms after the start, in a line opened at 10/s for an hour
+		{Now: start.Add(150 * time.Millisecond), Early: true, Rank: 1, EarlyCount: 2, IntervalMS: 100, SessionMS: 3_600_000},
+		// a late joiner admitted 200 ms after the start, 2 s later
+		{Now: start.Add(2200 * time.Millisecond), Rank: 2, Offset: 200, EarlyCount: 2, LateAdmitted: 1, IntervalMS: 100, SessionMS: 3_600_000},
+	} {
+		a, b := slow.Status(p, start, false), fast.Status(p, start, false)
+		if a != b || a.State != waitroom.Admitted || a.Until.Sub(a.AdmittedAt) != time.Hour {
+			t.Errorf("place %+v: one gateway says %+v, the other %+v; want both admitted for the line's hour", p, a, b)
+		}
+	}
+	// No terms kept: the room's own.
+	p := waitroom.Place{Now: start.Add(150 * time.Millisecond), Early: true, Rank: 1, EarlyCount: 2}
+	if s := slow.Status(p, start, false); s.State != waitroom.Waiting {
+		t.Errorf("a line without terms at 1/h: %+v; want waiting", s)
+	}
+}
+
+func TestSameTerms(t *testing.T) {
+	room := mustRoom(t, "200/s", time.Minute)
+	for _, tc := range []struct {
+		interval float64
+		session  int64
+		want     bool
+	}{{5, 60_000, true}, {0, 0, true}, {5.000000000001, 60_000, true}, {10, 60_000, false}, {5, 1000, false}} {
+		if got := room.SameTerms(tc.interval, tc.session); got != tc.want {
+			t.Errorf("SameTerms(%v, %v) = %v, want %v", tc.interval, tc.session, got, tc.want)
+		}
+	}
+	for interval, want := range map[float64]string{5: "200/s", 1000: "1/s", 6000: "10/m", 3_600_000: "1/h"} {
+		if got := waitroom.FormatInterval(interval); got != want {
+			t.Errorf("FormatInterval(%v) = %q, want %q", interval, got, want)
 		}
 	}
 }

@@ -82,6 +82,10 @@ func appendChange(b []byte, c *memChange) ([]byte, error) {
 		return binary.AppendUvarint(b, math.Float64bits(c.interval)), nil
 	case changeDraw:
 		return appendString(b, c.act), nil
+	case changeTerms:
+		b = appendString(b, c.act)
+		b = binary.AppendUvarint(b, math.Float64bits(c.interval))
+		return binary.AppendUvarint(b, math.Float64bits(c.at)), nil
 	}
 	return b, fmt.Errorf("unknown change kind %d", c.kind)
 }
@@ -151,6 +155,9 @@ func decodeChange(k changeKind, data []byte) (memChange, error) {
 		c.at, c.interval = math.Float64frombits(d.uvarint()), math.Float64frombits(d.uvarint())
 	case changeDraw:
 		c.act = d.string()
+	case changeTerms:
+		c.act = d.string()
+		c.interval, c.at = math.Float64frombits(d.uvarint()), math.Float64frombits(d.uvarint())
 	default:
 		return c, fmt.Errorf("%w: unknown kind %d", errRingChange, k)
 	}

@@ -30,6 +30,7 @@ const (
 	changeDead                          // group's PEL record for entry idx moved to the dead letters
 	changeJoin                          // user took a place in the line: early with draw at, or late at offset at (then interval)
 	changeDraw                          // the line's early joiners were ranked by their draws
+	changeTerms                         // the line's terms were fixed (its first join): interval, session in at
 )
 
 // memChange is one state change; only the fields its kind names are set.
@@ -48,6 +49,7 @@ type memChange struct {
 	reason    string
 	// changeJoin: the early joiner's draw, or the late joiner's admission offset in ms after the
 	// start and the interval the line moved at then (the next late joiner's offset follows it).
+	// changeTerms: the line's interval, and its session in ms in at (a whole number).
 	at, interval float64
 }
 

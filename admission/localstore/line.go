@@ -17,8 +17,9 @@ import (
 // memLine is an activity's waiting-room line, with the scores of redisstore's line_join.lua: an
 // early joiner's lottery draw, a late joiner's admission offset. The early joiners are ranked
 // once, by draw, when the start has passed (or the first late joiner comes), and keep that rank;
-// late joiners are appended, so no call walks the line. With a journal (Store), every place
-// taken and the draw are recorded under mu, and a load rebuilds the line from them (loadLine).
+// late joiners are appended, so no call walks the line. The first join fixes the line's terms
+// (interval, session; waitroom.Terms). With a journal (Store), the terms, every place taken and
+// the draw are recorded under mu, and a load rebuilds the line from them (loadLine).
 type memLine struct {
 	mu     sync.Mutex
 	gone   bool // the activity was deleted (Delete sets it under mu): a join that waited is refused
@@ -27,6 +28,10 @@ type memLine struct {
 	drawn  bool        // the early joiners are ranked
 	late   []float64   // the late joiners' offsets, in join order: strictly increasing
 	tat    float64     // the next free offset, once a late joiner came
+	// interval (ms) and session (ms) are the line's terms, its first join's; 0 before it (or
+	// for a line loaded from a store that kept none, which takes the next join's).
+	interval float64
+	session  int64
 }
 
 // memPlace is one user's place.
@@ -63,8 +68,9 @@ func (s *Memory) Join(ctx context.Context, activity, user string, t waitroom.Ter
 	if err := admission.CheckUserID(user); err != nil {
 		return waitroom.Place{}, fmt.Errorf("join line %s: %w", activity, err)
 	}
-	if !(t.Draw >= 0 && t.Draw < 1) || !(t.IntervalMS > 0) {
-		return waitroom.Place{}, fmt.Errorf("join line %s: %w", activity, admission.BadInput("draw %v, interval %v ms", t.Draw, t.IntervalMS))
+	if !(t.Draw >= 0 && t.Draw < 1) || !(t.IntervalMS > 0) || t.SessionMS <= 0 {
+		return waitroom.Place{}, fmt.Errorf("join line %s: %w", activity,
+			admission.BadInput("draw %v, interval %v ms, session %d ms", t.Draw, t.IntervalMS, t.SessionMS))
 	}
 	l, start, err := s.lineStart(activity)
 	if err != nil {
@@ -81,6 +87,10 @@ func (s *Memory) Join(ctx context.Context, activity, user string, t waitroom.Ter
 	if l.places == nil {
 		l.places = make(map[string]*memPlace)
 	}
+	if l.interval <= 0 {
+		l.interval, l.session = t.IntervalMS, t.SessionMS
+		s.journal(memChange{kind: changeTerms, act: activity, interval: t.IntervalMS, at: float64(t.SessionMS)})
+	}
 	p, ok := l.places[user]
 	if !ok {
 		p = &memPlace{user: user}
@@ -91,13 +101,13 @@ func (s *Memory) Join(ctx context.Context, activity, user string, t waitroom.Ter
 		} else {
 			s.drawLine(activity, l)
 			if len(l.late) == 0 {
-				l.tat = float64(len(l.early)) * t.IntervalMS
+				l.tat = float64(len(l.early)) * l.interval
 			}
 			p.offset = math.Max(float64(now.UnixMilli()-start.UnixMilli()), l.tat)
-			l.tat = p.offset + t.IntervalMS
+			l.tat = p.offset + l.interval
 			p.rank = int64(len(l.early) + len(l.late))
 			l.late = append(l.late, p.offset)
-			s.journal(memChange{kind: changeJoin, act: activity, user: user, at: p.offset, interval: t.IntervalMS})
+			s.journal(memChange{kind: changeJoin, act: activity, user: user, at: p.offset, interval: l.interval})
 		}
 		l.places[user] = p
 	}
@@ -137,7 +147,8 @@ func (s *Memory) Tally(ctx context.Context, activity string, lags ...time.Durati
 	now := s.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	t := waitroom.Tally{Now: now, Length: int64(len(l.places)), EarlyCount: int64(len(l.early))}
+	t := waitroom.Tally{Now: now, Length: int64(len(l.places)), EarlyCount: int64(len(l.early)),
+		IntervalMS: l.interval, SessionMS: l.session}
 	for _, lag := range lags {
 		t.LateAdmitted = append(t.LateAdmitted, l.lateAdmitted(now.UnixMilli()-lag.Milliseconds()-start.UnixMilli()))
 	}
@@ -152,7 +163,7 @@ func (s *Memory) linePlace(act string, l *memLine, p *memPlace, now, start time.
 		s.drawLine(act, l)
 	}
 	out := waitroom.Place{Now: time.UnixMilli(now.UnixMilli()), Early: p.early, Rank: p.rank, Offset: p.offset,
-		EarlyCount: int64(len(l.early)), LateAdmitted: l.lateAdmitted(since)}
+		EarlyCount: int64(len(l.early)), LateAdmitted: l.lateAdmitted(since), IntervalMS: l.interval, SessionMS: l.session}
 	if p.early && !l.drawn {
 		out.Rank = -1
 	}
@@ -197,10 +208,15 @@ type lineRow struct {
 	at, interval float64
 }
 
-// load rebuilds line l from its rows, in any order, and whether it was drawn: early joiners by
-// their draws, late joiners in the order of their offsets, which is their join order (each offset
-// follows the last by an interval), and the next late joiner's offset after the last one's.
-func (l *memLine) load(rows []lineRow, drawn bool) error {
+// load rebuilds line l from its rows, in any order, whether it was drawn and its terms (0 when
+// none were kept): early joiners by their draws, late joiners in the order of their offsets,
+// which is their join order (each offset follows the last by an interval), and the next late
+// joiner's offset after the last one's.
+func (l *memLine) load(rows []lineRow, drawn bool, interval float64, session int64) error {
+	if !(interval >= 0) || session < 0 || (interval > 0) != (session > 0) {
+		return fmt.Errorf("terms: interval %v ms, session %d ms", interval, session)
+	}
+	l.interval, l.session = interval, session
 	l.places = make(map[string]*memPlace, len(rows))
 	type latePlace struct {
 		p        *memPlace

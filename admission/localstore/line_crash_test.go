@@ -27,7 +27,7 @@ const (
 
 // lineTerms are user's terms in the crash test's line.
 func lineTerms(user string) waitroom.Terms {
-	return waitroom.Terms{Draw: waitroom.Draw(lineActivity, user, "crash-salt"), IntervalMS: lineIntervalMS}
+	return waitroom.Terms{Draw: waitroom.Draw(lineActivity, user, "crash-salt"), IntervalMS: lineIntervalMS, SessionMS: 60_000}
 }
 
 // helperLine joins users from many goroutines until it is killed, printing every answer after it

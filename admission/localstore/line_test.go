@@ -23,7 +23,7 @@ func lineScenario(s admission.Store, l waitroom.Line, clock *fakeClock) error {
 		return err
 	}
 	join := func(act, user string, draw, interval float64) error {
-		p, err := l.Join(ctx, act, user, waitroom.Terms{Draw: draw, IntervalMS: interval})
+		p, err := l.Join(ctx, act, user, waitroom.Terms{Draw: draw, IntervalMS: interval, SessionMS: 60_000})
 		if err == nil && !p.Joined {
 			err = fmt.Errorf("join %s/%s: the place was taken before", act, user)
 		}
@@ -95,6 +95,13 @@ func TestLocalLineReopen(t *testing.T) {
 				t.Errorf("%s/%s after reopen: %+v, %v; want early %v, rank %d", tc.act, tc.user, p, err, tc.early, tc.rank)
 			}
 		}
+		// The terms of each line's first join are kept.
+		for act, interval := range map[string]float64{"w": 250, "x": 250, "y": 100} {
+			tl, err := s.Tally(ctx, act)
+			if err != nil || tl.IntervalMS != interval || tl.SessionMS != 60_000 {
+				t.Errorf("%s's terms after reopen: %+v, %v; want %v ms, 60000 ms", act, tl, err, interval)
+			}
+		}
 		if _, err := s.Place(ctx, "z", "gone"); !errors.Is(err, waitroom.ErrNotInLine) {
 			t.Errorf("z/gone, whose line was deleted: %v; want ErrNotInLine", err)
 		}
@@ -102,21 +109,21 @@ func TestLocalLineReopen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p, err := s.Join(ctx, "x", "l1", waitroom.Terms{Draw: 0.1, IntervalMS: 250}); err != nil || p.Joined || p.Rank != 1 {
+		if p, err := s.Join(ctx, "x", "l1", waitroom.Terms{Draw: 0.1, IntervalMS: 250, SessionMS: 60_000}); err != nil || p.Joined || p.Rank != 1 {
 			t.Errorf("l1 joining again: %+v, %v; want rank 1 kept", p, err)
 		}
 		x, err := s.Activity(ctx, "x")
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := s.Join(ctx, "x", "l4", waitroom.Terms{Draw: 0.1, IntervalMS: 250})
+		p, err := s.Join(ctx, "x", "l4", waitroom.Terms{Draw: 0.1, IntervalMS: 250, SessionMS: 60_000})
 		// An interval after the last, or now when the line has moved past that.
 		want := math.Max(last.Offset+250, float64(p.Now.UnixMilli()-x.Start.UnixMilli()))
 		if err != nil || !p.Joined || p.Rank != 4 || p.Offset != want {
 			t.Errorf("the next late joiner: %+v, %v; want rank 4 at offset %v", p, err, want)
 		}
 		// y was drawn before its start moved later: a newcomer is late, never among the drawn.
-		p, err = s.Join(ctx, "y", "newcomer", waitroom.Terms{Draw: 0, IntervalMS: 100})
+		p, err = s.Join(ctx, "y", "newcomer", waitroom.Terms{Draw: 0, IntervalMS: 100, SessionMS: 60_000})
 		if err != nil || p.Early || p.Rank != 5 {
 			t.Errorf("a newcomer in y: %+v, %v; want late at rank 5", p, err)
 		}

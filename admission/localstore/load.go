@@ -13,17 +13,22 @@ import (
 // loadLocal rebuilds mem's state from the database: what a restart replays.
 func loadLocal(db *sql.DB, mem *Memory) error {
 	acts := map[string]*memActivity{}
-	drawn := map[string]bool{}
-	err := eachRow(db, `SELECT id, stock, lim, start_ms, end_ms, pay_ms, salt, line_drawn FROM activities`, func(rows *sql.Rows) error {
+	type lineState struct {
+		drawn    bool
+		interval float64
+		session  int64
+	}
+	lineStates := map[string]lineState{}
+	err := eachRow(db, `SELECT id, stock, lim, start_ms, end_ms, pay_ms, salt, line_drawn, line_interval_ms, line_session_ms FROM activities`, func(rows *sql.Rows) error {
 		var d admission.Activity
 		var start, end, pay int64
-		var lineDrawn bool
-		if err := rows.Scan(&d.ID, &d.Stock, &d.Limit, &start, &end, &pay, &d.Salt, &lineDrawn); err != nil {
+		var ls lineState
+		if err := rows.Scan(&d.ID, &d.Stock, &d.Limit, &start, &end, &pay, &d.Salt, &ls.drawn, &ls.interval, &ls.session); err != nil {
 			return err
 		}
 		d.Start, d.End, d.PayWithin = time.UnixMilli(start), time.UnixMilli(end), time.Duration(pay)*time.Millisecond
 		acts[d.ID] = newMemActivity(d)
-		drawn[d.ID] = lineDrawn
+		lineStates[d.ID] = ls
 		return nil
 	})
 	if err != nil {
@@ -237,7 +242,8 @@ func loadLocal(db *sql.DB, mem *Memory) error {
 		return fmt.Errorf("line: %w", err)
 	}
 	for id, a := range acts {
-		if err := a.line.load(lines[a], drawn[id]); err != nil {
+		ls := lineStates[id]
+		if err := a.line.load(lines[a], ls.drawn, ls.interval, ls.session); err != nil {
 			return fmt.Errorf("line of %s: %w", id, err)
 		}
 	}

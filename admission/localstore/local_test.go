@@ -99,6 +99,9 @@ type actDump struct {
 	LineDrawn bool                 `json:",omitempty"`
 	LineLate  []float64            `json:",omitempty"`
 	LineNext  float64              `json:",omitempty"`
+	// The line's terms, left out before its first join (and in the dumps of version 4 and before).
+	LineInterval float64 `json:",omitempty"`
+	LineSession  int64   `json:",omitempty"`
 }
 
 type placeDump struct {
@@ -159,6 +162,7 @@ func dumpMemory(m *Memory) localDump {
 			d.Line[u] = placeDump{Early: p.early, Draw: p.draw, Offset: p.offset, Rank: p.rank}
 		}
 		d.LineDrawn, d.LineLate, d.LineNext = l.drawn, l.late, l.tat
+		d.LineInterval, d.LineSession = l.interval, l.session
 		l.mu.Unlock()
 		a.mu.Unlock()
 		out[id] = d

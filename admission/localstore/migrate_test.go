@@ -2,6 +2,7 @@ package localstore
 
 import (
 	"bytes"
+	"context"
 	"database/sql"
 	"errors"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/caddy-seckill/caddy-seckill/waitroom"
 )
 
 // The folders in testdata/local-v1 and local-v2 were written by the store of schema version 1
@@ -18,6 +21,8 @@ import (
 // local-v3 was written by version 3 (commit 3b50b98) with FsyncAlways, which keeps no ring
 // (a killed ring-mode folder holds a 16 MiB ring): closed/ after Close, killed/ a copy of the
 // folder taken while the store was open after the scenario, as a SIGKILL leaves it.
+// local-v4 was written by version 4 (commit 5e3594f) in the same way; its scenario includes the
+// waiting-room lines (lineScenario), whose terms version 4 did not keep.
 
 // oldFolder copies the folder name of schema version v into a new temporary folder and returns it
 // with the state dumped before.
@@ -47,7 +52,8 @@ func oldFolder(t *testing.T, v, name string) (dir, dump string) {
 
 // localLayout reads the schema version of dir's database and the first column of its wins table
 // ("activity" in version 1, "seq" in version 2, none from version 3 on), or win_log's when there
-// is no wins table; "+line" follows when the database has the line table (version 4).
+// is no wins table; "+line" follows when the database has the line table (version 4), and
+// "+terms" when activities has the line's terms (version 5).
 func localLayout(t *testing.T, dir string) (version, first string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", filepath.Join(dir, localDBName))
@@ -66,6 +72,12 @@ func localLayout(t *testing.T, dir string) (version, first string) {
 	if n == 1 {
 		line = "+line"
 	}
+	if err := db.QueryRow(`SELECT count(*) FROM pragma_table_info('activities') WHERE name = 'line_interval_ms'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n == 1 {
+		line += "+terms"
+	}
 	for _, table := range []string{"wins", "win_log"} {
 		err := db.QueryRow(`SELECT name FROM pragma_table_info('` + table + `') WHERE cid = 0`).Scan(&first)
 		if err == nil {
@@ -79,14 +91,15 @@ func localLayout(t *testing.T, dir string) (version, first string) {
 }
 
 // layouts is the first column each schema version's wins table starts with (localLayout).
-var layouts = map[string]string{"1": "wins.activity", "2": "wins.seq", "3": "win_log.seq", localSchemaVersion: "win_log.seq+line"}
+var layouts = map[string]string{"1": "wins.activity", "2": "wins.seq", "3": "win_log.seq", "4": "win_log.seq+line",
+	localSchemaVersion: "win_log.seq+line+terms"}
 
-// TestLocalMigrate opens folders written by schema versions 1, 2 and 3: the open migrates them
-// to this version and loads the very state the old store had, which then carries on (new wins
-// after the migrated ones, replays, releases, redeliveries, and from version 3 a waiting-room
-// line) and survives another close.
+// TestLocalMigrate opens folders written by schema versions 1 to 4: the open migrates them to
+// this version and loads the very state the old store had, which then carries on (new wins after
+// the migrated ones, replays, releases, redeliveries, and from version 3 a waiting-room line; a
+// version-4 line, which kept no terms, takes its next join's) and survives another close.
 func TestLocalMigrate(t *testing.T) {
-	for _, v := range []string{"1", "2", "3"} {
+	for _, v := range []string{"1", "2", "3", "4"} {
 		for _, name := range []string{"closed", "killed"} {
 			t.Run("v"+v+"/"+name, func(t *testing.T) {
 				dir, want := oldFolder(t, v, name)
@@ -110,7 +123,9 @@ func TestLocalMigrate(t *testing.T) {
 					t.Fatalf("state after the migration:\n%s\nversion %s's:\n%s", got, v, want)
 				}
 				checkAfterReopen(t, s, clock)
-				if err := lineScenario(s, s, clock); err != nil {
+				if v == "4" {
+					checkV4Terms(t, s)
+				} else if err := lineScenario(s, s, clock); err != nil {
 					t.Fatalf("a line in the migrated store: %v", err)
 				}
 				after := dumpJSON(t, s.cur.Load().mem)
@@ -133,11 +148,29 @@ func TestLocalMigrate(t *testing.T) {
 	}
 }
 
+// checkV4Terms checks a line migrated from version 4, with places but no terms: reads tell none
+// (the room's own apply), and the next join fixes the line's terms, at which it moves from then.
+func checkV4Terms(t *testing.T, s *Store) {
+	t.Helper()
+	ctx := context.Background()
+	last, err := s.Place(ctx, "x", "l3")
+	if err != nil || last.IntervalMS != 0 || last.SessionMS != 0 {
+		t.Fatalf("a place of a version-4 line: %+v, %v; want no terms", last, err)
+	}
+	p, err := s.Join(ctx, "x", "l4", waitroom.Terms{Draw: 0.5, IntervalMS: 250, SessionMS: 60_000})
+	if err != nil || !p.Joined || p.IntervalMS != 250 || p.SessionMS != 60_000 || p.Offset < last.Offset+250 {
+		t.Fatalf("the next join in a version-4 line: %+v, %v; want the line's terms fixed, after %v", p, err, last.Offset)
+	}
+	if p, err := s.Join(ctx, "x", "l5", waitroom.Terms{Draw: 0.5, IntervalMS: 10, SessionMS: 1000}); err != nil || p.IntervalMS != 250 {
+		t.Fatalf("a join with other terms: %+v, %v; want the line's", p, err)
+	}
+}
+
 // TestLocalMigrateFails makes the migration's last statement fail (a trigger refuses the new
 // version): the open fails naming the folder, the database is left at its version with its wins,
 // and once the cause is gone the next open migrates it.
 func TestLocalMigrateFails(t *testing.T) {
-	for _, v := range []string{"1", "2", "3"} {
+	for _, v := range []string{"1", "2", "3", "4"} {
 		t.Run("v"+v, func(t *testing.T) {
 			dir, want := oldFolder(t, v, "closed")
 			path := filepath.Join(dir, localDBName)

@@ -31,6 +31,10 @@ func ringSamples() []memChange {
 		{kind: changeNext, act: "a", group: "orders", idx: 8},
 		{kind: changeAck, act: "a", group: "orders", idx: 7},
 		{kind: changeDead, act: "a", group: "orders", idx: 6, pend: memPending{deliveries: 5}, reason: "no stock in the warehouse"},
+		{kind: changeTerms, act: "a", interval: 5, at: 120_000},
+		{kind: changeJoin, act: "a", user: "u", early: true, at: 0.25},
+		{kind: changeDraw, act: "a"},
+		{kind: changeJoin, act: "a", user: "v", at: 10, interval: 5},
 		{kind: changeDelete, act: "a"},
 	}
 }

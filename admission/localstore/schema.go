@@ -16,9 +16,9 @@ import (
 )
 
 // localSchemaVersion is the layout below. A database of version 1 (a row per win, keyed by
-// activity and index), 2 (a row per win, keyed by seq) or 3 (no waiting-room line) is migrated at
-// open (migrateLocal); any other version is refused.
-const localSchemaVersion = "4"
+// activity and index), 2 (a row per win, keyed by seq), 3 (no waiting-room line) or 4 (no line
+// terms) is migrated at open (migrateLocal); any other version is refused.
+const localSchemaVersion = "5"
 
 // localDBName is the database file in the store's folder (with its -wal and -shm files).
 const localDBName = "seckill.db"
@@ -31,14 +31,16 @@ const localDBName = "seckill.db"
 // at load. So a commit's wins go to the end of one table and nowhere else: one win_log row holds
 // them all, packed (winlog.go), keyed by seq, the writer's count of wins at the first of
 // them. The load reads the rows in seq order, in which each activity's wins come in index order.
-// line holds the waiting room's places (changeJoin), and activities.line_drawn whether the early
-// joiners were ranked (changeDraw); the ranks follow from them at load (memLine.load).
+// line holds the waiting room's places (changeJoin), activities.line_drawn whether the early
+// joiners were ranked (changeDraw), and line_interval_ms and line_session_ms the line's terms,
+// its first join's (changeTerms; 0 before it); the ranks follow from them at load (memLine.load).
 const localSchema = `
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE activities (
 	id TEXT PRIMARY KEY, stock INTEGER NOT NULL, lim INTEGER NOT NULL,
 	start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, pay_ms INTEGER NOT NULL, salt TEXT NOT NULL,
-	line_drawn INTEGER NOT NULL DEFAULT 0
+	line_drawn INTEGER NOT NULL DEFAULT 0,
+	line_interval_ms REAL NOT NULL DEFAULT 0, line_session_ms INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 ` + localWinLogTable + localLineTable + `
 CREATE TABLE released (activity TEXT NOT NULL, id TEXT NOT NULL, PRIMARY KEY (activity, id)) WITHOUT ROWID;
@@ -71,6 +73,14 @@ CREATE TABLE line (
 const localMigrateV3 = localLineTable + `
 ALTER TABLE activities ADD COLUMN line_drawn INTEGER NOT NULL DEFAULT 0;
 UPDATE meta SET value = '4' WHERE key = 'schema_version';
+`
+
+// localMigrateV4 adds the line's terms to a version-4 database: 0, none kept, for every line (a
+// line with places takes its next join's).
+const localMigrateV4 = `
+ALTER TABLE activities ADD COLUMN line_interval_ms REAL NOT NULL DEFAULT 0;
+ALTER TABLE activities ADD COLUMN line_session_ms INTEGER NOT NULL DEFAULT 0;
+UPDATE meta SET value = '5' WHERE key = 'schema_version';
 `
 
 // localWinsColumns are the columns of version 2's wins table, a row per win.
@@ -155,7 +165,7 @@ func openLocalDB(dir string, fsyncAlways bool) (*sql.DB, error) {
 	return db, nil
 }
 
-// migrateLocal brings a database of version 1, 2 or 3 to this version in one transaction: a crash
+// migrateLocal brings a database of version 1 to 4 to this version in one transaction: a crash
 // or an error in the middle leaves the old version, which the next open migrates again.
 func migrateLocal(db *sql.DB, version string) (err error) {
 	tx, err := db.Begin()
@@ -177,8 +187,13 @@ func migrateLocal(db *sql.DB, version string) (err error) {
 			return fmt.Errorf("to version 3: %w", err)
 		}
 	}
-	if _, err := tx.Exec(localMigrateV3); err != nil {
-		return fmt.Errorf("to version 4: %w", err)
+	if version != "4" {
+		if _, err := tx.Exec(localMigrateV3); err != nil {
+			return fmt.Errorf("to version 4: %w", err)
+		}
+	}
+	if _, err := tx.Exec(localMigrateV4); err != nil {
+		return fmt.Errorf("to version 5: %w", err)
 	}
 	return tx.Commit()
 }
@@ -246,7 +261,7 @@ func checkLocalHeader(path string) error {
 	return nil
 }
 
-// checkLocalDB runs SQLite's quick_check and returns the schema version: this one, 1, 2 or 3.
+// checkLocalDB runs SQLite's quick_check and returns the schema version: this one, or 1 to 4.
 func checkLocalDB(db *sql.DB) (string, error) {
 	var mode string
 	if err := db.QueryRow(`PRAGMA journal_mode`).Scan(&mode); err != nil {
@@ -280,8 +295,8 @@ func checkLocalDB(db *sql.DB) (string, error) {
 	if err := db.QueryRow(`SELECT value FROM meta WHERE key = 'schema_version'`).Scan(&v); err != nil {
 		return "", fmt.Errorf("schema version: %w", err)
 	}
-	if v != localSchemaVersion && v != "1" && v != "2" && v != "3" {
-		return "", fmt.Errorf("schema version %q, this build reads %q (and migrates \"1\" to \"3\")", v, localSchemaVersion)
+	if v != localSchemaVersion && v != "1" && v != "2" && v != "3" && v != "4" {
+		return "", fmt.Errorf("schema version %q, this build reads %q (and migrates \"1\" to \"4\")", v, localSchemaVersion)
 	}
 	return v, nil
 }

@@ -147,6 +147,7 @@ const (
 	stmtDelLine
 	stmtJoin
 	stmtDraw
+	stmtTerms
 	stmtWinLogUpdate
 	stmtWinLogDelete
 	stmtMeta
@@ -179,6 +180,7 @@ var localStmtText = [localStmtCount]string{
 	stmtDelLine:      `DELETE FROM line WHERE activity = ?`,
 	stmtJoin:         `INSERT INTO line (activity, user, early, at, interval_ms) VALUES (?, ?, ?, ?, ?)`,
 	stmtDraw:         `UPDATE activities SET line_drawn = 1 WHERE id = ?`,
+	stmtTerms:        `UPDATE activities SET line_interval_ms = ?, line_session_ms = ? WHERE id = ?`,
 	stmtWinLogUpdate: `UPDATE win_log SET n = ?, data = ? WHERE seq = ?`,
 	stmtWinLogDelete: `DELETE FROM win_log WHERE seq = ?`,
 	stmtMeta:         localSetMeta,
@@ -699,6 +701,8 @@ func (w *localWriter) apply(exec func(int, ...any) error, c *memChange) error {
 		return exec(stmtJoin, c.act, c.user, c.early, c.at, c.interval)
 	case changeDraw:
 		return exec(stmtDraw, c.act)
+	case changeTerms:
+		return exec(stmtTerms, c.interval, int64(c.at), c.act)
 	}
 	return fmt.Errorf("unknown change kind %d", c.kind)
 }

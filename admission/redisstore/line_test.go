@@ -40,7 +40,7 @@ func TestRedisLineFailover(t *testing.T) {
 	const users = 40
 	hour := float64(time.Hour / time.Millisecond)
 	for i := range users {
-		if _, err := s.Join(ctx, "fo", fmt.Sprint("u", i), waitroom.Terms{Draw: waitroom.Draw("fo", fmt.Sprint("u", i), "salt"), IntervalMS: hour}); err != nil {
+		if _, err := s.Join(ctx, "fo", fmt.Sprint("u", i), waitroom.Terms{Draw: waitroom.Draw("fo", fmt.Sprint("u", i), "salt"), IntervalMS: hour, SessionMS: 60_000}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -48,7 +48,7 @@ func TestRedisLineFailover(t *testing.T) {
 	if _, err := s.Define(ctx, a, true); err != nil {
 		t.Fatal(err)
 	}
-	late, err := s.Join(ctx, "fo", "late", waitroom.Terms{Draw: 0.5, IntervalMS: hour})
+	late, err := s.Join(ctx, "fo", "late", waitroom.Terms{Draw: 0.5, IntervalMS: hour, SessionMS: 60_000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,12 +70,12 @@ func TestRedisLineFailover(t *testing.T) {
 	}
 	s2, _ := redisTestStore(t, replica.Addr, redisstore.Options{}, nil)
 	for u, rank := range before {
-		p, err := s2.Join(ctx, "fo", u, waitroom.Terms{Draw: 0.99, IntervalMS: hour})
+		p, err := s2.Join(ctx, "fo", u, waitroom.Terms{Draw: 0.99, IntervalMS: hour, SessionMS: 60_000})
 		if err != nil || p.Joined || p.Rank != rank {
 			t.Fatalf("%s after the failover: %+v, %v; want its rank %d kept", u, p, err, rank)
 		}
 	}
-	p, err := s2.Join(ctx, "fo", "later", waitroom.Terms{Draw: 0.5, IntervalMS: hour})
+	p, err := s2.Join(ctx, "fo", "later", waitroom.Terms{Draw: 0.5, IntervalMS: hour, SessionMS: 60_000})
 	if err != nil || p.Rank != users+1 || p.Offset != late.Offset+hour {
 		t.Fatalf("the next late joiner after the failover: %+v, %v; want rank %d, offset %v", p, err, users+1, late.Offset+hour)
 	}
@@ -92,7 +92,7 @@ func TestRedisLineSplitActivity(t *testing.T) {
 	if _, err := s.Define(ctx, a, false); err != nil {
 		t.Fatal(err)
 	}
-	p, err := s.Join(ctx, "split", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 1000})
+	p, err := s.Join(ctx, "split", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 1000, SessionMS: 60_000})
 	if err != nil || !p.Joined || p.Rank != 0 {
 		t.Fatalf("join a split activity: %+v, %v", p, err)
 	}

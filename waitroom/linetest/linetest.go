@@ -53,6 +53,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ConcurrentEarly", testConcurrentEarly},
 		{"ConcurrentLate", testConcurrentLate},
 		{"Tally", testTally},
+		{"TermsOfTheFirstJoin", testTermsOfFirstJoin},
 		{"DeleteDropsLine", testDelete},
 		{"SpentProofs", testSpentProofs},
 	}
@@ -77,7 +78,7 @@ func define(t *testing.T, s Store, id string, start time.Time, force bool) {
 
 func join(t *testing.T, s Store, act, user string, draw, interval float64) waitroom.Place {
 	t.Helper()
-	p, err := s.Join(context.Background(), act, user, waitroom.Terms{Draw: draw, IntervalMS: interval})
+	p, err := s.Join(context.Background(), act, user, waitroom.Terms{Draw: draw, IntervalMS: interval, SessionMS: 60_000})
 	if err != nil {
 		t.Fatalf("join %s %s: %v", act, user, err)
 	}
@@ -101,7 +102,7 @@ func open(t *testing.T, s Store, act string) {
 
 func testUnknownActivity(t *testing.T, s Store) {
 	ctx := context.Background()
-	if _, err := s.Join(ctx, "nope", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 10}); !errors.Is(err, admission.ErrUnknownActivity) {
+	if _, err := s.Join(ctx, "nope", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 10, SessionMS: 60_000}); !errors.Is(err, admission.ErrUnknownActivity) {
 		t.Fatalf("join unknown activity: %v, want ErrUnknownActivity", err)
 	}
 	if _, err := s.Place(ctx, "nope", "u"); !errors.Is(err, admission.ErrUnknownActivity) {
@@ -123,19 +124,52 @@ func testBadInput(t *testing.T, s Store) {
 		act, user string
 		terms     waitroom.Terms
 	}{
-		{"a", "", waitroom.Terms{Draw: 0.5, IntervalMS: 10}},
-		{"a", "u\x00v", waitroom.Terms{Draw: 0.5, IntervalMS: 10}},
-		{"a", "u", waitroom.Terms{Draw: 1, IntervalMS: 10}},
-		{"a", "u", waitroom.Terms{Draw: -0.1, IntervalMS: 10}},
-		{"a", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 0}},
-		{"a b", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 10}},
+		{"a", "", waitroom.Terms{Draw: 0.5, IntervalMS: 10, SessionMS: 60_000}},
+		{"a", "u\x00v", waitroom.Terms{Draw: 0.5, IntervalMS: 10, SessionMS: 60_000}},
+		{"a", "u", waitroom.Terms{Draw: 1, IntervalMS: 10, SessionMS: 60_000}},
+		{"a", "u", waitroom.Terms{Draw: -0.1, IntervalMS: 10, SessionMS: 60_000}},
+		{"a", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 0, SessionMS: 60_000}},
+		{"a b", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 10, SessionMS: 60_000}},
+		{"a", "u", waitroom.Terms{Draw: 0.5, IntervalMS: 10}},
 	} {
 		if _, err := s.Join(ctx, tc.act, tc.user, tc.terms); !errors.Is(err, admission.ErrBadInput) {
 			t.Errorf("join %q %q %+v: %v, want ErrBadInput", tc.act, tc.user, tc.terms, err)
 		}
 	}
-	if tl, err := s.Tally(ctx, "a"); err != nil || tl.Length != 0 {
-		t.Fatalf("after bad joins: tally %+v, %v; want an empty line", tl, err)
+	if tl, err := s.Tally(ctx, "a"); err != nil || tl.Length != 0 || tl.IntervalMS != 0 || tl.SessionMS != 0 {
+		t.Fatalf("after bad joins: tally %+v, %v; want an empty line, without terms", tl, err)
+	}
+}
+
+// testTermsOfFirstJoin: the first join fixes the line's terms, and later joins' (from a gateway
+// configured otherwise, a reload under way) change nothing: the late joiners follow the lottery
+// and each other at the line's interval, and every read tells the line's terms.
+func testTermsOfFirstJoin(t *testing.T, s Store) {
+	ctx := context.Background()
+	define(t, s, "a", time.Now().Add(time.Hour), false)
+	if tl, err := s.Tally(ctx, "a"); err != nil || tl.IntervalMS != 0 || tl.SessionMS != 0 {
+		t.Fatalf("tally before the first join: %+v, %v; want no terms", tl, err)
+	}
+	first := join(t, s, "a", "e", 0.5, hourMS)
+	if first.IntervalMS != hourMS || first.SessionMS != 60_000 {
+		t.Fatalf("the first join: %+v; want the line's terms, its own: %v ms, 60000 ms", first, hourMS)
+	}
+	other := waitroom.Terms{Draw: 0.1, IntervalMS: 10, SessionMS: 1000}
+	if p, err := s.Join(ctx, "a", "e2", other); err != nil || p.IntervalMS != hourMS || p.SessionMS != 60_000 {
+		t.Fatalf("an early join with other terms: %+v, %v; want the line's", p, err)
+	}
+	open(t, s, "a")
+	for i, want := range []float64{2 * hourMS, 3 * hourMS} {
+		p, err := s.Join(ctx, "a", fmt.Sprint("late", i), other)
+		if err != nil || p.Offset != want || p.IntervalMS != hourMS || p.SessionMS != 60_000 {
+			t.Fatalf("late joiner %d with other terms: %+v, %v; want offset %v (the lottery's two, then an hour each)", i, p, err, want)
+		}
+	}
+	if p := place(t, s, "a", "e"); p.IntervalMS != hourMS || p.SessionMS != 60_000 {
+		t.Errorf("a read: %+v; want the line's terms", p)
+	}
+	if tl, err := s.Tally(ctx, "a"); err != nil || tl.IntervalMS != hourMS || tl.SessionMS != 60_000 {
+		t.Errorf("tally: %+v, %v; want the line's terms", tl, err)
 	}
 }
 
@@ -271,7 +305,7 @@ func testConcurrentEarly(t *testing.T, s Store) {
 		draws[i] = rand.Float64()
 	}
 	hammer(t, users, 8, func(u int) error {
-		_, err := s.Join(context.Background(), "a", fmt.Sprint("u", u), waitroom.Terms{Draw: draws[u], IntervalMS: hourMS})
+		_, err := s.Join(context.Background(), "a", fmt.Sprint("u", u), waitroom.Terms{Draw: draws[u], IntervalMS: hourMS, SessionMS: 60_000})
 		return err
 	})
 	open(t, s, "a")
@@ -305,7 +339,7 @@ func testConcurrentLate(t *testing.T, s Store) {
 	var mu sync.Mutex
 	first := map[int]waitroom.Place{}
 	hammer(t, users, 8, func(u int) error {
-		p, err := s.Join(context.Background(), "a", fmt.Sprint("u", u), waitroom.Terms{Draw: 0.5, IntervalMS: hourMS})
+		p, err := s.Join(context.Background(), "a", fmt.Sprint("u", u), waitroom.Terms{Draw: 0.5, IntervalMS: hourMS, SessionMS: 60_000})
 		if err == nil && p.Joined {
 			mu.Lock()
 			defer mu.Unlock()
@@ -365,12 +399,13 @@ func hammer(t *testing.T, users, workers int, join func(u int) error) {
 func testTally(t *testing.T, s Store) {
 	ctx := context.Background()
 	define(t, s, "a", time.Now().Add(time.Hour), false)
+	// An interval of 1 ms (the line's, its first join's): the late joiners are both due at once.
 	for i := range 3 {
-		join(t, s, "a", fmt.Sprint("e", i), 0.5, hourMS)
+		join(t, s, "a", fmt.Sprint("e", i), 0.5, 1)
 	}
 	open(t, s, "a")
 	for i := range 2 {
-		join(t, s, "a", fmt.Sprint("l", i), 0.5, 1) // an interval of 1 ms: both due at once
+		join(t, s, "a", fmt.Sprint("l", i), 0.5, 1)
 	}
 	var tl waitroom.Tally
 	var err error

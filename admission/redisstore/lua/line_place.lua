@@ -4,7 +4,8 @@
 -- ARGV: user
 -- Writes line_state drawn once, at the first read after the start.
 -- Reply: {score, rank (-1 for an early joiner before the start), early_count, late_admitted,
--- now_ms}, or nil when the user has not joined.
+-- now_ms, interval_ms (a string, "0" when the line kept no terms), session_ms (0 then)}, or nil
+-- when the user has not joined.
 -- Errors: UNKNOWN_ACTIVITY (no :meta).
 local start = redis.call('HGET', KEYS[1], 'start_ms')
 if not start then
@@ -29,4 +30,5 @@ if tonumber(score) >= 1 or drawn then
 end
 local early = redis.call('ZCOUNT', KEYS[2], '-inf', '(1')
 local late = redis.call('ZCOUNT', KEYS[2], '1', 1 + (now - start))
-return {score, rank, early, late, now}
+local terms = redis.call('HMGET', KEYS[3], 'interval', 'session')
+return {score, rank, early, late, now, terms[1] or '0', tonumber(terms[2] or 0)}
