@@ -37,9 +37,10 @@ func (q *request) authenticate() *Error {
 }
 
 // usableUser accepts a user id the store and the forwarded headers can carry: 1 to
-// admission.MaxUserIDLen bytes without control characters.
+// admission.MaxUserIDLen bytes without control characters, nor a space at either end, which
+// HTTP strips from a header value: a forwarded Seckill-User would no longer match its signature.
 func usableUser(u string) bool {
-	if u == "" || len(u) > admission.MaxUserIDLen {
+	if u == "" || len(u) > admission.MaxUserIDLen || u[0] == ' ' || u[len(u)-1] == ' ' {
 		return false
 	}
 	for i := 0; i < len(u); i++ {

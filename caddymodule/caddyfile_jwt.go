@@ -29,7 +29,7 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 		return nil, err
 	}
 	j := new(JWTConfig)
-	var algsAt, secretAt caddyfile.Token // the lines an HMAC secret's error points at
+	var algsAt, secretAt, jwksAt caddyfile.Token // the lines the checks after the block point at
 	err := caddyfileargs.ParseBlock(d, "seckill", "jwt ", func(opt string) (err error) {
 		switch opt {
 		case "algorithms":
@@ -41,6 +41,7 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 		case "public_key_file":
 			err = caddyfileargs.AppendArgs(d, &j.PublicKeyFiles)
 		case "jwks_url":
+			jwksAt = d.Token()
 			j.JWKSURL, err = caddyfileargs.OneArg(d)
 		case "jwks_min_refresh":
 			j.JWKSMinRefresh, err = caddyfileargs.PositiveDurationArg(d, "jwt jwks_min_refresh")
@@ -65,6 +66,17 @@ func parseJWT(d *caddyfile.Dispenser) (*JWTConfig, error) {
 	}
 	if j.JWKSMinRefresh != 0 && j.JWKSURL == "" {
 		return nil, d.Err("seckill: jwt jwks_min_refresh needs a jwks_url")
+	}
+	// Here rather than at start, where the error could not name its line.
+	for _, alg := range j.Algorithms {
+		if err := jwtauth.CheckAlgorithm(alg); err != nil {
+			return nil, caddyfileargs.ErrAt(algsAt, "seckill: jwt algorithms: %v", err)
+		}
+	}
+	if j.JWKSURL != "" && !strings.Contains(j.JWKSURL, "{") { // a placeholder is checked at start
+		if err := jwtauth.CheckJWKSURL(j.JWKSURL); err != nil {
+			return nil, caddyfileargs.ErrAt(jwksAt, "seckill: jwt: %v", err)
+		}
 	}
 	// A secret with a placeholder ({env.VAR}) is known at start only: Provision checks it then.
 	if !strings.Contains(j.HMACSecret, "{") {

@@ -50,10 +50,11 @@ type Handler struct {
 	// server has handle_errors routes and writes them otherwise.
 	Errors string `json:"errors,omitempty"`
 
-	app    *App
-	prefix string
-	logger *zap.Logger
-	now    func() time.Time
+	app        *App
+	prefix     string
+	logger     *zap.Logger
+	now        func() time.Time
+	noClientIP *sync.Once // the warning that the IP limit met a request without an address
 }
 
 // CaddyModule returns the Caddy module information.
@@ -68,6 +69,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.now = time.Now
+	h.noClientIP = new(sync.Once)
 	var err error
 	if h.prefix, h.app, err = provisionMount(ctx, h.Prefix, "/seckill", h.Errors); err != nil {
 		return err

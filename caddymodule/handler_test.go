@@ -2,6 +2,7 @@ package caddymodule_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -176,5 +177,41 @@ func TestSoldOutState(t *testing.T) {
 	expect(t, "path after the end", c.Post("/seckill/done/path", bob, ""), http.StatusForbidden, "ended")
 	if st := c.Get("/seckill/done", ""); st.Str("state") != "ended" {
 		t.Errorf("status after the end: %s", st)
+	}
+}
+
+// TestForwardUserHeaderRoundTrip: the forwarded Seckill-User must reach the shop as it was signed.
+// HTTP strips the white space around a header value (RFC 9110 §5.5), so a user id starting or
+// ending with a space or a tab cannot be carried: such a token must be refused at the edge (401,
+// nothing taken) rather than win an item whose forwarded headers the shop cannot verify.
+func TestForwardUserHeaderRoundTrip(t *testing.T) {
+	shop := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := forwardsig.Verify(r.Header, []byte("fwd-secret")); !ok {
+			http.Error(w, "bad signature", http.StatusForbidden)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	t.Cleanup(shop.Close)
+	now := time.Now()
+	base := startCaddy(t, jwtBlock+"captcha off\nforward_secret fwd-secret\n"+
+		activityBlock("ws", 10, 1, now.Add(-time.Minute), now.Add(time.Hour), 0),
+		"route /seckill/* {\n\tseckill {\n\t\tforward\n\t}\n\treverse_proxy "+strings.TrimPrefix(shop.URL, "http://")+"\n}\n")
+	c := newClient(t, base)
+	for _, user := range []string{"carol", "alice ", " bob", "dave\t", "e v e"} {
+		tok := token(t, user)
+		r := c.Post("/seckill/ws/path", tok, "")
+		if r.Status == http.StatusUnauthorized {
+			continue // refused before anything was taken
+		}
+		if r.Status != http.StatusOK {
+			t.Fatalf("path for %q: %s", user, r)
+		}
+		if b := c.Post(r.Str("path"), tok, ""); b.Status != http.StatusCreated {
+			t.Errorf("user %q won, but the shop refused the forwarded win: %d %q", user, b.Status, b.Raw)
+		}
+	}
+	if got := remaining(t, "ws"); got != 8 {
+		t.Errorf("remaining %d, want 8: carol and e v e bought, nobody else took an item", got)
 	}
 }

@@ -18,24 +18,31 @@ const (
 )
 
 // limitIP takes one event from the client address's bucket. The address is Caddy's client_ip,
-// which honours the server's trusted_proxies; headers are never trusted here.
+// which honours the server's trusted_proxies; headers are never trusted here. A request without
+// one (a Unix-socket listener without trusted_proxies_unix) is not limited: one bucket shared by
+// every buyer would refuse the whole sale after its first presses. That is logged once.
 func (q *request) limitIP() *Error {
 	l := q.h.app.ipLimit
 	if l == nil {
 		return nil
 	}
-	d := l.Allow(clientIPKey(q.r), q.now)
-	return q.rateLimited(layerIPLimit, l.Rate(), d)
+	key, ok := clientIPKey(q.r)
+	if !ok {
+		q.h.noClientIP.Do(func() {
+			q.h.logger.Warn("rate_limit ip does not apply: a request has no client address (a Unix socket "+
+				"listener? set the server's trusted_proxies_unix and client_ip_headers)",
+				zap.String("remote_addr", q.r.RemoteAddr))
+		})
+		return nil
+	}
+	return q.rateLimited(layerIPLimit, l.Rate(), l.Allow(key, q.now))
 }
 
-// clientIPKey returns the rate-limit key of the request's client address.
-func clientIPKey(r *http.Request) string {
+// clientIPKey returns the rate-limit key of the request's client address, false when it has
+// none.
+func clientIPKey(r *http.Request) (string, bool) {
 	s, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-	key, ok := ratelimit.IPKeyString(s)
-	if !ok {
-		return "unknown" // no client_ip outside a Caddy server; one shared bucket then
-	}
-	return key
+	return ratelimit.IPKeyString(s)
 }
 
 // limitUser takes one event from the authenticated user's bucket: the node-local one first (it

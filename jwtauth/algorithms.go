@@ -62,6 +62,15 @@ func CheckHMACSecret(alg string, n int) error {
 		"random secret (e.g. the output of `openssl rand -base64 %d`)", alg, a.minKey, n, a.minKey)
 }
 
+// CheckAlgorithm reports whether name is a supported JWS algorithm (case matters: "HS256"), and
+// otherwise names the supported ones.
+func CheckAlgorithm(name string) error {
+	if _, ok := algorithms[name]; !ok {
+		return fmt.Errorf("unknown algorithm %q (use one of %s)", name, algorithmNames())
+	}
+	return nil
+}
+
 func algorithmNames() string {
 	names := make([]string, 0, len(algorithms))
 	for n := range algorithms {

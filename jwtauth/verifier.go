@@ -87,10 +87,10 @@ func New(cfg Config) (*Verifier, error) {
 	}
 	hasHMAC := false
 	for _, name := range cfg.Algorithms {
-		a, ok := algorithms[name]
-		if !ok {
-			return nil, fmt.Errorf("jwt: unknown algorithm %q (use one of %s)", name, algorithmNames())
+		if err := CheckAlgorithm(name); err != nil {
+			return nil, fmt.Errorf("jwt: %w", err)
 		}
+		a := algorithms[name]
 		if a.family == famHMAC {
 			hasHMAC = true
 			if err := CheckHMACSecret(name, len(cfg.HMACSecret)); err != nil {
@@ -140,10 +140,18 @@ func New(cfg Config) (*Verifier, error) {
 	return v, nil
 }
 
-func (v *Verifier) startJWKS(cfg Config) error {
-	u, err := url.Parse(cfg.JWKSURL)
+// CheckJWKSURL reports whether s can be fetched as a JWKS: an http or https URL with a host.
+func CheckJWKSURL(s string) error {
+	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
-		return fmt.Errorf("jwt: jwks url %q is not an http(s) URL", cfg.JWKSURL)
+		return fmt.Errorf("jwks url %q is not an http(s) URL", s)
+	}
+	return nil
+}
+
+func (v *Verifier) startJWKS(cfg Config) error {
+	if err := CheckJWKSURL(cfg.JWKSURL); err != nil {
+		return fmt.Errorf("jwt: %w", err)
 	}
 	c := &jwksCache{
 		url:        cfg.JWKSURL,
