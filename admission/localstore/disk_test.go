@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -245,11 +246,11 @@ func TestLocalDamagedDatabase(t *testing.T) {
 }
 
 // rushUntilFull admits from many goroutines until every one of them got an error, and returns the
-// wins that were answered.
-func rushUntilFull(t *testing.T, s *Store) map[string]string {
+// wins that were answered and the users answered with the failure.
+func rushUntilFull(t *testing.T, s *Store) (wins map[string]string, refused []string) {
 	t.Helper()
 	var mu sync.Mutex
-	wins := map[string]string{}
+	wins = map[string]string{}
 	var wg sync.WaitGroup
 	for g := range 16 {
 		wg.Go(func() {
@@ -260,6 +261,9 @@ func rushUntilFull(t *testing.T, s *Store) map[string]string {
 					if !errors.Is(err, ErrFailed) {
 						t.Errorf("admit on a full disk: %v, want ErrFailed", err)
 					}
+					mu.Lock()
+					refused = append(refused, user)
+					mu.Unlock()
 					return
 				}
 				if d.Outcome != admission.Won {
@@ -274,12 +278,13 @@ func rushUntilFull(t *testing.T, s *Store) map[string]string {
 		})
 	}
 	wg.Wait()
-	return wins
+	return wins, refused
 }
 
 // checkFullThenReopen checks that a failed store refuses everything, then reopens dir (after free
-// makes room) and finds every answered win.
-func checkFullThenReopen(t *testing.T, s *Store, dir string, wins map[string]string, free func()) {
+// makes room) and finds every answered win, and nothing of the buys answered with the failure:
+// many of those were under way as the commit failed, their wins already in the ring.
+func checkFullThenReopen(t *testing.T, s *Store, dir string, wins map[string]string, refused []string, free func()) {
 	t.Helper()
 	ctx := context.Background()
 	if err := s.Failure(); !errors.Is(err, ErrFailed) {
@@ -300,20 +305,26 @@ func checkFullThenReopen(t *testing.T, s *Store, dir string, wins map[string]str
 	if err := s.Failure(); err != nil {
 		t.Errorf("Failure() after reopen = %v", err)
 	}
+	snap, err := s.Activity(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Sold != int64(len(wins)) || snap.Sold != snap.Queued {
+		t.Errorf("after reopen: %+v; want exactly the %d wins answered", snap, len(wins))
+	}
 	for user, id := range wins {
 		d, err := s.Admit(ctx, admission.Request{Activity: "a", User: user, Qty: 1, RequestID: "r"})
 		if err != nil || !d.Replayed || d.ReservationID != id {
 			t.Fatalf("answered win of %s after reopen = %+v, %v; want %s", user[:10], d, err, id)
 		}
 	}
-	snap, err := s.Activity(ctx, "a")
-	if err != nil {
-		t.Fatal(err)
+	for _, user := range append(refused, "late") {
+		d, err := s.Admit(ctx, admission.Request{Activity: "a", User: user, Qty: 1, RequestID: "r"})
+		if err != nil || d.Outcome != admission.Won || d.Replayed {
+			t.Errorf("retry of %s, answered the failure, after reopen = %+v, %v; want a new win", user[:min(10, len(user))], d, err)
+		}
 	}
-	if snap.Sold < int64(len(wins)) || snap.Sold != snap.Queued {
-		t.Errorf("after reopen: %+v, %d wins answered", snap, len(wins))
-	}
-	t.Logf("%d wins answered before the disk was full; %d on disk", len(wins), snap.Sold)
+	t.Logf("%d wins answered before the disk was full, %d buys answered the failure; %d on disk", len(wins), len(refused), snap.Sold)
 }
 
 // TestLocalDiskFull fills the database's page budget (SQLite's max_page_count, the limit a full
@@ -329,8 +340,8 @@ func TestLocalDiskFull(t *testing.T) {
 	if _, err := s.cur.Load().w.db.Exec(fmt.Sprintf(`PRAGMA max_page_count = %d`, pages+40)); err != nil {
 		t.Fatal(err)
 	}
-	wins := rushUntilFull(t, s)
-	checkFullThenReopen(t, s, dir, wins, func() {})
+	wins, refused := rushUntilFull(t, s)
+	checkFullThenReopen(t, s, dir, wins, refused, func() {})
 }
 
 // TestLocalDiskFullTmpfs is a real full file system: a small tmpfs, where the test may mount one.
@@ -341,8 +352,8 @@ func TestLocalDiskFullTmpfs(t *testing.T) {
 	mustDefine(t, s, openAt(time.Now(), "a", 1<<40, 1))
 	// Leave a little room, so the sale fills it.
 	filler := testsrv.Fill(t, mnt, 512<<10)
-	wins := rushUntilFull(t, s)
-	checkFullThenReopen(t, s, dir, wins, func() {
+	wins, refused := rushUntilFull(t, s)
+	checkFullThenReopen(t, s, dir, wins, refused, func() {
 		if err := os.Remove(filler); err != nil {
 			t.Fatal(err)
 		}
@@ -505,5 +516,140 @@ func TestLocalClose(t *testing.T) {
 	}
 	if n := mustRemaining(t, s, "a"); n != 4 {
 		t.Errorf("remaining = %d, want 4", n)
+	}
+}
+
+// winHookJournal hands every change to the writer, and runs onWin (once) in place of handing the
+// first win: onWin decides when the win is handed (record) against the writer's failure.
+type winHookJournal struct {
+	w     *localWriter
+	onWin func(record func() memTicket) memTicket
+}
+
+func (j *winHookJournal) record(c memChange) memTicket {
+	if f := j.onWin; c.kind == changeWin && f != nil {
+		j.onWin = nil
+		return f(func() memTicket { return j.w.record(c) })
+	}
+	return j.w.record(c)
+}
+
+func (j *winHookJournal) recordAll(cs []memChange) { j.w.recordAll(cs) }
+
+// TestLocalFailureAmidWin fails the commit (a full tmpfs) at either side of the moment a win is
+// handed to the journal, while its buyer is between the decision and the answer: the interleaving
+// that TestLocalDiskFullReload met under load, where a buy answered 503 busy was in the ring and
+// the reload replayed it. Whatever a buyer is answered, the folder opened again agrees: a win is
+// there with its reservation, a failure took nothing (a retry is a new win). In the ring a win
+// handed before the failure is answered as the win it is; one handed after it is dropped, and
+// with fsync always no win is answered without its commit.
+func TestLocalFailureAmidWin(t *testing.T) {
+	for _, fsync := range []bool{false, true} {
+		for _, failFirst := range []bool{false, true} {
+			name := fmt.Sprintf("fsync=%v/failure-before-the-win-is-handed=%v", fsync, failFirst)
+			t.Run(name, func(t *testing.T) { failureAmidWin(t, fsync, failFirst) })
+		}
+	}
+}
+
+// fillUp writes a file in mnt until its file system is full (the writer may be growing the WAL
+// meanwhile), and returns the file's path.
+func fillUp(t *testing.T, mnt string) string {
+	t.Helper()
+	p := filepath.Join(mnt, "filler")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			return p
+		}
+	}
+}
+
+func failureAmidWin(t *testing.T, fsync, failFirst bool) {
+	mnt := testsrv.Tmpfs(t, "20m")
+	dir := filepath.Join(mnt, "store")
+	// Commits only when a caller waits for one, and no checkpoint, which would let the WAL be
+	// written again from its start on the full disk.
+	s, err := Open(dir, Options{FsyncAlways: fsync, commitEvery: time.Hour, checkpointEvery: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close() // before the tmpfs is unmounted
+	ctx := context.Background()
+	now := time.Now()
+	mustDefine(t, s, openAt(now, "a", 10, 1))
+	mustDefine(t, s, openAt(now, "b", 10, 1))
+	mustAdmit(t, s, "a", "u0", 1, "r")
+	o := s.cur.Load()
+	var filler string
+	fail := func() {
+		filler = fillUp(t, mnt)
+		// Another buyer's win, in the other activity (the win's own lock is held here), is what
+		// the failing commit holds when the win is handed after the failure.
+		if _, err := s.Admit(ctx, admission.Request{Activity: "b", User: "x", Qty: 1, RequestID: "r"}); err != nil && !errors.Is(err, ErrFailed) {
+			t.Errorf("admit of b on the full disk: %v", err)
+		}
+		o.w.mu.Lock()
+		o.w.urgent = true // commit now, not on the ring's schedule
+		o.w.mu.Unlock()
+		o.w.signal()
+		for deadline := time.Now().Add(10 * time.Second); !o.w.failed.Load(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the commit on the full disk did not fail")
+			}
+		}
+	}
+	o.mem.jnl = &winHookJournal{w: o.w, onWin: func(record func() memTicket) memTicket {
+		if failFirst {
+			fail()
+			return record()
+		}
+		tk := record()
+		fail()
+		return tk
+	}}
+	d, admitErr := s.Admit(ctx, admission.Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r"})
+	won := admitErr == nil && d.Outcome == admission.Won
+	if !won && !errors.Is(admitErr, ErrFailed) {
+		t.Fatalf("admit amid the failure = %+v, %v; want a win or ErrFailed", d, admitErr)
+	}
+	// With fsync always a win handed before the failure may have been committed first: either
+	// answer, as long as the folder agrees with it.
+	if want := !fsync && !failFirst; (!fsync || failFirst) && won != want {
+		t.Errorf("admit amid the failure = %+v, %v; want a win: %v", d, admitErr, want)
+	}
+	if err := s.Failure(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Failure() = %v, want ErrFailed", err)
+	}
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if reopened, err := s.Reopen(); !reopened || err != nil {
+		t.Fatalf("Reopen with room again = %v, %v", reopened, err)
+	}
+	sold := int64(1) // u0
+	if won {
+		sold++
+	}
+	if n := mustRemaining(t, s, "a"); n != 10-sold {
+		t.Errorf("remaining after the reopen = %d, want %d (u1 answered %+v, %v)", n, 10-sold, d, admitErr)
+	}
+	r, err := s.Admit(ctx, admission.Request{Activity: "a", User: "u1", Qty: 1, RequestID: "r"})
+	switch {
+	case err != nil || r.Outcome != admission.Won:
+		t.Errorf("retry of u1 after the reopen = %+v, %v; want a win", r, err)
+	case won && (!r.Replayed || r.ReservationID != d.ReservationID):
+		t.Errorf("retry of u1, answered the win %s, after the reopen = %+v; want its replay", d.ReservationID, r)
+	case !won && r.Replayed:
+		t.Errorf("retry of u1, answered %v, after the reopen = %+v: the failed buy took an item", admitErr, r)
 	}
 }

@@ -7,12 +7,19 @@ import "github.com/caddy-seckill/caddy-seckill/admission"
 // Delete takes too), so that the changes of one activity arrive in the order they happened. Store
 // persists them; a plain Memory has none.
 type memJournal interface {
-	record(c memChange)
+	// record records one change and returns its ticket (Store.Admit answers a win by it).
+	record(c memChange) memTicket
 	// recordAll records the changes of one operation at once: a commit holds all of them or none,
 	// so a crash never leaves the disk in the middle of the operation (a delivery recorded in the
 	// pending list without the group's new position, which a load refuses).
 	recordAll(cs []memChange)
 }
+
+// memTicket is what the caller of a recorded change waits for to answer from that change alone:
+// seq is the number of its operation's last change, 0 when the journal dropped it (the store had
+// failed or stopped), and slow the last change up to seq that did not go into the ring. A
+// journal that numbers nothing returns the zero ticket.
+type memTicket struct{ seq, slow uint64 }
 
 // changeKind says which part of an activity's state a memChange sets.
 type changeKind uint8

@@ -12,7 +12,10 @@ import (
 // callJournal keeps the changes of each journal call apart.
 type callJournal struct{ calls [][]memChange }
 
-func (j *callJournal) record(c memChange) { j.calls = append(j.calls, []memChange{c}) }
+func (j *callJournal) record(c memChange) memTicket {
+	j.calls = append(j.calls, []memChange{c})
+	return memTicket{}
+}
 func (j *callJournal) recordAll(cs []memChange) {
 	j.calls = append(j.calls, append([]memChange(nil), cs...))
 }
@@ -58,7 +61,10 @@ type hookJournal struct {
 	on      map[changeKind]func()
 }
 
-func (j *hookJournal) record(c memChange) { j.recordAll([]memChange{c}) }
+func (j *hookJournal) record(c memChange) memTicket {
+	j.recordAll([]memChange{c})
+	return memTicket{}
+}
 func (j *hookJournal) recordAll(cs []memChange) {
 	for _, c := range cs {
 		if f := j.on[c.kind]; f != nil {

@@ -23,7 +23,8 @@ var errOpenElsewhere = errors.New("is open in another program")
 
 // ErrFailed is returned by every Store call after a commit failed (a full disk, an I/O
 // error): the state in memory is then ahead of the disk, so the store answers nothing from it
-// until it is reopened, which loads what was committed.
+// until it is reopened, which loads what was committed. A buy answered ErrFailed took nothing
+// (one under way whose win is safe is answered that win: Admit).
 var ErrFailed = errors.New("local store failed; reopen it")
 
 // errLocalClosed is returned by every Store call after Close.
@@ -54,7 +55,8 @@ type Options struct {
 // consumer groups and dead letters. docs/admission.md ("Durable local store") has the design.
 //
 // One process holds the folder at a time (ErrLocked). After a failed commit every call
-// returns ErrFailed until the store is reopened (Reopen). Restocks reach this process's
+// returns ErrFailed until the store is reopened (Reopen), but for a buy under way whose win is
+// safe (Admit). Restocks reach this process's
 // subscribers only.
 type Store struct {
 	dir  string
@@ -341,16 +343,24 @@ func (s *Store) Delete(ctx context.Context, id string, force bool) error {
 	return err
 }
 
-// Admit implements Store. A win is answered once it is committed, and so is a refusal, once the
-// wins it was computed from are. It is written out: through call, a sold-out refusal took about
-// 30 ns (a quarter) longer.
+// Admit implements Store. A win is answered once it is committed (or in the ring), and so is a
+// refusal, once the wins it was computed from are. A win waits for its own change alone
+// (waitChange), so that one the next open will replay is answered as the win it is even when a
+// commit fails meanwhile: a buy answered with the failure took nothing. It is written out: through
+// call, a sold-out refusal took about 30 ns (a quarter) longer.
 func (s *Store) Admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
 	o, err := s.before()
 	if err != nil {
 		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
 	}
-	d, err := o.mem.Admit(ctx, r)
-	if werr := s.after(ctx, o); werr != nil {
+	d, t, err := o.mem.admit(ctx, r)
+	var werr error
+	if err == nil && d.Outcome == admission.Won && !d.Replayed {
+		werr = o.w.waitChange(ctx, t)
+	} else {
+		werr = s.after(ctx, o)
+	}
+	if werr != nil {
 		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, werr)
 	}
 	return d, err

@@ -269,15 +269,22 @@ func (s *Memory) Delete(ctx context.Context, id string, force bool) error {
 
 // Admit implements Store. The sold-out path allocates nothing (see BenchmarkMemoryAdmitSoldOut).
 func (s *Memory) Admit(ctx context.Context, r admission.Request) (admission.Decision, error) {
+	d, _, err := s.admit(ctx, r)
+	return d, err
+}
+
+// admit is Admit, with the journal's ticket for the win it made (the zero ticket for any other
+// answer): Store.Admit answers a win once that change is safe.
+func (s *Memory) admit(ctx context.Context, r admission.Request) (admission.Decision, memTicket, error) {
 	if err := ctx.Err(); err != nil {
-		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+		return admission.Decision{}, memTicket{}, fmt.Errorf("admit %s: %w", r.Activity, err)
 	}
 	if err := r.Validate(); err != nil {
-		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, err)
+		return admission.Decision{}, memTicket{}, fmt.Errorf("admit %s: %w", r.Activity, err)
 	}
 	a, err := s.lock(r.Activity)
 	if err != nil {
-		return admission.Decision{}, fmt.Errorf("admit: %w", err)
+		return admission.Decision{}, memTicket{}, fmt.Errorf("admit: %w", err)
 	}
 	defer a.mu.Unlock()
 
@@ -285,24 +292,24 @@ func (s *Memory) Admit(ctx context.Context, r admission.Request) (admission.Deci
 	if u != nil {
 		if d, ok := a.answer(u, r.RequestID); ok {
 			d.Replayed = true
-			return d, nil
+			return d, memTicket{}, nil
 		}
 	}
 	now := s.now()
 	switch ms := now.UnixMilli(); {
 	case ms < a.def.Start.UnixMilli():
-		return admission.Decision{Outcome: admission.NotStarted, Remaining: a.stock}, nil
+		return admission.Decision{Outcome: admission.NotStarted, Remaining: a.stock}, memTicket{}, nil
 	case ms >= a.def.End.UnixMilli():
-		return admission.Decision{Outcome: admission.Ended, Remaining: a.stock}, nil
+		return admission.Decision{Outcome: admission.Ended, Remaining: a.stock}, memTicket{}, nil
 	}
 	if r.Qty > a.def.Limit {
-		return admission.Decision{}, fmt.Errorf("admit %s: %w", r.Activity, admission.BadInput("qty %d is above the per-user limit %d", r.Qty, a.def.Limit))
+		return admission.Decision{}, memTicket{}, fmt.Errorf("admit %s: %w", r.Activity, admission.BadInput("qty %d is above the per-user limit %d", r.Qty, a.def.Limit))
 	}
 	if u != nil && u.held+r.Qty > a.def.Limit {
-		return admission.Decision{Outcome: admission.LimitReached, Remaining: a.stock}, nil
+		return admission.Decision{Outcome: admission.LimitReached, Remaining: a.stock}, memTicket{}, nil
 	}
 	if a.stock < r.Qty {
-		return admission.Decision{Outcome: admission.SoldOut, Remaining: a.stock}, nil
+		return admission.Decision{Outcome: admission.SoldOut, Remaining: a.stock}, memTicket{}, nil
 	}
 
 	a.stock -= r.Qty
@@ -313,10 +320,11 @@ func (s *Memory) Admit(ctx context.Context, r admission.Request) (admission.Deci
 	id := a.append(now, r)
 	a.recordWin(u, a.entries.len()-1, a.stock)
 	d := admission.Decision{Outcome: admission.Won, ReservationID: id, Remaining: a.stock}
+	var t memTicket
 	if s.jnl != nil {
-		s.jnl.record(memChange{kind: changeWin, act: r.Activity, idx: a.entries.len() - 1, entry: a.entries.at(a.entries.len() - 1), remaining: a.stock})
+		t = s.jnl.record(memChange{kind: changeWin, act: r.Activity, idx: a.entries.len() - 1, entry: a.entries.at(a.entries.len() - 1), remaining: a.stock})
 	}
-	return d, nil
+	return d, t, nil
 }
 
 // Replay implements Store: Admit's replay, without the decision that would follow a miss.

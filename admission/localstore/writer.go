@@ -226,24 +226,28 @@ func (w *localWriter) start(ring *localRing, epoch, base uint64) {
 }
 
 // record implements memJournal. Changes recorded after a failure or after the writer stopped are
-// dropped: their callers get the writer's error from wait.
-func (w *localWriter) record(c memChange) {
-	w.recordAll([]memChange{c}) // cs does not escape: no allocation
+// dropped: their callers get the writer's error from wait (and the zero ticket).
+func (w *localWriter) record(c memChange) memTicket {
+	return w.recordOp([]memChange{c}) // cs does not escape: no allocation
 }
 
-// recordAll records the changes of one operation under one lock, so that the writer's next batch
-// takes all of them or none.
-func (w *localWriter) recordAll(cs []memChange) {
+// recordAll implements memJournal: recordOp, for an operation whose callers wait as wait does.
+func (w *localWriter) recordAll(cs []memChange) { w.recordOp(cs) }
+
+// recordOp records the changes of one operation under one lock, so that the writer's next batch
+// takes all of them or none, and returns the operation's ticket.
+func (w *localWriter) recordOp(cs []memChange) memTicket {
 	w.mu.Lock()
 	if w.err != nil {
 		w.mu.Unlock()
-		return
+		return memTicket{}
 	}
 	first := w.enq.Load() + 1
+	last := first + uint64(len(cs)) - 1
 	wake := true
 	if w.ring != nil {
 		if !w.putRing(cs, first) {
-			w.slow.Store(first + uint64(len(cs)) - 1)
+			w.slow.Store(last)
 			w.unringed.Add(uint64(len(cs)))
 		}
 		// The writer commits on its own schedule (lazyWait): it needs waking only for the first
@@ -253,11 +257,13 @@ func (w *localWriter) recordAll(cs []memChange) {
 		wake = len(w.pending) == 0 || short
 	}
 	w.pending = append(w.pending, cs...)
-	w.enq.Add(uint64(len(cs)))
+	w.enq.Store(last)
+	t := memTicket{seq: last, slow: w.slow.Load()}
 	w.mu.Unlock()
 	if wake {
 		w.signal()
 	}
+	return t
 }
 
 // signal wakes the writer goroutine.
@@ -306,7 +312,8 @@ var ErrWaitTimeout = fmt.Errorf("local store: the commit took longer than the wa
 // or ErrWaitTimeout (the changes may then still be committed, as a Redis call whose answer
 // was lost may have run). Once the writer has failed it returns the failure, even for a caller
 // whose own changes were committed: a change recorded after the failure was dropped without a
-// sequence number, so no caller can tell that its answer does not depend on one.
+// sequence number, so no caller can tell that its answer does not depend on one (waitChange can,
+// for a win).
 //
 // In ring mode a change in the ring is as safe from a process crash as a committed one: the call
 // returns at once unless a change recorded before it is not in the ring and not yet committed.
@@ -315,7 +322,43 @@ func (w *localWriter) wait(ctx context.Context) error {
 	if dur := w.dur.Load(); dur >= seq || (w.ring != nil && w.slow.Load() <= dur) {
 		return w.failure()
 	}
+	if err := w.waitCommit(ctx, seq); err != nil {
+		return err
+	}
+	return w.failure()
+}
+
+// waitChange returns once the operation t numbers is safe: committed, or in the ring behind no
+// change that waits for a commit, so that the next open replays it. It answers so after a
+// failure too: the change is then replayed when the folder is opened again, and an error would
+// tell its caller that nothing was done. A change the journal dropped (recorded after the
+// failure) is the failure, and so is one that needed the commit that failed: neither is replayed.
+// Errors as wait's.
+func (w *localWriter) waitChange(ctx context.Context, t memTicket) error {
+	if t.seq == 0 {
+		if err := w.failure(); err != nil {
+			return err
+		}
+		return fmt.Errorf("local store %s: %w: a change was not recorded", w.dir, ErrFailed)
+	}
+	need := t.seq
+	if w.ring != nil {
+		need = t.slow // 0 when every change so far went into the ring
+	}
+	if w.dur.Load() >= need {
+		return nil
+	}
+	return w.waitCommit(ctx, need)
+}
+
+// waitCommit waits until every change up to seq is committed; nil once they are, even when the
+// writer failed later. Otherwise the failure, ctx's error or ErrWaitTimeout.
+func (w *localWriter) waitCommit(ctx context.Context, seq uint64) error {
 	w.mu.Lock()
+	if w.dur.Load() >= seq {
+		w.mu.Unlock()
+		return nil
+	}
 	if w.err != nil {
 		err := w.err
 		w.mu.Unlock()
@@ -338,20 +381,17 @@ func (w *localWriter) wait(ctx context.Context) error {
 	case <-ctx.Done():
 		gaveUp = fmt.Errorf("waiting for the commit: %w", ctx.Err())
 	}
-	if gaveUp != nil {
-		// The commit may have landed as the wait ended: then the answer stands.
-		if err := w.failure(); err != nil || w.dur.Load() >= seq {
-			return err
-		}
-		return gaveUp
+	// The commit may have landed as the wait ended: then the answer stands.
+	if w.dur.Load() >= seq {
+		return nil
 	}
 	if err := w.failure(); err != nil {
 		return err
 	}
-	if w.dur.Load() < seq {
-		return fmt.Errorf("local store %s: %w: change %d woke before its commit", w.dir, ErrFailed, seq)
+	if gaveUp != nil {
+		return gaveUp
 	}
-	return nil
+	return fmt.Errorf("local store %s: %w: change %d woke before its commit", w.dir, ErrFailed, seq)
 }
 
 // run is the writer goroutine: one transaction per batch, in the order the changes were recorded,
