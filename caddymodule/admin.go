@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,7 +32,7 @@ func init() {
 //	PUT    /seckill/activities/{id}[?force=1]  create or redefine (force: even while running)
 //	DELETE /seckill/activities/{id}[?force=1]  delete (force: even while running)
 //	POST   /seckill/activities/{id}/release    give a reservation back: {"reservation_id": "..."}
-//	                                           (409 while an embedded order holds it)
+//	                                           (409 while an embedded order holds it, or will)
 //	POST   /seckill/activities/{id}/archive[?batch=n]
 //	                                           move a finished, reconciled sale's orders to the
 //	                                           archive tables (embedded order backend only)
@@ -234,6 +235,20 @@ func (adminAPI) release(w http.ResponseWriter, r *http.Request, app *App, id str
 			Code:    codeOrderHolds,
 			OrderID: ord.ID, OrderStatus: string(ord.Status),
 		})
+	case app.orders != nil && ord.ID == "":
+		// No order yet: unless the win was dead-lettered (which never becomes an order), the
+		// consumer will still make it a pending order, whose item would then be on sale again.
+		dead, err := isDeadLetter(r.Context(), app.backend.guard, id, body.ReservationID)
+		if err != nil {
+			return storeErr(err)
+		}
+		if !dead {
+			return writeAdmin(w, http.StatusConflict, adminRefusal{
+				Error: fmt.Sprintf("reservation %s has no order and no dead letter: a win in flight becomes an order, "+
+					"and releasing it would sell its item twice (or it is no win of activity %s)", body.ReservationID, id),
+				Code: codeWinInFlight,
+			})
+		}
 	}
 	released, err := app.backend.guard.Release(r.Context(), id, body.ReservationID)
 	if err != nil {
@@ -244,6 +259,22 @@ func (adminAPI) release(w http.ResponseWriter, r *http.Request, app *App, id str
 
 // codeOrderHolds is the code of a release refused because an order holds the reservation.
 const codeOrderHolds = "order_holds_reservation"
+
+// codeWinInFlight is the code of a release refused because the reservation is neither an order
+// nor a dead letter of the embedded backend yet.
+const codeWinInFlight = "win_in_flight"
+
+// maxDeadLetters bounds the dead letters isDeadLetter reads, as the consumer's start does.
+const maxDeadLetters = 100_000
+
+// isDeadLetter reports whether reservation resv of activity is in the activity's dead-letter queue.
+func isDeadLetter(ctx context.Context, g *admission.Guard, activity, resv string) (bool, error) {
+	dead, err := g.DeadLetters(ctx, activity, maxDeadLetters)
+	if err != nil {
+		return false, fmt.Errorf("dead letters of %s: %w", activity, err)
+	}
+	return slices.ContainsFunc(dead, func(w admission.Win) bool { return w.ReservationID == resv }), nil
+}
 
 // adminRefusal is a refusal a script branches on: Caddy's {"error": message} with a stable code
 // and what it is about.

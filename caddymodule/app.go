@@ -83,6 +83,8 @@ type App struct {
 	backend       *backend             // this and what follows, to run, are set at Start (open)
 	backendKey    string               // the backend's pool key
 	inForce       *inForce             // the process's record of the store in force
+	inForceGen    uint64               // the generation of this configuration's entry in inForce
+	inForcePrev   storeInForce         // the entry it replaced, put back if Caddy rolls back
 	orders        *ordersRunner        // nil without Orders
 	verifier      *jwtauth.Verifier
 	mint          *jwtauth.MintConfig // the token template of the HS* jwt config; nil otherwise
@@ -507,7 +509,7 @@ func (a *App) Start() error {
 	a.warnFallbackSecrets(httpListeners(a.ctx))
 	a.warnLooseProxies(a.ctx)
 	a.warnURLSecretChanged(time.Now())
-	a.inForce.set(a.backendKey, storeDirective(a.store), a.backend)
+	a.inForceGen, a.inForcePrev = a.inForce.set(a.backendKey, storeDirective(a.store), a.backend)
 	r := a.run
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -623,7 +625,12 @@ func startIn(now time.Time, d time.Duration) time.Time {
 }
 
 // Stop stops the activity refresher. The pooled store keeps running until Cleanup releases it.
+// A configuration Caddy stops with no other started after it (a reload rolled back because
+// another app failed to start) gives the record of the store in force back (inForce.unset).
 func (a *App) Stop() error {
+	if a.inForce != nil {
+		a.inForce.unset(a.inForceGen, a.inForcePrev)
+	}
 	r := a.run
 	r.mu.Lock()
 	defer r.mu.Unlock()

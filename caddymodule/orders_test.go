@@ -1,6 +1,7 @@
 package caddymodule_test
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -332,4 +333,53 @@ func TestAdminReleaseHeldOrder(t *testing.T) {
 		t.Errorf("remaining %d, want 1", n)
 	}
 	eventually(t, "reconcile", func() (bool, string) { return s.ReconcileOK(t) })
+}
+
+// TestAdminReleaseWinInFlight: the admin release of a win that is not an order yet (the consumer
+// is waiting out a locked order database) would put its item back on sale while the consumer
+// still makes it a pending order: the item would be sold twice. The release must be refused,
+// the win become alice's order, and bob find the activity sold out.
+func TestAdminReleaseWinInFlight(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "orders.db")
+	now := time.Now()
+	s := startSale(t, jwtBlock+"captcha off\n"+ordersOption("sqlite "+db)+fmt.Sprintf(
+		"activity fly {\n\tstock 1\n\tlimit 1\n\tstart %s\n\tend %s\n\tpay_within 10m\n}\n",
+		rfc3339(now.Add(-time.Minute)), rfc3339(now.Add(time.Hour))))
+	c := s.Client
+	ctx := context.Background()
+	orders, err := sql.Open("sqlite", db+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = orders.Close() }()
+	lock, err := orders.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Close() }()
+	// Hold the database's write lock: the consumer cannot make alice's win an order meanwhile.
+	if _, err := lock.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	alice, bob := token(t, "alice"), token(t, "bob")
+	won := c.Post(buyPath(t, c, "fly", alice), alice, "")
+	expect(t, "alice buys", won, http.StatusAccepted, "queued")
+	status, body := s.AdminCall(t, http.MethodPost, "/seckill/activities/fly/release",
+		fmt.Sprintf(`{"reservation_id":%q}`, won.Str("reservation_id")))
+	if _, err := lock.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if status != http.StatusConflict || !strings.Contains(string(body), `"code":"win_in_flight"`) {
+		t.Errorf("release of a win in flight: %d %s; want 409 win_in_flight", status, body)
+	}
+	waitResult(t, c, "fly", alice, "pending_payment")
+	if n := remaining(t, "fly"); n != 0 {
+		t.Errorf("remaining %d while alice's order holds the only item, want 0", n)
+	}
+	if r := c.Post("/seckill/fly/path", bob, ""); r.Status != http.StatusGone {
+		if r.Status == http.StatusOK {
+			r = c.Post(r.Str("path"), bob, "")
+		}
+		t.Errorf("bob buys the item alice's pending order holds: %s; want 410 sold_out", r)
+	}
 }

@@ -24,7 +24,14 @@ const switchMargin = time.Minute
 // another store can check that it moves no sale (refuseStoreSwitch). It lives in the usage pool,
 // shared by the configurations of the process, and is set by a Start that succeeded.
 type inForce struct {
-	mu        sync.Mutex
+	mu  sync.Mutex
+	cur storeInForce
+	gen uint64 // the last generation handed out
+}
+
+// storeInForce is one configuration's entry in the inForce record.
+type storeInForce struct {
+	gen       uint64   // the setter's generation, for Stop to tell its own entry
 	key       string   // the backend's pool key
 	directive string   // the store's directive, for messages
 	backend   *backend // nil before the first Start
@@ -50,14 +57,30 @@ func loadInForce() (*inForce, string, error) {
 func (r *inForce) get() (string, string, *backend) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.key, r.directive, r.backend
+	return r.cur.key, r.cur.directive, r.cur.backend
 }
 
-// set records the store of a configuration whose Start succeeded.
-func (r *inForce) set(key, directive string, b *backend) {
+// set records the store of a configuration whose Start succeeded. It returns the new entry's
+// generation and the entry it replaced, for unset.
+func (r *inForce) set(key, directive string, b *backend) (uint64, storeInForce) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.key, r.directive, r.backend = key, directive, b
+	r.gen++
+	prev := r.cur
+	r.cur = storeInForce{gen: r.gen, key: key, directive: directive, backend: b}
+	return r.gen, prev
+}
+
+// unset puts prev back when the entry in force is still generation gen's: Caddy stopped that
+// configuration without another one starting after it, as when it rolls back a reload whose
+// other app failed to start after this one. The configuration before stays in force, in its
+// store, and a later reload to gen's store must still be checked.
+func (r *inForce) unset(gen uint64, prev storeInForce) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if gen != 0 && r.cur.gen == gen {
+		r.cur = prev
+	}
 }
 
 // refuseStoreSwitch refuses a reload whose store is not the store in force while an activity

@@ -3,6 +3,7 @@ package caddymodule_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -155,5 +156,58 @@ func TestReloadStoreSwitchDeadRedis(t *testing.T) {
 	expect(t, "bob buys on the promoted replica", c.Post(buyPath(t, c, "run", bob), bob, ""), http.StatusAccepted, "queued")
 	if n := remaining(t, "run"); n != 1 {
 		t.Fatalf("remaining on the promoted replica: %d, want 1 (alice's win kept)", n)
+	}
+}
+
+// TestReloadStoreSwitchAfterRolledBackReload checks that a reload Caddy rolls back after the
+// seckill app started (another app, here the HTTP server on a busy port, failed to start) leaves
+// the store in force as it was: a later reload to the rolled-back configuration's store is still
+// checked, and refused while the sale runs in the store in force. Caddy starts the apps in map
+// order, so the seckill app starts before the failing one in about half of the failed reloads;
+// twenty of them leave one in a million runs without such a reload.
+func TestReloadStoreSwitchAfterRolledBackReload(t *testing.T) {
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0") // no SO_REUSEPORT: Caddy cannot bind it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	t.Cleanup(func() { _ = caddy.Stop() })
+	now := time.Now()
+	run := activityBlock("run", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)
+	soon := activityBlock("soon", 5, 1, now.Add(time.Hour), now.Add(2*time.Hour), 0)
+	base := jwtBlock + "captcha off\nurl_secret u\n"
+	local := "store local " + t.TempDir() + "\n"
+	if err := loadCaddy(t, port, base+run+soon, route); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+	alice := token(t, "alice")
+	expect(t, "alice buys", c.Post(buyPath(t, c, "run", alice), alice, ""), http.StatusAccepted, "queued")
+
+	// A reload to store local without the running activity would be accepted, but a second site
+	// on the busy port fails the HTTP app's start, and Caddy keeps the running configuration.
+	failing := caddyfile(t, port, base+local+soon, route) +
+		fmt.Sprintf("\nhttp://%s {\n\trespond ok\n}\n", busy.Addr())
+	for i := range 20 {
+		if err := loadCaddyfile(t, failing); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("reload %d with a site on a busy port: %v", i, err)
+		}
+	}
+	c.AfterReload()
+	if n := remaining(t, "run"); n != 2 {
+		t.Fatalf("remaining after the rolled-back reloads: %d, want 2 (the sale in store memory)", n)
+	}
+
+	err = loadCaddy(t, port, base+local+run+soon, route)
+	if err == nil || !strings.Contains(err.Error(), "activity run is on sale in store memory") {
+		t.Fatalf("reload to store local during the sale, after rolled-back reloads to it: %v", err)
+	}
+	c.AfterReload()
+	if n := remaining(t, "run"); n != 2 {
+		t.Fatalf("remaining after the refused reload: %d, want 2 (the sale stayed in store memory)", n)
 	}
 }
