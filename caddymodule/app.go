@@ -468,13 +468,11 @@ func (a *App) Start() error {
 	}
 	// No activity may be defined afresh over the orders of a sale of its id that the store lost
 	// or deleted: it would sell those items again. The check comes before any definition, as
-	// the other gateways of a shared store would sell what this one defined. The first start
-	// opens the order database for it; a reload finds it open.
+	// the other gateways of a shared store would sell what this one defined. A reload finds the
+	// order database open; the first start opens it for the check, and starts the backend only
+	// once the definitions have succeeded.
 	if a.orders != nil && a.orders.state() == nil {
-		// A runner not started yet serves no configuration: its workers need the listings
-		// from their first order on.
-		a.orders.setListings(a.Activities)
-		if err := a.orders.start(ctx, refuseForgottenSales(a.store, a.backend.guard, slices.Sorted(maps.Keys(a.Activities)))); err != nil {
+		if err := a.orders.check(ctx, refuseForgottenSales(a.store, a.backend.guard, slices.Sorted(maps.Keys(a.Activities)))); err != nil {
 			return err
 		}
 	} else {
@@ -494,6 +492,14 @@ func (a *App) Start() error {
 		return err
 	}
 	if a.orders != nil {
+		if a.orders.state() == nil {
+			// A runner not started yet serves no configuration: its workers need the
+			// listings from their first order on.
+			a.orders.setListings(a.Activities)
+		}
+		if err := a.orders.start(ctx); err != nil {
+			return err
+		}
 		if err := a.orders.syncStock(ctx, defs); err != nil {
 			return err
 		}

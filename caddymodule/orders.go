@@ -107,8 +107,7 @@ func loadOrders(ctx caddy.Context, storeKey string, b *backend, c *OrdersConfig,
 }
 
 // start opens the order database and starts the workers, unless they already run (a reload).
-// check, when set, looks at the database before any worker starts; its error fails the start.
-func (o *ordersRunner) start(ctx context.Context, check func(context.Context, orderbackend.Repository) error) error {
+func (o *ordersRunner) start(ctx context.Context) error {
 	if w := o.warn.Load(); w != nil {
 		(*w)()
 	}
@@ -117,27 +116,9 @@ func (o *ordersRunner) start(ctx context.Context, check func(context.Context, or
 	if o.running.Load() != nil {
 		return nil
 	}
-	var (
-		repo orderbackend.Repository
-		err  error
-	)
-	if o.cfg.Type == ordersSQLite {
-		repo, err = orderbackend.NewSQLiteOptions(ctx, o.cfg.DSN, orderbackend.SQLiteOptions{SyncFull: o.syncFull})
-	} else {
-		repo, err = orderbackend.OpenRepositoryWith(ctx, o.cfg.Type, o.cfg.DSN, orderbackend.PostgresOptions{Partitions: o.cfg.Partitions})
-	}
+	repo, err := o.openRepo(ctx)
 	if err != nil {
-		where := o.cfg.Type
-		if o.cfg.Type == ordersSQLite {
-			where += " " + o.cfg.DSN // a file name; a PostgreSQL DSN may hold a password
-		}
-		return fmt.Errorf("orders %s: open the order database: %w", where, err)
-	}
-	if check != nil {
-		if err := check(ctx, repo); err != nil {
-			_ = repo.Close()
-			return err
-		}
+		return err
 	}
 	b, err := orderbackend.New(orderbackend.Config{
 		Store:    o.store,
@@ -168,6 +149,38 @@ func (o *ordersRunner) start(ctx context.Context, check func(context.Context, or
 	o.running.Store(&ordersState{repo: repo, backend: b, api: b.Handler()})
 	o.logger.Info("order backend running", zap.String("database", o.cfg.Type))
 	return nil
+}
+
+// check opens the order database, runs check on it and closes it: the first start's check,
+// made before any activity is defined, while the backend itself starts only once the
+// definitions have succeeded (a refused start runs no worker).
+func (o *ordersRunner) check(ctx context.Context, check func(context.Context, orderbackend.Repository) error) error {
+	repo, err := o.openRepo(ctx)
+	if err != nil {
+		return err
+	}
+	return errors.Join(check(ctx, repo), repo.Close())
+}
+
+// openRepo opens the order database of the configuration.
+func (o *ordersRunner) openRepo(ctx context.Context) (orderbackend.Repository, error) {
+	var (
+		repo orderbackend.Repository
+		err  error
+	)
+	if o.cfg.Type == ordersSQLite {
+		repo, err = orderbackend.NewSQLiteOptions(ctx, o.cfg.DSN, orderbackend.SQLiteOptions{SyncFull: o.syncFull})
+	} else {
+		repo, err = orderbackend.OpenRepositoryWith(ctx, o.cfg.Type, o.cfg.DSN, orderbackend.PostgresOptions{Partitions: o.cfg.Partitions})
+	}
+	if err != nil {
+		where := o.cfg.Type
+		if o.cfg.Type == ordersSQLite {
+			where += " " + o.cfg.DSN // a file name; a PostgreSQL DSN may hold a password
+		}
+		return nil, fmt.Errorf("orders %s: open the order database: %w", where, err)
+	}
+	return repo, nil
 }
 
 // state returns the running backend, or nil before the first start.
