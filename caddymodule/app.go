@@ -85,6 +85,7 @@ type App struct {
 	inForce       *inForce             // the process's record of the store in force
 	inForceGen    uint64               // the generation of this configuration's entry in inForce
 	inForcePrev   storeInForce         // the entry it replaced, put back if Caddy rolls back
+	listings      listingsSwap         // the order backend's listings this Start set, for Stop
 	orders        *ordersRunner        // nil without Orders
 	verifier      *jwtauth.Verifier
 	mint          *jwtauth.MintConfig // the token template of the HS* jwt config; nil otherwise
@@ -507,7 +508,7 @@ func (a *App) Start() error {
 	if a.orders != nil {
 		// Nothing below fails: the running order backend takes this configuration's prices and
 		// titles only now that the start has succeeded.
-		a.orders.setListings(a.Activities)
+		a.listings = a.orders.setListings(a.Activities)
 	}
 	if err := a.acts.refresh(ctx); err != nil {
 		a.logger.Warn("listing activities", zap.Error(err))
@@ -636,6 +637,9 @@ func startIn(now time.Time, d time.Duration) time.Time {
 func (a *App) Stop() error {
 	if a.inForce != nil {
 		a.inForce.unset(a.inForceGen, a.inForcePrev)
+	}
+	if a.orders != nil {
+		a.orders.unsetListings(a.listings)
 	}
 	r := a.run
 	r.mu.Lock()

@@ -45,8 +45,13 @@ type ordersRunner struct {
 	warn     atomic.Pointer[func()] // the configuration loaded last's check of its provider and listeners
 }
 
+// listingsSwap is one setListings: the listings it set and those they replaced.
+type listingsSwap struct {
+	set, prev *map[string]orderbackend.Listing
+}
+
 // setListings takes the activities' prices and titles for the orders made from now on.
-func (o *ordersRunner) setListings(acts map[string]*ActivityConfig) {
+func (o *ordersRunner) setListings(acts map[string]*ActivityConfig) listingsSwap {
 	m := make(map[string]orderbackend.Listing, len(acts))
 	for id, a := range acts {
 		l := orderbackend.Listing{Title: a.Title}
@@ -55,7 +60,16 @@ func (o *ordersRunner) setListings(acts map[string]*ActivityConfig) {
 		}
 		m[id] = l
 	}
-	o.listings.Store(&m)
+	return listingsSwap{set: &m, prev: o.listings.Swap(&m)}
+}
+
+// unsetListings puts back the listings s replaced while s's are still in force: Caddy stopped
+// their configuration without another starting after it, as when it rolls back a reload whose
+// other app failed to start after this one, and the configuration before stays in force.
+func (o *ordersRunner) unsetListings(s listingsSwap) {
+	if s.set != nil {
+		o.listings.CompareAndSwap(s.set, s.prev)
+	}
 }
 
 // listing is the consumer's Listing.

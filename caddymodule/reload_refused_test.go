@@ -2,6 +2,7 @@ package caddymodule_test
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -77,5 +78,47 @@ func TestRefusedReloadDefinesNothing(t *testing.T) {
 		if n := remaining(t, "soon"); n != 5 {
 			t.Fatalf("refused reload %d: the upcoming activity's stock is %d in the store, want 5 (the configuration in force)", i, n)
 		}
+	}
+}
+
+// TestRolledBackReloadKeepsPrice checks that a reload Caddy rolls back after the seckill app
+// started (another app failed: a site on a busy port) leaves the running order backend with the
+// configuration in force's prices, as a refused one does. Apps start in map order, so the
+// reload is tried several times.
+func TestRolledBackReloadKeepsPrice(t *testing.T) {
+	port, err := testsrv.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := net.Listen("tcp", "127.0.0.1:0") // no SO_REUSEPORT: Caddy cannot bind it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	t.Cleanup(func() { _ = caddy.Stop() })
+	db := filepath.Join(t.TempDir(), "orders.db")
+	now := time.Now()
+	config := func(price string) string {
+		return jwtBlock + "captcha off\n" + ordersOption("sqlite "+db) +
+			fmt.Sprintf("activity run {\n\tstock 3\n\tlimit 1\n\tstart %s\n\tend %s\n\tpay_within 1m\n\tprice %s\n}\n",
+				rfc3339(now.Add(-time.Minute)), rfc3339(now.Add(time.Hour)), price)
+	}
+	if err := loadCaddy(t, port, config("10.00 USD"), ordersSite); err != nil {
+		t.Fatal(err)
+	}
+	failing := caddyfile(t, port, config("1.00 USD"), ordersSite) +
+		fmt.Sprintf("\nhttp://%s {\n\trespond ok\n}\n", busy.Addr())
+	for i := range 12 {
+		if err := loadCaddyfile(t, failing); err == nil || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("reload %d with a site on a busy port: %v", i, err)
+		}
+	}
+	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
+	c.AfterReload()
+	alice := token(t, "alice")
+	expect(t, "alice buys", c.Post(buyPath(t, c, "run", alice), alice, ""), http.StatusAccepted, "queued")
+	order := waitResult(t, c, "run", alice, "pending_payment").Str("order_id")
+	if r := c.Get("/orders/"+order, alice); r.Status != http.StatusOK || r.Num("amount") != 1000 {
+		t.Fatalf("order after rolled-back reloads: %s; want amount 1000 (10.00 USD, the price in force)", r)
 	}
 }
