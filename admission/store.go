@@ -71,7 +71,8 @@ type Catalog interface {
 type Admitter interface {
 	// Admit takes the admission decision for one request. Wins are appended to the wins queue in
 	// the same atomic step. A request id that already won returns that first answer again, without
-	// taking more stock: this makes client retries and transport-level retries harmless.
+	// taking more stock, whatever the repeat's qty (Decision.Qty is the won one): this makes
+	// client retries and transport-level retries harmless.
 	Admit(ctx context.Context, r Request) (Decision, error)
 
 	// Replay returns the stored first answer of user's request id in activity, exactly as Admit
@@ -224,6 +225,11 @@ type Decision struct {
 	ReservationID string // set when Won
 	Remaining     int64  // stock left after this decision
 	Replayed      bool   // true when this is the stored first answer to a repeated request id
+
+	// Qty is the items of the win, set when Won: a replay's is that of the win it replays, not
+	// the repeated request's (a retry may ask for another qty), so that the edge vouches for
+	// what was taken (a forwarded win's signed Seckill-Qty).
+	Qty int64 `json:",omitempty"`
 
 	// RemainingPartial marks a Remaining that is only the buyer's bucket's stock, a lower bound of
 	// the activity's: a split activity's decision taken in a home bucket that still has stock, a

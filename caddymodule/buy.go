@@ -133,12 +133,19 @@ func (q *request) buy(next caddyhttp.Handler) error {
 	q.reservation = d.ReservationID // {http.seckill.reservation}
 	q.code = codeQueued             // and {http.seckill.code} with it
 	if q.h.Forward {
+		// The signature vouches for the items the store took: a replay's are those of the win it
+		// replays (d.Qty), not the retry's body's, which may ask for more.
+		if d.Qty < 1 {
+			q.h.logger.Error("admission won without its qty", zap.String("activity", a.ID),
+				zap.String("reservation", d.ReservationID), zap.Bool("replayed", d.Replayed))
+			return q.fail(errBusyAt(layerStoreError, time.Second))
+		}
 		// The next handler gets the body back, and headers only this handler could have set.
 		q.r.Body = io.NopCloser(bytes.NewReader(body))
 		q.r.ContentLength = int64(len(body))
 		q.r.Header.Set("Content-Length", strconv.Itoa(len(body)))
 		forwardsig.Set(q.r.Header, q.h.app.forwardSecret, forwardsig.Win{
-			Reservation: d.ReservationID, Activity: a.ID, User: q.user, Qty: qty,
+			Reservation: d.ReservationID, Activity: a.ID, User: q.user, Qty: d.Qty,
 		})
 		return next.ServeHTTP(q.w, q.r)
 	}

@@ -312,18 +312,19 @@ func testBucketRelease(t *testing.T, s admission.Store) {
 }
 
 // testBucketReplay: a split activity's Replay answers as Admit's replay does, from the user's
-// home bucket: the reservation id with its bucket, a partial Remaining.
+// home bucket: the reservation id with its bucket, a partial Remaining, the qty that was won
+// (the repeat asks for another).
 func testBucketReplay(t *testing.T, s admission.Store) {
 	ctx := context.Background()
-	MustDefine(t, s, bucketed("b-replay", 8, 1, 4))
+	MustDefine(t, s, bucketed("b-replay", 8, 2, 4))
 	for _, u := range usersIn("p", 4, 4, -1) {
 		first, err := admitRetry(ctx, s, admission.Request{Activity: "b-replay", User: u, Qty: 1, RequestID: "k-" + u})
-		if err != nil || first.Outcome != admission.Won {
+		if err != nil || first.Outcome != admission.Won || first.Qty != 1 {
 			t.Fatalf("%s buys: %+v, %v", u, first, err)
 		}
-		want := MustAdmit(t, s, "b-replay", u, 1, "k-"+u)
+		want := MustAdmit(t, s, "b-replay", u, 2, "k-"+u)
 		got, err := s.Replay(ctx, "b-replay", u, "k-"+u)
-		if err != nil || got != want || got.ReservationID != first.ReservationID || !got.Replayed {
+		if err != nil || got != want || got.ReservationID != first.ReservationID || !got.Replayed || got.Qty != 1 {
 			t.Errorf("%s: replay = %+v, %v; want Admit's replay %+v of %+v", u, got, err, want, first)
 		}
 		if d, err := s.Replay(ctx, "b-replay", u, "other"); !errors.Is(err, admission.ErrNotFound) {

@@ -40,6 +40,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"AdmitBadInput", testAdmitBadInput},
 		{"Idempotent", testIdempotent},
 		{"Replay", testReplay},
+		{"ReplayQty", testReplayQty},
 		{"ExactSellOut", testExactSellOut},
 		{"ConcurrentLimitOne", testConcurrentLimitOne},
 		{"ConcurrentMixedQty", testConcurrentMixedQty},
@@ -297,11 +298,11 @@ func testAdmitBadInput(t *testing.T, s admission.Store) {
 func testIdempotent(t *testing.T, s admission.Store) {
 	MustDefine(t, s, open("a1", 10, 2))
 	first := MustAdmit(t, s, "a1", "u1", 1, "req-1")
-	if first.Outcome != admission.Won || first.ReservationID == "" || first.Remaining != 9 || first.Replayed {
+	if first.Outcome != admission.Won || first.ReservationID == "" || first.Remaining != 9 || first.Replayed || first.Qty != 1 {
 		t.Fatalf("first admission = %+v", first)
 	}
 	again := MustAdmit(t, s, "a1", "u1", 1, "req-1")
-	if again.Outcome != admission.Won || again.ReservationID != first.ReservationID || !again.Replayed {
+	if again.Outcome != admission.Won || again.ReservationID != first.ReservationID || !again.Replayed || again.Qty != 1 {
 		t.Errorf("repeat = %+v, want the first answer replayed", again)
 	}
 	if again.Remaining != first.Remaining {
@@ -346,12 +347,13 @@ func testReplay(t *testing.T, s admission.Store) {
 	// Replay: the same answer.
 	same := func(what, user, req string, first admission.Decision) {
 		t.Helper()
-		want, err := s.Admit(ctx, admission.Request{Activity: "a1", User: user, Qty: 1, RequestID: req, MayReplay: true})
+		// Another qty than the win's (1): the replay carries the won one.
+		want, err := s.Admit(ctx, admission.Request{Activity: "a1", User: user, Qty: 2, RequestID: req, MayReplay: true})
 		if err != nil {
 			t.Fatalf("%s: admit %s/%s: %v", what, user, req, err)
 		}
 		got, err := replay(user, req)
-		if err != nil || got != want || !got.Replayed || got.ReservationID != first.ReservationID || got.Remaining != first.Remaining {
+		if err != nil || got != want || !got.Replayed || got.ReservationID != first.ReservationID || got.Remaining != first.Remaining || got.Qty != first.Qty {
 			t.Errorf("%s: replay %s/%s = %+v, %v; want %+v, Admit's replay of the first answer %+v", what, user, req, got, err, want, first)
 		}
 	}
@@ -410,6 +412,41 @@ func testReplay(t *testing.T, s admission.Store) {
 		if d, err := s.Replay(ctx, args[0], args[1], args[2]); !errors.Is(err, admission.ErrBadInput) {
 			t.Errorf("replay, %s: %+v, %v; want ErrBadInput", name, d, err)
 		}
+	}
+}
+
+// testReplayQty: a win's decision carries its qty, and a repeat of its request id, by Admit or
+// Replay, carries the qty that was won whatever qty the repeat asks for (more, fewer, above
+// what is left), and takes nothing: the edge signs that qty for the shop.
+func testReplayQty(t *testing.T, s admission.Store) {
+	ctx := context.Background()
+	MustDefine(t, s, open("a1", 6, 5))
+	w1 := MustAdmit(t, s, "a1", "u1", 1, "one")
+	w3 := MustAdmit(t, s, "a1", "u2", 3, "three")
+	if w1.Outcome != admission.Won || w1.Qty != 1 || w3.Outcome != admission.Won || w3.Qty != 3 || w3.Remaining != 2 {
+		t.Fatalf("wins of 1 and 3 = %+v, %+v", w1, w3)
+	}
+	for _, c := range []struct {
+		user, req string
+		won       admission.Decision
+		qty       int64
+	}{
+		{"u1", "one", w1, 4}, // more than won, and than is left
+		{"u1", "one", w1, 1},
+		{"u2", "three", w3, 1}, // fewer than won
+		{"u2", "three", w3, 2},
+	} {
+		d := MustAdmit(t, s, "a1", c.user, c.qty, c.req)
+		if !d.Replayed || d.ReservationID != c.won.ReservationID || d.Remaining != c.won.Remaining || d.Qty != c.won.Qty {
+			t.Errorf("%s/%s repeated with qty %d = %+v; want the win %+v replayed, qty %d", c.user, c.req, c.qty, d, c.won, c.won.Qty)
+		}
+		r, err := s.Replay(ctx, "a1", c.user, c.req)
+		if err != nil || r != d {
+			t.Errorf("Replay %s/%s = %+v, %v; want Admit's replay %+v", c.user, c.req, r, err, d)
+		}
+	}
+	if snap := snapshot(t, s, "a1"); snap.Remaining != 2 || snap.Queued != 2 {
+		t.Errorf("after the repeats: %+v; want 2 left, 2 wins queued", snap)
 	}
 }
 

@@ -319,7 +319,7 @@ func (s *Memory) admit(ctx context.Context, r admission.Request) (admission.Deci
 	a.take(u, r.Qty)
 	id := a.append(now, r)
 	a.recordWin(u, a.entries.len()-1, a.stock)
-	d := admission.Decision{Outcome: admission.Won, ReservationID: id, Remaining: a.stock}
+	d := admission.Decision{Outcome: admission.Won, ReservationID: id, Remaining: a.stock, Qty: r.Qty}
 	var t memTicket
 	if s.jnl != nil {
 		t = s.jnl.record(memChange{kind: changeWin, act: r.Activity, idx: a.entries.len() - 1, entry: a.entries.at(a.entries.len() - 1), remaining: a.stock})

@@ -308,7 +308,9 @@ func (a *memActivity) answer(u *memUser, req string) (admission.Decision, bool) 
 	if !found {
 		return admission.Decision{}, false
 	}
-	return admission.Decision{Outcome: admission.Won, ReservationID: a.entries.id(ans.entry), Remaining: ans.remaining}, true
+	// The won qty, from the win's entry: the repeat may ask for another.
+	return admission.Decision{Outcome: admission.Won, ReservationID: a.entries.id(ans.entry), Remaining: ans.remaining,
+		Qty: a.entries.slot(ans.entry).qty}, true
 }
 
 // eachWin calls f with the entry index of each of u's wins, released ones included, in no

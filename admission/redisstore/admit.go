@@ -88,9 +88,10 @@ func (s *Store) admitKeys(activity string) []string {
 }
 
 // redisParseDecision reads one of admit.lua's {outcome, remaining, reservation_id, replayed},
-// read as strings (runAdmitBatches); outcome 0 (qty above the limit) is returned as Outcome 0 for the
-// caller to turn into an error.
-func redisParseDecision(v []string) (admission.Decision, error) {
+// read as strings (runAdmitBatches), for a request of qty items; outcome 0 (qty above the limit)
+// is returned as Outcome 0 for the caller to turn into an error. A fresh win's Qty is qty; a
+// replay's is replayed, the qty of the win it replays.
+func redisParseDecision(v []string, qty int64) (admission.Decision, error) {
 	if len(v) != 4 {
 		return admission.Decision{}, fmt.Errorf("malformed admit reply: %d elements", len(v))
 	}
@@ -99,10 +100,20 @@ func redisParseDecision(v []string) (admission.Decision, error) {
 		code = int64(v[0][0]) - '0'
 	}
 	left, err := strconv.ParseInt(v[1], 10, 64)
-	if err != nil || code < 0 || code > int64(admission.Ended) || (v[3] != "0" && v[3] != "1") {
+	if err != nil || code < 0 || code > int64(admission.Ended) {
 		return admission.Decision{}, fmt.Errorf("malformed admit reply %q", v)
 	}
-	return admission.Decision{Outcome: admission.Outcome(code), ReservationID: v[2], Remaining: left, Replayed: v[3] == "1"}, nil
+	d := admission.Decision{Outcome: admission.Outcome(code), ReservationID: v[2], Remaining: left}
+	if v[3] != "0" {
+		won, err := strconv.ParseInt(v[3], 10, 64)
+		if err != nil || won < 1 || d.Outcome != admission.Won {
+			return admission.Decision{}, fmt.Errorf("malformed admit reply %q", v)
+		}
+		d.Replayed, d.Qty = true, won
+	} else if d.Outcome == admission.Won {
+		d.Qty = qty
+	}
+	return d, nil
 }
 
 // Release gives a reservation back exactly once (see Store.Release and lua/release.lua). Each call
@@ -615,7 +626,7 @@ func (s *Store) sendAdmits(ctx context.Context, keys []*redisHotKeys, cmds []red
 // admitDecision reads request i's {outcome, remaining, reservation_id, replayed} from
 // admit.lua's reply; outcome 0 is qty above the per-user limit, bad input for that request only.
 func admitDecision(reply []string, i int, activity string, qty int64) (admission.Decision, error) {
-	d, err := redisParseDecision(reply[4*i : 4*i+4])
+	d, err := redisParseDecision(reply[4*i:4*i+4], qty)
 	if err == nil && d.Outcome == 0 {
 		err = admission.BadInput("qty %d is above the per-user limit", qty)
 	}

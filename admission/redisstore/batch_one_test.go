@@ -13,7 +13,7 @@ import (
 // TestRedisOneBatch sends one script call (runAdmitBatch, as group admission does) holding what a
 // batch must keep apart, so that each case is known to share the call rather than merely likely
 // to (TestRedisGroupedAdmission): a request id repeated inside the batch replays the first answer
-// without taking stock again, a qty above the limit is bad input for its request alone and writes
+// and its qty without taking stock again, whatever qty the repeat asks, a qty above the limit is bad input for its request alone and writes
 // nothing, and the stock is never oversold however many requests the batch holds.
 func TestRedisOneBatch(t *testing.T) {
 	ctx := context.Background()
@@ -24,10 +24,10 @@ func TestRedisOneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	reqs := []admission.Request{
-		{Activity: "b1", User: "u1", Qty: 1, RequestID: "r1"}, // 0: wins
-		{Activity: "b1", User: "u1", Qty: 1, RequestID: "r1"}, // 1: replays 0
+		{Activity: "b1", User: "u1", Qty: 2, RequestID: "r1"}, // 0: wins 2
+		{Activity: "b1", User: "u1", Qty: 1, RequestID: "r1"}, // 1: replays 0, qty 2
 		{Activity: "b1", User: "u2", Qty: 3, RequestID: "r2"}, // 2: above the limit
-		{Activity: "b1", User: "u3", Qty: 2, RequestID: "r3"}, // 3: wins the last two
+		{Activity: "b1", User: "u3", Qty: 1, RequestID: "r3"}, // 3: wins the last one
 		{Activity: "b1", User: "u4", Qty: 1, RequestID: "r4"}, // 4: sold out
 		{Activity: "b1", User: "u2", Qty: 1, RequestID: "r2"}, // 5: sold out, not a replay of 2
 	}
@@ -42,17 +42,17 @@ func TestRedisOneBatch(t *testing.T) {
 		ans[i] = c.answer
 	}
 
-	if a := ans[0]; a.err != nil || a.d.Outcome != admission.Won || a.d.Replayed || a.d.Remaining != 2 {
-		t.Errorf("first request = %+v, %v; want won, 2 left", a.d, a.err)
+	if a := ans[0]; a.err != nil || a.d.Outcome != admission.Won || a.d.Replayed || a.d.Remaining != 1 || a.d.Qty != 2 {
+		t.Errorf("first request = %+v, %v; want won 2, 1 left", a.d, a.err)
 	}
-	if a := ans[1]; a.err != nil || a.d.Outcome != admission.Won || !a.d.Replayed || a.d.ReservationID != ans[0].d.ReservationID || a.d.Remaining != 2 {
-		t.Errorf("repeated request id = %+v, %v; want the first answer %+v replayed", a.d, a.err, ans[0].d)
+	if a := ans[1]; a.err != nil || a.d.Outcome != admission.Won || !a.d.Replayed || a.d.ReservationID != ans[0].d.ReservationID || a.d.Remaining != 1 || a.d.Qty != 2 {
+		t.Errorf("repeated request id = %+v, %v; want the first answer %+v replayed, with its qty 2", a.d, a.err, ans[0].d)
 	}
 	if a := ans[2]; !errors.Is(a.err, admission.ErrBadInput) || a.d != (admission.Decision{}) {
 		t.Errorf("qty above the limit = %+v, %v; want bad input", a.d, a.err)
 	}
-	if a := ans[3]; a.err != nil || a.d.Outcome != admission.Won || a.d.Remaining != 0 {
-		t.Errorf("last two items = %+v, %v; want won, 0 left", a.d, a.err)
+	if a := ans[3]; a.err != nil || a.d.Outcome != admission.Won || a.d.Remaining != 0 || a.d.Qty != 1 {
+		t.Errorf("last item = %+v, %v; want won 1, 0 left", a.d, a.err)
 	}
 	for _, i := range []int{4, 5} {
 		if a := ans[i]; a.err != nil || a.d.Outcome != admission.SoldOut || a.d.Replayed {

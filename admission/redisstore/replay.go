@@ -52,13 +52,17 @@ func (s *Store) replayOn(ctx context.Context, activity, on, user, requestID stri
 		return admission.Decision{}, fmt.Errorf("replay %s: %w", activity, redisScriptErr(err))
 	}
 	var resv string
-	var left int64
-	ok := len(reply) == 2
+	var left, qty int64
+	ok := len(reply) == 3
 	if ok {
 		resv, ok = reply[0].(string)
 	}
 	if ok {
 		left, ok = reply[1].(int64)
+	}
+	if ok {
+		qty, ok = reply[2].(int64)
+		ok = ok && qty >= 1
 	}
 	if !ok {
 		return admission.Decision{}, fmt.Errorf("replay %s: malformed reply %v", activity, reply)
@@ -68,5 +72,5 @@ func (s *Store) replayOn(ctx context.Context, activity, on, user, requestID stri
 			Op: "replay", Activity: activity, Wanted: s.ack.n, Acked: acked, ReservationID: resv,
 		}
 	}
-	return admission.Decision{Outcome: admission.Won, ReservationID: resv, Remaining: left, Replayed: true}, nil
+	return admission.Decision{Outcome: admission.Won, ReservationID: resv, Remaining: left, Replayed: true, Qty: qty}, nil
 }

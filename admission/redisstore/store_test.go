@@ -157,7 +157,7 @@ func TestRedisSmoke(t *testing.T) {
 	if won.Outcome != admission.Won || won.Remaining != 1 || won.ReservationID == "" || won.Replayed {
 		t.Fatalf("first admit = %+v", won)
 	}
-	if again := redisAdmit(t, s, "phone-1001", "alice", "r1"); again != (admission.Decision{Outcome: admission.Won, ReservationID: won.ReservationID, Remaining: 1, Replayed: true}) {
+	if again := redisAdmit(t, s, "phone-1001", "alice", "r1"); again != (admission.Decision{Outcome: admission.Won, ReservationID: won.ReservationID, Remaining: 1, Replayed: true, Qty: 1}) {
 		t.Errorf("replay = %+v", again)
 	}
 	if d := redisAdmit(t, s, "phone-1001", "alice", "r2"); d.Outcome != admission.LimitReached {

@@ -28,9 +28,11 @@
 -- ARGV: user, qty, request_id, then the same three for each further request
 -- Reply: four elements per request, in order: {outcome, remaining, reservation_id, replayed};
 -- outcome as Go's Outcome (1 won, 2 sold_out, 3 limit_reached, 4 not_started, 5 ended), or 0 when
--- qty is above the per-user limit (bad input: nothing written). Refusals write nothing; a win
--- writes it, and a replay writes its stored answer again (so that a WAIT behind a retry covers
--- the first write: replicas_ack).
+-- qty is above the per-user limit (bad input: nothing written); replayed is 0 for a decision
+-- taken now, and for a replay the qty of the win it replays (1 or more, whatever the repeat asks:
+-- the edge signs it), read from the entry its remaining comes from, so a fresh decision's reply
+-- costs nothing more. Refusals write nothing; a win writes it, and a replay writes its stored
+-- answer again (so that a WAIT behind a retry covers the first write: replicas_ack).
 -- Errors (for the whole batch): UNKNOWN_ACTIVITY, LAYOUT (an activity of an earlier build's key
 -- layout, without layout 2 in :meta: nothing written), BAD_INPUT (malformed ARGV).
 --
@@ -86,15 +88,17 @@ local function answer_in(v, rid)
   return nil
 end
 
--- remaining_of returns the stock left after the win of reservation id resv, from its stream entry.
+-- remaining_of returns the stock left after the win of reservation id resv, and that win's qty,
+-- from its stream entry.
 local function remaining_of(resv)
   local e, k = string.match(resv, '^(%d+%-%d+)%-(%d+)$')
   local f = redis.call('XRANGE', KEYS[4], e, e)[1][2]
-  local r = tonumber(f[4])
+  local r, q = tonumber(f[4]), 0
   for j = 1, tonumber(k) do
-    r = r - tonumber(string.match(f[4 + 2 * j], '^%d+'))
+    q = tonumber(string.match(f[4 + 2 * j], '^%d+'))
+    r = r - q
   end
-  return r
+  return r, q
 end
 
 -- Every request's user's field, read at once: the j-th of fields is the j-th request's (a user
@@ -143,9 +147,10 @@ for i = 1, nargv, 3 do
   if first then
     rewrite = rewrite or {}
     rewrite[user] = v
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, remaining_of(first), first, 1
+    local r, q = remaining_of(first)
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, r, first, q
   elseif k then
-    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, wl[k], '', 1
+    out[n + 1], out[n + 2], out[n + 3], out[n + 4] = 1, wl[k], '', wq[k]
     wp[np + 1], wp[np + 2] = n + 3, k
     np = np + 2
   elseif closed ~= 0 then

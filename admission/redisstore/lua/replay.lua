@@ -3,10 +3,10 @@
 -- buyer's waiting-room session is over) but which may be the retry of a win. It reads only.
 -- The user's :users field holds "<length of the request id>:<request id><reservation id>;" per
 -- win (admit.lua's header); the reservation "E-k" is the k-th win of :orders entry E, whose
--- remaining is the entry's left less the qty of wins 1 to k.
+-- remaining is the entry's left less the qty of wins 1 to k, and whose qty is the k-th's.
 -- KEYS: meta, users, orders
 -- ARGV: user, request_id
--- Reply: {reservation_id, remaining} of the win.
+-- Reply: {reservation_id, remaining, qty} of the win (qty as won, which the edge signs).
 -- Errors: UNKNOWN_ACTIVITY (also a split activity's parent: the caller's bucket count is stale),
 -- LAYOUT (an activity of an earlier build's key layout), NOT_FOUND (the request id won nothing).
 local m = redis.call('HMGET', KEYS[1], 'start_ms', 'layout', 'buckets')
@@ -38,8 +38,9 @@ if not resv then
 end
 local e, k = string.match(resv, '^(%d+%-%d+)%-(%d+)$')
 local f = redis.call('XRANGE', KEYS[3], e, e)[1][2]
-local r = tonumber(f[4])
+local r, q = tonumber(f[4]), 0
 for j = 1, tonumber(k) do
-  r = r - tonumber(string.match(f[4 + 2 * j], '^%d+'))
+  q = tonumber(string.match(f[4 + 2 * j], '^%d+'))
+  r = r - q
 end
-return {resv, r}
+return {resv, r, q}
