@@ -478,11 +478,9 @@ func (a *App) Start() error {
 		}
 	} else {
 		for id := range a.Activities {
-			err := a.orders.refuseEarlierSale(ctx, a.backend.guard, id)
-			for admission.BreakerRefused(err) && ctx.Err() == nil { // as defineActivities waits
-				time.Sleep(100 * time.Millisecond)
-				err = a.orders.refuseEarlierSale(ctx, a.backend.guard, id)
-			}
+			_, err := throughTrial(ctx, func() (struct{}, error) {
+				return struct{}{}, a.orders.refuseEarlierSale(ctx, a.backend.guard, id)
+			})
 			if err != nil {
 				return err
 			}
@@ -493,10 +491,12 @@ func (a *App) Start() error {
 		return err
 	}
 	if a.orders != nil {
-		if a.orders.state() == nil {
-			// A runner not started yet serves no configuration: its workers need the
-			// listings from their first order on.
-			a.orders.setListings(a.Activities)
+		// A runner not started yet serves no configuration: its workers need this one's prices
+		// and titles from their first order on. A running one takes them only once nothing
+		// can fail any more: a refused start leaves it as it was.
+		fresh := a.orders.state() == nil
+		if fresh {
+			a.listings = a.orders.setListings(a.Activities)
 		}
 		if err := a.orders.start(ctx); err != nil {
 			return err
@@ -504,11 +504,9 @@ func (a *App) Start() error {
 		if err := a.orders.syncStock(ctx, defs); err != nil {
 			return err
 		}
-	}
-	if a.orders != nil {
-		// Nothing below fails: the running order backend takes this configuration's prices and
-		// titles only now that the start has succeeded.
-		a.listings = a.orders.setListings(a.Activities)
+		if !fresh {
+			a.listings = a.orders.setListings(a.Activities)
+		}
 	}
 	if err := a.acts.refresh(ctx); err != nil {
 		a.logger.Warn("listing activities", zap.Error(err))
@@ -536,13 +534,7 @@ func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error
 	defs := make([]admission.Activity, 0, len(a.Activities))
 	for _, id := range a.definitionOrder(ctx) {
 		c := a.Activities[id]
-		def, err := a.defineActivity(ctx, id, c)
-		// An open breaker refuses before trying: a reload right after the store came back (a
-		// Redis restart, a store local opened again after a full disk) waits for its trial.
-		for admission.BreakerRefused(err) && ctx.Err() == nil {
-			time.Sleep(100 * time.Millisecond)
-			def, err = a.defineActivity(ctx, id, c)
-		}
+		def, err := throughTrial(ctx, func() (admission.Activity, error) { return a.defineActivity(ctx, id, c) })
 		switch {
 		case errors.Is(err, admission.ErrActivityRunning):
 			return nil, fmt.Errorf("activity %s is running and its definition in the configuration changed: "+
@@ -561,6 +553,18 @@ func (a *App) defineActivities(ctx context.Context) ([]admission.Activity, error
 	return defs, nil
 }
 
+// throughTrial calls f until the store's breaker stops refusing it before trying, or ctx ends. An
+// open breaker refuses at once: a start right after the store came back (a Redis restart, a
+// store local opened again after a full disk) waits for its trial instead of failing.
+func throughTrial[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	v, err := f()
+	for admission.BreakerRefused(err) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+		v, err = f()
+	}
+	return v, err
+}
+
 // definitionOrder orders the configured activities for defineActivities: first those whose
 // stored window has opened (their definition is a no-op or refused, and a refusal writes nothing),
 // then the others by start. A reload refused for a running activity thus redefines no upcoming
@@ -572,7 +576,7 @@ func (a *App) definitionOrder(ctx context.Context) []string {
 	opened := make(map[string]bool, len(a.Activities))
 	for id := range a.Activities {
 		ids = append(ids, id)
-		if snap, err := a.backend.guard.Activity(ctx, id); err == nil && !snap.Start.After(now) {
+		if snap, err := readActivity(ctx, a.backend.guard, id); err == nil && !snap.Start.After(now) {
 			opened[id] = true
 		}
 	}

@@ -89,12 +89,8 @@ func (a *App) warnFallbackSecrets(listeners []string) {
 
 // httpListeners returns the listen addresses of every server of the configuration's http app.
 func httpListeners(ctx caddy.Context) []string {
-	v, err := ctx.AppIfConfigured("http")
-	if err != nil {
-		return nil
-	}
-	app, ok := v.(*caddyhttp.App)
-	if !ok {
+	app := httpApp(ctx)
+	if app == nil {
 		return nil
 	}
 	var out []string
@@ -102,6 +98,16 @@ func httpListeners(ctx caddy.Context) []string {
 		out = append(out, srv.Listen...)
 	}
 	return out
+}
+
+// httpApp returns the configuration's HTTP app, nil when it has none.
+func httpApp(ctx caddy.Context) *caddyhttp.App {
+	v, err := ctx.AppIfConfigured("http")
+	if err != nil {
+		return nil
+	}
+	app, _ := v.(*caddyhttp.App)
+	return app
 }
 
 // exposedListeners returns the addresses of listeners reachable from beyond this machine: every

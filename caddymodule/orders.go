@@ -254,11 +254,7 @@ func refuseForgottenSales(m StoreModule, store admission.Store, ids []string) fu
 	}
 	return func(ctx context.Context, repo orderbackend.Repository) error {
 		for _, id := range ids {
-			held, err := forgottenSale(ctx, store, repo, id)
-			for admission.BreakerRefused(err) && ctx.Err() == nil { // as defineActivities waits
-				time.Sleep(100 * time.Millisecond)
-				held, err = forgottenSale(ctx, store, repo, id)
-			}
+			held, err := throughTrial(ctx, func() (int64, error) { return forgottenSale(ctx, store, repo, id) })
 			if errors.Is(err, errForgottenSale) {
 				return fmt.Errorf("%s with orders: activity %s: %w (%d items sold there; selling on would "+
 					"sell them again): %s", storeDirective(m), id, err, held, advice)

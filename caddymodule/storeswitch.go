@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -95,12 +96,7 @@ func (a *App) refuseStoreSwitch(ctx context.Context, rec *inForce, key string) e
 	if old == nil || oldKey == key {
 		return nil
 	}
-	ids := make([]string, 0, len(a.Activities))
-	for id := range a.Activities {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(a.Activities)) {
 		snap, err := readActivity(ctx, old.guard, id)
 		if errors.Is(err, admission.ErrUnknownActivity) {
 			continue
@@ -136,13 +132,7 @@ func (a *App) refuseStoreSwitch(ctx context.Context, rec *inForce, key string) e
 	return nil
 }
 
-// readActivity reads an activity through g, waiting for the trial of an open breaker as the
-// definitions at Start do.
+// readActivity reads an activity through g, waiting for the trial of an open breaker.
 func readActivity(ctx context.Context, g *admission.Guard, id string) (admission.Snapshot, error) {
-	snap, err := g.Activity(ctx, id)
-	for admission.BreakerRefused(err) && ctx.Err() == nil {
-		time.Sleep(100 * time.Millisecond)
-		snap, err = g.Activity(ctx, id)
-	}
-	return snap, err
+	return throughTrial(ctx, func() (admission.Snapshot, error) { return g.Activity(ctx, id) })
 }

@@ -14,12 +14,8 @@ import (
 // a client behind an appending proxy writes itself, so the IP limit and the demo sign-in's
 // loopback check can be dodged (README, "Behind a CDN or load balancer"). It runs at every Start.
 func (a *App) warnLooseProxies(ctx caddy.Context) {
-	v, err := ctx.AppIfConfigured("http")
-	if err != nil {
-		return
-	}
-	app, ok := v.(*caddyhttp.App)
-	if !ok {
+	app := httpApp(ctx)
+	if app == nil {
 		return
 	}
 	var loose []string
