@@ -264,12 +264,9 @@ const codeOrderHolds = "order_holds_reservation"
 // nor a dead letter of the embedded backend yet.
 const codeWinInFlight = "win_in_flight"
 
-// maxDeadLetters bounds the dead letters isDeadLetter reads, as the consumer's start does.
-const maxDeadLetters = 100_000
-
 // isDeadLetter reports whether reservation resv of activity is in the activity's dead-letter queue.
 func isDeadLetter(ctx context.Context, g *admission.Guard, activity, resv string) (bool, error) {
-	dead, err := g.DeadLetters(ctx, activity, maxDeadLetters)
+	dead, err := g.DeadLetters(ctx, activity, orderbackend.MaxDeadLetters)
 	if err != nil {
 		return false, fmt.Errorf("dead letters of %s: %w", activity, err)
 	}

@@ -604,6 +604,10 @@ func (c *Consumer) release(ctx context.Context, reservation string) error {
 	return nil
 }
 
+// MaxDeadLetters bounds the dead letters of one activity read in one call: the consumer's start
+// (releaseDeadLetters) and the edge's admin release read at most that many.
+const MaxDeadLetters = 100_000
+
 // releaseDeadLetters finishes what a crash may have left undone after a win was dead-lettered
 // (deadLetter stores the dead letter first, then releases a poison win, then tells the buyer):
 // it repeats the (idempotent) release of every poison dead letter without an order, and writes
@@ -612,7 +616,7 @@ func (c *Consumer) release(ctx context.Context, reservation string) error {
 // failed already as it is.
 func (c *Consumer) releaseDeadLetters(ctx context.Context) {
 	var dead []admission.Win
-	err := c.retryStore(ctx, func() (err error) { dead, err = c.store.DeadLetters(ctx, c.activity, 100_000); return err })
+	err := c.retryStore(ctx, func() (err error) { dead, err = c.store.DeadLetters(ctx, c.activity, MaxDeadLetters); return err })
 	if err != nil {
 		c.log.Warn("cannot list dead letters", zap.Error(err))
 		return
