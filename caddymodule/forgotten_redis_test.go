@@ -22,10 +22,7 @@ import (
 func TestRedisForgottenSale(t *testing.T) {
 	rd := testsrv.StartRedis(t)
 	db := filepath.Join(t.TempDir(), "orders.db")
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	t.Cleanup(func() { _ = caddy.Stop() })
 	cfg := "store redis " + rd.Addr + "\nurl_secret u\n" + jwtBlock + "captcha off\n" + ordersOption("sqlite "+db) +
 		saleBlock("lost", 2)
@@ -44,7 +41,7 @@ func TestRedisForgottenSale(t *testing.T) {
 	if err := rc.FlushAll(ctx).Err(); err != nil { // this test's private server
 		t.Fatal(err)
 	}
-	err = loadCaddy(t, port, cfg, ordersSite)
+	err := loadCaddy(t, port, cfg, ordersSite)
 	if err == nil || !strings.Contains(err.Error(), "holds orders of a sale this store does not know") ||
 		!strings.Contains(err.Error(), "activity lost") || !strings.Contains(err.Error(), "Redis") {
 		t.Fatalf("start on a Redis that lost the sale: %v; want a refusal", err)

@@ -10,18 +10,13 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
-
-	"github.com/caddy-seckill/caddy-seckill/internal/testsrv"
 )
 
 // TestRefusedReloadKeepsPrice checks that a reload refused because it changes a running activity
 // leaves the running order backend as it was: the orders created after it are priced as the
 // configuration in force (and the status page) says, not as the refused one.
 func TestRefusedReloadKeepsPrice(t *testing.T) {
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	t.Cleanup(func() { _ = caddy.Stop() })
 	db := filepath.Join(t.TempDir(), "orders.db")
 	now := time.Now()
@@ -34,7 +29,7 @@ func TestRefusedReloadKeepsPrice(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := newClient(t, fmt.Sprintf("http://127.0.0.1:%d", port))
-	err = loadCaddy(t, port, config(4, "1.00 USD"), ordersSite)
+	err := loadCaddy(t, port, config(4, "1.00 USD"), ordersSite)
 	if err == nil || !strings.Contains(err.Error(), "activity run is running") {
 		t.Fatalf("reload changing a running activity: %v", err)
 	}
@@ -55,10 +50,7 @@ func TestRefusedReloadKeepsPrice(t *testing.T) {
 // activity changes no other activity either: the configuration in force stays in force, in the
 // store too. The activities are defined in map order, so the reload is tried several times.
 func TestRefusedReloadDefinesNothing(t *testing.T) {
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	t.Cleanup(func() { _ = caddy.Stop() })
 	now := time.Now()
 	start, end := now.Add(-time.Minute), now.Add(time.Hour)
@@ -86,10 +78,7 @@ func TestRefusedReloadDefinesNothing(t *testing.T) {
 // configuration in force's prices, as a refused one does. Apps start in map order, so the
 // reload is tried several times.
 func TestRolledBackReloadKeepsPrice(t *testing.T) {
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	busy, err := net.Listen("tcp", "127.0.0.1:0") // no SO_REUSEPORT: Caddy cannot bind it
 	if err != nil {
 		t.Fatal(err)

@@ -20,10 +20,7 @@ import (
 // refused reload leaves the sale running in the store in force; a reload that drops the running
 // activity, or keeps only one that has not opened, may change the store.
 func TestReloadRefusesStoreSwitch(t *testing.T) {
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	t.Cleanup(func() { _ = caddy.Stop() })
 	now := time.Now()
 	run := activityBlock("run", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)
@@ -37,7 +34,7 @@ func TestReloadRefusesStoreSwitch(t *testing.T) {
 	alice, bob, carol := token(t, "alice"), token(t, "bob"), token(t, "carol")
 	expect(t, "alice buys", c.Post(buyPath(t, c, "run", alice), alice, ""), http.StatusAccepted, "queued")
 
-	err = loadCaddy(t, port, base+local+run+soon, route)
+	err := loadCaddy(t, port, base+local+run+soon, route)
 	if err == nil || !strings.Contains(err.Error(), "activity run is on sale in store memory") ||
 		!strings.Contains(err.Error(), "1 of 3 sold") || !strings.Contains(err.Error(), "store local") {
 		t.Fatalf("reload from store memory to store local during the sale: %v", err)
@@ -69,10 +66,7 @@ func TestReloadRefusesStoreSwitch(t *testing.T) {
 // refused while the sale runs.
 func TestReloadStoreSwitchRedis(t *testing.T) {
 	rd := testsrv.StartRedis(t)
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	t.Cleanup(func() { _ = caddy.Stop() })
 	now := time.Now()
 	run := activityBlock("run", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)
@@ -92,7 +86,7 @@ func TestReloadStoreSwitchRedis(t *testing.T) {
 	if n := remaining(t, "run"); n != 2 {
 		t.Fatalf("remaining after a reload to the same Redis keys: %d, want 2", n)
 	}
-	err = loadCaddy(t, port, base+store("pool_size 16\nkey_prefix other\n")+run, route)
+	err := loadCaddy(t, port, base+store("pool_size 16\nkey_prefix other\n")+run, route)
 	if err == nil || !strings.Contains(err.Error(), "activity run is on sale in store redis "+rd.Addr+" (") ||
 		!strings.Contains(err.Error(), "key_prefix other") {
 		t.Fatalf("reload to another key prefix during the sale: %v", err)
@@ -109,10 +103,7 @@ func TestReloadStoreSwitchRedis(t *testing.T) {
 // in its place (it holds the sale, opened) it is accepted, and the sale goes on where it was.
 func TestReloadStoreSwitchDeadRedis(t *testing.T) {
 	primary, replica := testsrv.StartRedis(t), testsrv.StartRedis(t)
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	t.Cleanup(func() { _ = caddy.Stop() })
 	now := time.Now()
 	run := activityBlock("run", 3, 1, now.Add(-time.Minute), now.Add(time.Hour), 0)
@@ -145,7 +136,7 @@ func TestReloadStoreSwitchDeadRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	err = loadCaddy(t, port, base+run, route)
+	err := loadCaddy(t, port, base+run, route)
 	if err == nil || !strings.Contains(err.Error(), "the running store cannot be read") {
 		t.Fatalf("reload from a dead Redis to store memory: %v", err)
 	}
@@ -166,10 +157,7 @@ func TestReloadStoreSwitchDeadRedis(t *testing.T) {
 // order, so the seckill app starts before the failing one in about half of the failed reloads;
 // twenty of them leave one in a million runs without such a reload.
 func TestReloadStoreSwitchAfterRolledBackReload(t *testing.T) {
-	port, err := testsrv.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	port := freePort(t)
 	busy, err := net.Listen("tcp", "127.0.0.1:0") // no SO_REUSEPORT: Caddy cannot bind it
 	if err != nil {
 		t.Fatal(err)
