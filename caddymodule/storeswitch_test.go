@@ -199,3 +199,27 @@ func TestReloadStoreSwitchAfterRolledBackReload(t *testing.T) {
 		t.Fatalf("remaining after the refused reload: %d, want 2 (the sale stayed in store memory)", n)
 	}
 }
+
+// TestReloadRefusesStoreSwitchBeforeStart checks the margin before a start: an activity opening
+// within a minute may take buys in the store in force while the reload takes over, so a switch is
+// refused already, with nothing sold; one opening later moves freely.
+func TestReloadRefusesStoreSwitchBeforeStart(t *testing.T) {
+	port := freePort(t)
+	t.Cleanup(func() { _ = caddy.Stop() })
+	now := time.Now()
+	near := activityBlock("near", 3, 1, now.Add(30*time.Second), now.Add(time.Hour), 0)
+	later := activityBlock("later", 3, 1, now.Add(2*time.Minute), now.Add(time.Hour), 0)
+	base := jwtBlock + "captcha off\nurl_secret u\n"
+	local := "store local " + t.TempDir() + "\n"
+	if err := loadCaddy(t, port, base+near+later, route); err != nil {
+		t.Fatal(err)
+	}
+	err := loadCaddy(t, port, base+local+near+later, route)
+	if err == nil || !strings.Contains(err.Error(), "activity near is on sale in store memory") ||
+		!strings.Contains(err.Error(), "0 of 3 sold") {
+		t.Fatalf("reload to store local 30 s before a start: %v", err)
+	}
+	if err := loadCaddy(t, port, base+local+later, route); err != nil {
+		t.Fatalf("reload to store local 2 minutes before a start: %v", err)
+	}
+}
